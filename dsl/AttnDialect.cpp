@@ -1,0 +1,516 @@
+//===- AttnDialect.cpp - attn dialect, attributes and verifiers -----------===//
+#include "dsl/AttnDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+using namespace attnc::attn;
+
+#include "dsl/AttnDialect.cpp.inc"
+#include "dsl/AttnEnums.cpp.inc"
+
+void AttnDialect::initialize() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dsl/AttnAttrs.cpp.inc"
+      >();
+  addOperations<
+#define GET_OP_LIST
+#include "dsl/AttnOps.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// Tunable integers: a number or `auto`
+//===----------------------------------------------------------------------===//
+
+static ParseResult parseTunableValue(AsmParser &p, int64_t &value) {
+  if (succeeded(p.parseOptionalKeyword("auto"))) {
+    value = kAuto;
+    return success();
+  }
+  return p.parseInteger(value);
+}
+
+static void printTunableValue(AsmPrinter &p, int64_t value) {
+  if (value == kAuto)
+    p << "auto";
+  else
+    p << value;
+}
+
+/// Custom directive for op formats: `custom<Tunable>($attr)`.
+static ParseResult parseTunable(OpAsmParser &p, IntegerAttr &attr) {
+  int64_t v;
+  if (parseTunableValue(p, v))
+    return failure();
+  attr = p.getBuilder().getI64IntegerAttr(v);
+  return success();
+}
+
+static void printTunable(OpAsmPrinter &p, Operation *, IntegerAttr attr) {
+  printTunableValue(p, attr.getInt());
+}
+
+static bool tunableIn(int64_t v, int64_t lo, int64_t hi) {
+  return v == kAuto || (v >= lo && v <= hi);
+}
+
+/// Parses `< key = value, ... >`, calling `parseValue(key)` at each value.
+/// Keys may come in any order; each must appear exactly once.
+static ParseResult
+parseKeyValues(AsmParser &p, ArrayRef<StringRef> keys,
+               llvm::function_ref<ParseResult(StringRef)> parseValue) {
+  llvm::StringSet<> seen;
+  if (p.parseLess())
+    return failure();
+  do {
+    StringRef key;
+    SMLoc loc = p.getCurrentLocation();
+    if (p.parseKeyword(&key))
+      return failure();
+    if (!llvm::is_contained(keys, key))
+      return p.emitError(loc, "unknown key '") << key << "'";
+    if (!seen.insert(key).second)
+      return p.emitError(loc, "key '") << key << "' given twice";
+    if (p.parseEqual() || parseValue(key))
+      return failure();
+  } while (succeeded(p.parseOptionalComma()));
+  if (p.parseGreater())
+    return failure();
+  for (StringRef key : keys)
+    if (!seen.contains(key))
+      return p.emitError(p.getCurrentLocation(), "missing key '") << key << "'";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// #attn.lowrank
+//===----------------------------------------------------------------------===//
+
+Attribute LowRankAttr::parse(AsmParser &p, Type) {
+  int64_t k = 0;
+  ShareMode share = ShareMode::none;
+  SMLoc loc = p.getCurrentLocation();
+  if (parseKeyValues(p, {"k", "share"}, [&](StringRef key) -> ParseResult {
+        if (key == "k")
+          return parseTunableValue(p, k);
+        StringRef word;
+        SMLoc wordLoc = p.getCurrentLocation();
+        if (p.parseKeyword(&word))
+          return failure();
+        auto mode = symbolizeShareMode(word);
+        if (!mode)
+          return p.emitError(wordLoc, "unknown sharing mode '") << word << "'";
+        share = *mode;
+        return success();
+      }))
+    return {};
+  return p.getChecked<LowRankAttr>(loc, p.getContext(), k, share);
+}
+
+void LowRankAttr::print(AsmPrinter &p) const {
+  p << "<k = ";
+  printTunableValue(p, getK());
+  p << ", share = " << stringifyShareMode(getShare()) << ">";
+}
+
+LogicalResult LowRankAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                  int64_t k, ShareMode) {
+  if (!tunableIn(k, 1, int64_t(1) << 24))
+    return emitError() << "low-rank k must be positive or auto, found " << k;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// #attn.lsh
+//===----------------------------------------------------------------------===//
+
+Attribute LshAttr::parse(AsmParser &p, Type) {
+  int64_t buckets = 0, rounds = 0, chunk = 0, before = 0, after = 0, seed = 0;
+  bool denseFallback = true;
+  SMLoc loc = p.getCurrentLocation();
+  if (parseKeyValues(
+          p, {"buckets", "rounds", "chunk", "before", "after", "seed", "dense_fallback"},
+          [&](StringRef key) -> ParseResult {
+            if (key == "buckets")
+              return parseTunableValue(p, buckets);
+            if (key == "rounds")
+              return parseTunableValue(p, rounds);
+            if (key == "chunk")
+              return parseTunableValue(p, chunk);
+            if (key == "dense_fallback") {
+              StringRef word;
+              SMLoc wordLoc = p.getCurrentLocation();
+              if (p.parseKeyword(&word))
+                return failure();
+              if (word != "true" && word != "false")
+                return p.emitError(wordLoc, "expected true or false");
+              denseFallback = word == "true";
+              return success();
+            }
+            return p.parseInteger(key == "before" ? before
+                                  : key == "after" ? after
+                                                   : seed);
+          }))
+    return {};
+  return p.getChecked<LshAttr>(loc, p.getContext(), buckets, rounds, chunk, before,
+                               after, seed, denseFallback);
+}
+
+void LshAttr::print(AsmPrinter &p) const {
+  p << "<buckets = ";
+  printTunableValue(p, getBuckets());
+  p << ", rounds = ";
+  printTunableValue(p, getRounds());
+  p << ", chunk = ";
+  printTunableValue(p, getChunk());
+  p << ", before = " << getBefore() << ", after = " << getAfter()
+    << ", seed = " << getSeed()
+    << ", dense_fallback = " << (getDenseFallback() ? "true" : "false") << ">";
+}
+
+LogicalResult LshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                              int64_t buckets, int64_t rounds, int64_t chunk,
+                              int64_t before, int64_t after, int64_t seed, bool) {
+  if (buckets != kAuto && (buckets < 2 || buckets % 2 != 0))
+    return emitError() << "LSH buckets must be even and at least 2, found " << buckets;
+  if (!tunableIn(rounds, 1, 64))
+    return emitError() << "LSH rounds must be in [1, 64], found " << rounds;
+  if (!tunableIn(chunk, 1, int64_t(1) << 20))
+    return emitError() << "LSH chunk must be at least 1, found " << chunk;
+  if (before < 0 || before > 16 || after < 0 || after > 16)
+    return emitError() << "LSH before/after must be in [0, 16], found " << before
+                       << "/" << after;
+  if (seed < 0)
+    return emitError() << "LSH seed must be non-negative, found " << seed;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// #attn.tile
+//===----------------------------------------------------------------------===//
+
+Attribute TileAttr::parse(AsmParser &p, Type) {
+  int64_t v[4] = {0, 0, 0, 0};
+  static const StringRef keys[] = {"block_q", "block_kv", "warps", "stages"};
+  SMLoc loc = p.getCurrentLocation();
+  if (parseKeyValues(p, keys, [&](StringRef key) {
+        return parseTunableValue(p, v[llvm::find(keys, key) - std::begin(keys)]);
+      }))
+    return {};
+  return p.getChecked<TileAttr>(loc, p.getContext(), v[0], v[1], v[2], v[3]);
+}
+
+void TileAttr::print(AsmPrinter &p) const {
+  p << "<block_q = ";
+  printTunableValue(p, getBlockQ());
+  p << ", block_kv = ";
+  printTunableValue(p, getBlockKv());
+  p << ", warps = ";
+  printTunableValue(p, getWarps());
+  p << ", stages = ";
+  printTunableValue(p, getStages());
+  p << ">";
+}
+
+LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               int64_t blockQ, int64_t blockKv, int64_t warps,
+                               int64_t stages) {
+  if (!tunableIn(blockQ, 1, 1024) || !tunableIn(blockKv, 1, 1024))
+    return emitError() << "tile block sizes must be in [1, 1024] or auto, found "
+                       << blockQ << "x" << blockKv;
+  if (warps != kAuto && warps != 1 && warps != 2 && warps != 4 && warps != 8 &&
+      warps != 16)
+    return emitError() << "tile warps must be 1, 2, 4, 8 or 16, found " << warps;
+  if (!tunableIn(stages, 1, 8))
+    return emitError() << "tile stages must be in [1, 8], found " << stages;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// #attn.param
+//===----------------------------------------------------------------------===//
+
+Attribute HeadParamAttr::parse(AsmParser &p, Type) {
+  std::string name;
+  double value = 0;
+  ParamInit init = ParamInit::constant;
+  if (p.parseLess() || p.parseString(&name) || p.parseEqual())
+    return {};
+  if (succeeded(p.parseOptionalKeyword("alibi"))) {
+    init = ParamInit::alibi;
+  } else if (p.parseFloat(value)) {
+    return {};
+  }
+  StringRef mode;
+  SMLoc modeLoc = p.getCurrentLocation();
+  if (p.parseComma() || p.parseKeyword(&mode))
+    return {};
+  if (mode != "learned" && mode != "fixed") {
+    p.emitError(modeLoc, "expected 'learned' or 'fixed'");
+    return {};
+  }
+  if (p.parseGreater())
+    return {};
+  return HeadParamAttr::get(p.getContext(), name, init, llvm::APFloat(value),
+                            mode == "learned");
+}
+
+void HeadParamAttr::print(AsmPrinter &p) const {
+  p << "<\"" << getName() << "\" = ";
+  if (getInit() == ParamInit::alibi)
+    p << "alibi";
+  else
+    p << llvm::formatv("{0:e}", getValue().convertToDouble()).str();
+  p << ", " << (getLearned() ? "learned" : "fixed") << ">";
+}
+
+#define GET_ATTRDEF_CLASSES
+#include "dsl/AttnAttrs.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// attn.variant
+//===----------------------------------------------------------------------===//
+
+HeadParamAttr VariantOp::lookupParam(StringRef name) {
+  if (auto params = getParams())
+    for (Attribute a : *params)
+      if (auto p = llvm::dyn_cast<HeadParamAttr>(a); p && p.getName() == name)
+        return p;
+  return {};
+}
+
+/// Checks that `region` is empty or one block with `argTypes` arguments whose
+/// `attn.yield` returns one value of type `resultType`.
+static LogicalResult verifyScalarRegion(VariantOp op, Region &region,
+                                        StringRef name, TypeRange argTypes,
+                                        Type resultType) {
+  if (region.empty())
+    return success();
+  if (!region.hasOneBlock())
+    return op.emitOpError() << "'" << name << "' region must have one block";
+  Block &block = region.front();
+  if (block.getArgumentTypes() != argTypes)
+    return op.emitOpError() << "'" << name << "' region must take "
+                            << argTypes.size() << " arguments of types ("
+                            << argTypes << ")";
+  auto yield = llvm::dyn_cast<YieldOp>(block.getTerminator());
+  if (!yield || yield.getValues().size() != 1 ||
+      yield.getValues()[0].getType() != resultType)
+    return op.emitOpError() << "'" << name << "' region must yield one "
+                            << resultType;
+  return success();
+}
+
+/// Names the region arguments after the spec's variables: %s, %b, %h, %q, %kv.
+void VariantOp::getAsmBlockArgumentNames(Region &region, OpAsmSetValueNameFn setName) {
+  if (region.empty())
+    return;
+  static const char *const score[] = {"s", "b", "h", "q", "kv"};
+  ArrayRef<const char *> names = score;
+  if (&region == &getMask())
+    names = names.drop_front();
+  for (auto [arg, name] : llvm::zip(region.front().getArguments(), names))
+    setName(arg, name);
+}
+
+LogicalResult VariantOp::verify() {
+  if (getLowrank() && getLsh())
+    return emitOpError("cannot be both low-rank and LSH-bucketed");
+  if (getLsh() && !getSharedQk())
+    return emitOpError("LSH attention needs shared_qk");
+  if (getLowrank() && getCausal())
+    return emitOpError("causal low-rank attention is not supported");
+  if (auto scale = getScale(); scale && !(scale->convertToDouble() > 0))
+    return emitOpError("scale must be positive, found ") << scale->convertToDouble();
+  if (auto p = getDropout(); p && !(p->convertToDouble() >= 0 && p->convertToDouble() < 1))
+    return emitOpError("dropout must be in [0, 1), found ") << p->convertToDouble();
+  llvm::StringSet<> names;
+  if (auto params = getParams())
+    for (Attribute a : *params)
+      if (!names.insert(llvm::cast<HeadParamAttr>(a).getName()).second)
+        return emitOpError("declares parameter '")
+               << llvm::cast<HeadParamAttr>(a).getName() << "' twice";
+  Builder b(getContext());
+  Type idx = b.getIndexType();
+  if (failed(verifyScalarRegion(*this, getScore(), "score",
+                                {b.getF32Type(), idx, idx, idx, idx}, b.getF32Type())))
+    return failure();
+  return verifyScalarRegion(*this, getMask(), "mask", {idx, idx, idx, idx},
+                            b.getI1Type());
+}
+
+LogicalResult HeadParamOp::verify() {
+  auto variant = (*this)->getParentOfType<VariantOp>();
+  if (!variant)
+    return emitOpError("must be inside an attn.variant");
+  if (!variant.lookupParam(getName()))
+    return emitOpError("reads undeclared per-head parameter '") << getName() << "'";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// attn.model / attn.layer
+//===----------------------------------------------------------------------===//
+
+LogicalResult ModelOp::verify() {
+  if (getDModel() % getHeads() != 0)
+    return emitOpError("heads (") << getHeads() << ") must divide d_model ("
+                                  << getDModel() << ")";
+  if (getObjective() == Objective::duplicate && getSeq() % 2 != 0)
+    return emitOpError("the duplicate objective needs an even seq, found ") << getSeq();
+  if (auto p = getDropout(); p && !(p->convertToDouble() >= 0 && p->convertToDouble() < 1))
+    return emitOpError("dropout must be in [0, 1), found ") << p->convertToDouble();
+  auto layers = getBody().getOps<LayerOp>();
+  size_t count = std::distance(layers.begin(), layers.end());
+  if (count != 1 || getBody().front().getOperations().size() != 1)
+    return emitOpError("body must hold exactly one attn.layer (the template "
+                       "repeated 'layers' times), found ")
+           << getBody().front().getOperations().size() << " operations";
+  return success();
+}
+
+LogicalResult LayerOp::verify() {
+  if (getReversible() && !getFfnAct())
+    return emitOpError("a reversible layer needs a feed-forward block");
+  if (auto chunk = getFfnChunk(); chunk && !tunableIn(*chunk, 1, int64_t(1) << 24))
+    return emitOpError("ffn chunk must be positive or auto, found ") << *chunk;
+  return success();
+}
+
+LogicalResult LayerOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  auto variant = symbols.lookupNearestSymbolFrom<VariantOp>(*this, getAttentionAttr());
+  if (!variant)
+    return emitOpError("refers to unknown attention variant ") << getAttentionAttr();
+  auto model = (*this)->getParentOfType<ModelOp>();
+  if (auto lr = variant.getLowrankAttr(); lr && !lr.isAutoK() &&
+                                          lr.getK() > static_cast<int64_t>(model.getSeq()))
+    return emitOpError("low-rank k = ")
+           << lr.getK() << " of " << getAttentionAttr() << " exceeds seq = "
+           << model.getSeq();
+  Objective obj = model.getObjective();
+  if ((obj == Objective::causal_lm || obj == Objective::duplicate) && !variant.getCausal())
+    return emitOpError("objective ") << stringifyObjective(obj)
+                                     << " needs causal attention, but "
+                                     << getAttentionAttr() << " is not causal";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// attn.attention
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionOp::verify() {
+  auto q = llvm::cast<RankedTensorType>(getQuery().getType());
+  auto k = llvm::cast<RankedTensorType>(getKey().getType());
+  auto v = llvm::cast<RankedTensorType>(getValue().getType());
+  for (auto [name, t] : {std::pair<StringRef, RankedTensorType>{"query", q},
+                         {"key", k}, {"value", v}})
+    if (t.getRank() != 4)
+      return emitOpError() << name << " must be [B, H, N, Dh], found " << t;
+  Type elt = q.getElementType();
+  if (!elt.isF32() && !elt.isF16() && !elt.isBF16())
+    return emitOpError("element type must be f32, f16 or bf16, found ") << elt;
+  if (k.getElementType() != elt || v.getElementType() != elt)
+    return emitOpError("query, key and value must share one element type");
+  auto compatible = [](int64_t a, int64_t b) {
+    return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+  };
+  for (unsigned d : {0u, 1u, 3u})
+    if (!compatible(q.getDimSize(d), k.getDimSize(d)) ||
+        !compatible(q.getDimSize(d), v.getDimSize(d)))
+      return emitOpError("query, key and value must agree on B, H and Dh; found ")
+             << q << ", " << k << ", " << v;
+  if (!compatible(k.getDimSize(2), v.getDimSize(2)))
+    return emitOpError("key and value must have the same length N; found ")
+           << k.getDimSize(2) << " and " << v.getDimSize(2);
+  if (getOut().getType() != q)
+    return emitOpError("result 'out' must have the query's type ") << q;
+  auto lse = llvm::cast<RankedTensorType>(getLse().getType());
+  if (lse.getRank() != 3 || !lse.getElementType().isF32() ||
+      !compatible(lse.getDimSize(0), q.getDimSize(0)) ||
+      !compatible(lse.getDimSize(1), q.getDimSize(1)) ||
+      !compatible(lse.getDimSize(2), q.getDimSize(2)))
+    return emitOpError("result 'lse' must be f32 [B, H, N] matching the query, found ")
+           << lse;
+  if (Value len = getLengths()) {
+    auto t = llvm::cast<RankedTensorType>(len.getType());
+    if (t.getRank() != 1 || !t.getElementType().isInteger(32) ||
+        !compatible(t.getDimSize(0), q.getDimSize(0)))
+      return emitOpError("lengths must be i32 [B], found ") << t;
+  }
+  if (Value f = getProjF(); f && !getProjE())
+    return emitOpError("F given without E");
+  if (Value e = getProjE()) {
+    auto te = llvm::cast<RankedTensorType>(e.getType());
+    if ((te.getRank() != 2 && te.getRank() != 3) || te.getElementType() != elt)
+      return emitOpError("E must be [k, N] or [H, k, N] of the query's element type, found ")
+             << te;
+    if (!compatible(te.getDimSize(te.getRank() - 1), k.getDimSize(2)) &&
+        !ShapedType::isDynamic(k.getDimSize(2)) &&
+        te.getDimSize(te.getRank() - 1) < k.getDimSize(2))
+      return emitOpError("E covers ") << te.getDimSize(te.getRank() - 1)
+                                      << " positions, fewer than the key length "
+                                      << k.getDimSize(2);
+    if (Value f = getProjF(); f && f.getType() != te)
+      return emitOpError("F must have the type of E ") << te << ", found " << f.getType();
+  }
+  return success();
+}
+
+LogicalResult AttentionOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  auto variant = symbols.lookupNearestSymbolFrom<VariantOp>(*this, getVariantAttr());
+  if (!variant)
+    return emitOpError("refers to unknown attention variant ") << getVariantAttr();
+  auto q = llvm::cast<RankedTensorType>(getQuery().getType());
+  if (auto lr = variant.getLowrankAttr()) {
+    Value e = getProjE();
+    if (!e)
+      return emitOpError("low-rank variant ") << getVariantAttr() << " needs E";
+    auto te = llvm::cast<RankedTensorType>(e.getType());
+    bool perHead = lr.getShare() == ShareMode::none;
+    if (te.getRank() != (perHead ? 3 : 2))
+      return emitOpError("with share = ") << stringifyShareMode(lr.getShare())
+                                          << " E must be " << (perHead ? "[H, k, N]" : "[k, N]")
+                                          << ", found " << te;
+    int64_t kDim = te.getDimSize(te.getRank() - 2);
+    if (!lr.isAutoK() && !ShapedType::isDynamic(kDim) && kDim != lr.getK())
+      return emitOpError("E has ") << kDim << " rows but the variant's k is " << lr.getK();
+    bool shared = lr.getShare() == ShareMode::kv || lr.getShare() == ShareMode::layerwise;
+    if (shared && getProjF())
+      return emitOpError("with share = ") << stringifyShareMode(lr.getShare())
+                                          << " only E is given (E = F)";
+    if (!shared && !getProjF())
+      return emitOpError("with share = ") << stringifyShareMode(lr.getShare()) << " F is needed";
+  } else if (getProjE()) {
+    return emitOpError("E/F given to non-low-rank variant ") << getVariantAttr();
+  }
+  if (auto lsh = variant.getLshAttr()) {
+    if (getKey() != getQuery())
+      return emitOpError("shared-QK variant ") << getVariantAttr()
+                                               << " takes the query as its key operand";
+    if (Value r = getRotations()) {
+      auto t = llvm::cast<RankedTensorType>(r.getType());
+      int64_t rounds = lsh.getRounds(), half = lsh.getBuckets() == kAuto ? kAuto : lsh.getBuckets() / 2;
+      auto ok = [](int64_t dim, int64_t want) {
+        return want == kAuto || ShapedType::isDynamic(dim) || dim == want;
+      };
+      if (t.getRank() != 3 || !t.getElementType().isF32() || !ok(t.getDimSize(0), rounds) ||
+          !ok(t.getDimSize(1), q.getDimSize(3)) || !ok(t.getDimSize(2), half))
+        return emitOpError("rotations must be f32 [rounds, Dh, buckets/2], found ") << t;
+    }
+  } else if (getRotations()) {
+    return emitOpError("rotations given to non-LSH variant ") << getVariantAttr();
+  }
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "dsl/AttnOps.cpp.inc"

@@ -1,0 +1,27 @@
+//===- AttnDialect.h - The attn dialect -------------------------*- C++ -*-===//
+#ifndef ATTNC_DSL_ATTNDIALECT_H
+#define ATTNC_DSL_ATTNDIALECT_H
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace attnc::attn {
+/// Sentinel stored in integer tunables that the spec left as `auto`.
+inline constexpr int64_t kAuto = -1;
+} // namespace attnc::attn
+
+#include "dsl/AttnDialect.h.inc"
+#include "dsl/AttnEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dsl/AttnAttrs.h.inc"
+
+#define GET_OP_CLASSES
+#include "dsl/AttnOps.h.inc"
+
+#endif // ATTNC_DSL_ATTNDIALECT_H
