@@ -1,0 +1,16 @@
+//===- Version.h - attnc and toolkit versions -------------------*- C++ -*-===//
+#ifndef ATTNC_RUNTIME_VERSION_H
+#define ATTNC_RUNTIME_VERSION_H
+
+#include <string>
+
+namespace attnc {
+/// attnc's own version.
+const char *attncVersion();
+/// The CUDA toolkit the runtime was built against, e.g. "13.0".
+std::string cudaToolkitVersion();
+/// The NVRTC library's version, e.g. "13.0" (part of kernel cache keys).
+std::string nvrtcVersion();
+} // namespace attnc
+
+#endif // ATTNC_RUNTIME_VERSION_H
