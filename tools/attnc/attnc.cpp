@@ -1,0 +1,233 @@
+//===- attnc.cpp - The attnc command-line driver --------------------------===//
+//
+// Subcommands: compile (works), and run/train/eval/generate/fill/tune/bench,
+// which say that they are not implemented yet. Exit codes: 0 success, 1 a
+// problem with the user's input, 2 a feature that does not exist yet.
+//
+//===----------------------------------------------------------------------===//
+#include "dsl/AttnDialect.h"
+#include "dsl/MLIRGen.h"
+#include "dsl/Parser.h"
+#include "passes/Passes.h"
+#include "runtime/Version.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <sstream>
+
+namespace {
+
+constexpr int kExitInput = 1;
+constexpr int kExitNotImplemented = 2;
+/// Specs are small; anything bigger than this is not a spec.
+constexpr std::uintmax_t kMaxSpecBytes = 64u << 20;
+
+int fail(const std::string &msg) {
+  std::cerr << "attnc: error: " << msg << "\n";
+  return kExitInput;
+}
+
+/// Reads a whole spec file, refusing directories, missing files and files
+/// too large to be a spec.
+bool readSpec(const std::string &path, std::string &out, std::string &err) {
+  std::error_code ec;
+  auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    err = "cannot open '" + path + "': no such file";
+    return false;
+  }
+  if (std::filesystem::is_directory(status)) {
+    err = "'" + path + "' is a directory, expected a .attn spec file";
+    return false;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    err = "cannot open '" + path + "' for reading";
+    return false;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  out = ss.str();
+  if (out.size() > kMaxSpecBytes) {
+    err = "'" + path + "' is " + std::to_string(out.size()) +
+          " bytes; specs are limited to " + std::to_string(kMaxSpecBytes) + " bytes";
+    return false;
+  }
+  return true;
+}
+
+/// Checks `--arch`: sm_75 and newer compile with CUDA 13's NVRTC.
+bool checkArch(const std::string &arch, std::string &err) {
+  std::smatch m;
+  static const std::regex re("sm_([0-9]{2,3})a?");
+  if (!std::regex_match(arch, m, re)) {
+    err = "invalid --arch '" + arch + "'; expected sm_XX, for example sm_80 or sm_90";
+    return false;
+  }
+  int cc = std::stoi(m[1]);
+  if (cc < 75) {
+    err = "--arch " + arch + ": CUDA " + attnc::cudaToolkitVersion() +
+          " dropped this architecture (Volta and older); kernels for it need a "
+          "CUDA 12 NVRTC. Use sm_75 or newer here.";
+    return false;
+  }
+  return true;
+}
+
+struct CompileOptions {
+  std::string spec;
+  std::string target = "cuda";
+  std::string arch = "sm_80";
+  std::string emit;
+  std::string output;
+};
+
+int runCompile(const CompileOptions &opts) {
+  std::string err;
+  if (!checkArch(opts.arch, err))
+    return fail(err);
+  std::string buffer;
+  if (!readSpec(opts.spec, buffer, err))
+    return fail(err);
+
+  attnc::DiagnosticEngine diag(buffer, std::cerr);
+  std::optional<attnc::ast::Spec> spec = attnc::parseAndCheck(buffer, opts.spec, diag);
+  if (!spec)
+    return kExitInput;
+
+  std::ofstream file;
+  std::ostream *os = &std::cout;
+  if (!opts.emit.empty() && !opts.output.empty()) {
+    file.open(opts.output);
+    if (!file)
+      return fail("cannot write '" + opts.output + "'");
+    os = &file;
+  }
+
+  if (opts.emit == "ast") {
+    attnc::ast::dump(*spec, *os);
+    return 0;
+  }
+  if (opts.emit == "cuda" || opts.emit == "cpp") {
+    std::cerr << "attnc: --emit=" << opts.emit
+              << " is not implemented yet: the code generators come with the "
+                 "fused-kernel issue\n";
+    return kExitNotImplemented;
+  }
+
+  mlir::MLIRContext context;
+  attnc::registerAttncDialects(context);
+  // Print every diagnostic (remarks included) as `file:line:col: kind: msg`.
+  mlir::ScopedDiagnosticHandler handler(&context, [](mlir::Diagnostic &d) {
+    const char *kind = d.getSeverity() == mlir::DiagnosticSeverity::Error     ? "error"
+                       : d.getSeverity() == mlir::DiagnosticSeverity::Warning ? "warning"
+                       : d.getSeverity() == mlir::DiagnosticSeverity::Remark  ? "remark"
+                                                                               : "note";
+    std::string loc;
+    llvm::raw_string_ostream ls(loc);
+    d.getLocation().print(ls);
+    if (auto flc = llvm::dyn_cast<mlir::FileLineColLoc>(d.getLocation()))
+      loc = (flc.getFilename().str() + ":" + std::to_string(flc.getLine()) + ":" +
+             std::to_string(flc.getColumn()));
+    std::cerr << loc << ": " << kind << ": " << d.str() << "\n";
+    return mlir::success();
+  });
+  mlir::OwningOpRef<mlir::ModuleOp> module = attnc::mlirGen(context, *spec);
+  if (!module)
+    return kExitInput;
+
+  if (opts.emit == "lowered") {
+    mlir::PassManager pm(&context);
+    attnc::ResolveTunablesOptions rt;
+    rt.report = true;
+    pm.addPass(attnc::createResolveTunables(rt));
+    if (mlir::failed(pm.run(*module)))
+      return kExitInput;
+  }
+  if (!opts.emit.empty()) {
+    std::string text;
+    llvm::raw_string_ostream rs(text);
+    module->print(rs);
+    *os << rs.str() << "\n";
+    return 0;
+  }
+  if (!opts.output.empty()) {
+    std::cerr << "attnc: writing an artifact directory (-o without --emit) is not "
+                 "implemented yet: it needs the code generators\n";
+    return kExitNotImplemented;
+  }
+  std::cout << opts.spec << ": ok (" << spec->attentions.size()
+            << " attention variant(s), " << spec->models.size() << " model(s))\n";
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  CLI::App app{"attnc: a compiler for attention variants (dense, low-rank "
+               "Linformer, LSH Reformer, user-defined)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("attnc ") + attnc::attncVersion() +
+                                        " (CUDA " + attnc::cudaToolkitVersion() + ")");
+
+  CompileOptions copts;
+  CLI::App *compile = app.add_subcommand("compile", "Check a spec and lower it");
+  compile->add_option("spec", copts.spec, "the .attn spec file")->required();
+  compile->add_option("--target", copts.target, "code target")
+      ->check(CLI::IsMember({"cuda", "cpu"}))
+      ->capture_default_str();
+  compile->add_option("--arch", copts.arch, "CUDA architecture (sm_75 or newer)")
+      ->capture_default_str();
+  compile->add_option("--emit", copts.emit,
+                      "print one stage instead of writing an artifact: ast, mlir "
+                      "(attn dialect), lowered (after the pass pipeline), cuda, cpp")
+      ->check(CLI::IsMember({"ast", "mlir", "lowered", "cuda", "cpp"}));
+  compile->add_option("-o,--output", copts.output,
+                      "with --emit: the file to write (default stdout); without: "
+                      "the artifact directory");
+
+  struct Pending {
+    const char *name, *what, *issue;
+  };
+  const Pending pending[] = {
+      {"run", "Run one attention op on safetensors inputs", "the fused-kernel issue"},
+      {"train", "Train a model", "the training-runtime issue"},
+      {"eval", "Evaluate a trained model", "the training-runtime issue"},
+      {"generate", "Generate bytes from a causal model", "the training-runtime issue"},
+      {"fill", "Fill masked bytes with a masked model", "the training-runtime issue"},
+      {"tune", "Tune tile, chunk and k per device", "the auto-tuning issue"},
+      {"bench", "Benchmark attention kernels", "the fused-kernel issue"}};
+  std::vector<std::pair<CLI::App *, const Pending *>> stubs;
+  for (const Pending &p : pending) {
+    CLI::App *sub = app.add_subcommand(p.name, std::string(p.what) + " (not implemented yet)");
+    sub->allow_extras();
+    stubs.push_back({sub, &p});
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success &e) { // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError &e) {
+    app.exit(e);
+    return kExitInput; // usage errors are input errors
+  }
+
+  if (compile->parsed())
+    return runCompile(copts);
+  for (auto &[sub, p] : stubs)
+    if (sub->parsed()) {
+      std::cerr << "attnc " << p->name << ": not implemented yet (comes with "
+                << p->issue << ")\n";
+      return kExitNotImplemented;
+    }
+  return kExitInput;
+}
