@@ -1,0 +1,18 @@
+# -*- Python -*-
+import os
+
+import lit.formats
+
+config.name = "attnc"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".attn", ".mlir", ".test"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unit", "fuzz",
+                   "Inputs"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.attnc_obj_root, "test")
+
+# Our tools first, then FileCheck/not/count from LLVM 19.
+config.environment["PATH"] = os.pathsep.join(
+    [config.attnc_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
+config.substitutions.append(("%attnc-src", config.attnc_src_root))
+config.substitutions.append(("%python", config.python_executable))
