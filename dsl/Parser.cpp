@@ -76,6 +76,14 @@ bool Parser::parseNumber(double &out, const char *what) {
   return !failed;
 }
 
+bool Parser::parseDropout(const SourceLoc &loc, double &out) {
+  if (!parseNumber(out, "a probability after 'dropout'"))
+    return false;
+  if (out < 0 || out >= 1)
+    return error(loc, "dropout must be in [0, 1), found " + std::to_string(out));
+  return true;
+}
+
 bool Parser::parseInt(int64_t &out, const char *what) {
   if (tok.kind != Tok::Int)
     return errorExpected(what);
@@ -304,11 +312,8 @@ bool Parser::parseAttention(Spec &spec) {
       decl.scaleLoc = itemLoc;
     } else if (isKeyword("dropout")) {
       consume();
-      if (!parseNumber(decl.dropout, "a probability after 'dropout'"))
+      if (!parseDropout(itemLoc, decl.dropout))
         return false;
-      if (decl.dropout < 0 || decl.dropout >= 1)
-        return error(itemLoc, "dropout must be in [0, 1), found " +
-                                  std::to_string(decl.dropout));
     } else if (isKeyword("param") || isKeyword("const")) {
       HeadParam p;
       p.learned = isKeyword("param");
@@ -421,11 +426,8 @@ bool Parser::parseModel(Spec &spec) {
       consume();
     } else if (isKeyword("dropout")) {
       consume();
-      if (!parseNumber(model.dropout, "a probability after 'dropout'"))
+      if (!parseDropout(itemLoc, model.dropout))
         return false;
-      if (model.dropout < 0 || model.dropout >= 1)
-        return error(itemLoc, "dropout must be in [0, 1), found " +
-                                  std::to_string(model.dropout));
     } else if (isKeyword("layer")) {
       if (!parseLayer(model))
         return false;
@@ -509,6 +511,18 @@ bool Parser::parseLayer(ModelDecl &model) {
 // Expressions (precedence climbing; depth-limited)
 //===----------------------------------------------------------------------===//
 
+std::string Parser::tooDeep() {
+  return "expression is nested too deeply (more than " + std::to_string(kMaxExprDepth) +
+         " levels)";
+}
+
+bool Parser::enterNesting(const SourceLoc &loc) {
+  if (++nesting <= kMaxExprDepth)
+    return true;
+  --nesting;
+  return error(loc, tooDeep());
+}
+
 ExprPtr Parser::makeNode(ExprKind kind, SourceLoc loc, std::string name,
                          std::vector<ExprPtr> args) {
   auto e = std::make_unique<Expr>();
@@ -521,8 +535,7 @@ ExprPtr Parser::makeNode(ExprKind kind, SourceLoc loc, std::string name,
   e->depth = depth + 1;
   e->args = std::move(args);
   if (e->depth > kMaxExprDepth) {
-    error(e->loc, "expression is nested too deeply (more than " +
-                      std::to_string(kMaxExprDepth) + " levels)");
+    error(e->loc, tooDeep());
     return nullptr;
   }
   return e;
@@ -531,12 +544,8 @@ ExprPtr Parser::makeNode(ExprKind kind, SourceLoc loc, std::string name,
 ExprPtr Parser::parseExpr() {
   if (failed)
     return nullptr;
-  if (++nesting > kMaxExprDepth) {
-    error(tok.loc, "expression is nested too deeply (more than " +
-                       std::to_string(kMaxExprDepth) + " levels)");
-    --nesting;
+  if (!enterNesting(tok.loc))
     return nullptr;
-  }
   ExprPtr e = parseTernary();
   --nesting;
   return e;
@@ -582,13 +591,9 @@ ExprPtr Parser::parseBinary(int minPrec) {
       return lhs;
     Token op = tok;
     consume();
-    ExprPtr rhs;
-    if (++nesting > kMaxExprDepth) {
-      error(op.loc, "expression is nested too deeply (more than " +
-                        std::to_string(kMaxExprDepth) + " levels)");
-    } else {
-      rhs = parseBinary(prec + 1); // all binary operators are left-associative
-    }
+    if (!enterNesting(op.loc))
+      return nullptr;
+    ExprPtr rhs = parseBinary(prec + 1); // binary operators are left-associative
     --nesting;
     if (!rhs)
       return nullptr;
@@ -604,12 +609,8 @@ ExprPtr Parser::parseUnary() {
   if (tok.kind == Tok::Minus || tok.kind == Tok::Bang) {
     Token op = tok;
     consume();
-    if (++nesting > kMaxExprDepth) {
-      error(op.loc, "expression is nested too deeply (more than " +
-                        std::to_string(kMaxExprDepth) + " levels)");
-      --nesting;
+    if (!enterNesting(op.loc))
       return nullptr;
-    }
     ExprPtr operand = parseUnary();
     --nesting;
     if (!operand)

@@ -60,6 +60,7 @@ private:
   bool parseArgs(std::vector<Arg> &args);
   bool parseNumber(double &out, const char *what);
   bool parseInt(int64_t &out, const char *what);
+  bool parseDropout(const SourceLoc &loc, double &out);
 
   // Argument helpers: validate one `key = value` against the expected kind.
   bool argTunable(const Arg &a, ast::Tunable &out);
@@ -72,6 +73,10 @@ private:
   ast::ExprPtr parseBinary(int minPrec);
   ast::ExprPtr parseUnary();
   ast::ExprPtr parsePrimary();
+  /// Counts one level of expression nesting; false (after reporting) past
+  /// kMaxExprDepth. The caller decrements `nesting` when done.
+  bool enterNesting(const SourceLoc &loc);
+  static std::string tooDeep();
   ast::ExprPtr makeNode(ast::ExprKind kind, SourceLoc loc, std::string name,
                         std::vector<ast::ExprPtr> args);
 

@@ -58,22 +58,24 @@ std::string Tensor::shapeStr() const {
   return s + "]";
 }
 
-Tensor Tensor::f32(std::vector<int64_t> shape, const std::vector<float> &values) {
+namespace {
+template <typename T>
+Tensor fromValues(DType dtype, std::vector<int64_t> shape, const std::vector<T> &values) {
   Tensor t;
-  t.dtype = DType::F32;
+  t.dtype = dtype;
   t.shape = std::move(shape);
-  t.data.resize(values.size() * sizeof(float));
+  t.data.resize(values.size() * sizeof(T));
   std::memcpy(t.data.data(), values.data(), t.data.size());
   return t;
 }
+} // namespace
+
+Tensor Tensor::f32(std::vector<int64_t> shape, const std::vector<float> &values) {
+  return fromValues(DType::F32, std::move(shape), values);
+}
 
 Tensor Tensor::i32(std::vector<int64_t> shape, const std::vector<int32_t> &values) {
-  Tensor t;
-  t.dtype = DType::I32;
-  t.shape = std::move(shape);
-  t.data.resize(values.size() * sizeof(int32_t));
-  std::memcpy(t.data.data(), values.data(), t.data.size());
-  return t;
+  return fromValues(DType::I32, std::move(shape), values);
 }
 
 std::vector<float> Tensor::asF32() const {
@@ -203,13 +205,18 @@ std::vector<uint8_t> serialize(const File &file) {
     header["__metadata__"] = file.metadata;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' '); // align the data to 8 bytes
-  std::vector<uint8_t> bytes(8);
+  std::vector<uint8_t> bytes(8 + text.size() + offset);
   uint64_t len = text.size();
   for (int i = 0; i < 8; ++i)
     bytes[i] = static_cast<uint8_t>(len >> (8 * i));
-  bytes.insert(bytes.end(), text.begin(), text.end());
-  for (const auto &entry : file.tensors)
-    bytes.insert(bytes.end(), entry.second.data.begin(), entry.second.data.end());
+  uint8_t *out = bytes.data() + 8;
+  std::memcpy(out, text.data(), text.size());
+  out += text.size();
+  for (const auto &entry : file.tensors) {
+    if (!entry.second.data.empty())
+      std::memcpy(out, entry.second.data.data(), entry.second.data.size());
+    out += entry.second.data.size();
+  }
   return bytes;
 }
 
