@@ -54,6 +54,8 @@ void DiagnosticEngine::warning(const SourceLoc &loc, const std::string &msg) {
 }
 
 void DiagnosticEngine::note(const SourceLoc &loc, const std::string &msg) {
+  if (errors > kMaxErrors) // notes belong to errors no longer shown
+    return;
   emit("note", loc, msg);
 }
 

@@ -99,6 +99,7 @@ bool Parser::parseInt(int64_t &out, const char *what) {
 bool Parser::parseArgs(std::vector<Arg> &args) {
   if (!expect(Tok::LParen, "'('"))
     return false;
+  std::set<std::string> seenKeys;
   while (!failed && tok.kind != Tok::RParen) {
     if (!args.empty() && !expect(Tok::Comma, "',' or ')'"))
       return false;
@@ -107,9 +108,8 @@ bool Parser::parseArgs(std::vector<Arg> &args) {
     Arg a;
     a.key = std::string(tok.text);
     a.keyLoc = tok.loc;
-    for (const Arg &prev : args)
-      if (prev.key == a.key)
-        return error(a.keyLoc, "argument '" + a.key + "' is given twice");
+    if (!seenKeys.insert(a.key).second)
+      return error(a.keyLoc, "argument '" + a.key + "' is given twice");
     consume();
     if (!expect(Tok::Assign, ("'=' after '" + a.key + "'").c_str()))
       return false;

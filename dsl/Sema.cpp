@@ -163,7 +163,6 @@ private:
 
   ExprType inferCall(Expr &e) {
     if (const HeadParam *p = findParam(e.name)) {
-      (void)p;
       if (e.args.size() != 1)
         return fail(e.loc, "per-head parameter '" + e.name +
                                "' takes one argument (the head), found " +
@@ -174,6 +173,10 @@ private:
       if (t != ExprType::Int)
         return fail(e.args[0]->loc, std::string("a head index must be an integer, found ") +
                                         exprTypeName(t));
+      if (p->learned && !(e.args[0]->kind == ExprKind::Var && e.args[0]->name == "h"))
+        return fail(e.args[0]->loc, "learned parameter '" + e.name +
+                                        "' must be indexed by 'h' (its gradient is "
+                                        "accumulated per head); use 'const' for a fixed table");
       return ExprType::Float;
     }
     if (!isBuiltinFunction(e.name))
