@@ -24,4 +24,11 @@ inline constexpr int64_t kAuto = -1;
 #define GET_OP_CLASSES
 #include "dsl/AttnOps.h.inc"
 
+namespace attnc::attn {
+/// The per-head parameter declarations of a variant or fused op (or null).
+mlir::ArrayAttr getParamDecls(mlir::Operation *op);
+/// Row of parameter `name` in the params tensor, or -1.
+int paramIndex(mlir::ArrayAttr decls, llvm::StringRef name);
+} // namespace attnc::attn
+
 #endif // ATTNC_DSL_ATTNDIALECT_H

@@ -67,7 +67,8 @@ def Attn_HeadParamOp : Attn_Op<"head_param", [Pure]> {
   let summary = "read a per-head parameter in a score region";
   let description = [{
     Reads element `head` of the per-head parameter `name`, which the enclosing
-    `attn.variant` must declare in `params`.
+    `attn.variant` must declare in `params` (or the enclosing fused kernel op
+    in `param_decls`; its position there is its row in the params tensor).
 
     ```mlir
     %slope = attn.head_param "slope"[%h] : f32
@@ -79,7 +80,8 @@ def Attn_HeadParamOp : Attn_Op<"head_param", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Attn_YieldOp : Attn_Op<"yield", [Pure, Terminator, HasParent<"VariantOp">]> {
+def Attn_YieldOp : Attn_Op<"yield", [Pure, Terminator,
+    ParentOneOf<["VariantOp", "FusedAttentionOp", "FusedAttentionGradOp"]>]> {
   let summary = "yield the value of a score or mask region";
   let description = [{
     Terminates a `score` region (one `f32`) or a `mask` region (one `i1`).
@@ -183,7 +185,8 @@ def Attn_AttentionOp : Attn_Op<"attention", [Pure, AttrSizedOperandSegments,
                        Optional<AnyRankedTensor>:$lengths,
                        Optional<AnyRankedTensor>:$proj_e,
                        Optional<AnyRankedTensor>:$proj_f,
-                       Optional<AnyRankedTensor>:$rotations);
+                       Optional<AnyRankedTensor>:$rotations,
+                       Optional<AnyRankedTensor>:$params);
   let results = (outs AnyRankedTensor:$out, AnyRankedTensor:$lse);
   let assemblyFormat = [{
     $variant `(` $query `,` $key `,` $value `)`
@@ -191,9 +194,264 @@ def Attn_AttentionOp : Attn_Op<"attention", [Pure, AttrSizedOperandSegments,
     (`E` `(` $proj_e^ `)`)?
     (`F` `(` $proj_f^ `)`)?
     (`rotations` `(` $rotations^ `)`)?
+    (`params` `(` $params^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor-level attention (what attn.attention lowers to, before fusion)
+//===----------------------------------------------------------------------===//
+
+def Attn_SeqProjectOp : Attn_Op<"seq_project", [Pure]> {
+  let summary = "project [B, H, N, D] along the sequence with a [k, Nmax] matrix";
+  let description = [{
+    Linformer's projection: `y[b, h] = P_n · x̃[b, h]` where `P_n = proj[:, :N]`
+    (`proj` is `[k, Nmax]`, or `[H, k, Nmax]` when each head has its own) and
+    `x̃` is `x` with rows at or past `lengths[b]` zeroed. The result is
+    `[B, H, k, D]`; a head-less input `[B, N, C]` (the layer input, when the
+    projection was moved before the linear map) gives `[B, k, C]`. `order` records whether the projection was applied after
+    the K/V linear map (`after`, the only choice when the op sees K and V) or
+    before it (`before`, `(E·X)·W`), as the low-rank pass decided by FLOPs.
+
+    ```mlir
+    %kp = attn.seq_project %e, %k : (tensor<256x4096xf32>, tensor<1x8x4096x64xf32>) -> tensor<1x8x256x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$proj, AnyRankedTensor:$input,
+                       Optional<AnyRankedTensor>:$lengths,
+                       OptionalAttr<StrAttr>:$order);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $proj `,` $input (`lengths` `(` $lengths^ `)`)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Attn_LinearOp : Attn_Op<"linear", [Pure]> {
+  let summary = "per-head linear map X·W: [B, N, C] × [C, H·D] → [B, H, N, D]";
+  let description = [{
+    The Q/K/V projection of a layer, split into heads. The low-rank pass may
+    move a sequence projection across it (`E·(X·W) = (E·X)·W`), in which case
+    `x` is `[B, k, C]` and the result `[B, H, k, D]`.
+
+    ```mlir
+    %k = attn.linear %x, %wk : (tensor<1x4096x512xf32>, tensor<512x512xf32>) -> tensor<1x8x4096x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, AnyRankedTensor:$weight);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$input `,` $weight attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Attn_ScoresOp : Attn_Op<"scores", [Pure]> {
+  let summary = "scaled dot-product scores scale·Q·Kᵀ in f32";
+  let description = [{
+    `s[b, h, i, j] = scale · Σ_d q[b, h, i, d] · k[b, h, j, d]`, accumulated and
+    returned in f32: `[B, H, Nq, Nk]`.
+
+    ```mlir
+    %s = attn.scores %q, %k {scale = 0.125 : f64} : (tensor<1x2x7x64xf32>, tensor<1x2x7x64xf32>) -> tensor<1x2x7x7xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$query, AnyRankedTensor:$key, F64Attr:$scale);
+  let results = (outs AnyRankedTensor:$scores);
+  let assemblyFormat = "$query `,` $key attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Attn_ScoreModOp : Attn_Op<"score_mod", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "apply a variant's score modifier elementwise";
+  let description = [{
+    Applies the `score` region of `variant` to every score, with the indices
+    `(b, h, q, kv)` of the element and the per-head `params` (`[P, H]`).
+
+    ```mlir
+    %m = attn.score_mod @alibi %s params(%p) : (tensor<1x2x7x7xf32>, tensor<2x2xf32>) -> tensor<1x2x7x7xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$variant, AnyRankedTensor:$scores,
+                       Optional<AnyRankedTensor>:$params);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $variant $scores (`params` `(` $params^ `)`)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Attn_MaskOp : Attn_Op<"mask", [Pure, AttrSizedOperandSegments,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "set excluded scores to -inf (causal, key padding, user mask)";
+  let description = [{
+    Keeps score `(b, h, i, j)` when the variant's masks allow it: `j ≤ i` if
+    the variant is causal, `j < lengths[b]` when `lengths` is given (key
+    padding; low-rank lowering passes none, since its keys are projections),
+    and its `mask` region; every other score becomes `-inf`.
+
+    ```mlir
+    %m = attn.mask @causal %s : (tensor<1x2x7x7xf32>) -> tensor<1x2x7x7xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$variant, AnyRankedTensor:$scores,
+                       Optional<AnyRankedTensor>:$lengths,
+                       Optional<AnyRankedTensor>:$params);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $variant $scores (`lengths` `(` $lengths^ `)`)? (`params` `(` $params^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Attn_SoftmaxOp : Attn_Op<"softmax", [Pure]> {
+  let summary = "row softmax of scores with its log-sum-exp";
+  let description = [{
+    `p = softmax(s)` over the last axis and `lse = log Σ exp(s)`; a row of only
+    `-inf` gives `p = 0` and `lse = -inf`.
+
+    ```mlir
+    %p, %lse = attn.softmax %s : (tensor<1x2x7x7xf32>) -> (tensor<1x2x7x7xf32>, tensor<1x2x7xf32>)
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$scores);
+  let results = (outs AnyRankedTensor:$probs, AnyRankedTensor:$lse);
+  let assemblyFormat = "$scores attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Attn_WeightedSumOp : Attn_Op<"weighted_sum", [Pure]> {
+  let summary = "O = P·V";
+  let description = [{
+    `o[b, h, i, d] = Σ_j p[b, h, i, j] · v[b, h, j, d]` in the value's type.
+
+    ```mlir
+    %o = attn.weighted_sum %p, %v : (tensor<1x2x7x7xf32>, tensor<1x2x7x64xf32>) -> tensor<1x2x7x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$probs, AnyRankedTensor:$value);
+  let results = (outs AnyRankedTensor:$out);
+  let assemblyFormat = "$probs `,` $value attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Kernel level
+//===----------------------------------------------------------------------===//
+
+def Attn_KvSource : I32EnumAttr<"KvSource", "where a fused kernel's keys and values come from", [
+      I32EnumAttrCase<"direct", 0>, I32EnumAttrCase<"lowrank", 1>]> {
+  let cppNamespace = "::attnc::attn";
+}
+
+class Attn_FusedOpBase<string mnemonic, list<Trait> traits = []>
+    : Attn_Op<mnemonic, !listconcat(traits, [AttrSizedOperandSegments,
+        DeclareOpInterfaceMethods<OpAsmOpInterface,
+                                  ["getAsmBlockArgumentNames", "getAsmResultNames"]>])> {
+  let regions = (region AnyRegion:$score, AnyRegion:$mask);
+  code commonDecls = [{
+    /// Elements of Q: f32, f16 or bf16.
+    ::mlir::Type getElementType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getQuery().getType()).getElementType();
+    }
+    int64_t getHeadDim() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getQuery().getType()).getDimSize(3);
+    }
+  }];
+}
+
+def Attn_FusedAttentionOp : Attn_FusedOpBase<"fused_attention", [Pure]> {
+  let summary = "one fused attention kernel (online softmax, tiled)";
+  let description = [{
+    The fused form of an `attn.attention` chain: scores, score modifier,
+    masks, softmax and the weighted sum in one tiled kernel that never
+    materialises the `Nq × Nk` scores. `kv_source = lowrank` means K and V
+    are first projected by `E`/`F` (`share` says how they are shared; with
+    `kv` or `layerwise` only `E` is given), which the runtime runs as GEMMs
+    before the kernel. The `score` and `mask` regions are the variant's,
+    cloned. `tile` is the kernel's tile config (filled by `attn-tile`);
+    `kernel` names the generated entry points.
+
+    ```mlir
+    %out, %lse = attn.fused_attention direct %q, %k, %v attributes {causal, scale = 0.125 : f64,
+        tile = #attn.tile<block_q = 64, block_kv = 64, warps = 4, stages = 2>}
+      : (tensor<2x4x100x64xf32>, tensor<2x4x100x64xf32>, tensor<2x4x100x64xf32>)
+      -> (tensor<2x4x100x64xf32>, tensor<2x4x100xf32>)
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$query, AnyRankedTensor:$key, AnyRankedTensor:$value,
+                       Optional<AnyRankedTensor>:$lengths,
+                       Optional<AnyRankedTensor>:$proj_e,
+                       Optional<AnyRankedTensor>:$proj_f,
+                       Optional<AnyRankedTensor>:$params,
+                       Attn_KvSource:$kv_source,
+                       OptionalAttr<Attn_ShareMode>:$share,
+                       F64Attr:$scale,
+                       UnitAttr:$causal,
+                       UnitAttr:$key_padding,
+                       Attn_TileAttr:$tile,
+                       OptionalAttr<StrAttr>:$kernel,
+                       OptionalAttr<TypedArrayAttrBase<Attn_HeadParamAttr,
+                                    "per-head parameters">>:$param_decls);
+  let results = (outs AnyRankedTensor:$out, AnyRankedTensor:$lse);
+  let assemblyFormat = [{
+    $kv_source (`(` $share^ `)`)? $query `,` $key `,` $value
+    (`lengths` `(` $lengths^ `)`)?
+    (`E` `(` $proj_e^ `)`)?
+    (`F` `(` $proj_f^ `)`)?
+    (`params` `(` $params^ `)`)?
+    attr-dict-with-keyword `:` functional-type(operands, results)
+    (`score` $score^)? (`mask` $mask^)?
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = commonDecls;
+}
+
+def Attn_FusedAttentionGradOp : Attn_FusedOpBase<"fused_attention_grad",
+    [Pure, AttrSizedResultSegments]> {
+  let summary = "backward of a fused attention kernel (FlashAttention-2 style)";
+  let description = [{
+    Gradients of `attn.fused_attention` with respect to Q, K, V (and E, F for
+    low-rank, and the per-head parameters), recomputing the probabilities
+    from the saved `lse` instead of storing them. `deterministic` selects the
+    schedule without floating-point atomics (separate dK/dV and dQ kernels).
+
+    ```mlir
+    %dq, %dk, %dv = attn.fused_attention_grad direct %q, %k, %v, %out, %lse, %dout attributes {deterministic, ...}
+      : (...) -> (tensor<...>, tensor<...>, tensor<...>)
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$query, AnyRankedTensor:$key, AnyRankedTensor:$value,
+                       AnyRankedTensor:$out, AnyRankedTensor:$lse, AnyRankedTensor:$dout,
+                       Optional<AnyRankedTensor>:$lengths,
+                       Optional<AnyRankedTensor>:$proj_e,
+                       Optional<AnyRankedTensor>:$proj_f,
+                       Optional<AnyRankedTensor>:$params,
+                       Attn_KvSource:$kv_source,
+                       OptionalAttr<Attn_ShareMode>:$share,
+                       F64Attr:$scale,
+                       UnitAttr:$causal,
+                       UnitAttr:$key_padding,
+                       UnitAttr:$deterministic,
+                       Attn_TileAttr:$tile,
+                       OptionalAttr<StrAttr>:$kernel,
+                       OptionalAttr<TypedArrayAttrBase<Attn_HeadParamAttr,
+                                    "per-head parameters">>:$param_decls);
+  let results = (outs AnyRankedTensor:$dquery, AnyRankedTensor:$dkey, AnyRankedTensor:$dvalue,
+                      Optional<AnyRankedTensor>:$dproj_e,
+                      Optional<AnyRankedTensor>:$dproj_f,
+                      Optional<AnyRankedTensor>:$dparams);
+  let assemblyFormat = [{
+    $kv_source (`(` $share^ `)`)? $query `,` $key `,` $value `,` $out `,` $lse `,` $dout
+    (`lengths` `(` $lengths^ `)`)?
+    (`E` `(` $proj_e^ `)`)?
+    (`F` `(` $proj_f^ `)`)?
+    (`params` `(` $params^ `)`)?
+    attr-dict-with-keyword `:` functional-type(operands, results)
+    (`score` $score^)? (`mask` $mask^)?
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = commonDecls;
 }
 
 #endif // ATTNC_ATTN_OPS_TD
