@@ -7,16 +7,16 @@ include "mlir/Pass/PassBase.td"
 def ResolveTunables : Pass<"attn-resolve-tunables", "::mlir::ModuleOp"> {
   let summary = "Replace `auto` tunables with heuristic defaults";
   let description = [{
-    Every tunable a spec leaves as `auto` (low-rank `k`, LSH buckets, rounds
-    and chunk, tile sizes, feed-forward chunk) is replaced by a heuristic
-    value, so that later passes see only numbers. The tuner's database takes
+    Every model-level tunable a spec leaves as `auto` (low-rank `k`, LSH
+    buckets, rounds and chunk, feed-forward chunk) is replaced by a heuristic
+    value, so that later passes see only numbers. Tile sizes stay `auto`
+    here: `attn-tile` picks them, knowing the dtype, head dim and target. The tuner's database takes
     precedence once `attnc tune` has run; this pass is the fallback, and with
     `report` it emits one remark per decision so users see what was chosen.
 
     Heuristics: `k = min(256, seq)`; LSH `chunk = 64`, `rounds = 4`,
     `buckets` = the even number nearest `2·seq/chunk` (at least 2), as in
-    the Reformer paper; tiles `64×64`, 4 warps, 2 stages; feed-forward
-    `chunk = min(seq, 128)`. `seq` is the smallest sequence length of the
+    the Reformer paper; feed-forward `chunk = min(seq, 128)`. `seq` is the smallest sequence length of the
     models using the variant, or the `seq` option for unused variants.
 
     Before:
@@ -34,6 +34,149 @@ def ResolveTunables : Pass<"attn-resolve-tunables", "::mlir::ModuleOp"> {
            "sequence length assumed for variants no model uses">,
     Option<"report", "report", "bool", /*default=*/"false",
            "emit a remark for every value chosen">,
+  ];
+}
+
+def LowerAttention : Pass<"attn-lower-attention", "::mlir::ModuleOp"> {
+  let summary = "Lower attn.attention to tensor-level scores, masks, softmax and sums";
+  let description = [{
+    Expands each dense or low-rank `attn.attention` into the textbook chain
+    the semantics are written in: (low-rank: `attn.seq_project` of K by E and
+    of V by F, or by E for `kv`/`layerwise` sharing, with key padding applied
+    before projecting), `attn.scores` (scale = the variant's, else
+    1/sqrt(D)), `attn.score_mod` when the variant has a score region,
+    `attn.mask` when it is causal, has key padding or a mask region,
+    `attn.softmax` and `attn.weighted_sum`. LSH variants are left alone (their
+    own passes expand them).
+
+    Before:
+    ```mlir
+    %o, %lse = attn.attention @causal(%q, %k, %v) : (...) -> (...)
+    ```
+    After:
+    ```mlir
+    %s = attn.scores %q, %k {scale = 0.125 : f64} : ...
+    %m = attn.mask @causal %s : ...
+    %p, %lse = attn.softmax %m : ...
+    %o = attn.weighted_sum %p, %v : ...
+    ```
+  }];
+  let dependentDialects = ["::attnc::attn::AttnDialect"];
+}
+
+def LowRankOrder : Pass<"attn-lowrank-order", "::mlir::ModuleOp"> {
+  let summary = "Choose to project before or after the K/V linear map, by FLOPs";
+  let description = [{
+    `E·(X·W) = (E·X)·W`: when the projected tensor comes from an
+    `attn.linear` used only there and the projection is shared by heads, the
+    pass compares `2·B·N·C·HD + 2·B·H·k·N·D` (map first) with
+    `2·B·k·N·C + 2·B·k·C·HD` (project first), rewrites to the cheaper order
+    and records it as `order = "before"` or `"after"` on the
+    `attn.seq_project`; a projection of K/V given directly is `"after"`.
+    With `report`, a remark gives both FLOP counts. Slicing `E[:, :N]` for
+    shorter inputs is part of `attn.seq_project`'s semantics and sharing was
+    applied by `attn-lower-attention`.
+
+    Before (k = 64, N = 1024):
+    ```mlir
+    %k = attn.linear %x, %wk : (tensor<1x1024x128xf32>, tensor<128x128xf32>) -> tensor<1x2x1024x64xf32>
+    %kp = attn.seq_project %e, %k : (tensor<64x1024xf32>, tensor<1x2x1024x64xf32>) -> tensor<1x2x64x64xf32>
+    ```
+    After:
+    ```mlir
+    %ex = attn.seq_project %e, %x {order = "before"} : (tensor<64x1024xf32>, tensor<1x1024x128xf32>) -> tensor<1x64x128xf32>
+    %kp = attn.linear %ex, %wk : (tensor<1x64x128xf32>, tensor<128x128xf32>) -> tensor<1x2x64x64xf32>
+    ```
+  }];
+  let dependentDialects = ["::attnc::attn::AttnDialect"];
+  let options = [
+    Option<"report", "report", "bool", /*default=*/"false",
+           "emit a remark with both FLOP counts for every decision">,
+  ];
+}
+
+def FuseAttention : Pass<"attn-fuse-attention", "::mlir::ModuleOp"> {
+  let summary = "Fuse scores → score_mod → mask → softmax → weighted_sum into one kernel op";
+  let description = [{
+    Matches the tensor-level chain ending in `attn.weighted_sum` (each
+    intermediate used only inside the chain; `lse` may be used anywhere) and
+    replaces it with one `attn.fused_attention` whose `score` and `mask`
+    regions are cloned from the variant. When K and V come from
+    `attn.seq_project` the fused op gets `kv_source = lowrank` with E and F
+    as operands and `share` derived from them (`none` for per-head `[H, k, N]`
+    projections, `kv` when K and V share one matrix, else `headwise`), and the
+    projections' key padding becomes the op's `lengths`.
+
+    Before: the output of `attn-lower-attention`. After:
+    ```mlir
+    %o, %lse = attn.fused_attention %q, %k, %v attributes {causal, kv_source = direct,
+        scale = 0.125 : f64, tile = #attn.tile<block_q = auto, ...>} : (...) -> (...)
+    ```
+  }];
+  let dependentDialects = ["::attnc::attn::AttnDialect"];
+}
+
+def TileAttention : Pass<"attn-tile", "::mlir::ModuleOp"> {
+  let summary = "Give every fused kernel a tile config that fits the target";
+  let description = [{
+    Fills the `auto` fields of each fused op's `tile` with the default for its
+    element type, head dim and target (`codegen/TileModel.h`, or the tuning
+    database later), then checks the result against the target's limits:
+    supported head dims, threads per block, shared memory per block for the
+    arch (forward and backward footprints). A config that cannot fit is an
+    error naming the config, the footprint and the limit. Also names each
+    kernel (`kernel = "<variant>_<dtype>_d<D>_<n>"`) for the emitters.
+
+    Before:
+    ```mlir
+    ... tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto> ...
+    ```
+    After (f16, D = 64, sm_80):
+    ```mlir
+    ... kernel = "fused0_f16_d64", tile = #attn.tile<block_q = 64, block_kv = 64, warps = 4, stages = 2> ...
+    ```
+  }];
+  let dependentDialects = ["::attnc::attn::AttnDialect"];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"cuda\"",
+           "cuda or cpu">,
+    Option<"arch", "arch", "std::string", /*default=*/"\"sm_80\"",
+           "CUDA architecture whose limits apply (sm_75 or newer)">,
+  ];
+}
+
+def DeriveBackward : Pass<"attn-derive-backward", "::mlir::func::FuncOp"> {
+  let summary = "Derive the backward kernels of a function marked attn.differentiate";
+  let description = [{
+    Reverse-mode differentiation over fused attention ops. For a function
+    with the unit attribute `attn.differentiate`, every returned `out` of an
+    `attn.fused_attention` gets a cotangent argument appended (`dout`), an
+    `attn.fused_attention_grad` is inserted (FlashAttention-2 style,
+    recomputing probabilities from the saved `lse`), and the gradients of
+    the function arguments feeding Q, K, V, E, F and the per-head params are
+    appended to the results, in argument order. `deterministic` (default on)
+    selects the kernels without floating-point atomics.
+
+    Before:
+    ```mlir
+    func.func @f(%q: T, %k: T, %v: T) -> (T, L) attributes {attn.differentiate} {
+      %o, %lse = attn.fused_attention %q, %k, %v ...
+      return %o, %lse : T, L
+    }
+    ```
+    After:
+    ```mlir
+    func.func @f(%q: T, %k: T, %v: T, %dout: T) -> (T, L, T, T, T) {
+      %o, %lse = attn.fused_attention %q, %k, %v ...
+      %dq, %dk, %dv = attn.fused_attention_grad %q, %k, %v, %o, %lse, %dout ...
+      return %o, %lse, %dq, %dk, %dv : T, L, T, T, T
+    }
+    ```
+  }];
+  let dependentDialects = ["::attnc::attn::AttnDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"deterministic", "deterministic", "bool", /*default=*/"true",
+           "use the schedule without floating-point atomics">,
   ];
 }
 

@@ -64,13 +64,6 @@ struct ResolveTunablesPass
                                   lsh.getAfter(), lsh.getSeed(),
                                   lsh.getDenseFallback()));
       }
-      // One statement per pick keeps the remarks in a stable order.
-      TileAttr t = v.getTile();
-      int64_t blockQ = pick(v, "tile block_q", t.getBlockQ(), 64);
-      int64_t blockKv = pick(v, "tile block_kv", t.getBlockKv(), 64);
-      int64_t warps = pick(v, "tile warps", t.getWarps(), 4);
-      int64_t stages = pick(v, "tile stages", t.getStages(), 2);
-      v.setTileAttr(TileAttr::get(ctx, blockQ, blockKv, warps, stages));
     }
   }
 };
