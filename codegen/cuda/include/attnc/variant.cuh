@@ -1,0 +1,123 @@
+//===- variant.cuh - Score modifier and masks on accumulator tiles --------===//
+//
+// Applies a Variant policy (docs/kernels.md) to the score tiles of mma.cuh:
+// scale, Variant::score, and the masks (key tail and key padding, causal,
+// Variant::keep). Masks are evaluated only on tiles that may hold a masked
+// entry; the caller decides that per warp from the tile's position.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_CUDA_VARIANT_CUH
+#define ATTNC_CUDA_VARIANT_CUH
+
+#include "attnc/common.cuh"
+
+namespace attnc {
+
+/// What the variant hooks see, besides the element's (query, key) position.
+struct ScoreCtx {
+  const float *params;
+  float scale;
+  int b, h, H;
+  int kvEnd; ///< keys at or past it are masked: Nk or the batch's length
+  int Nq;
+};
+
+/// End of the keys a batch element may attend to: Nk, or lengths[b]
+/// clamped to [0, Nk] with key padding.
+template <class V>
+ATTNC_HD int keyEnd(const int *lengths, int b, int Nk) {
+  if constexpr (V::kKeyPadding) {
+    if (lengths != nullptr)
+      return imax(0, imin(lengths[b], Nk));
+  }
+  return Nk;
+}
+
+/// Whether query i keeps key j (i < Nq is the caller's business).
+template <class V>
+ATTNC_HD bool kept(const ScoreCtx &c, int i, int j) {
+  bool k = j < c.kvEnd;
+  if constexpr (V::kCausal)
+    k = k && j <= i;
+  if constexpr (V::kHasMask)
+    k = k && V::keep(c.b, c.h, i, j, c.params, c.H);
+  return k;
+}
+
+/// Forward: raw q.k tile -> logits in log2 units, -inf where masked.
+/// Element (n, e) is query i0 + g + 8 (e / 2), key j0 + 8n + 2t + e % 2.
+template <class V, int NT>
+ATTNC_HD void fwdLogits(float (&s)[NT][4], const ScoreCtx &c, int i0, int j0,
+                        bool mask) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const float scaleLog2 = c.scale * kLog2e;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = i0 + g + 8 * (e >> 1), j = j0 + 8 * n + 2 * t + (e & 1);
+      float x;
+      if constexpr (V::kHasScoreMod)
+        x = V::score(s[n][e] * c.scale, c.b, c.h, i, j, c.params, c.H) *
+            kLog2e;
+      else
+        x = s[n][e] * scaleLog2;
+      if (mask && !kept<V>(c, i, j))
+        x = negInf();
+      s[n][e] = x;
+    }
+  }
+}
+
+/// Backward: from the raw q.k tile `s` and dp = dout.v, computes in place
+///   s  <- p = exp(score(scale q.k) - lse)        (0 where masked)
+///   dp <- g = p (dp - delta) * dscore/ds         (gradient w.r.t. scale q.k)
+/// and, with ACCUM_DPARAMS, adds ds * dscore/dparam_p to dpar[p].
+///
+/// ROWS_ARE_KEYS: the tile is transposed (dK/dV kernel: rows are keys, the
+/// columns queries). (i0, j0): the query and key of element (0, 0) in the
+/// untransposed sense. lse2 (lse * log2 e, +inf for a row with no kept key,
+/// so that p = 2^-inf = 0) and delta are indexed by the query's position
+/// within the tile, i - i0.
+template <class V, bool ROWS_ARE_KEYS, bool ACCUM_DPARAMS, int NT, int NP>
+ATTNC_HD void bwdGrads(float (&s)[NT][4], float (&dp)[NT][4],
+                       const ScoreCtx &c, int i0, int j0, const float *lse2,
+                       const float *delta, bool mask, float (&dpar)[NP]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e >> 1), col = 8 * n + 2 * t + (e & 1);
+      const int qi = ROWS_ARE_KEYS ? col : row; // query within the tile
+      const int i = i0 + qi, j = j0 + (ROWS_ARE_KEYS ? row : col);
+      const bool keep = !mask || (i < c.Nq && kept<V>(c, i, j));
+      const float raw = s[n][e] * c.scale;
+      float sc = raw;
+      if constexpr (V::kHasScoreMod)
+        sc = V::score(raw, c.b, c.h, i, j, c.params, c.H);
+      const float p = keep ? exp2f(sc * kLog2e - lse2[qi]) : 0.f;
+      const float ds = keep ? p * (dp[n][e] - delta[qi]) : 0.f;
+      float grad = ds;
+      if constexpr (V::kHasScoreMod) {
+        float d[V::kNumParams > 0 ? V::kNumParams : 1];
+        const float dsc = V::score_grad(raw, c.b, c.h, i, j, c.params, c.H, d);
+        // ds == 0 (masked, or p == 0 because score() gave -inf): no
+        // gradient, whatever the derivatives are there (0 * inf = NaN).
+        const bool live = ds != 0.f;
+        grad = live ? ds * dsc : 0.f;
+        if constexpr (ACCUM_DPARAMS) {
+#pragma unroll
+          for (int q = 0; q < V::kNumParams; ++q)
+            dpar[q] += live ? ds * d[q] : 0.f;
+        }
+      }
+      s[n][e] = p;
+      dp[n][e] = grad;
+    }
+  }
+}
+
+} // namespace attnc
+
+#endif // ATTNC_CUDA_VARIANT_CUH
