@@ -1,0 +1,84 @@
+//===- CpuAttention.h - Run one compiled attention op on the CPU -*- C++ -*-===//
+//
+// Compiles the C++ translation unit the CPU emitter wrote for one fused
+// attention op (forward and, when present, backward) into a cached shared
+// object, and runs it on host tensors. Needs no MLIR: what it knows of the op
+// comes from KernelDesc, the manifest's description of each kernel.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_CPUATTENTION_H
+#define ATTNC_RUNTIME_CPUATTENTION_H
+
+#include "runtime/Error.h"
+#include "runtime/HostCompiler.h"
+#include "runtime/Safetensors.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attnc {
+
+/// One kernel of an artifact (a manifest.json "kernels" entry).
+struct KernelDesc {
+  std::string name;
+  bool backward = false;
+  int headDim = 0, blockQ = 0, blockKv = 0;
+  bool causal = false, keyPadding = false;
+  int numParams = 0;
+  bool lowrank = false;
+  std::string share; ///< none, headwise, kv (lowrank only)
+  float scale = 1;
+  std::vector<std::string> entryPoints;
+};
+
+/// Host tensors of one attention call; all f32 except lengths (i32).
+struct AttentionInputs {
+  const st::Tensor *q = nullptr, *k = nullptr, *v = nullptr;
+  const st::Tensor *lengths = nullptr; ///< [B]
+  const st::Tensor *E = nullptr;       ///< [k, Nmax] or [H, k, Nmax]
+  const st::Tensor *F = nullptr;       ///< like E, or null when F = E
+  const st::Tensor *params = nullptr;  ///< [P, H]
+  const st::Tensor *dout = nullptr;    ///< cotangent of out: run the backward too
+};
+
+struct AttentionOutputs {
+  st::Tensor out, lse;
+  std::optional<st::Tensor> dq, dk, dv, dE, dF, dparams;
+};
+
+class CpuAttention {
+public:
+  /// Compiles `source` (cached) and resolves the entry points of `forward`
+  /// and, if given, `backward`. `includeDirs` must reach the CPU kernel
+  /// headers and codegen/KernelArgs.h.
+  static Expected<CpuAttention> compile(const std::string &source, const KernelDesc &forward,
+                                        std::optional<KernelDesc> backward,
+                                        const std::vector<std::string> &includeDirs,
+                                        const HostCompiler &compiler);
+
+  /// Runs the forward (and the backward when inputs.dout is set). Shapes were
+  /// validated by the caller; sizes are re-checked here against the kernels.
+  Expected<AttentionOutputs> run(const AttentionInputs &inputs) const;
+
+  /// Whether the shared object came from the kernel cache.
+  bool fromCache() const { return fromCache_; }
+  double compileSeconds() const { return compileSeconds_; }
+
+private:
+  CpuAttention(SharedObject so) : so_(std::move(so)) {}
+  SharedObject so_;
+  KernelDesc fwd_;
+  std::optional<KernelDesc> bwd_;
+  void *fwdFn_ = nullptr, *bwdFn_ = nullptr;
+  bool fromCache_ = false;
+  double compileSeconds_ = 0;
+};
+
+/// The directories holding the kernel headers: $ATTNC_KERNEL_INCLUDE (colon
+/// separated) if set, else the source tree this runtime was built from.
+std::vector<std::string> defaultKernelIncludeDirs();
+
+} // namespace attnc
+
+#endif // ATTNC_RUNTIME_CPUATTENTION_H

@@ -1,0 +1,262 @@
+//===- CudaDriver.h - CUDA driver API loaded at run time --------*- C++ -*-===//
+//
+// attnc binaries must start on machines without an NVIDIA driver (every
+// development and CI machine), so nothing links libcuda: the driver is
+// dlopened ("libcuda.so.1") on first use and its entry points resolved with
+// dlsym. A machine without a driver gets an Error saying so, not a loader
+// failure at start-up.
+//
+// Entry points are declared with <cuda.h>'s own prototypes and resolved
+// under the names cuda.h maps them to (cuMemAlloc -> cuMemAlloc_v2,
+// cuEventElapsedTime -> cuEventElapsedTime_v2, ...), so the ABI always
+// matches the headers the runtime was built with. Contexts are the devices'
+// primary contexts (what the CUDA runtime, cuBLAS and PyTorch use), so
+// memory and streams interoperate with them.
+//
+// On top of the raw table: device queries, RAII wrappers for the primary
+// context, modules, device buffers and events, and a launcher for the
+// single-struct-parameter kernels of docs/kernels.md. Every error names what
+// failed (the kernel, the module, the call) and carries cuGetErrorString.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_CUDADRIVER_H
+#define ATTNC_RUNTIME_CUDADRIVER_H
+
+#include "runtime/Error.h"
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace attnc::cuda {
+
+/// The driver entry points the runtime uses. The X-macro argument is the
+/// cuda.h name; it expands to the versioned name (e.g. cuMemAlloc_v2)
+/// wherever cuda.h defines such a mapping, in the member name too.
+#define ATTNC_CUDA_DRIVER_FUNCTIONS(X)                                         \
+  X(cuGetErrorString)                                                          \
+  X(cuGetErrorName)                                                            \
+  X(cuInit)                                                                    \
+  X(cuDriverGetVersion)                                                        \
+  X(cuDeviceGet)                                                               \
+  X(cuDeviceGetCount)                                                          \
+  X(cuDeviceGetName)                                                           \
+  X(cuDeviceGetAttribute)                                                      \
+  X(cuDeviceTotalMem)                                                          \
+  X(cuDevicePrimaryCtxRetain)                                                  \
+  X(cuDevicePrimaryCtxRelease)                                                 \
+  X(cuCtxSetCurrent)                                                           \
+  X(cuCtxGetCurrent)                                                           \
+  X(cuCtxGetDevice)                                                            \
+  X(cuCtxSynchronize)                                                          \
+  X(cuModuleLoadData)                                                          \
+  X(cuModuleUnload)                                                            \
+  X(cuModuleGetFunction)                                                       \
+  X(cuModuleGetGlobal)                                                         \
+  X(cuFuncSetAttribute)                                                        \
+  X(cuFuncGetAttribute)                                                        \
+  X(cuLaunchKernel)                                                            \
+  X(cuMemAlloc)                                                                \
+  X(cuMemFree)                                                                 \
+  X(cuMemcpyHtoD)                                                              \
+  X(cuMemcpyDtoH)                                                              \
+  X(cuMemsetD8)                                                                \
+  X(cuMemGetInfo)                                                              \
+  X(cuStreamCreate)                                                            \
+  X(cuStreamDestroy)                                                           \
+  X(cuStreamSynchronize)                                                       \
+  X(cuEventCreate)                                                             \
+  X(cuEventDestroy)                                                            \
+  X(cuEventRecord)                                                             \
+  X(cuEventSynchronize)                                                        \
+  X(cuEventElapsedTime)
+
+/// The loaded driver: a table of function pointers plus error formatting.
+class Driver {
+public:
+  /// The process-wide driver: loaded and cuInit'ed once (thread-safe).
+  /// The error explains why there is none, e.g. "libcuda.so.1 not found: no
+  /// NVIDIA driver on this machine (...)", or cuInit's failure.
+  static Expected<const Driver *> get();
+  /// Ok when get() succeeds, else its error. Cheap after the first call.
+  static Status available();
+  /// Loads and initialises a driver from `library` (not cached; tests name
+  /// a library that does not exist to check the message).
+  static Expected<std::unique_ptr<Driver>> load(const std::string &library);
+
+  Driver(const Driver &) = delete;
+  Driver &operator=(const Driver &) = delete;
+  ~Driver();
+
+  /// cuDriverGetVersion as "13.0".
+  std::string versionString() const;
+  int version() const { return version_; }
+  /// "CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
+  std::string errorString(CUresult r) const;
+  /// Ok for CUDA_SUCCESS, else "WHAT: errorString(r)".
+  Status check(CUresult r, const std::string &what) const;
+
+#define ATTNC_DECLARE_MEMBER(name) decltype(&::name) name = nullptr;
+  ATTNC_CUDA_DRIVER_FUNCTIONS(ATTNC_DECLARE_MEMBER)
+#undef ATTNC_DECLARE_MEMBER
+
+private:
+  Driver() = default;
+  void *library_ = nullptr;
+  int version_ = 0;
+};
+
+/// One device's properties.
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;                 ///< "NVIDIA H200"
+  int ccMajor = 0, ccMinor = 0;     ///< compute capability
+  int smCount = 0;
+  size_t totalMemoryBytes = 0;
+  int maxThreadsPerBlock = 0;
+  int maxSmemPerBlock = 0;          ///< without opt-in (48 KiB)
+  int maxSmemPerBlockOptin = 0;     ///< with cuFuncSetAttribute
+  int maxSmemPerSm = 0;
+  int maxRegistersPerBlock = 0;
+
+  /// "sm_90": the arch to compile CUBINs for.
+  std::string arch() const;
+  /// "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB, 227 KiB smem/block)".
+  std::string describe() const;
+};
+
+/// Number of CUDA devices (0 is not an error).
+Expected<int> deviceCount();
+/// Properties of device `ordinal`.
+Expected<DeviceInfo> queryDevice(int ordinal = 0);
+
+/// A device's primary context, retained while this object lives and made
+/// current on the creating thread.
+class Context {
+public:
+  static Expected<Context> create(int ordinal = 0);
+  Context(Context &&other) noexcept;
+  Context &operator=(Context &&other) noexcept;
+  Context(const Context &) = delete;
+  Context &operator=(const Context &) = delete;
+  ~Context();
+
+  const DeviceInfo &device() const { return device_; }
+  CUcontext handle() const { return ctx_; }
+  /// Makes the context current on the calling thread.
+  Status makeCurrent() const;
+  /// Free and total device memory.
+  Expected<std::pair<size_t, size_t>> memoryInfo() const;
+  Status synchronize() const;
+
+private:
+  Context() = default;
+  CUcontext ctx_ = nullptr;
+  CUdevice dev_ = 0;
+  DeviceInfo device_;
+};
+
+/// A kernel (entry function) of a loaded module.
+struct Kernel {
+  CUfunction function = nullptr;
+  std::string name;
+  std::string module;
+  /// The CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES last set by
+  /// launchKernel(), so it is set once, not per launch.
+  size_t dynamicSmemLimit = 48 * 1024;
+};
+
+/// A CUBIN loaded into the current context.
+class Module {
+public:
+  /// Loads `image` (a CUBIN); `name` (e.g. the program name) is used in
+  /// messages.
+  static Expected<Module> load(const std::string &image, const std::string &name);
+  Module(Module &&other) noexcept;
+  Module &operator=(Module &&other) noexcept;
+  Module(const Module &) = delete;
+  Module &operator=(const Module &) = delete;
+  ~Module();
+
+  const std::string &name() const { return name_; }
+  /// The entry function `name`; the error names it and the module.
+  Expected<Kernel> kernel(const std::string &name) const;
+  /// A __device__ / __constant__ variable: its address and size.
+  Expected<std::pair<CUdeviceptr, size_t>> global(const std::string &name) const;
+
+private:
+  Module() = default;
+  CUmodule module_ = nullptr;
+  std::string name_;
+};
+
+/// Grid or block dimensions.
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+/// Launches `kernel` whose single parameter is a struct (docs/kernels.md)
+/// at `args`. Above 48 KiB of dynamic shared memory the kernel's opt-in
+/// limit is raised first. Errors name the kernel, the launch shape and
+/// cuGetErrorString. Asynchronous: errors in the kernel itself surface at
+/// the next synchronisation.
+Status launchKernel(Kernel &kernel, Dim3 grid, Dim3 block, size_t dynamicSmem,
+                    CUstream stream, const void *args);
+template <typename Args>
+Status launch(Kernel &kernel, Dim3 grid, Dim3 block, size_t dynamicSmem,
+              CUstream stream, const Args &args) {
+  return launchKernel(kernel, grid, block, dynamicSmem, stream, &args);
+}
+
+/// cuStreamSynchronize with an error naming `what` (e.g. the last kernel).
+Status synchronize(CUstream stream, const std::string &what);
+
+/// Device memory, freed when destroyed.
+class DeviceBuffer {
+public:
+  static Expected<DeviceBuffer> allocate(size_t bytes);
+  DeviceBuffer(DeviceBuffer &&other) noexcept;
+  DeviceBuffer &operator=(DeviceBuffer &&other) noexcept;
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  ~DeviceBuffer();
+
+  CUdeviceptr ptr() const { return ptr_; }
+  /// The address as a kernel-argument pointer.
+  template <typename T> T *as() const { return reinterpret_cast<T *>(ptr_); }
+  size_t size() const { return size_; }
+  /// Synchronous copies of `bytes` (<= size()) from / to host memory.
+  Status upload(const void *host, size_t bytes);
+  Status download(void *host, size_t bytes) const;
+  Status zero();
+
+private:
+  DeviceBuffer() = default;
+  CUdeviceptr ptr_ = 0;
+  size_t size_ = 0;
+};
+
+/// A CUDA event for timing.
+class Event {
+public:
+  static Expected<Event> create();
+  Event(Event &&other) noexcept;
+  Event &operator=(Event &&other) noexcept;
+  Event(const Event &) = delete;
+  Event &operator=(const Event &) = delete;
+  ~Event();
+
+  Status record(CUstream stream = nullptr);
+  /// Milliseconds from `start` to `end` (waits for `end`).
+  static Expected<float> elapsedMs(const Event &start, const Event &end);
+
+private:
+  Event() = default;
+  CUevent event_ = nullptr;
+};
+
+} // namespace attnc::cuda
+
+#endif // ATTNC_RUNTIME_CUDADRIVER_H
