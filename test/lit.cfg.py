@@ -16,3 +16,7 @@ config.environment["PATH"] = os.pathsep.join(
     [config.attnc_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
 config.substitutions.append(("%attnc-src", config.attnc_src_root))
 config.substitutions.append(("%python", config.python_executable))
+
+# Kernels compiled by tests go to a cache inside the build tree, never the
+# user's ~/.cache/attnc.
+config.environment["ATTNC_CACHE_DIR"] = os.path.join(config.attnc_obj_root, "test-kernel-cache")

@@ -5,6 +5,9 @@
 // problem with the user's input, 2 a feature that does not exist yet.
 //
 //===----------------------------------------------------------------------===//
+#include "tools/attnc/Compile.h"
+#include "tools/attnc/Bench.h"
+#include "tools/attnc/Run.h"
 #include "dsl/AttnDialect.h"
 #include "dsl/MLIRGen.h"
 #include "dsl/Parser.h"
@@ -25,8 +28,8 @@
 
 namespace {
 
-constexpr int kExitInput = 1;
-constexpr int kExitNotImplemented = 2;
+using attnc::driver::kExitInput;
+using attnc::driver::kExitNotImplemented;
 /// Specs are small; anything bigger than this is not a spec.
 constexpr std::uintmax_t kMaxSpecBytes = 64u << 20;
 
@@ -82,12 +85,29 @@ bool checkArch(const std::string &arch, std::string &err) {
   return true;
 }
 
+/// Prints every MLIR diagnostic (remarks included) as `file:line:col: kind: msg`.
+mlir::LogicalResult printDiagnostic(mlir::Diagnostic &d) {
+  const char *kind = d.getSeverity() == mlir::DiagnosticSeverity::Error     ? "error"
+                     : d.getSeverity() == mlir::DiagnosticSeverity::Warning ? "warning"
+                     : d.getSeverity() == mlir::DiagnosticSeverity::Remark  ? "remark"
+                                                                             : "note";
+  std::string loc;
+  llvm::raw_string_ostream ls(loc);
+  d.getLocation().print(ls);
+  if (auto flc = llvm::dyn_cast<mlir::FileLineColLoc>(d.getLocation()))
+    loc = (flc.getFilename().str() + ":" + std::to_string(flc.getLine()) + ":" +
+           std::to_string(flc.getColumn()));
+  std::cerr << loc << ": " << kind << ": " << d.str() << "\n";
+  return mlir::success();
+}
+
 struct CompileOptions {
   std::string spec;
   std::string target = "cuda";
   std::string arch = "sm_80";
   std::string emit;
   std::string output;
+  bool checkNvrtc = false;
 };
 
 int runCompile(const CompileOptions &opts) {
@@ -116,33 +136,35 @@ int runCompile(const CompileOptions &opts) {
     attnc::ast::dump(*spec, *os);
     return 0;
   }
-  if (opts.emit == "cuda" || opts.emit == "cpp") {
-    std::cerr << "attnc: --emit=" << opts.emit
-              << " is not implemented yet: the code generators come with the "
-                 "fused-kernel issue\n";
-    return kExitNotImplemented;
-  }
-
   mlir::MLIRContext context;
   attnc::registerAttncDialects(context);
-  // Print every diagnostic (remarks included) as `file:line:col: kind: msg`.
-  mlir::ScopedDiagnosticHandler handler(&context, [](mlir::Diagnostic &d) {
-    const char *kind = d.getSeverity() == mlir::DiagnosticSeverity::Error     ? "error"
-                       : d.getSeverity() == mlir::DiagnosticSeverity::Warning ? "warning"
-                       : d.getSeverity() == mlir::DiagnosticSeverity::Remark  ? "remark"
-                                                                               : "note";
-    std::string loc;
-    llvm::raw_string_ostream ls(loc);
-    d.getLocation().print(ls);
-    if (auto flc = llvm::dyn_cast<mlir::FileLineColLoc>(d.getLocation()))
-      loc = (flc.getFilename().str() + ":" + std::to_string(flc.getLine()) + ":" +
-             std::to_string(flc.getColumn()));
-    std::cerr << loc << ": " << kind << ": " << d.str() << "\n";
-    return mlir::success();
-  });
+  mlir::ScopedDiagnosticHandler handler(&context, printDiagnostic);
   mlir::OwningOpRef<mlir::ModuleOp> module = attnc::mlirGen(context, *spec);
   if (!module)
     return kExitInput;
+
+  if (opts.emit == "cuda" || opts.emit == "cpp" || opts.checkNvrtc ||
+      (opts.emit.empty() && !opts.output.empty())) {
+    std::string target = opts.emit == "cpp" ? "cpu" : opts.emit == "cuda" ? "cuda" : opts.target;
+    attnc::driver::CompiledKernels compiled;
+    int rc = attnc::driver::compileModels(*module, target, opts.arch, compiled);
+    if (rc)
+      return rc;
+    if (opts.checkNvrtc) {
+      if (target != "cuda")
+        return fail("--check-nvrtc needs the cuda target");
+      if (int rc2 = attnc::driver::checkWithNvrtc(compiled, opts.arch, std::cout))
+        return rc2;
+      if (opts.emit.empty() && opts.output.empty())
+        return 0;
+    }
+    if (!opts.emit.empty()) {
+      *os << compiled.source;
+      return 0;
+    }
+    return attnc::driver::writeArtifact(opts.output, buffer, *module, target, opts.arch,
+                                        compiled);
+  }
 
   if (opts.emit == "lowered") {
     mlir::PassManager pm(&context);
@@ -158,11 +180,6 @@ int runCompile(const CompileOptions &opts) {
     module->print(rs);
     *os << rs.str() << "\n";
     return 0;
-  }
-  if (!opts.output.empty()) {
-    std::cerr << "attnc: writing an artifact directory (-o without --emit) is not "
-                 "implemented yet: it needs the code generators\n";
-    return kExitNotImplemented;
   }
   std::cout << opts.spec << ": ok (" << spec->attentions.size()
             << " attention variant(s), " << spec->models.size() << " model(s))\n";
@@ -190,6 +207,9 @@ int main(int argc, char **argv) {
                       "print one stage instead of writing an artifact: ast, mlir "
                       "(attn dialect), lowered (after the pass pipeline), cuda, cpp")
       ->check(CLI::IsMember({"ast", "mlir", "lowered", "cuda", "cpp"}));
+  compile->add_flag("--check-nvrtc", copts.checkNvrtc,
+                    "compile the CUDA kernels with NVRTC for --arch and check registers, "
+                    "spills and shared memory (no GPU needed)");
   compile->add_option("-o,--output", copts.output,
                       "with --emit: the file to write (default stdout); without: "
                       "the artifact directory");
@@ -198,13 +218,49 @@ int main(int argc, char **argv) {
     const char *name, *what, *issue;
   };
   const Pending pending[] = {
-      {"run", "Run one attention op on safetensors inputs", "the fused-kernel issue"},
       {"train", "Train a model", "the training-runtime issue"},
       {"eval", "Evaluate a trained model", "the training-runtime issue"},
       {"generate", "Generate bytes from a causal model", "the training-runtime issue"},
       {"fill", "Fill masked bytes with a masked model", "the training-runtime issue"},
-      {"tune", "Tune tile, chunk and k per device", "the auto-tuning issue"},
-      {"bench", "Benchmark attention kernels", "the fused-kernel issue"}};
+      {"tune", "Tune tile, chunk and k per device", "the auto-tuning issue"}};
+
+  attnc::driver::BenchOptions bopts;
+  CLI::App *bench = app.add_subcommand(
+      "bench", "Time dense (fused and unfused) and low-rank attention side by side");
+  bench->add_option("--target", bopts.target, "where to run")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  bench->add_option("--n", bopts.lengths, "sequence lengths")->delimiter(',')->capture_default_str();
+  bench->add_option("--k", bopts.ranks, "low-rank projection lengths")->delimiter(',')->capture_default_str();
+  bench->add_option("--batch", bopts.batch, "batch size")->check(CLI::PositiveNumber)->capture_default_str();
+  bench->add_option("--heads", bopts.heads, "heads")->check(CLI::PositiveNumber)->capture_default_str();
+  bench->add_option("--head-dim", bopts.headDim, "head dim")->check(CLI::IsMember({32, 64, 128}))->capture_default_str();
+  bench->add_option("--repeats", bopts.repeats, "timed repeats per kernel")->check(CLI::PositiveNumber)->capture_default_str();
+  bench->add_option("--max-backward-n", bopts.maxBackwardN, "time fwd+bwd up to this N")->capture_default_str();
+  bench->add_option("--max-unfused-n", bopts.maxUnfusedN, "run the unfused baseline up to this N")->capture_default_str();
+  bench->add_flag("!--no-backward", bopts.backward, "time the forward only");
+  bench->add_option("--csv", bopts.csv, "CSV output")->capture_default_str();
+  bench->add_option("--svg", bopts.svg, "plot output")->capture_default_str();
+
+  attnc::driver::RunOptions ropts;
+  CLI::App *run = app.add_subcommand(
+      "run", "Run one attention op on safetensors inputs (forward, and backward with --grad)");
+  run->add_option("spec", ropts.spec, "the .attn spec file")->required();
+  run->add_option("--op", ropts.op, "attention or attention:NAME")->capture_default_str();
+  run->add_option("--inputs", ropts.inputs,
+                  "safetensors with q, k, v [B, H, N, Dh] f32 and optional lengths [B] i32")
+      ->required();
+  run->add_option("--weights", ropts.weights,
+                  "safetensors with E, F and per-head parameters (absent ones come from --seed)");
+  run->add_option("--grad", ropts.grad, "safetensors with dout: also compute the gradients");
+  run->add_option("--output", ropts.output, "safetensors to write out, lse (and gradients)")
+      ->required();
+  run->add_option("--target", ropts.target, "where to run")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  run->add_option("--arch", ropts.arch, "CUDA architecture")->capture_default_str();
+  run->add_option("--seed", ropts.seed, "seed of weights the weights file lacks")
+      ->capture_default_str();
   std::vector<std::pair<CLI::App *, const Pending *>> stubs;
   for (const Pending &p : pending) {
     CLI::App *sub = app.add_subcommand(p.name, std::string(p.what) + " (not implemented yet)");
@@ -223,6 +279,10 @@ int main(int argc, char **argv) {
 
   if (compile->parsed())
     return runCompile(copts);
+  if (run->parsed())
+    return attnc::driver::runAttention(ropts);
+  if (bench->parsed())
+    return attnc::driver::runBench(bopts);
   for (auto &[sub, p] : stubs)
     if (sub->parsed()) {
       std::cerr << "attnc " << p->name << ": not implemented yet (comes with "

@@ -1,0 +1,70 @@
+//===- AttentionFunction.cpp - One attention op as a function -------------===//
+#include "codegen/AttentionFunction.h"
+
+#include "passes/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace attnc::attn;
+
+namespace attnc::codegen {
+
+FailureOr<func::FuncOp> buildAttentionFunction(ModuleOp module, VariantOp variant,
+                                               StringRef name, const AttentionShape &s) {
+  if (variant.getLsh())
+    return variant.emitOpError("LSH attention kernels are not implemented yet");
+  OpBuilder b(module.getContext());
+  b.setInsertionPointToEnd(module.getBody());
+  Location loc = variant.getLoc();
+  auto qkv = RankedTensorType::get({s.batch, s.heads, s.seq, s.headDim}, s.elementType);
+  auto lse = RankedTensorType::get({s.batch, s.heads, s.seq}, b.getF32Type());
+  SmallVector<Type> args = {qkv, qkv, qkv};
+  bool padding = s.withLengths && variant.getKeyPadding();
+  if (padding)
+    args.push_back(RankedTensorType::get({s.batch}, b.getI32Type()));
+  unsigned numProj = 0;
+  if (auto lr = variant.getLowrankAttr()) {
+    if (lr.isAutoK())
+      return variant.emitOpError("low-rank k is still 'auto'; resolve tunables first");
+    SmallVector<int64_t> shape = {lr.getK(), s.maxSeq};
+    if (lr.getShare() == ShareMode::none)
+      shape.insert(shape.begin(), s.heads);
+    numProj = (lr.getShare() == ShareMode::kv || lr.getShare() == ShareMode::layerwise) ? 1 : 2;
+    for (unsigned i = 0; i < numProj; ++i)
+      args.push_back(RankedTensorType::get(shape, s.elementType));
+  }
+  size_t numParams = variant.getParams() ? variant.getParams()->size() : 0;
+  if (numParams)
+    args.push_back(RankedTensorType::get({int64_t(numParams), s.heads}, b.getF32Type()));
+
+  auto func = b.create<func::FuncOp>(loc, name, b.getFunctionType(args, {qkv, lse}));
+  if (s.differentiate)
+    func->setAttr("attn.differentiate", b.getUnitAttr());
+  Block *entry = func.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  unsigned next = 3;
+  Value lengths = padding ? entry->getArgument(next++) : Value();
+  Value e = numProj ? entry->getArgument(next++) : Value();
+  Value f = numProj == 2 ? entry->getArgument(next++) : Value();
+  Value params = numParams ? entry->getArgument(next++) : Value();
+  auto op = b.create<AttentionOp>(loc, TypeRange{qkv, lse},
+                                  FlatSymbolRefAttr::get(variant.getSymNameAttr()),
+                                  entry->getArgument(0), entry->getArgument(1),
+                                  entry->getArgument(2), lengths, e, f, Value(), params);
+  b.create<func::ReturnOp>(loc, op.getResults());
+  return func;
+}
+
+void buildKernelPipeline(PassManager &pm, StringRef target, StringRef arch) {
+  pm.addPass(createLowerAttention());
+  pm.addPass(createLowRankOrder());
+  pm.addPass(createFuseAttention());
+  pm.addNestedPass<func::FuncOp>(createDeriveBackward());
+  TileAttentionOptions tile;
+  tile.target = target.str();
+  tile.arch = arch.str();
+  pm.addPass(createTileAttention(tile));
+}
+
+} // namespace attnc::codegen

@@ -1,0 +1,44 @@
+//===- Manifest.cpp - The artifact's manifest.json ------------------------===//
+#include "codegen/Manifest.h"
+
+#include "llvm/Support/JSON.h"
+
+namespace attnc::codegen {
+
+void writeManifest(const ManifestInfo &info, llvm::raw_ostream &os) {
+  llvm::json::Array kernels;
+  for (const KernelInfo &k : info.kernels) {
+    llvm::json::Array entries;
+    for (const std::string &e : k.entryPoints)
+      entries.push_back(e);
+    kernels.push_back(llvm::json::Object{
+        {"name", k.name},
+        {"kind", k.backward ? "backward" : "forward"},
+        {"dtype", k.dtype},
+        {"head_dim", k.headDim},
+        {"tile", llvm::json::Object{{"block_q", k.blockQ},
+                                    {"block_kv", k.blockKv},
+                                    {"warps", k.warps},
+                                    {"stages", k.stages}}},
+        {"causal", k.causal},
+        {"key_padding", k.keyPadding},
+        {"deterministic", k.deterministic},
+        {"num_params", k.numParams},
+        {"kv_source", k.kvSource},
+        {"share", k.share},
+        {"scale", k.scale},
+        {"smem_bytes", k.smemBytes},
+        {"entry_points", std::move(entries)},
+    });
+  }
+  llvm::json::Object root{{"format_version", kManifestVersion},
+                          {"generator", "attnc"},
+                          {"spec_hash", info.specHash},
+                          {"target", info.target},
+                          {"arch", info.arch},
+                          {"source", info.source},
+                          {"kernels", std::move(kernels)}};
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+}
+
+} // namespace attnc::codegen

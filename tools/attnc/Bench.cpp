@@ -1,0 +1,360 @@
+//===- Bench.cpp - attnc bench: attention kernels side by side ------------===//
+//
+// A benchmark program, not a test: every number comes from one run, and the
+// table reports ratios measured side by side (fused vs unfused, low-rank vs
+// dense) plus GFLOP/s against this machine's measured SGEMM rate.
+// FLOP convention (DESIGN.md §7): dense forward 4·B·H·N²·D, backward 2.5×
+// forward; low-rank forward 4·B·H·N·k·D plus 4·B·H·k·N·D for the two
+// projections.
+//
+//===----------------------------------------------------------------------===//
+#include "tools/attnc/Bench.h"
+#include "tools/attnc/Compile.h"
+#include "tools/attnc/Run.h"
+
+#include "dsl/AttnDialect.h"
+#include "dsl/MLIRGen.h"
+#include "codegen/KernelArgs.h"
+#include "runtime/KernelCache.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <unistd.h>
+
+using namespace mlir;
+
+namespace attnc::driver {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Median wall time of `repeats` calls after one warm-up, in milliseconds.
+template <typename Fn> double medianMs(int repeats, Fn &&fn) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    auto a = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+st::Tensor randomTensor(std::vector<int64_t> shape, std::mt19937 &rng, float scale) {
+  std::normal_distribution<float> dist(0.f, scale);
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(rng);
+  return st::Tensor::f32(std::move(shape), v);
+}
+
+/// The unfused baseline and a SGEMM peak probe, compiled like generated
+/// kernels (same compiler, flags and BLAS).
+const char *kBaselineSource = R"(
+#include "attnc/unfused.h"
+#include <cblas.h>
+#include <chrono>
+#include <vector>
+namespace {
+struct Dense {
+  static constexpr bool kCausal = false, kKeyPadding = false, kHasScoreMod = false, kHasMask = false;
+  static constexpr int kNumParams = 0;
+  static inline float score(float s, int, int, int, int, const float *, int) { return s; }
+  static inline float score_grad(float, int, int, int, int, const float *, int, float *) { return 1.0f; }
+  static inline bool keep(int, int, int, int, const float *, int) { return true; }
+};
+}
+extern "C" int bench_unfused_fwd(const attnc::AttnFwdArgs *a, int headDim) {
+  switch (headDim) {
+  case 32: return attnc::cpu::unfused_fwd<32, Dense>(*a);
+  case 64: return attnc::cpu::unfused_fwd<64, Dense>(*a);
+  case 128: return attnc::cpu::unfused_fwd<128, Dense>(*a);
+  default: return 2;
+  }
+}
+extern "C" double bench_sgemm_gflops(int n, int repeats) {
+  std::vector<float> a(size_t(n) * n, 1.0f), b(size_t(n) * n, 0.5f), c(size_t(n) * n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * n * n * double(n) / s / 1e9);
+  }
+  return best;
+}
+)";
+
+struct Row {
+  int n;
+  double denseFwd = NAN, denseFwdBwd = NAN, unfusedFwd = NAN;
+  std::vector<double> lrFwd, lrFwdBwd;
+  double denseBytes = 0, unfusedBytes = 0;
+  std::vector<double> lrBytes;
+};
+
+std::string fmt(double v, int prec = 2) {
+  if (std::isnan(v))
+    return "-";
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(prec) << v;
+  return os.str();
+}
+
+/// A log-log plot of forward time against N, one line per kernel.
+void writeSvg(const std::string &path, const std::vector<Row> &rows,
+              const std::vector<int> &ranks) {
+  const double W = 640, Hh = 400, L = 70, R = 160, T = 30, Bm = 50;
+  double tmin = 1e30, tmax = 0;
+  auto consider = [&](double t) {
+    if (!std::isnan(t) && t > 0)
+      tmin = std::min(tmin, t), tmax = std::max(tmax, t);
+  };
+  for (const Row &r : rows) {
+    consider(r.denseFwd);
+    consider(r.unfusedFwd);
+    for (double t : r.lrFwd)
+      consider(t);
+  }
+  if (rows.empty() || tmax <= 0)
+    return;
+  double nmin = rows.front().n, nmax = rows.back().n;
+  auto x = [&](double n) {
+    return L + (nmax > nmin ? std::log(n / nmin) / std::log(nmax / nmin) : 0.5) * (W - L - R);
+  };
+  auto y = [&](double t) {
+    return T + (1 - std::log(t / tmin) / std::log(std::max(tmax / tmin, 1.0001))) * (Hh - T - Bm);
+  };
+  std::ofstream os(path);
+  os << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << Hh
+     << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n"
+     << "<text x='" << L << "' y='18'>attnc bench: forward time (ms, log) vs sequence length (log)</text>\n"
+     << "<line x1='" << L << "' y1='" << Hh - Bm << "' x2='" << W - R << "' y2='" << Hh - Bm
+     << "' stroke='black'/>\n<line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='"
+     << Hh - Bm << "' stroke='black'/>\n";
+  for (const Row &r : rows)
+    os << "<text x='" << x(r.n) - 14 << "' y='" << Hh - Bm + 16 << "'>" << r.n << "</text>\n";
+  for (double t : {tmin, std::sqrt(tmin * tmax), tmax})
+    os << "<text x='4' y='" << y(t) + 4 << "'>" << fmt(t, t < 10 ? 2 : 0) << "</text>\n";
+  const char *colors[] = {"#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"};
+  auto line = [&](const std::string &label, int ci, auto get) {
+    std::string pts;
+    for (const Row &r : rows) {
+      double t = get(r);
+      if (!std::isnan(t))
+        pts += fmt(x(r.n), 1) + "," + fmt(y(t), 1) + " ";
+    }
+    if (pts.empty())
+      return;
+    os << "<polyline fill='none' stroke-width='2' stroke='" << colors[ci % 6] << "' points='"
+       << pts << "'/>\n<text x='" << W - R + 10 << "' y='" << T + 18 * ci + 10 << "' fill='"
+       << colors[ci % 6] << "'>" << label << "</text>\n";
+  };
+  line("dense (fused)", 0, [](const Row &r) { return r.denseFwd; });
+  line("unfused", 1, [](const Row &r) { return r.unfusedFwd; });
+  for (size_t i = 0; i < ranks.size(); ++i)
+    line("low-rank k=" + std::to_string(ranks[i]), int(2 + i),
+         [i](const Row &r) { return r.lrFwd[i]; });
+  os << "</svg>\n";
+}
+
+} // namespace
+
+int runBench(const BenchOptions &opt) {
+  if (opt.target != "cpu") {
+    std::cerr << "attnc bench: --target cuda needs a GPU machine and is not implemented yet\n";
+    return kExitNotImplemented;
+  }
+  bool tty = isatty(STDERR_FILENO);
+  MLIRContext context;
+  registerAttncDialects(context);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&context));
+  OpBuilder b(module->getBody(), module->getBody()->end());
+  auto autoTile = attn::TileAttr::getAuto(&context);
+  auto dense = b.create<attn::VariantOp>(b.getUnknownLoc(), "dense", nullptr, nullptr, false,
+                                         false, false, nullptr, nullptr, nullptr, autoTile);
+  std::vector<attn::VariantOp> lowrank;
+  for (int k : opt.ranks)
+    lowrank.push_back(b.create<attn::VariantOp>(
+        b.getUnknownLoc(), "lowrank_k" + std::to_string(k),
+        attn::LowRankAttr::get(&context, k, attn::ShareMode::headwise), nullptr, false, false,
+        false, nullptr, nullptr, nullptr, autoTile));
+
+  // Baseline and peak probe.
+  HostCompiler compiler(&KernelCache::processDefault());
+  HostCompileOptions hostOptions;
+  hostOptions.includeDirs = defaultKernelIncludeDirs();
+  hostOptions.flags = {"-DATTNC_USE_CBLAS", "-lopenblas"};
+  Expected<SharedObject> baseline =
+      compiler.compileAndLoad("attnc_bench_baseline.cpp", kBaselineSource, hostOptions);
+  if (!baseline) {
+    std::cerr << "attnc bench: error: " << baseline.error() << "\n";
+    return kExitInput;
+  }
+  auto unfused = baseline->function<int(const AttnFwdArgs *, int)>("bench_unfused_fwd");
+  auto sgemm = baseline->function<double(int, int)>("bench_sgemm_gflops");
+  if (!unfused || !sgemm) {
+    std::cerr << "attnc bench: error: " << (unfused ? sgemm.error() : unfused.error()) << "\n";
+    return kExitInput;
+  }
+  double peak = (*sgemm)(1024, 5);
+
+  std::cout << "attnc bench (cpu): B=" << opt.batch << " H=" << opt.heads << " D=" << opt.headDim
+            << ", fp32, median of " << opt.repeats << " after a warm-up; measured SGEMM peak "
+            << fmt(peak, 1) << " GFLOP/s\n";
+  std::mt19937 rng(1234);
+  std::vector<Row> rows;
+  int B = opt.batch, H = opt.heads, D = opt.headDim;
+  for (int N : opt.lengths) {
+    Row row;
+    row.n = N;
+    st::Tensor q = randomTensor({B, H, N, D}, rng, 1.f), k = randomTensor({B, H, N, D}, rng, 1.f),
+               v = randomTensor({B, H, N, D}, rng, 1.f), dout = randomTensor({B, H, N, D}, rng, 1.f);
+    bool withBwd = opt.backward && N <= opt.maxBackwardN;
+    codegen::AttentionShape shape;
+    shape.batch = B, shape.heads = H, shape.seq = N, shape.maxSeq = N, shape.headDim = D;
+    shape.elementType = FloatType::getF32(&context);
+    shape.differentiate = withBwd;
+    auto progress = [&](const std::string &what) {
+      if (tty)
+        std::cerr << "\r  N=" << N << ": " << what << "            " << std::flush;
+    };
+    double io = 4.0 * B * H * N * D * 4 + 4.0 * B * H * N; // q, k, v, out, lse
+    // Dense fused.
+    progress("dense");
+    std::optional<CpuAttention> fused;
+    if (int rc = compileCpuAttention(*module, dense, shape, fused))
+      return rc;
+    AttentionInputs in;
+    in.q = &q, in.k = &k, in.v = &v;
+    row.denseFwd = medianMs(opt.repeats, [&] { (void)fused->run(in); });
+    row.denseBytes = io;
+    if (withBwd) {
+      AttentionInputs g = in;
+      g.dout = &dout;
+      row.denseFwdBwd = medianMs(opt.repeats, [&] { (void)fused->run(g); });
+    }
+    // Unfused: materialises the N x N scores.
+    if (N <= opt.maxUnfusedN) {
+      progress("unfused");
+      std::vector<float> out(size_t(B) * H * N * D), lse(size_t(B) * H * N);
+      AttnFwdArgs a{};
+      a.q = q.data.data(), a.k = k.data.data(), a.v = v.data.data();
+      a.out = out.data(), a.lse = lse.data(), a.B = B, a.H = H, a.Nq = N, a.Nk = N;
+      a.scale = float(1 / std::sqrt(double(D)));
+      row.unfusedFwd = medianMs(opt.repeats, [&] { (void)(*unfused)(&a, D); });
+      row.unfusedBytes = io + 4.0 * B * H * double(N) * N;
+    }
+    // Low-rank.
+    for (size_t i = 0; i < lowrank.size(); ++i) {
+      int kr = opt.ranks[i];
+      progress("low-rank k=" + std::to_string(kr));
+      st::Tensor e = randomTensor({kr, N}, rng, 1.f / std::sqrt(float(N))),
+                 f = randomTensor({kr, N}, rng, 1.f / std::sqrt(float(N)));
+      std::optional<CpuAttention> lr;
+      if (int rc = compileCpuAttention(*module, lowrank[i], shape, lr))
+        return rc;
+      AttentionInputs li = in;
+      li.E = &e, li.F = &f;
+      row.lrFwd.push_back(medianMs(opt.repeats, [&] { (void)lr->run(li); }));
+      row.lrBytes.push_back(io + 2.0 * kr * N * 4 + 2.0 * B * H * kr * D * 4);
+      if (withBwd) {
+        AttentionInputs lg = li;
+        lg.dout = &dout;
+        row.lrFwdBwd.push_back(medianMs(opt.repeats, [&] { (void)lr->run(lg); }));
+      } else {
+        row.lrFwdBwd.push_back(NAN);
+      }
+    }
+    if (tty)
+      std::cerr << "\r" << std::string(60, ' ') << "\r";
+    rows.push_back(row);
+  }
+
+  // Table.
+  auto gflops = [&](double flops, double ms) { return flops / (ms * 1e-3) / 1e9; };
+  std::cout << "\nforward (ms)          N   dense  unfused  fused/unfused";
+  for (int kr : opt.ranks)
+    std::cout << "   lr" << kr << "  dense/lr" << kr;
+  std::cout << "   dense GFLOP/s  %peak\n";
+  for (const Row &r : rows) {
+    double flops = 4.0 * B * H * double(r.n) * r.n * D;
+    std::cout << std::setw(20) << r.n << std::setw(8) << fmt(r.denseFwd) << std::setw(9)
+              << fmt(r.unfusedFwd) << std::setw(15)
+              << fmt(r.unfusedFwd / r.denseFwd) + "x";
+    for (size_t i = 0; i < opt.ranks.size(); ++i)
+      std::cout << std::setw(8) << fmt(r.lrFwd[i]) << std::setw(11)
+                << fmt(r.denseFwd / r.lrFwd[i]) + "x";
+    double g = gflops(flops, r.denseFwd);
+    std::cout << std::setw(16) << fmt(g, 1) << std::setw(7) << fmt(100 * g / peak, 0) << "\n";
+  }
+  if (opt.backward) {
+    std::cout << "\nforward+backward (ms)  N   dense";
+    for (int kr : opt.ranks)
+      std::cout << "   lr" << kr << "  dense/lr" << kr;
+    std::cout << "   dense GFLOP/s  %peak\n";
+    for (const Row &r : rows) {
+      if (std::isnan(r.denseFwdBwd))
+        continue;
+      double flops = 3.5 * 4.0 * B * H * double(r.n) * r.n * D;
+      std::cout << std::setw(21) << r.n << std::setw(8) << fmt(r.denseFwdBwd);
+      for (size_t i = 0; i < opt.ranks.size(); ++i)
+        std::cout << std::setw(8) << fmt(r.lrFwdBwd[i]) << std::setw(11)
+                  << fmt(r.denseFwdBwd / r.lrFwdBwd[i]) + "x";
+      double g = gflops(flops, r.denseFwdBwd);
+      std::cout << std::setw(16) << fmt(g, 1) << std::setw(7) << fmt(100 * g / peak, 0) << "\n";
+    }
+  }
+  std::cout << "\nmemory of the forward's tensors (MiB): dense fused vs unfused (N x N scores)";
+  for (int kr : opt.ranks)
+    std::cout << " vs lr" << kr;
+  std::cout << "\n";
+  for (const Row &r : rows) {
+    std::cout << std::setw(21) << r.n << std::setw(10) << fmt(r.denseBytes / 1048576, 1)
+              << std::setw(10) << fmt(r.unfusedFwd == r.unfusedFwd ? r.unfusedBytes / 1048576 : NAN, 1);
+    for (double bytes : r.lrBytes)
+      std::cout << std::setw(10) << fmt(bytes / 1048576, 1);
+    std::cout << "\n";
+  }
+
+  std::ofstream csv(opt.csv);
+  csv << "n,kernel,pass,ms,gflops,peak_gflops,bytes\n";
+  for (const Row &r : rows) {
+    double flops = 4.0 * B * H * double(r.n) * r.n * D;
+    auto put = [&](const std::string &kernel, const char *pass, double ms, double f, double bytes) {
+      if (!std::isnan(ms))
+        csv << r.n << "," << kernel << "," << pass << "," << ms << "," << gflops(f, ms) << ","
+            << peak << "," << bytes << "\n";
+    };
+    put("dense", "fwd", r.denseFwd, flops, r.denseBytes);
+    put("dense", "fwd+bwd", r.denseFwdBwd, 3.5 * flops, r.denseBytes);
+    put("unfused", "fwd", r.unfusedFwd, flops, r.unfusedBytes);
+    for (size_t i = 0; i < opt.ranks.size(); ++i) {
+      double lf = 4.0 * B * H * double(r.n) * opt.ranks[i] * D * 2;
+      put("lowrank_k" + std::to_string(opt.ranks[i]), "fwd", r.lrFwd[i], lf, r.lrBytes[i]);
+      put("lowrank_k" + std::to_string(opt.ranks[i]), "fwd+bwd", r.lrFwdBwd[i], 3.5 * lf,
+          r.lrBytes[i]);
+    }
+  }
+  writeSvg(opt.svg, rows, opt.ranks);
+  std::cout << "\nwrote " << opt.csv << " and " << opt.svg << "\n";
+  return kExitOk;
+}
+
+} // namespace attnc::driver

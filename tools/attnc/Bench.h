@@ -1,0 +1,30 @@
+//===- Bench.h - attnc bench: attention kernels side by side ----*- C++ -*-===//
+#ifndef ATTNC_TOOLS_ATTNC_BENCH_H
+#define ATTNC_TOOLS_ATTNC_BENCH_H
+
+#include <string>
+#include <vector>
+
+namespace attnc::driver {
+
+struct BenchOptions {
+  std::string target = "cpu";
+  std::vector<int> lengths = {512, 1024, 2048, 4096, 8192, 16384};
+  std::vector<int> ranks = {128, 256};
+  int batch = 1, heads = 4, headDim = 64;
+  int repeats = 3;
+  bool backward = true;
+  int maxBackwardN = 8192; ///< fwd+bwd is timed up to this N
+  int maxUnfusedN = 8192;  ///< the unfused baseline materialises N x N scores
+  std::string csv = "attnc-bench.csv";
+  std::string svg = "attnc-bench.svg";
+};
+
+/// Times dense fused, unfused (GEMM + softmax + GEMM) and low-rank attention
+/// over the lengths, prints a table with ratios and GFLOP/s against the
+/// machine's measured SGEMM peak, and writes a CSV and an SVG plot.
+int runBench(const BenchOptions &options);
+
+} // namespace attnc::driver
+
+#endif // ATTNC_TOOLS_ATTNC_BENCH_H

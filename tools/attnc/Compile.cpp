@@ -1,0 +1,197 @@
+//===- Compile.cpp - Spec to kernels and artifacts ------------------------===//
+#include "tools/attnc/Compile.h"
+
+#include "codegen/Manifest.h"
+#include "dsl/AttnDialect.h"
+#include "passes/Passes.h"
+
+#include "codegen/TileModel.h"
+#include "runtime/KernelCache.h"
+#include "runtime/NvrtcCompiler.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/SHA256.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+using namespace mlir;
+
+namespace attnc::driver {
+
+std::string sha256Hex(const std::string &text) {
+  std::array<uint8_t, 32> digest = llvm::SHA256::hash(
+      llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(text.data()), text.size()));
+  static const char hex[] = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : digest) {
+    out.push_back(hex[b >> 4]);
+    out.push_back(hex[b & 15]);
+  }
+  return out;
+}
+
+int compileFunctions(ModuleOp module, const std::string &target, const std::string &arch,
+                     CompiledKernels &out) {
+  PassManager pm(module.getContext());
+  codegen::buildKernelPipeline(pm, target, arch);
+  if (failed(pm.run(module)))
+    return kExitInput;
+  llvm::raw_string_ostream os(out.source);
+  if (failed(codegen::emitKernels(module, target == "cpu" ? codegen::Target::Cpu
+                                                          : codegen::Target::Cuda,
+                                  os, out.kernels)))
+    return kExitInput;
+  return kExitOk;
+}
+
+int compileModels(ModuleOp module, const std::string &target, const std::string &arch,
+                  CompiledKernels &out) {
+  PassManager resolve(module.getContext());
+  ResolveTunablesOptions options;
+  options.report = true;
+  resolve.addPass(createResolveTunables(options));
+  if (failed(resolve.run(module)))
+    return kExitInput;
+
+  SmallVector<attn::ModelOp> models(module.getOps<attn::ModelOp>());
+  if (models.empty()) {
+    std::cerr << "attnc: error: the spec has no model, so no head dim or dtype to compile "
+                 "its attention for; use 'attnc run --op attention:NAME' with inputs\n";
+    return kExitInput;
+  }
+  for (attn::ModelOp model : models) {
+    auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
+    auto variant = SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(
+        model, layer.getAttentionAttr());
+    if (variant.getLsh()) {
+      std::cerr << "attnc: model '" << model.getSymName().str()
+                << "' uses LSH attention, whose kernels are not implemented yet\n";
+      return kExitNotImplemented;
+    }
+    codegen::AttentionShape shape;
+    shape.heads = model.getHeads();
+    shape.maxSeq = model.getSeq();
+    shape.headDim = model.getDModel() / model.getHeads();
+    Builder b(module.getContext());
+    // The CPU backend computes in f32 whatever the model's dtype.
+    attn::DType dtype = target == "cpu" ? attn::DType::fp32 : model.getDtype();
+    shape.elementType = dtype == attn::DType::fp16   ? b.getF16Type()
+                        : dtype == attn::DType::bf16 ? b.getBF16Type()
+                                                     : b.getF32Type();
+    shape.withLengths = true;
+    shape.differentiate = true;
+    if (failed(codegen::buildAttentionFunction(module, variant,
+                                               (model.getSymName() + "_attention").str(),
+                                               shape)))
+      return kExitInput;
+  }
+  return compileFunctions(module, target, arch, out);
+}
+
+int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std::ostream &os) {
+  Expected<GpuArch> gpu = parseGpuArch(arch);
+  if (!gpu) {
+    std::cerr << "attnc: error: " << gpu.error() << "\n";
+    return kExitInput;
+  }
+  NvrtcCompiler nvrtc(&KernelCache::processDefault());
+  NvrtcOptions options;
+  options.arch = arch;
+  options.includeDirs = {ATTNC_SOURCE_DIR "/codegen", ATTNC_SOURCE_DIR "/codegen/cuda/include"};
+  Expected<Cubin> cubin = nvrtc.compile("attnc_kernels.cu", compiled.source, options);
+  if (!cubin) {
+    std::cerr << "attnc: error: " << cubin.error() << "\n";
+    return kExitInput;
+  }
+  int limit = attnc::tile::smemLimitBytes(gpu->sm);
+  int failures = 0;
+  os << "NVRTC " << NvrtcCompiler::version() << " " << arch << ": "
+     << (cubin->fromCache ? "from cache" : "compiled") << ", " << cubin->image.size()
+     << " bytes of CUBIN\n";
+  for (const codegen::KernelInfo &k : compiled.kernels)
+    for (const std::string &entry : k.entryPoints) {
+      const KernelResources *r = cubin->kernel(entry);
+      if (!r) {
+        os << "  " << entry << ": MISSING from the ptxas report\n";
+        ++failures;
+        continue;
+      }
+      // Only the attention loops use the tile's dynamic shared memory.
+      bool usesTile = entry.find("_preprocess_") == std::string::npos &&
+                      entry.find("_dparams_") == std::string::npos;
+      int smem = r->staticSmemBytes + (usesTile ? int(k.smemBytes) : 0);
+      bool ok = !r->spills() && r->registers <= attnc::tile::kMaxRegsPerThread && smem <= limit;
+      os << "  " << (ok ? "ok  " : "FAIL") << " " << entry << ": " << r->registers
+         << " registers, " << r->spillStoreBytes << "+" << r->spillLoadBytes
+         << " bytes spilled, " << smem << " of " << limit << " bytes shared memory\n";
+      failures += !ok;
+    }
+  if (failures) {
+    std::cerr << "attnc: error: " << failures << " kernel(s) failed the " << arch
+              << " resource check\n";
+    return kExitInput;
+  }
+  return kExitOk;
+}
+
+/// Writes `text` to `path` via a temporary file and a rename.
+static bool writeAtomically(const std::filesystem::path &path, const std::string &text,
+                            std::string &err) {
+  std::filesystem::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!(f << text) || !f.flush()) {
+      err = "cannot write '" + tmp.string() + "'";
+      return false;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    err = "cannot rename '" + tmp.string() + "' to '" + path.string() + "': " + ec.message();
+    return false;
+  }
+  return true;
+}
+
+int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp module,
+                  const std::string &target, const std::string &arch,
+                  const CompiledKernels &compiled) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir)) {
+    std::cerr << "attnc: error: cannot create the artifact directory '" << dir
+              << "': " << (ec ? ec.message() : "not a directory") << "\n";
+    return kExitInput;
+  }
+  codegen::ManifestInfo info;
+  info.specHash = sha256Hex(specText);
+  info.target = target;
+  info.arch = target == "cpu" ? "host" : arch;
+  info.source = target == "cpu" ? "kernels.cpp" : "kernels.cu";
+  info.kernels = compiled.kernels;
+  std::string manifest, ir;
+  llvm::raw_string_ostream ms(manifest), is(ir);
+  codegen::writeManifest(info, ms);
+  module.print(is);
+  std::string err;
+  std::filesystem::path root(dir);
+  // The manifest goes last: a directory with a manifest is complete.
+  if (!writeAtomically(root / info.source, compiled.source, err) ||
+      !writeAtomically(root / "attn.mlir", ir + "\n", err) ||
+      !writeAtomically(root / "manifest.json", manifest, err)) {
+    std::cerr << "attnc: error: " << err << "\n";
+    return kExitInput;
+  }
+  std::cout << "wrote " << dir << "/{manifest.json," << info.source << ",attn.mlir}: "
+            << compiled.kernels.size() << " kernel(s) for " << info.target << " "
+            << info.arch << "\n";
+  return kExitOk;
+}
+
+} // namespace attnc::driver

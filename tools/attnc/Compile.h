@@ -1,0 +1,50 @@
+//===- Compile.h - Spec to kernels and artifacts ----------------*- C++ -*-===//
+#ifndef ATTNC_TOOLS_ATTNC_COMPILE_H
+#define ATTNC_TOOLS_ATTNC_COMPILE_H
+
+#include "codegen/AttentionFunction.h"
+#include "codegen/KernelEmitter.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <string>
+#include <vector>
+
+namespace attnc::driver {
+
+constexpr int kExitOk = 0;
+constexpr int kExitInput = 1;
+constexpr int kExitNotImplemented = 2;
+
+struct CompiledKernels {
+  std::string source; ///< the CUDA or C++ translation unit
+  std::vector<codegen::KernelInfo> kernels;
+};
+
+/// Runs the kernel pipeline on `module` (which holds attention functions) and
+/// emits the kernels. Returns an exit code; diagnostics are already printed.
+int compileFunctions(mlir::ModuleOp module, const std::string &target, const std::string &arch,
+                     CompiledKernels &out);
+
+/// Resolves tunables, builds one differentiable attention function per model
+/// (batch and sequence dynamic), then compileFunctions().
+int compileModels(mlir::ModuleOp module, const std::string &target, const std::string &arch,
+                  CompiledKernels &out);
+
+/// Writes DIR/manifest.json, DIR/kernels.{cu,cpp} and DIR/attn.mlir, each
+/// atomically (a reader never sees a partial file).
+int writeArtifact(const std::string &dir, const std::string &specText, mlir::ModuleOp module,
+                  const std::string &target, const std::string &arch,
+                  const CompiledKernels &compiled);
+
+/// Compiles the CUDA source with NVRTC for `arch` and checks every entry
+/// point: it compiles, spills no registers, and its static plus dynamic
+/// shared memory fits the arch. Prints a resource table to `os`.
+int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std::ostream &os);
+
+/// SHA-256 of `text` in hex.
+std::string sha256Hex(const std::string &text);
+
+} // namespace attnc::driver
+
+#endif // ATTNC_TOOLS_ATTNC_COMPILE_H

@@ -1,0 +1,34 @@
+//===- Run.h - attnc run: one attention op on safetensors inputs -*- C++ -*-===//
+#ifndef ATTNC_TOOLS_ATTNC_RUN_H
+#define ATTNC_TOOLS_ATTNC_RUN_H
+
+#include "codegen/AttentionFunction.h"
+#include "runtime/CpuAttention.h"
+
+#include <optional>
+#include <string>
+
+namespace attnc::driver {
+
+struct RunOptions {
+  std::string spec;
+  std::string op = "attention";
+  std::string inputs, weights, grad, output;
+  std::string target = "cpu";
+  std::string arch = "sm_80";
+  uint64_t seed = 0;
+};
+
+/// `attnc run SPEC --op attention[:NAME] ...` (DESIGN.md §5). Returns an exit
+/// code; every error names the file, the tensor and the expected shape.
+int runAttention(const RunOptions &options);
+
+/// Compiles one variant for the CPU at the given shape (building the
+/// attention function, running the kernel pipeline, emitting and compiling
+/// the C++). On failure prints the error and returns an exit code.
+int compileCpuAttention(mlir::ModuleOp module, attn::VariantOp variant,
+                        const codegen::AttentionShape &shape, std::optional<CpuAttention> &out);
+
+} // namespace attnc::driver
+
+#endif // ATTNC_TOOLS_ATTNC_RUN_H
