@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(cmake ninja-build g++ python3 libgtest-dev
           llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
-          libcli11-dev nlohmann-json3-dev)
+          libcli11-dev nlohmann-json3-dev libopenblas-dev)
 
 missing=()
 for p in "${packages[@]}"; do
