@@ -22,7 +22,8 @@ std::string dirName(const std::string &path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-/// write(2) until done, retrying on EINTR and short writes.
+} // namespace
+
 bool writeAll(int fd, const char *p, size_t n) {
   while (n) {
     ssize_t w = ::write(fd, p, n);
@@ -35,8 +36,6 @@ bool writeAll(int fd, const char *p, size_t n) {
   }
   return true;
 }
-
-} // namespace
 
 int readFileErrno(const std::string &path, std::string &out) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

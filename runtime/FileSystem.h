@@ -29,6 +29,9 @@ Status writeFileAtomic(const std::string &path, std::string_view bytes,
                        const std::string &tempPrefix = ".tmp-",
                        unsigned mode = 0644);
 
+/// write(2) until done, retrying on EINTR and short writes.
+bool writeAll(int fd, const char *p, size_t n);
+
 /// mkdir -p; the error names the directory and the reason.
 Status createDirectories(const std::string &path);
 

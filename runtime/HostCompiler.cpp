@@ -47,18 +47,7 @@ std::string safeFileName(const std::string &name) {
 
 /// Writes the whole buffer to `fd`.
 bool writeAll(int fd, const std::string &bytes) {
-  const char *p = bytes.data();
-  size_t n = bytes.size();
-  while (n) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return false;
-    p += w;
-    n -= size_t(w);
-  }
-  return true;
+  return fs::writeAll(fd, bytes.data(), bytes.size());
 }
 
 /// Keeps the OpenMP runtimes loaded for good once a generated object has

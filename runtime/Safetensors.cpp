@@ -1,14 +1,14 @@
 //===- Safetensors.cpp - Read and write .safetensors files ----------------===//
 #include "runtime/Safetensors.h"
 
+#include "runtime/FileSystem.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <fstream>
-#include <unistd.h>
 
 namespace attnc::st {
 
@@ -222,33 +222,10 @@ std::vector<uint8_t> serialize(const File &file) {
 
 bool write(const std::string &path, const File &file, std::string &err) {
   std::vector<uint8_t> bytes = serialize(file);
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    err = path + ": cannot create '" + tmp + "': " + std::strerror(errno);
-    return false;
-  }
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      err = path + ": write failed: " + std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    err = path + ": fsync/close failed: " + std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return false;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = path + ": rename failed: " + std::strerror(errno);
-    ::unlink(tmp.c_str());
+  Status written = fs::writeFileAtomic(
+      path, std::string_view(reinterpret_cast<const char *>(bytes.data()), bytes.size()));
+  if (!written) {
+    err = written.error();
     return false;
   }
   return true;

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -21,12 +22,11 @@ st::File sample() {
 
 /// A safetensors image with `header` as its JSON and `data` after it.
 std::vector<uint8_t> image(const std::string &header, size_t dataBytes) {
-  std::vector<uint8_t> b(8);
+  std::vector<uint8_t> b(8 + header.size() + dataBytes, 0);
   uint64_t n = header.size();
   for (int i = 0; i < 8; ++i)
     b[i] = static_cast<uint8_t>(n >> (8 * i));
-  b.insert(b.end(), header.begin(), header.end());
-  b.resize(b.size() + dataBytes, 0);
+  std::copy(header.begin(), header.end(), b.begin() + 8);
   return b;
 }
 
@@ -69,7 +69,7 @@ TEST(Safetensors, AtomicWriteReplacesFile) {
   ASSERT_TRUE(st::read(path, g, err)) << err;
   EXPECT_EQ(g.tensors["q"].numel(), 6);
   for (auto &e : std::filesystem::directory_iterator(dir))
-    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos)
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos)
         << "temporary file left behind: " << e.path();
   std::filesystem::remove_all(dir);
 }

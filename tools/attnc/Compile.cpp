@@ -6,6 +6,7 @@
 #include "passes/Passes.h"
 
 #include "codegen/TileModel.h"
+#include "runtime/FileSystem.h"
 #include "runtime/KernelCache.h"
 #include "runtime/NvrtcCompiler.h"
 
@@ -141,22 +142,10 @@ int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std
 /// Writes `text` to `path` via a temporary file and a rename.
 static bool writeAtomically(const std::filesystem::path &path, const std::string &text,
                             std::string &err) {
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!(f << text) || !f.flush()) {
-      err = "cannot write '" + tmp.string() + "'";
-      return false;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    err = "cannot rename '" + tmp.string() + "' to '" + path.string() + "': " + ec.message();
-    return false;
-  }
-  return true;
+  Status written = fs::writeFileAtomic(path.string(), text);
+  if (!written)
+    err = written.error();
+  return bool(written);
 }
 
 int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp module,
