@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The main job, for now: build attnc, compile every example spec, and show
-# what the compiler makes of them (the attn IR, and the tunables it resolves).
+# The main job, for now: build attnc, compile every example spec, show what
+# the compiler makes of them (attn IR, resolved tunables, generated kernels),
+# check the CUDA kernels with NVRTC, and benchmark attention on this CPU.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/build.sh" "$root/build" >/dev/null
 attnc="$root/build/bin/attnc"
+out="$root/build/demo"
+mkdir -p "$out"
 
 for spec in "$root"/examples/*.attn; do
   echo "=== $(basename "$spec")"
@@ -14,5 +17,12 @@ echo
 echo "=== attnc compile examples/alibi_window.attn --emit=mlir"
 "$attnc" compile "$root/examples/alibi_window.attn" --emit=mlir
 echo
-echo "=== attnc compile examples/reformer_lm.attn --emit=lowered (heuristic choices as remarks)"
-"$attnc" compile "$root/examples/reformer_lm.attn" --emit=lowered
+echo "=== attnc compile examples/linformer_encoder.attn -o $out/linformer (artifact)"
+"$attnc" compile "$root/examples/linformer_encoder.attn" -o "$out/linformer" 2>/dev/null
+echo
+echo "=== attnc compile examples/alibi_window.attn --check-nvrtc --arch sm_90"
+"$attnc" compile "$root/examples/alibi_window.attn" --check-nvrtc --arch sm_90 2>/dev/null
+echo
+echo "=== attnc bench (CPU): dense fused vs unfused vs low-rank"
+"$attnc" bench --n 512,1024,2048,4096 --max-backward-n 2048 \
+  --csv "$out/bench.csv" --svg "$out/bench.svg"
