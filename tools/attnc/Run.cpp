@@ -31,13 +31,6 @@ int fail(const std::string &msg) {
   return kExitInput;
 }
 
-std::string shapeStr(const std::vector<int64_t> &shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 /// Checks one tensor's dtype and shape (-1: any size); the error names the
 /// file, the tensor and what was expected.
 bool expectTensor(const std::string &file, const std::string &name, const st::Tensor &t,
