@@ -206,9 +206,8 @@ void writeSvg(const std::string &path, const std::vector<Row> &rows,
 } // namespace
 
 int runBench(const BenchOptions &opt) {
-  // Spin between parallel regions instead of sleeping: with short kernels a
-  // sleeping pool adds scheduler-tick latency (4 ms steps) to the timings.
-  setenv("OMP_WAIT_POLICY", "ACTIVE", /*overwrite=*/0);
+  // OMP_WAIT_POLICY stays the default: an ACTIVE (always spinning) pool
+  // would steal the cores from OpenBLAS's threads in the unfused baseline.
   if (opt.target != "cpu") {
     std::cerr << "attnc bench: --target cuda needs a GPU machine and is not implemented yet\n";
     return kExitNotImplemented;
