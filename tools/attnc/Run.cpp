@@ -6,6 +6,7 @@
 #include "dsl/AttnDialect.h"
 #include "dsl/MLIRGen.h"
 #include "dsl/Parser.h"
+#include "runtime/AttentionIO.h"
 #include "runtime/CpuAttention.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/KernelCache.h"
@@ -29,55 +30,6 @@ namespace {
 int fail(const std::string &msg) {
   std::cerr << "attnc run: error: " << msg << "\n";
   return kExitInput;
-}
-
-/// Checks one tensor's dtype and shape (-1: any size); the error names the
-/// file, the tensor and what was expected.
-bool expectTensor(const std::string &file, const std::string &name, const st::Tensor &t,
-                  st::DType dtype, const std::vector<int64_t> &shape, const std::string &what,
-                  std::string &err) {
-  bool ok = t.dtype == dtype && t.shape.size() == shape.size();
-  for (size_t i = 0; ok && i < shape.size(); ++i)
-    ok = shape[i] < 0 || shape[i] == t.shape[i];
-  if (ok)
-    return true;
-  std::string want = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    want += (i ? ", " : "") + (shape[i] < 0 ? std::string("*") : std::to_string(shape[i]));
-  err = file + ": tensor '" + name + "' is " + st::dtypeName(t.dtype) + " " + t.shapeStr() +
-        "; expected " + st::dtypeName(dtype) + " " + want + "]" + (what.empty() ? "" : " " + what);
-  return false;
-}
-
-/// Counter-based normal samples: the same (seed, tensor, index) always gives
-/// the same value, on any machine and in any order.
-float normalAt(uint64_t seed, const std::string &tensor, uint64_t index) {
-  auto mix = [](uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  uint64_t key = seed;
-  for (char c : tensor)
-    key = mix(key ^ static_cast<uint8_t>(c));
-  uint64_t a = mix(key ^ (2 * index)), b = mix(key ^ (2 * index + 1));
-  double u1 = (double(a >> 11) + 1.0) / 9007199254740993.0; // (0, 1]
-  double u2 = double(b >> 11) / 9007199254740992.0;
-  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-}
-
-st::Tensor randomProjection(uint64_t seed, const std::string &name, std::vector<int64_t> shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  int64_t k = shape[shape.size() - 2], nmax = shape.back();
-  // Xavier-normal scale over [k, Nmax], as fairseq initialises Linformer's E.
-  float stddev = float(std::sqrt(2.0 / double(k + nmax)));
-  std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i)
-    v[i] = stddev * normalAt(seed, name, uint64_t(i));
-  return st::Tensor::f32(std::move(shape), v);
 }
 
 } // namespace
@@ -165,120 +117,30 @@ int runAttention(const RunOptions &opt) {
     return kExitNotImplemented;
   }
 
-  // --- inputs
-  std::string err;
-  st::File in, weights, grad;
-  if (!st::read(opt.inputs, in, err))
-    return fail(err);
-  auto get = [&](st::File &f, const std::string &file, const std::string &t,
-                 bool required) -> const st::Tensor * {
-    auto it = f.tensors.find(t);
-    if (it != f.tensors.end())
-      return &it->second;
-    if (required)
-      err = file + ": missing tensor '" + t + "'";
-    return nullptr;
-  };
-  const st::Tensor *q = get(in, opt.inputs, "q", true);
-  const st::Tensor *k = q ? get(in, opt.inputs, "k", true) : nullptr;
-  const st::Tensor *v = k ? get(in, opt.inputs, "v", true) : nullptr;
-  if (!v)
-    return fail(err);
-  if (q->shape.size() != 4 || q->dtype != st::DType::F32)
-    return fail(opt.inputs + ": tensor 'q' is " + st::dtypeName(q->dtype) + " " +
-                q->shapeStr() + "; expected F32 [B, H, N, Dh]");
-  int64_t B = q->shape[0], H = q->shape[1], N = q->shape[2], D = q->shape[3];
-  if (!expectTensor(opt.inputs, "k", *k, st::DType::F32, {B, H, N, D}, "(like q)", err) ||
-      !expectTensor(opt.inputs, "v", *v, st::DType::F32, {B, H, N, D}, "(like q)", err))
-    return fail(err);
-  if (B < 1 || H < 1 || N < 1 || D < 1)
-    return fail(opt.inputs + ": tensor 'q' " + q->shapeStr() + " has an empty dimension");
-  const st::Tensor *lengths = get(in, opt.inputs, "lengths", false);
-  if (lengths) {
-    if (!expectTensor(opt.inputs, "lengths", *lengths, st::DType::I32, {B}, "", err))
-      return fail(err);
-    const int32_t *len = reinterpret_cast<const int32_t *>(lengths->data.data());
-    for (int64_t b = 0; b < B; ++b)
-      if (len[b] < 0 || len[b] > N)
-        return fail(opt.inputs + ": lengths[" + std::to_string(b) + "] = " +
-                    std::to_string(len[b]) + " is outside [0, " + std::to_string(N) + "]");
-    if (!variant.getKeyPadding())
-      std::cerr << "attnc run: warning: '" << variant.getSymName().str()
-                << "' has no 'mask padding'; the 'lengths' input is ignored\n";
-  }
-  if (!opt.weights.empty() && !st::read(opt.weights, weights, err))
-    return fail(err);
-  const st::Tensor *dout = nullptr;
-  if (!opt.grad.empty()) {
-    if (!st::read(opt.grad, grad, err))
-      return fail(err);
-    if (!(dout = get(grad, opt.grad, "dout", true)))
-      return fail(err);
-    if (!expectTensor(opt.grad, "dout", *dout, st::DType::F32, {B, H, N, D}, "(like q)", err))
-      return fail(err);
-  }
-
-  // --- weights: from the file, or drawn from the seed
-  st::Tensor eStore, fStore, paramStore;
-  const st::Tensor *E = nullptr, *F = nullptr, *params = nullptr;
+  // --- inputs and weights (runtime/AttentionIO.h)
+  AttentionSignature sig;
+  sig.name = variant.getSymName().str();
+  sig.keyPadding = variant.getKeyPadding();
   if (auto lr = variant.getLowrankAttr()) {
-    bool perHead = lr.getShare() == attn::ShareMode::none;
-    bool shared = lr.getShare() == attn::ShareMode::kv || lr.getShare() == attn::ShareMode::layerwise;
-    E = get(weights, opt.weights, "E", false);
-    int64_t kRows = lr.isAutoK() ? (E ? E->shape[E->shape.size() - 2] : std::min<int64_t>(256, N))
-                                 : lr.getK();
-    std::vector<int64_t> want = perHead ? std::vector<int64_t>{H, kRows, -1}
-                                        : std::vector<int64_t>{kRows, -1};
-    std::string what = perHead ? "([H, k, Nmax] with share = none)" : "([k, Nmax])";
-    if (E && !expectTensor(opt.weights, "E", *E, st::DType::F32, want, what, err))
-      return fail(err);
-    int64_t nmax = E ? E->shape.back() : N;
-    if (nmax < N)
-      return fail(opt.weights + ": tensor 'E' covers " + std::to_string(nmax) +
-                  " positions; the inputs have N = " + std::to_string(N));
-    want.back() = nmax;
-    if (!E) {
-      eStore = randomProjection(opt.seed, "E", perHead ? std::vector<int64_t>{H, kRows, nmax}
-                                                       : std::vector<int64_t>{kRows, nmax});
-      E = &eStore;
-    }
-    F = get(weights, opt.weights, "F", false);
-    if (shared && F)
-      return fail(opt.weights + ": tensor 'F' given, but share = " +
-                  stringifyShareMode(lr.getShare()).str() + " uses E for both keys and values");
-    if (!shared) {
-      if (F && !expectTensor(opt.weights, "F", *F, st::DType::F32, want, "(like E)", err))
-        return fail(err);
-      if (!F) {
-        fStore = randomProjection(opt.seed, "F", E->shape);
-        F = &fStore;
-      }
-    }
-    variant.setLowrankAttr(attn::LowRankAttr::get(&context, kRows, lr.getShare()));
+    sig.lowrank = true;
+    sig.share = stringifyShareMode(lr.getShare()).str();
+    sig.k = lr.isAutoK() ? 0 : lr.getK();
   }
-  std::vector<std::string> paramNames;
-  if (auto decls = variant.getParams(); decls && !decls->empty()) {
-    std::vector<float> values;
+  if (auto decls = variant.getParams())
     for (Attribute a : *decls) {
       auto p = llvm::cast<attn::HeadParamAttr>(a);
-      paramNames.push_back(p.getName().str());
-      const st::Tensor *given = get(weights, opt.weights, p.getName().str(), false);
-      if (given) {
-        if (!expectTensor(opt.weights, p.getName().str(), *given, st::DType::F32, {H},
-                          "(one value per head)", err))
-          return fail(err);
-        std::vector<float> g = given->asF32();
-        values.insert(values.end(), g.begin(), g.end());
-        continue;
-      }
-      for (int64_t h = 0; h < H; ++h)
-        values.push_back(p.getInit() == attn::ParamInit::alibi
-                             ? float(std::exp2(-8.0 * double(h + 1) / double(H)))
-                             : float(p.getValue().convertToDouble()));
+      sig.params.push_back({p.getName().str(), p.getInit() == attn::ParamInit::alibi,
+                            float(p.getValue().convertToDouble()), p.getLearned()});
     }
-    paramStore = st::Tensor::f32({int64_t(paramNames.size()), H}, values);
-    params = &paramStore;
-  }
+  Expected<std::unique_ptr<AttentionIO>> loaded =
+      loadAttentionIO(opt.inputs, opt.weights, opt.grad, sig, opt.seed);
+  if (!loaded)
+    return fail(loaded.error());
+  AttentionIO &io = **loaded;
+  int64_t B = io.B, H = io.H, N = io.N, D = io.D;
+  if (sig.lowrank)
+    variant.setLowrankAttr(attn::LowRankAttr::get(
+        &context, io.kRows, variant.getLowrankAttr().getShare()));
 
   // --- compile
   if (opt.target == "cuda") {
@@ -291,10 +153,10 @@ int runAttention(const RunOptions &opt) {
   }
   codegen::AttentionShape shape;
   shape.batch = B, shape.heads = H, shape.seq = N, shape.headDim = D;
-  shape.maxSeq = E ? E->shape.back() : N;
+  shape.maxSeq = sig.lowrank ? io.nmax : N;
   shape.elementType = FloatType::getF32(&context);
-  shape.withLengths = lengths != nullptr;
-  shape.differentiate = dout != nullptr;
+  shape.withLengths = io.inputs.lengths != nullptr;
+  shape.differentiate = io.inputs.dout != nullptr;
   auto t0 = std::chrono::steady_clock::now();
   std::optional<CpuAttention> kernels;
   if (int rc = compileCpuAttention(*module, variant, shape, kernels))
@@ -302,40 +164,18 @@ int runAttention(const RunOptions &opt) {
   auto t1 = std::chrono::steady_clock::now();
 
   // --- run and write
-  AttentionInputs args;
-  args.q = q, args.k = k, args.v = v, args.lengths = lengths;
-  args.E = E, args.F = F, args.params = params, args.dout = dout;
-  Expected<AttentionOutputs> result = kernels->run(args);
+  Expected<AttentionOutputs> result = kernels->run(io.inputs);
   if (!result)
     return fail(result.error());
   auto t2 = std::chrono::steady_clock::now();
-  st::File out;
-  out.metadata["generator"] = "attnc run";
-  out.metadata["variant"] = variant.getSymName().str();
-  out.tensors["out"] = std::move(result->out);
-  out.tensors["lse"] = std::move(result->lse);
-  if (dout) {
-    out.tensors["dq"] = std::move(*result->dq);
-    out.tensors["dk"] = std::move(*result->dk);
-    out.tensors["dv"] = std::move(*result->dv);
-    if (result->dE)
-      out.tensors["dE"] = std::move(*result->dE);
-    if (result->dF)
-      out.tensors["dF"] = std::move(*result->dF);
-    if (result->dparams) {
-      std::vector<float> all = result->dparams->asF32();
-      for (size_t p = 0; p < paramNames.size(); ++p)
-        out.tensors["d" + paramNames[p]] = st::Tensor::f32(
-            {H}, std::vector<float>(all.begin() + p * H, all.begin() + (p + 1) * H));
-    }
-  }
-  if (!st::write(opt.output, out, err))
-    return fail(err);
+  if (Status written = writeAttentionOutputs(opt.output, std::move(*result), io, sig); !written)
+    return fail(written.error());
   auto ms = [](auto a, auto b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
   };
   std::cerr << "attnc run: " << variant.getSymName().str() << " on [" << B << ", " << H << ", "
-            << N << ", " << D << "]" << (dout ? " forward+backward" : " forward")
+            << N << ", " << D << "]"
+            << (io.inputs.dout ? " forward+backward" : " forward")
             << ": kernels " << (kernels->fromCache() ? "from cache" : "compiled") << " in "
             << int(ms(t0, t1)) << " ms, ran in " << ms(t1, t2) << " ms; wrote " << opt.output
             << "\n";

@@ -1,0 +1,61 @@
+//===- AttentionIO.h - Inputs and outputs of one attention op ---*- C++ -*-===//
+//
+// Reads and checks the safetensors files of `attnc run` (q, k, v, lengths;
+// E, F and per-head parameters; dout), fills the weights a file lacks from
+// the seed, and writes out, lse and the gradients. Shared by `attnc run SPEC`
+// (which knows the variant from the spec) and the MLIR-free artifact runner
+// (which knows it from manifest.json). Every error names the file, the
+// tensor and what was expected.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_ATTENTIONIO_H
+#define ATTNC_RUNTIME_ATTENTIONIO_H
+
+#include "runtime/CpuAttention.h"
+
+#include <memory>
+
+namespace attnc {
+
+/// A per-head parameter as the spec declares it.
+struct ParamDecl {
+  std::string name;
+  bool alibi = false; ///< initialised to ALiBi slopes 2^(-8(h+1)/H)
+  float value = 0;    ///< else to this constant
+  bool learned = true;
+};
+
+/// What the inputs must look like for one attention variant.
+struct AttentionSignature {
+  std::string name;
+  bool lowrank = false;
+  std::string share;     ///< none, headwise, kv, layerwise
+  int64_t k = 0;         ///< low-rank rows; 0: E's rows, else min(256, N)
+  bool keyPadding = false;
+  std::vector<ParamDecl> params;
+};
+
+/// Loaded tensors; `inputs` points into this object (keep it alive).
+struct AttentionIO {
+  st::File in, weights, grad;
+  st::Tensor eStore, fStore, paramStore;
+  AttentionInputs inputs;
+  int64_t B = 0, H = 0, N = 0, D = 0;
+  int64_t kRows = 0, nmax = 0; ///< low-rank only
+};
+
+/// Reads `inputsPath` (and `weightsPath`, `gradPath` when not empty).
+Expected<std::unique_ptr<AttentionIO>> loadAttentionIO(const std::string &inputsPath,
+                                                       const std::string &weightsPath,
+                                                       const std::string &gradPath,
+                                                       const AttentionSignature &signature,
+                                                       uint64_t seed);
+
+/// Writes out, lse and (after a backward) dq, dk, dv, dE, dF and
+/// d<param> [H] for every learned parameter, atomically.
+Status writeAttentionOutputs(const std::string &path, AttentionOutputs outputs,
+                             const AttentionIO &io, const AttentionSignature &signature);
+
+} // namespace attnc
+
+#endif // ATTNC_RUNTIME_ATTENTIONIO_H
