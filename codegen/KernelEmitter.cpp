@@ -5,6 +5,8 @@
 
 #include "dsl/AttnDialect.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
@@ -43,6 +45,19 @@ LogicalResult describe(OpTy op, bool backward, Target target, KernelInfo &info) 
   info.kvSource = stringifyKvSource(op.getKvSource()).str();
   info.share = op.getShare() ? stringifyShareMode(*op.getShare()).str() : "";
   info.scale = op.getScale().convertToDouble();
+  if (auto func = op->template getParentOfType<func::FuncOp>())
+    info.function = func.getSymName().str();
+  if (Value e = op.getProjE()) {
+    auto t = llvm::cast<RankedTensorType>(e.getType());
+    info.lowrankK = t.getDimSize(t.getRank() - 2);
+    info.maxSeq = t.getDimSize(t.getRank() - 1);
+  }
+  if (decls)
+    for (Attribute a : decls) {
+      auto p = llvm::cast<HeadParamAttr>(a);
+      info.params.push_back({p.getName().str(), p.getInit() == ParamInit::alibi,
+                             p.getValue().convertToDouble(), p.getLearned()});
+    }
   if (target == Target::Cuda) {
     attnc::tile::TileConfig c{int(info.blockQ), int(info.blockKv), int(info.warps),
                               int(info.stages)};

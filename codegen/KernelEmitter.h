@@ -34,6 +34,16 @@ struct KernelInfo {
   double scale = 1;
   int64_t smemBytes = 0; ///< dynamic shared memory per block (CUDA)
   std::vector<std::string> entryPoints;
+  /// The function holding the op: a forward and its backward share it.
+  std::string function;
+  int64_t lowrankK = 0, maxSeq = 0; ///< E's rows and columns (low-rank)
+  struct Param {
+    std::string name;
+    bool alibi = false;
+    double value = 0;
+    bool learned = true;
+  };
+  std::vector<Param> params;
 };
 
 enum class Target { Cuda, Cpu };

@@ -11,6 +11,12 @@ void writeManifest(const ManifestInfo &info, llvm::raw_ostream &os) {
     llvm::json::Array entries;
     for (const std::string &e : k.entryPoints)
       entries.push_back(e);
+    llvm::json::Array params;
+    for (const KernelInfo::Param &p : k.params)
+      params.push_back(llvm::json::Object{{"name", p.name},
+                                          {"init", p.alibi ? "alibi" : "constant"},
+                                          {"value", p.value},
+                                          {"learned", p.learned}});
     kernels.push_back(llvm::json::Object{
         {"name", k.name},
         {"kind", k.backward ? "backward" : "forward"},
@@ -29,6 +35,10 @@ void writeManifest(const ManifestInfo &info, llvm::raw_ostream &os) {
         {"scale", k.scale},
         {"smem_bytes", k.smemBytes},
         {"entry_points", std::move(entries)},
+        {"function", k.function},
+        {"lowrank_k", k.lowrankK},
+        {"max_seq", k.maxSeq},
+        {"params", std::move(params)},
     });
   }
   llvm::json::Object root{{"format_version", kManifestVersion},

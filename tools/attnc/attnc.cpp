@@ -245,7 +245,8 @@ int main(int argc, char **argv) {
   attnc::driver::RunOptions ropts;
   CLI::App *run = app.add_subcommand(
       "run", "Run one attention op on safetensors inputs (forward, and backward with --grad)");
-  run->add_option("spec", ropts.spec, "the .attn spec file")->required();
+  run->add_option("spec", ropts.spec, "the .attn spec file, or an artifact directory")
+      ->required();
   run->add_option("--op", ropts.op, "attention or attention:NAME")->capture_default_str();
   run->add_option("--inputs", ropts.inputs,
                   "safetensors with q, k, v [B, H, N, Dh] f32 and optional lengths [B] i32")

@@ -1,0 +1,69 @@
+//===- attnc-rt.cpp - Run attnc artifacts without MLIR --------------------===//
+//
+// The runtime's own command line, for machines with CUDA and a C++ compiler
+// but no MLIR (the GPU machine): runs an artifact directory that `attnc
+// compile -o DIR` wrote elsewhere, and reports what this machine has.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/Artifact.h"
+#include "runtime/CudaDriver.h"
+#include "runtime/KernelCache.h"
+#include "runtime/NvrtcCompiler.h"
+#include "runtime/Version.h"
+
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+int main(int argc, char **argv) {
+  CLI::App app{"attnc-rt: run attnc artifacts (no MLIR needed)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("attnc-rt ") + attnc::attncVersion());
+
+  attnc::ArtifactRunOptions opts;
+  CLI::App *run = app.add_subcommand("run", "Run one attention op of an artifact directory");
+  run->add_option("dir", opts.dir, "artifact directory (attnc compile -o DIR)")->required();
+  run->add_option("--kernel", opts.kernel, "forward kernel name (default: the first)");
+  run->add_option("--inputs", opts.inputs, "safetensors with q, k, v and optional lengths")
+      ->required();
+  run->add_option("--weights", opts.weights, "safetensors with E, F and per-head parameters");
+  run->add_option("--grad", opts.grad, "safetensors with dout: also compute the gradients");
+  run->add_option("--output", opts.output, "safetensors to write")->required();
+  run->add_option("--target", opts.target, "cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  run->add_option("--seed", opts.seed, "seed of weights the weights file lacks")
+      ->capture_default_str();
+  CLI::App *info = app.add_subcommand("info", "Print the toolchain, cache and GPU of this machine");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success &e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError &e) {
+    app.exit(e);
+    return 1;
+  }
+  if (run->parsed()) {
+    attnc::Status s = attnc::runArtifactAttention(opts);
+    if (!s) {
+      std::cerr << "attnc-rt run: error: " << s.error() << "\n";
+      return s.error().find("not implemented yet") != std::string::npos ? 2 : 1;
+    }
+    return 0;
+  }
+  if (info->parsed()) {
+    std::cout << "attnc-rt " << attnc::attncVersion() << "\n"
+              << "CUDA toolkit " << attnc::cudaToolkitVersion() << ", NVRTC "
+              << attnc::NvrtcCompiler::version() << "\n"
+              << "kernel cache " << attnc::KernelCache::defaultDirectory() << "\n";
+    attnc::Status driver = attnc::cuda::Driver::available();
+    if (!driver) {
+      std::cout << "GPU: none (" << driver.error() << ")\n";
+      return 0;
+    }
+    attnc::Expected<attnc::cuda::DeviceInfo> dev = attnc::cuda::queryDevice(0);
+    std::cout << "GPU: " << (dev ? dev->describe() : dev.error()) << "\n";
+  }
+  return 0;
+}
