@@ -1,6 +1,7 @@
 //===- Artifact.cpp - Load and run an attnc artifact directory ------------===//
 #include "runtime/Artifact.h"
 
+#include "runtime/CudaAttention.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/FileSystem.h"
 #include "runtime/KernelCache.h"
@@ -104,10 +105,12 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &pat
     r.get(k, where, "lowrank_k", mk.lowrankK);
     r.get(k, where, "max_seq", mk.maxSeq);
     if (const json *tile = r.field(k, where, "tile")) {
-      int64_t bq = 0, bkv = 0;
+      int64_t bq = 0, bkv = 0, warps = 0, smem = 0;
       r.get(*tile, where + ".tile", "block_q", bq);
       r.get(*tile, where + ".tile", "block_kv", bkv);
-      d.blockQ = int(bq), d.blockKv = int(bkv);
+      r.get(*tile, where + ".tile", "warps", warps);
+      r.get(k, where, "smem_bytes", smem);
+      d.blockQ = int(bq), d.blockKv = int(bkv), d.warps = int(warps), d.smemBytes = int(smem);
     }
     if (const json *entries = r.field(k, where, "entry_points")) {
       if (!entries->is_array())
@@ -168,8 +171,18 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
   if (manifest->target == "cuda") {
     if (Status driver = cuda::Driver::available(); !driver)
       return makeError("target cuda: " + driver.error());
-    return makeError("running CUDA artifacts is not implemented yet (the kernels compile and "
-                     "are checked with NVRTC; launching them comes next)");
+    Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0);
+    if (!dev)
+      return dev.takeError();
+    Expected<GpuArch> want = parseGpuArch(manifest->arch);
+    if (!want)
+      return makeError(manifestPath + ": arch: " + want.error());
+    if (dev->ccMajor * 10 + dev->ccMinor < want->sm)
+      return makeError(opt.dir + " was compiled for " + manifest->arch + "; this GPU is " +
+                       dev->describe() + ": recompile with --arch " + dev->arch());
+  } else if (manifest->target != "cpu") {
+    return makeError(manifestPath + ": target: expected cpu or cuda, found '" +
+                     manifest->target + "'");
   }
   // The forward kernel, and the backward of the same function.
   const ManifestKernel *fwd = nullptr, *bwd = nullptr;
@@ -213,10 +226,30 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
   if (!source)
     return source.takeError();
   auto t0 = std::chrono::steady_clock::now();
-  HostCompiler compiler(&KernelCache::processDefault());
   std::optional<KernelDesc> bwdDesc;
   if (bwd && !opt.grad.empty())
     bwdDesc = bwd->desc;
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  if (manifest->target == "cuda") {
+    NvrtcCompiler nvrtc(&KernelCache::processDefault());
+    Expected<CudaAttention> kernels =
+        CudaAttention::compile(*source, manifest->arch, fwd->dtype, fwd->desc, bwdDesc,
+                               defaultCudaKernelIncludeDirs(), nvrtc);
+    if (!kernels)
+      return kernels.takeError();
+    auto t1 = std::chrono::steady_clock::now();
+    Expected<AttentionOutputs> result = kernels->run((*io)->inputs);
+    if (!result)
+      return result.takeError();
+    if (Status s = writeAttentionOutputs(opt.output, std::move(*result), **io, sig); !s)
+      return s;
+    std::cerr << "attnc: " << fwd->desc.name << " from " << opt.dir << " on the GPU: loaded in "
+              << int(ms(t0, t1)) << " ms; kernels forward " << kernels->forwardMs()
+              << " ms, backward " << kernels->backwardMs() << " ms; wrote " << opt.output
+              << "\n";
+    return {};
+  }
+  HostCompiler compiler(&KernelCache::processDefault());
   Expected<CpuAttention> kernels = CpuAttention::compile(*source, fwd->desc, bwdDesc,
                                                          defaultKernelIncludeDirs(), compiler);
   if (!kernels)
@@ -228,7 +261,6 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
   auto t2 = std::chrono::steady_clock::now();
   if (Status s = writeAttentionOutputs(opt.output, std::move(*result), **io, sig); !s)
     return s;
-  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   std::cerr << "attnc: " << fwd->desc.name << " from " << opt.dir << ": kernels "
             << (kernels->fromCache() ? "from cache" : "compiled") << " in " << int(ms(t0, t1))
             << " ms, ran in " << ms(t1, t2) << " ms; wrote " << opt.output << "\n";

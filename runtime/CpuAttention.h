@@ -24,6 +24,8 @@ struct KernelDesc {
   std::string name;
   bool backward = false;
   int headDim = 0, blockQ = 0, blockKv = 0;
+  int warps = 1;      ///< CUDA: threads per block / 32
+  int smemBytes = 0;  ///< CUDA: dynamic shared memory per block
   bool causal = false, keyPadding = false;
   int numParams = 0;
   bool lowrank = false;

@@ -1,0 +1,360 @@
+//===- CudaAttention.cpp - Run one compiled attention op on a GPU ---------===//
+#include "runtime/CudaAttention.h"
+
+#include "codegen/KernelArgs.h"
+#include "codegen/TileModel.h"
+#include "attnc/lowrank.h" // host projections around the GPU attention
+
+#include <cstdlib>
+#include <cstring>
+
+namespace attnc {
+
+std::vector<std::string> defaultCudaKernelIncludeDirs() {
+  if (const char *env = std::getenv("ATTNC_CUDA_KERNEL_INCLUDE"); env && *env) {
+    std::vector<std::string> dirs;
+    std::string all(env);
+    for (size_t start = 0; start <= all.size();) {
+      size_t end = all.find(':', start);
+      if (end == std::string::npos)
+        end = all.size();
+      if (end > start)
+        dirs.push_back(all.substr(start, end - start));
+      start = end + 1;
+    }
+    return dirs;
+  }
+  return {ATTNC_SOURCE_DIR "/codegen", ATTNC_SOURCE_DIR "/codegen/cuda/include"};
+}
+
+namespace {
+
+/// IEEE binary16 from float, round to nearest even (overflow to inf).
+uint16_t toHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 0xff, man = x & 0x7fffff;
+  if (exp == 0xff) // inf or NaN
+    return uint16_t(sign | 0x7c00 | (man ? 0x200 : 0));
+  int e = int(exp) - 127 + 15;
+  if (e >= 31)
+    return uint16_t(sign | 0x7c00);
+  if (e <= 0) { // subnormal or zero
+    if (e < -10)
+      return uint16_t(sign);
+    man |= 0x800000;
+    uint32_t shift = uint32_t(14 - e);
+    uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1)))
+      ++h;
+    return uint16_t(sign | h);
+  }
+  uint32_t h = (uint32_t(e) << 10) | (man >> 13), rem = man & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+    ++h; // may carry into the exponent, which is right
+  return uint16_t(sign | h);
+}
+
+float fromHalf(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, x;
+  if (exp == 0x1f)
+    x = sign | 0x7f800000 | (man << 13);
+  else if (exp == 0) {
+    if (!man)
+      x = sign;
+    else { // subnormal: normalise
+      int e = -1;
+      do {
+        ++e;
+        man <<= 1;
+      } while (!(man & 0x400));
+      x = sign | (uint32_t(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+  } else
+    x = sign | ((exp - 15 + 127) << 23) | (man << 13);
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+uint16_t toBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000) // NaN stays NaN
+    return uint16_t((x >> 16) | 0x40);
+  x += 0x7fff + ((x >> 16) & 1); // round to nearest even
+  return uint16_t(x >> 16);
+}
+
+float fromBf16(uint16_t b) {
+  uint32_t x = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+size_t elemBytes(const std::string &dtype) { return dtype == "f32" ? 4 : 2; }
+
+/// Host f32 values converted to the kernels' element type.
+std::vector<uint8_t> toDevice(const float *v, size_t n, const std::string &dtype) {
+  std::vector<uint8_t> out(n * elemBytes(dtype));
+  if (dtype == "f32") {
+    std::memcpy(out.data(), v, n * 4);
+    return out;
+  }
+  uint16_t *o = reinterpret_cast<uint16_t *>(out.data());
+  for (size_t i = 0; i < n; ++i)
+    o[i] = dtype == "f16" ? toHalf(v[i]) : toBf16(v[i]);
+  return out;
+}
+
+std::vector<float> fromDevice(const std::vector<uint8_t> &bytes, const std::string &dtype) {
+  size_t n = bytes.size() / elemBytes(dtype);
+  std::vector<float> out(n);
+  if (dtype == "f32") {
+    std::memcpy(out.data(), bytes.data(), n * 4);
+    return out;
+  }
+  const uint16_t *in = reinterpret_cast<const uint16_t *>(bytes.data());
+  for (size_t i = 0; i < n; ++i)
+    out[i] = dtype == "f16" ? fromHalf(in[i]) : fromBf16(in[i]);
+  return out;
+}
+
+const float *f32(const st::Tensor *t) {
+  return t ? reinterpret_cast<const float *>(t->data.data()) : nullptr;
+}
+
+/// A device buffer holding `host` converted to `dtype` (or f32/i32 as is).
+Expected<cuda::DeviceBuffer> upload(const void *host, size_t bytes) {
+  Expected<cuda::DeviceBuffer> buf = cuda::DeviceBuffer::allocate(std::max<size_t>(bytes, 16));
+  if (!buf)
+    return buf;
+  if (bytes)
+    if (Status s = buf->upload(host, bytes); !s)
+      return s.takeError();
+  return buf;
+}
+
+Expected<cuda::DeviceBuffer> zeros(size_t bytes) {
+  Expected<cuda::DeviceBuffer> buf = cuda::DeviceBuffer::allocate(std::max<size_t>(bytes, 16));
+  if (!buf)
+    return buf;
+  if (Status s = buf->zero(); !s)
+    return s.takeError();
+  return buf;
+}
+
+Expected<std::vector<float>> download(const cuda::DeviceBuffer &buf, size_t n,
+                                      const std::string &dtype) {
+  std::vector<uint8_t> bytes(n * elemBytes(dtype));
+  if (Status s = buf.download(bytes.data(), bytes.size()); !s)
+    return s.takeError();
+  return fromDevice(bytes, dtype);
+}
+
+unsigned ceilDiv(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
+
+} // namespace
+
+Expected<CudaAttention> CudaAttention::compile(const std::string &source, const std::string &arch,
+                                               const std::string &dtype,
+                                               const KernelDesc &forward,
+                                               std::optional<KernelDesc> backward,
+                                               const std::vector<std::string> &includeDirs,
+                                               const NvrtcCompiler &compiler) {
+  if (dtype != "f32" && dtype != "f16" && dtype != "bf16")
+    return makeError("kernel " + forward.name + ": unknown dtype '" + dtype + "'");
+  Expected<cuda::Context> ctx = cuda::Context::create(0);
+  if (!ctx)
+    return ctx.takeError();
+  NvrtcOptions options;
+  options.arch = arch;
+  options.includeDirs = includeDirs;
+  Expected<Cubin> cubin = compiler.compile("attnc_kernels.cu", source, options);
+  if (!cubin)
+    return cubin.takeError();
+  Expected<cuda::Module> module = cuda::Module::load(cubin->image, cubin->programName);
+  if (!module)
+    return module.takeError();
+  CudaAttention a(std::move(ctx).take(), std::move(module).take());
+  a.dtype_ = dtype;
+  a.fwd_ = forward;
+  a.bwd_ = std::move(backward);
+  auto resolve = [&](const KernelDesc &d, std::vector<cuda::Kernel> &out) -> Status {
+    for (const std::string &entry : d.entryPoints) {
+      Expected<cuda::Kernel> k = a.module_.kernel(entry);
+      if (!k)
+        return k.takeError();
+      out.push_back(*k);
+    }
+    return {};
+  };
+  if (Status s = resolve(a.fwd_, a.fwdKernels_); !s)
+    return s.takeError();
+  if (a.bwd_)
+    if (Status s = resolve(*a.bwd_, a.bwdKernels_); !s)
+      return s.takeError();
+  return a;
+}
+
+Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
+  if (Status s = ctx_.makeCurrent(); !s)
+    return s.takeError();
+  const auto &qs = in.q->shape;
+  int B = int(qs[0]), H = int(qs[1]), Nq = int(qs[2]), N = int(in.k->shape[2]), D = int(qs[3]);
+  if (D != fwd_.headDim)
+    return makeError("kernel " + fwd_.name + " was compiled for head dim " +
+                     std::to_string(fwd_.headDim) + ", got " + std::to_string(D));
+  const int *lengths = in.lengths ? reinterpret_cast<const int *>(in.lengths->data.data()) : nullptr;
+  bool perHead = fwd_.share == "none";
+  int kProj = 0, Nmax = 0, Nk = N;
+  // Low-rank: project on the host; the GPU sees kProj valid keys.
+  std::vector<float> kp, vp;
+  const float *keys = f32(in.k), *values = f32(in.v);
+  if (fwd_.lowrank) {
+    kProj = int(in.E->shape[in.E->shape.size() - 2]);
+    Nmax = int(in.E->shape.back());
+    kp.assign(size_t(B) * H * kProj * D, 0.f);
+    vp.assign(kp.size(), 0.f);
+    const float *F = in.F ? f32(in.F) : f32(in.E);
+    if (cpu::lowrank_project_fwd(keys, f32(in.E), kp.data(), lengths, B, H, N, D, kProj, Nmax,
+                                 perHead) ||
+        cpu::lowrank_project_fwd(values, F, vp.data(), lengths, B, H, N, D, kProj, Nmax, perHead))
+      return makeError("kernel " + fwd_.name + ": the low-rank projection failed");
+    keys = kp.data(), values = vp.data(), Nk = kProj;
+  }
+  size_t nq = size_t(B) * H * Nq * D, nk = size_t(B) * H * Nk * D;
+  auto hq = toDevice(f32(in.q), nq, dtype_), hk = toDevice(keys, nk, dtype_),
+       hv = toDevice(values, nk, dtype_);
+  Expected<cuda::DeviceBuffer> dq = upload(hq.data(), hq.size()), dk = upload(hk.data(), hk.size()),
+                               dv = upload(hv.data(), hv.size()),
+                               dOut = zeros(nq * elemBytes(dtype_)),
+                               dLse = zeros(size_t(B) * H * Nq * 4);
+  for (auto *b : {&dq, &dk, &dv, &dOut, &dLse})
+    if (!*b)
+      return b->takeError();
+  std::optional<cuda::DeviceBuffer> dLen, dParams;
+  if (lengths && !fwd_.lowrank) {
+    Expected<cuda::DeviceBuffer> b = upload(lengths, size_t(B) * 4);
+    if (!b)
+      return b.takeError();
+    dLen.emplace(std::move(b).take());
+  }
+  if (in.params) {
+    Expected<cuda::DeviceBuffer> b = upload(in.params->data.data(), in.params->data.size());
+    if (!b)
+      return b.takeError();
+    dParams.emplace(std::move(b).take());
+  }
+  AttnFwdArgs a{};
+  a.q = dq->as<void>(), a.k = dk->as<void>(), a.v = dv->as<void>();
+  a.out = dOut->as<void>(), a.lse = dLse->as<float>();
+  a.lengths = dLen ? dLen->as<int>() : nullptr;
+  a.params = dParams ? dParams->as<float>() : nullptr;
+  a.B = B, a.H = H, a.Nq = Nq, a.Nk = Nk, a.scale = fwd_.scale;
+  cuda::Dim3 block{unsigned(fwd_.warps * 32), 1, 1};
+  Expected<cuda::Event> e0 = cuda::Event::create(), e1 = cuda::Event::create(),
+                        e2 = cuda::Event::create();
+  if (!e0 || !e1 || !e2)
+    return makeError("cannot create CUDA events: " + (!e0 ? e0.error() : !e1 ? e1.error() : e2.error()));
+  (void)e0->record();
+  if (Status s = cuda::launch(fwdKernels_[0], {ceilDiv(Nq, fwd_.blockQ), unsigned(B * H), 1},
+                              block, size_t(fwd_.smemBytes), nullptr, a);
+      !s)
+    return s.takeError();
+  (void)e1->record();
+  if (Status s = cuda::synchronize(nullptr, fwdKernels_[0].name); !s)
+    return s.takeError();
+  if (Expected<float> ms = cuda::Event::elapsedMs(*e0, *e1))
+    forwardMs_ = *ms;
+
+  AttentionOutputs out;
+  Expected<std::vector<float>> o = download(*dOut, nq, dtype_), l = download(*dLse, size_t(B) * H * Nq, "f32");
+  if (!o || !l)
+    return makeError(!o ? o.error() : l.error());
+  out.out = st::Tensor::f32({B, H, Nq, D}, *o);
+  out.lse = st::Tensor::f32({B, H, Nq}, *l);
+  if (!in.dout)
+    return out;
+  if (!bwd_)
+    return makeError("no backward kernel was compiled for " + fwd_.name);
+
+  // Backward: preprocess (delta), dK/dV, dQ, dparams (P > 0).
+  const int P = bwd_->numParams;
+  auto hdo = toDevice(f32(in.dout), nq, dtype_);
+  long long partial = attnc::tile::bwd_workspace_floats(B, H, Nq, Nk, P, bwd_->blockKv);
+  Expected<cuda::DeviceBuffer> dDo = upload(hdo.data(), hdo.size()),
+                               dDelta = zeros(size_t(B) * H * Nq * 4),
+                               dDq = zeros(nq * elemBytes(dtype_)),
+                               dDk = zeros(nk * elemBytes(dtype_)),
+                               dDv = zeros(nk * elemBytes(dtype_)),
+                               dDparams = zeros(size_t(std::max(P, 1)) * H * 4),
+                               dPartial = zeros(size_t(std::max(partial, 1LL)) * 4);
+  for (auto *b : {&dDo, &dDelta, &dDq, &dDk, &dDv, &dDparams, &dPartial})
+    if (!*b)
+      return b->takeError();
+  AttnBwdArgs g{};
+  g.q = a.q, g.k = a.k, g.v = a.v, g.out = a.out, g.dout = dDo->as<void>();
+  g.lse = a.lse, g.lengths = a.lengths, g.params = a.params;
+  g.delta = dDelta->as<float>();
+  g.dq = dDq->as<void>(), g.dk = dDk->as<void>(), g.dv = dDv->as<void>();
+  g.dparams = P ? dDparams->as<float>() : nullptr;
+  g.dparams_partial = P ? dPartial->as<float>() : nullptr;
+  g.B = B, g.H = H, g.Nq = Nq, g.Nk = Nk, g.scale = bwd_->scale;
+  cuda::Dim3 bblock{unsigned(bwd_->warps * 32), 1, 1};
+  (void)e1->record(); // the backward's time starts here, not at the forward's end
+  struct Step {
+    cuda::Dim3 grid;
+    size_t smem;
+  };
+  // Entry order as emitted: preprocess, dkdv, dq[, dparams].
+  Step steps[] = {{{ceilDiv(Nq, bwd_->blockQ), unsigned(B * H), 1}, 0},
+                  {{ceilDiv(Nk, bwd_->blockKv), unsigned(B * H), 1}, size_t(bwd_->smemBytes)},
+                  {{ceilDiv(Nq, bwd_->blockQ), unsigned(B * H), 1}, size_t(bwd_->smemBytes)},
+                  {{unsigned(std::max(P, 1) * H), 1, 1}, 0}};
+  for (size_t i = 0; i < bwdKernels_.size() && i < 4; ++i)
+    if (Status s = cuda::launch(bwdKernels_[i], steps[i].grid, bblock, steps[i].smem, nullptr, g);
+        !s)
+      return s.takeError();
+  (void)e2->record();
+  if (Status s = cuda::synchronize(nullptr, bwdKernels_.back().name); !s)
+    return s.takeError();
+  if (Expected<float> ms = cuda::Event::elapsedMs(*e1, *e2))
+    backwardMs_ = *ms;
+
+  Expected<std::vector<float>> gq = download(*dDq, nq, dtype_), gk = download(*dDk, nk, dtype_),
+                               gv = download(*dDv, nk, dtype_);
+  if (!gq || !gk || !gv)
+    return makeError(!gq ? gq.error() : !gk ? gk.error() : gv.error());
+  out.dq = st::Tensor::f32(qs, *gq);
+  if (P) {
+    Expected<std::vector<float>> gp = download(*dDparams, size_t(P) * H, "f32");
+    if (!gp)
+      return gp.takeError();
+    out.dparams = st::Tensor::f32({P, H}, *gp);
+  }
+  if (!fwd_.lowrank) {
+    out.dk = st::Tensor::f32(in.k->shape, *gk);
+    out.dv = st::Tensor::f32(in.v->shape, *gv);
+    return out;
+  }
+  // Low-rank backward of the projections, on the host.
+  std::vector<float> dK(size_t(B) * H * N * D), dV(dK.size());
+  std::vector<float> dE(in.E->data.size() / 4, 0.f), dF(in.F ? in.F->data.size() / 4 : 0, 0.f);
+  const float *F = in.F ? f32(in.F) : f32(in.E);
+  float *dFp = in.F ? dF.data() : dE.data(); // shared E = F: both into dE
+  if (cpu::lowrank_project_bwd(f32(in.k), f32(in.E), gk->data(), dK.data(), dE.data(), lengths, B,
+                               H, N, D, kProj, Nmax, perHead) ||
+      cpu::lowrank_project_bwd(f32(in.v), F, gv->data(), dV.data(), dFp, lengths, B, H, N, D,
+                               kProj, Nmax, perHead))
+    return makeError("kernel " + bwd_->name + ": the low-rank projection backward failed");
+  out.dk = st::Tensor::f32(in.k->shape, dK);
+  out.dv = st::Tensor::f32(in.v->shape, dV);
+  out.dE = st::Tensor::f32(in.E->shape, dE);
+  if (in.F)
+    out.dF = st::Tensor::f32(in.F->shape, dF);
+  return out;
+}
+
+} // namespace attnc

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The one prepared GPU check (DESIGN.md §6), for the device machine: CUDA,
+# cmake, ninja, PyTorch, no MLIR. Needs device-inputs/ from
+# scripts/device-prepare.sh carried along. Builds the runtime-only
+# configuration, runs the GPU tests of the runtime, then every prepared case
+# on the GPU against the CPU reference, and writes everything to $OUT.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${OUT:-$root/device-out}"
+mkdir -p "$out"
+exec > >(tee "$out/device-check.log") 2>&1
+d="$root/device-inputs"
+[ -d "$d/cases" ] || { echo "device-check: run scripts/device-prepare.sh first (and carry device-inputs)"; exit 1; }
+nvidia-smi --query-gpu=name,compute_cap,memory.total,clocks.max.sm --format=csv || true
+
+b="$root/build-device"
+# No gtest there either: build the runner alone (its runs below exercise the
+# driver, the launches and the >48 KiB shared-memory opt-in).
+cmake -G Ninja -S "$root" -B "$b" -DCMAKE_BUILD_TYPE=Release -DATTNC_RUNTIME_ONLY=ON \
+  -DATTNC_BUILD_TESTS=OFF -DATTNC_EXTRA_INCLUDE="$d/include" >"$out/cmake.log" 2>&1 ||
+  { tail -30 "$out/cmake.log"; exit 1; }
+time ninja -C "$b" -j 16 attnc-rt >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+"$b/bin/attnc-rt" info
+
+echo "=== cases: GPU vs CPU reference"
+export ATTNC_CACHE_DIR="$b/kernel-cache"
+status=0
+for c in "$d"/cases/*/; do
+  name="$(basename "$c")"
+  w=(); [ -f "$c/weights.safetensors" ] && w=(--weights "$c/weights.safetensors")
+  if ! "$b/bin/attnc-rt" run "$c/art" --target cuda --inputs "$c/in.safetensors" "${w[@]}" \
+      --grad "$c/dout.safetensors" --output "$out/$name.gpu.safetensors"; then
+    echo "FAIL $name: attnc-rt exited non-zero"; status=1; continue
+  fi
+  python3 "$root/scripts/device_compare.py" "$c/cpu.safetensors" "$out/$name.gpu.safetensors" "$name" || status=1
+done
+echo "=== PyTorch SDPA on the same inputs (where torch is present)"
+python3 "$root/scripts/device_compare.py" --torch "$d/cases" 2>&1 | tail -20 || true
+exit $status
