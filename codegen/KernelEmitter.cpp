@@ -19,7 +19,6 @@ namespace {
 const char *cudaElementType(Type t) {
   return t.isF32() ? "float" : t.isF16() ? "__half" : "__nv_bfloat16";
 }
-const char *dtypeName(Type t) { return t.isF32() ? "f32" : t.isF16() ? "f16" : "bf16"; }
 
 /// Fills the parts of a KernelInfo common to forward and backward ops.
 template <typename OpTy>
@@ -32,7 +31,7 @@ LogicalResult describe(OpTy op, bool backward, Target target, KernelInfo &info) 
     return op.emitOpError("tile config still has 'auto' fields; run attn-tile first");
   info.name = op.getKernel()->str();
   info.backward = backward;
-  info.dtype = dtypeName(op.getElementType());
+  info.dtype = elementTypeName(op.getElementType()).str();
   info.headDim = op.getHeadDim();
   info.blockQ = t.getBlockQ();
   info.blockKv = t.getBlockKv();

@@ -398,6 +398,10 @@ int attnc::attn::paramIndex(ArrayAttr decls, StringRef name) {
   return -1;
 }
 
+StringRef attnc::attn::elementTypeName(Type t) {
+  return t.isF32() ? "f32" : t.isF16() ? "f16" : t.isBF16() ? "bf16" : "unknown";
+}
+
 LogicalResult HeadParamOp::verify() {
   Operation *parent = (*this)->getParentOp();
   while (parent && !llvm::isa<VariantOp, FusedAttentionOp, FusedAttentionGradOp>(parent))

@@ -29,6 +29,9 @@ namespace attnc::attn {
 mlir::ArrayAttr getParamDecls(mlir::Operation *op);
 /// Row of parameter `name` in the params tensor, or -1.
 int paramIndex(mlir::ArrayAttr decls, llvm::StringRef name);
+/// "f32", "f16" or "bf16" for an attention element type ("unknown" else):
+/// the spelling of kernel names and manifests.
+llvm::StringRef elementTypeName(mlir::Type t);
 } // namespace attnc::attn
 
 #endif // ATTNC_DSL_ATTNDIALECT_H

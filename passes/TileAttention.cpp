@@ -23,11 +23,6 @@ namespace {
 
 const int64_t kCudaHeadDims[] = {32, 64, 80, 96, 128, 256};
 
-/// "f32", "f16" or "bf16".
-std::string dtypeName(Type t) {
-  return t.isF32() ? "f32" : t.isF16() ? "f16" : t.isBF16() ? "bf16" : "unknown";
-}
-
 struct TileAttentionPass : public attnc::impl::TileAttentionBase<TileAttentionPass> {
   using TileAttentionBase::TileAttentionBase;
 
@@ -95,7 +90,7 @@ struct TileAttentionPass : public attnc::impl::TileAttentionBase<TileAttentionPa
       attnc::tile::TileConfig c{int(blockQ), int(blockKv), int(warps), int(stages)};
       const char *kind = backward ? "backward" : "forward";
       auto describe = [&](InFlightDiagnostic d) -> InFlightDiagnostic {
-        d << "tile config " << chosen << " (" << dtypeName(elt) << ", head dim " << headDim
+        d << "tile config " << chosen << " (" << elementTypeName(elt) << ", head dim " << headDim
           << ", " << kind << ", " << arch << ") ";
         return d;
       };
@@ -125,7 +120,7 @@ struct TileAttentionPass : public attnc::impl::TileAttentionBase<TileAttentionPa
     if (!op.getKernel())
       op.setKernelAttr(StringAttr::get(
           op.getContext(), (backward ? "attn_bwd" : "attn") + std::to_string(counter++) + "_" +
-                               dtypeName(elt) + "_d" + std::to_string(headDim)));
+                               elementTypeName(elt).str() + "_d" + std::to_string(headDim)));
     return success();
   }
 };

@@ -1,6 +1,8 @@
 //===- CpuAttention.cpp - Run one compiled attention op on the CPU --------===//
 #include "runtime/CpuAttention.h"
 
+#include "runtime/FileSystem.h"
+
 #include "codegen/KernelArgs.h"
 #include "attnc/flash_bwd.h" // bwd_workspace_floats
 #include "attnc/lowrank.h"   // LowRankFwdArgs / LowRankBwdArgs
@@ -12,20 +14,8 @@
 namespace attnc {
 
 std::vector<std::string> defaultKernelIncludeDirs() {
-  if (const char *env = std::getenv("ATTNC_KERNEL_INCLUDE"); env && *env) {
-    std::vector<std::string> dirs;
-    std::string all(env);
-    size_t start = 0;
-    while (start <= all.size()) {
-      size_t end = all.find(':', start);
-      if (end == std::string::npos)
-        end = all.size();
-      if (end > start)
-        dirs.push_back(all.substr(start, end - start));
-      start = end + 1;
-    }
-    return dirs;
-  }
+  if (const char *env = std::getenv("ATTNC_KERNEL_INCLUDE"); env && *env)
+    return fs::splitPathList(env);
   // The headers reach codegen/KernelArgs.h by a relative path, so this one
   // directory is the whole include set (and all the cache key has to scan).
   return {ATTNC_SOURCE_DIR "/codegen/cpu/include"};

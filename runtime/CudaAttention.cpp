@@ -1,6 +1,8 @@
 //===- CudaAttention.cpp - Run one compiled attention op on a GPU ---------===//
 #include "runtime/CudaAttention.h"
 
+#include "runtime/FileSystem.h"
+
 #include "codegen/KernelArgs.h"
 #include "codegen/TileModel.h"
 #include "attnc/lowrank.h" // host projections around the GPU attention
@@ -11,19 +13,8 @@
 namespace attnc {
 
 std::vector<std::string> defaultCudaKernelIncludeDirs() {
-  if (const char *env = std::getenv("ATTNC_CUDA_KERNEL_INCLUDE"); env && *env) {
-    std::vector<std::string> dirs;
-    std::string all(env);
-    for (size_t start = 0; start <= all.size();) {
-      size_t end = all.find(':', start);
-      if (end == std::string::npos)
-        end = all.size();
-      if (end > start)
-        dirs.push_back(all.substr(start, end - start));
-      start = end + 1;
-    }
-    return dirs;
-  }
+  if (const char *env = std::getenv("ATTNC_CUDA_KERNEL_INCLUDE"); env && *env)
+    return fs::splitPathList(env);
   return {ATTNC_SOURCE_DIR "/codegen", ATTNC_SOURCE_DIR "/codegen/cuda/include"};
 }
 

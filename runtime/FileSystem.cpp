@@ -24,6 +24,19 @@ std::string dirName(const std::string &path) {
 
 } // namespace
 
+std::vector<std::string> splitPathList(const std::string &list) {
+  std::vector<std::string> out;
+  for (size_t start = 0; start <= list.size();) {
+    size_t end = list.find(':', start);
+    if (end == std::string::npos)
+      end = list.size();
+    if (end > start)
+      out.push_back(list.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
 bool writeAll(int fd, const char *p, size_t n) {
   while (n) {
     ssize_t w = ::write(fd, p, n);

@@ -11,6 +11,7 @@
 #include "runtime/Error.h"
 
 #include <string>
+#include <vector>
 #include <string_view>
 
 namespace attnc::fs {
@@ -31,6 +32,9 @@ Status writeFileAtomic(const std::string &path, std::string_view bytes,
 
 /// write(2) until done, retrying on EINTR and short writes.
 bool writeAll(int fd, const char *p, size_t n);
+
+/// The non-empty entries of a colon-separated list such as $PATH.
+std::vector<std::string> splitPathList(const std::string &list);
 
 /// mkdir -p; the error names the directory and the reason.
 Status createDirectories(const std::string &path);
