@@ -35,6 +35,35 @@ struct AttnBwdArgs {
   float scale;
 };
 
+
+/// LSH attention (Reformer, shared QK; docs/kernels.md "LSH kernels"). One
+/// struct for every LSH entry point, forward and backward. Keys are the
+/// normalised queries, so there is no k. CHUNK, BEFORE, AFTER and the head
+/// dim are template parameters of the kernels; rounds and buckets are here
+/// and must match the rotations' shape [rounds, D, num_buckets / 2].
+struct AttnLshArgs {
+  const void *q, *v;        ///< T, [B, H, N, D]
+  void *out;                ///< T, [B, H, N, D]: written by the forward, read by the backward
+  float *lse;               ///< [B, H, N]: likewise; -inf for rows with no kept key
+  const void *dout;         ///< T, backward only
+  void *dq, *dv;            ///< T, backward only, fully written (dq includes the key path)
+  const int *lengths;       ///< [B] key-padding lengths, or nullptr
+  const float *params;      ///< per-head constants [P * H], or nullptr
+  const float *rotations;   ///< [rounds, D, num_buckets / 2], fp32
+  // Workspaces, allocated by the caller on CUDA (sizes below, Npad =
+  // ceil(N / CHUNK) * CHUNK); the CPU entry points allocate their own and
+  // ignore these (they may be nullptr there).
+  int *buckets;             ///< [B, H, rounds, N]
+  int *perm;                ///< [B, H, rounds, Npad]: sorted positions, -1 in pad slots
+  float *keys;              ///< [B, H, N, D]: q / max(|q|, 1e-6)
+  float *round_out;         ///< [B, H, rounds, N, D]: each round's output, original order
+  float *round_lse;         ///< [B, H, rounds, N]
+  float *delta;             ///< [B, H, N]: rowsum(dout * out), backward
+  float *round_dq, *round_dk, *round_dv; ///< [B, H, rounds, N, D], backward
+  int B, H, N, rounds, num_buckets;
+  float scale;
+};
+
 } // namespace attnc
 
 #endif // ATTNC_CODEGEN_KERNELARGS_H
