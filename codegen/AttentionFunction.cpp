@@ -10,10 +10,52 @@ using namespace attnc::attn;
 
 namespace attnc::codegen {
 
+/// LSH: `func(q, v, [lengths], rotations, [params])`; the attention takes
+/// the query as its key (shared QK).
+static FailureOr<func::FuncOp> buildLshFunction(ModuleOp module, VariantOp variant,
+                                                StringRef name, const AttentionShape &s) {
+  LshAttr lsh = variant.getLshAttr();
+  if (lsh.getBuckets() == kAuto || lsh.getRounds() == kAuto || lsh.getChunk() == kAuto)
+    return variant.emitOpError("LSH buckets, rounds or chunk is still 'auto'; resolve "
+                               "tunables first");
+  if (ShapedType::isDynamic(s.seq))
+    return variant.emitOpError("LSH attention is compiled for a static sequence length");
+  OpBuilder b(module.getContext());
+  b.setInsertionPointToEnd(module.getBody());
+  Location loc = variant.getLoc();
+  auto qkv = RankedTensorType::get({s.batch, s.heads, s.seq, s.headDim}, s.elementType);
+  auto lse = RankedTensorType::get({s.batch, s.heads, s.seq}, b.getF32Type());
+  SmallVector<Type> args = {qkv, qkv};
+  bool padding = s.withLengths && variant.getKeyPadding();
+  if (padding)
+    args.push_back(RankedTensorType::get({s.batch}, b.getI32Type()));
+  args.push_back(RankedTensorType::get({lsh.getRounds(), s.headDim, lsh.getBuckets() / 2},
+                                       b.getF32Type()));
+  size_t numParams = variant.getParams() ? variant.getParams()->size() : 0;
+  if (numParams)
+    args.push_back(RankedTensorType::get({int64_t(numParams), s.heads}, b.getF32Type()));
+  auto func = b.create<func::FuncOp>(loc, name, b.getFunctionType(args, {qkv, lse}));
+  if (s.differentiate)
+    func->setAttr("attn.differentiate", b.getUnitAttr());
+  Block *entry = func.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  unsigned next = 2;
+  Value lengths = padding ? entry->getArgument(next++) : Value();
+  Value rotations = entry->getArgument(next++);
+  Value params = numParams ? entry->getArgument(next++) : Value();
+  Value q = entry->getArgument(0);
+  auto op = b.create<AttentionOp>(loc, TypeRange{qkv, lse},
+                                  FlatSymbolRefAttr::get(variant.getSymNameAttr()), q, q,
+                                  entry->getArgument(1), lengths, Value(), Value(), rotations,
+                                  params);
+  b.create<func::ReturnOp>(loc, op.getResults());
+  return func;
+}
+
 FailureOr<func::FuncOp> buildAttentionFunction(ModuleOp module, VariantOp variant,
                                                StringRef name, const AttentionShape &s) {
   if (variant.getLsh())
-    return variant.emitOpError("LSH attention kernels are not implemented yet");
+    return buildLshFunction(module, variant, name, s);
   OpBuilder b(module.getContext());
   b.setInsertionPointToEnd(module.getBody());
   Location loc = variant.getLoc();
@@ -57,9 +99,13 @@ FailureOr<func::FuncOp> buildAttentionFunction(ModuleOp module, VariantOp varian
 }
 
 void buildKernelPipeline(PassManager &pm, StringRef target, StringRef arch) {
+  ExpandLshOptions lsh;
+  lsh.report = true;
+  pm.addPass(createExpandLsh(lsh));
   pm.addPass(createLowerAttention());
   pm.addPass(createLowRankOrder());
   pm.addPass(createFuseAttention());
+  pm.addPass(createFuseLsh());
   pm.addNestedPass<func::FuncOp>(createDeriveBackward());
   TileAttentionOptions tile;
   tile.target = target.str();

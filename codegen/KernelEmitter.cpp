@@ -20,9 +20,10 @@ const char *cudaElementType(Type t) {
   return t.isF32() ? "float" : t.isF16() ? "__half" : "__nv_bfloat16";
 }
 
-/// Fills the parts of a KernelInfo common to forward and backward ops.
+/// Fills the parts of a KernelInfo every kernel op has (name, tile, dtype,
+/// masks, parameters).
 template <typename OpTy>
-LogicalResult describe(OpTy op, bool backward, Target target, KernelInfo &info) {
+LogicalResult describeCommon(OpTy op, bool backward, KernelInfo &info) {
   if (!op.getKernel())
     return op.emitOpError("has no kernel name; run attn-tile before emitting");
   TileAttr t = op.getTile();
@@ -41,28 +42,56 @@ LogicalResult describe(OpTy op, bool backward, Target target, KernelInfo &info) 
   info.keyPadding = op.getKeyPadding();
   ArrayAttr decls = op.getParamDeclsAttr();
   info.numParams = decls ? decls.size() : 0;
-  info.kvSource = stringifyKvSource(op.getKvSource()).str();
-  info.share = op.getShare() ? stringifyShareMode(*op.getShare()).str() : "";
   info.scale = op.getScale().convertToDouble();
   if (auto func = op->template getParentOfType<func::FuncOp>())
     info.function = func.getSymName().str();
-  if (Value e = op.getProjE()) {
-    auto t = llvm::cast<RankedTensorType>(e.getType());
-    info.lowrankK = t.getDimSize(t.getRank() - 2);
-    info.maxSeq = t.getDimSize(t.getRank() - 1);
-  }
   if (decls)
     for (Attribute a : decls) {
       auto p = llvm::cast<HeadParamAttr>(a);
       info.params.push_back({p.getName().str(), p.getInit() == ParamInit::alibi,
                              p.getValue().convertToDouble(), p.getLearned()});
     }
+  return success();
+}
+
+/// Dense and low-rank kernel ops.
+template <typename OpTy>
+LogicalResult describe(OpTy op, bool backward, Target target, KernelInfo &info) {
+  if (failed(describeCommon(op, backward, info)))
+    return failure();
+  info.kvSource = stringifyKvSource(op.getKvSource()).str();
+  info.share = op.getShare() ? stringifyShareMode(*op.getShare()).str() : "";
+  info.sharedQk = op.getSharedQk();
+  if (auto self = op.getSelfScore())
+    info.selfScore = self->convertToDouble();
+  if (Value e = op.getProjE()) {
+    auto t = llvm::cast<RankedTensorType>(e.getType());
+    info.lowrankK = t.getDimSize(t.getRank() - 2);
+    info.maxSeq = t.getDimSize(t.getRank() - 1);
+  }
   if (target == Target::Cuda) {
     attnc::tile::TileConfig c{int(info.blockQ), int(info.blockKv), int(info.warps),
                               int(info.stages)};
     int elemBytes = op.getElementType().isF32() ? 4 : 2;
     info.smemBytes = attnc::tile::smemBytes(c, int(info.headDim), elemBytes, backward);
   }
+  return success();
+}
+
+/// LSH kernel ops (static shared memory only: smemBytes stays 0).
+template <typename OpTy>
+LogicalResult describeLsh(OpTy op, bool backward, KernelInfo &info) {
+  if (failed(describeCommon(op, backward, info)))
+    return failure();
+  info.kvSource = "lsh";
+  info.sharedQk = true;
+  KernelInfo::Lsh l;
+  l.numBuckets = op.getNumBuckets();
+  l.rounds = op.getRounds();
+  l.chunk = op.getChunk();
+  l.before = op.getBefore();
+  l.after = op.getAfter();
+  info.lsh = l;
   return success();
 }
 
@@ -79,6 +108,46 @@ void emitCudaEntries(const KernelInfo &k, StringRef variant, StringRef elt, raw_
        << "(attnc::" << args << " a) {\n  " << body << "<" << tmpl << ">(a);\n}\n";
     entries.push_back(name);
   };
+  if (k.lsh) {
+    // <CHUNK, BEFORE, AFTER, D, BQ, BKV, WARPS, T, Variant>
+    std::string lshTmpl = llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}",
+                                        k.lsh->chunk, k.lsh->before, k.lsh->after, k.headDim,
+                                        k.blockQ, k.blockKv, k.warps, elt, variant)
+                              .str();
+    auto lshEntry = [&](StringRef prefix, StringRef fn) {
+      std::string name = (prefix + k.name).str();
+      os << "extern \"C\" __global__ void __launch_bounds__(" << threads << ", 1) " << name
+         << "(attnc::AttnLshArgs a) {\n  attnc::" << fn << "<" << lshTmpl << ">(a);\n}\n";
+      entries.push_back(name);
+    };
+    lshEntry("attnc_lsh_hash_", "lsh_hash");
+    if (!k.backward) {
+      lshEntry("attnc_lsh_fwd_", "lsh_fwd");
+      lshEntry("attnc_lsh_combine_", "lsh_combine");
+      return;
+    }
+    lshEntry("attnc_lsh_bwd_preprocess_", "lsh_bwd_preprocess");
+    lshEntry("attnc_lsh_bwd_dq_", "lsh_bwd_dq");
+    lshEntry("attnc_lsh_bwd_dkdv_", "lsh_bwd_dkdv");
+    lshEntry("attnc_lsh_bwd_combine_", "lsh_bwd_combine");
+    return;
+  }
+  if (k.sharedQk) {
+    // Keys = normalised queries before the attention; dK folded into dQ after.
+    std::string name = ("attnc_shared_qk_normalise_" + k.name);
+    os << "extern \"C\" __global__ void __launch_bounds__(" << threads << ", 1) " << name
+       << "(const " << elt << " *q, " << elt << " *keys, long long rows) {\n"
+       << "  attnc::shared_qk_normalise<" << k.headDim << ", " << k.warps << ">(q, keys, rows);\n}\n";
+    entries.push_back(name);
+    if (k.backward) {
+      name = "attnc_shared_qk_fold_dk_" + k.name;
+      os << "extern \"C\" __global__ void __launch_bounds__(" << threads << ", 1) " << name
+         << "(const " << elt << " *q, const " << elt << " *dk, " << elt
+         << " *dq, long long rows) {\n"
+         << "  attnc::shared_qk_fold_dk<" << k.headDim << ", " << k.warps << ">(q, dk, dq, rows);\n}\n";
+      entries.push_back(name);
+    }
+  }
   if (!k.backward) {
     entry("attnc_fwd_", "AttnFwdArgs", "attnc::flash_fwd");
     return;
@@ -92,6 +161,14 @@ void emitCudaEntries(const KernelInfo &k, StringRef variant, StringRef elt, raw_
 
 void emitCpuEntries(const KernelInfo &k, StringRef variant, raw_ostream &os,
                     std::vector<std::string> &entries) {
+  if (k.lsh) {
+    std::string name = (k.backward ? "attnc_cpu_lsh_bwd_" : "attnc_cpu_lsh_fwd_") + k.name;
+    os << "extern \"C\" int " << name << "(const attnc::AttnLshArgs *a) {\n  return attnc::cpu::"
+       << (k.backward ? "lsh_bwd" : "lsh_fwd") << "<" << k.lsh->chunk << ", " << k.lsh->before
+       << ", " << k.lsh->after << ", " << k.headDim << ", " << variant << ">(*a);\n}\n";
+    entries.push_back(name);
+    return;
+  }
   std::string tmpl =
       llvm::formatv("{0}, {1}, {2}, {3}", k.blockQ, k.blockKv, k.headDim, variant).str();
   std::string name = (k.backward ? "attnc_cpu_bwd_" : "attnc_cpu_fwd_") + k.name;
@@ -100,8 +177,9 @@ void emitCpuEntries(const KernelInfo &k, StringRef variant, raw_ostream &os,
   bool lowrank = k.kvSource == "lowrank";
   const char *args = lowrank ? (k.backward ? "cpu::LowRankBwdArgs" : "cpu::LowRankFwdArgs")
                              : (k.backward ? "AttnBwdArgs" : "AttnFwdArgs");
-  const char *fn = lowrank ? (k.backward ? "lowrank_bwd" : "lowrank_fwd")
-                           : (k.backward ? "flash_bwd" : "flash_fwd");
+  const char *fn = lowrank     ? (k.backward ? "lowrank_bwd" : "lowrank_fwd")
+                   : k.sharedQk ? (k.backward ? "shared_qk_bwd" : "shared_qk_fwd")
+                                : (k.backward ? "flash_bwd" : "flash_fwd");
   os << "extern \"C\" int " << name << "(const attnc::" << args << " *a) {\n  return attnc::cpu::"
      << fn << "<" << tmpl << ">(*a);\n}\n";
   entries.push_back(name);
@@ -113,16 +191,19 @@ LogicalResult emitKernels(ModuleOp module, Target target, raw_ostream &os,
                           std::vector<KernelInfo> &kernels) {
   SmallVector<Operation *> ops;
   module.walk([&](Operation *op) {
-    if (llvm::isa<FusedAttentionOp, FusedAttentionGradOp>(op))
+    if (llvm::isa<FusedAttentionOp, FusedAttentionGradOp, FusedLshAttentionOp,
+                  FusedLshAttentionGradOp>(op))
       ops.push_back(op);
   });
   os << "// Generated by attnc: fused attention kernels for "
      << (target == Target::Cuda ? "CUDA (NVRTC)" : "the CPU") << ". Do not edit.\n";
   if (target == Target::Cuda)
-    os << "#include \"attnc/flash_fwd.cuh\"\n#include \"attnc/flash_bwd.cuh\"\n\n";
+    os << "#include \"attnc/flash_fwd.cuh\"\n#include \"attnc/flash_bwd.cuh\"\n"
+          "#include \"attnc/lsh.cuh\"\n#include \"attnc/shared_qk.cuh\"\n\n";
   else
     os << "#include \"attnc/flash_fwd.h\"\n#include \"attnc/flash_bwd.h\"\n"
-          "#include \"attnc/lowrank.h\"\n\n";
+          "#include \"attnc/lowrank.h\"\n#include \"attnc/lsh.h\"\n"
+          "#include \"attnc/shared_qk.h\"\n\n";
   os << "namespace {\n";
   emitVariantHelpers(os);
   os << "} // namespace\n";
@@ -134,6 +215,15 @@ LogicalResult emitKernels(ModuleOp module, Target target, raw_ostream &os,
     if (auto fwd = llvm::dyn_cast<FusedAttentionOp>(op)) {
       ok = describe(fwd, false, target, info);
       elt = fwd.getElementType();
+    } else if (auto lfwd = llvm::dyn_cast<FusedLshAttentionOp>(op)) {
+      ok = describeLsh(lfwd, false, info);
+      if (auto seed = lfwd.getSeed())
+        info.lsh->seed = *seed;
+      elt = lfwd.getElementType();
+    } else if (auto lbwd = llvm::dyn_cast<FusedLshAttentionGradOp>(op)) {
+      ok = describeLsh(lbwd, true, info);
+      info.deterministic = lbwd.getDeterministic();
+      elt = lbwd.getElementType();
     } else {
       auto bwd = llvm::cast<FusedAttentionGradOp>(op);
       ok = describe(bwd, true, target, info);
@@ -147,7 +237,13 @@ LogicalResult emitKernels(ModuleOp module, Target target, raw_ostream &os,
     std::string variant = "Variant_" + info.name;
     os << "\n// " << info.name << ": " << (info.backward ? "backward" : "forward") << ", "
        << info.dtype << ", head dim " << info.headDim << ", kv " << info.kvSource
-       << (info.share.empty() ? "" : "(" + info.share + ")") << ", tile " << info.blockQ << "x"
+       << (info.share.empty() ? "" : "(" + info.share + ")")
+       << (info.lsh ? llvm::formatv(" buckets {0} rounds {1} chunk {2} window -{3}/+{4}",
+                                    info.lsh->numBuckets, info.lsh->rounds, info.lsh->chunk,
+                                    info.lsh->before, info.lsh->after)
+                          .str()
+                    : std::string())
+       << (info.sharedQk && !info.lsh ? ", shared QK" : "") << ", tile " << info.blockQ << "x"
        << info.blockKv << " warps " << info.warps << " stages " << info.stages << "\n";
     os << "namespace {\n";
     if (failed(emitVariantStruct(op, variant, os)))

@@ -14,6 +14,7 @@
 #include "mlir/Support/LogicalResult.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ struct KernelInfo {
   int64_t blockQ = 0, blockKv = 0, warps = 0, stages = 0;
   bool causal = false, keyPadding = false, deterministic = false;
   int64_t numParams = 0;
-  std::string kvSource; ///< direct or lowrank
+  std::string kvSource; ///< direct, lowrank or lsh
   std::string share;    ///< lowrank sharing, or ""
   double scale = 1;
   int64_t smemBytes = 0; ///< dynamic shared memory per block (CUDA)
@@ -37,6 +38,14 @@ struct KernelInfo {
   /// The function holding the op: a forward and its backward share it.
   std::string function;
   int64_t lowrankK = 0, maxSeq = 0; ///< E's rows and columns (low-rank)
+  /// Shared-QK dense attention (LSH's dense fallback): keys are the
+  /// normalised queries, and the self score replaces a query's own score.
+  bool sharedQk = false;
+  std::optional<double> selfScore;
+  struct Lsh {
+    int64_t numBuckets = 0, rounds = 0, chunk = 0, before = 0, after = 0, seed = 0;
+  };
+  std::optional<Lsh> lsh; ///< set for LSH kernels (kvSource "lsh")
   struct Param {
     std::string name;
     bool alibi = false;

@@ -17,7 +17,7 @@ void writeManifest(const ManifestInfo &info, llvm::raw_ostream &os) {
                                           {"init", p.alibi ? "alibi" : "constant"},
                                           {"value", p.value},
                                           {"learned", p.learned}});
-    kernels.push_back(llvm::json::Object{
+    llvm::json::Object kernel{
         {"name", k.name},
         {"kind", k.backward ? "backward" : "forward"},
         {"dtype", k.dtype},
@@ -39,7 +39,18 @@ void writeManifest(const ManifestInfo &info, llvm::raw_ostream &os) {
         {"lowrank_k", k.lowrankK},
         {"max_seq", k.maxSeq},
         {"params", std::move(params)},
-    });
+        {"shared_qk", k.sharedQk},
+    };
+    if (k.selfScore)
+      kernel["self_score"] = *k.selfScore;
+    if (k.lsh)
+      kernel["lsh"] = llvm::json::Object{{"num_buckets", k.lsh->numBuckets},
+                                         {"rounds", k.lsh->rounds},
+                                         {"chunk", k.lsh->chunk},
+                                         {"before", k.lsh->before},
+                                         {"after", k.lsh->after},
+                                         {"seed", k.lsh->seed}};
+    kernels.push_back(std::move(kernel));
   }
   llvm::json::Object root{{"format_version", kManifestVersion},
                           {"generator", "attnc"},

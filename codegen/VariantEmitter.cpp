@@ -5,6 +5,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
@@ -282,10 +283,19 @@ LogicalResult emitVariantStruct(Operation *fusedOp, StringRef structName,
   auto source = fusedOp->getAttrOfType<KvSourceAttr>("kv_source");
   bool padding = fusedOp->hasAttr("key_padding") &&
                  !(source && source.getValue() == KvSource::lowrank);
+  // Shared-QK dense attention (LSH's dense fallback): the self score
+  // replaces the modified score, so its derivatives are 0.
+  auto self = fusedOp->getAttrOfType<FloatAttr>("self_score");
+  std::string selfScore;
+  if (self) {
+    llvm::raw_string_ostream ss(selfScore);
+    ss << llvm::format("%.9g", self.getValueAsDouble()) << "f";
+  }
   os << "struct " << structName << " {\n"
      << "  static constexpr bool kCausal = " << (causal ? "true" : "false") << ";\n"
      << "  static constexpr bool kKeyPadding = " << (padding ? "true" : "false") << ";\n"
-     << "  static constexpr bool kHasScoreMod = " << (score.empty() ? "false" : "true") << ";\n"
+     << "  static constexpr bool kHasScoreMod = " << (score.empty() && !self ? "false" : "true")
+     << ";\n"
      << "  static constexpr bool kHasMask = " << (mask.empty() ? "false" : "true") << ";\n"
      << "  static constexpr int kNumParams = " << numParams << ";\n\n";
 
@@ -294,6 +304,8 @@ LogicalResult emitVariantStruct(Operation *fusedOp, StringRef structName,
   os << "  ATTNC_HD static float score(float s, int b, int h, int q, int kv, "
         "const float *params, int H) {\n"
      << "    (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H;\n";
+  if (self)
+    os << "    if (q == kv)\n      return " << selfScore << "; // self score\n";
   if (score.empty()) {
     os << "    return s;\n";
   } else {
@@ -307,6 +319,12 @@ LogicalResult emitVariantStruct(Operation *fusedOp, StringRef structName,
         "const float *params, int H, float *dparams) {\n"
      << "    (void)s; (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H; "
         "(void)dparams;\n";
+  if (self) {
+    os << "    if (q == kv) {\n";
+    for (unsigned p = 0; p < numParams; ++p)
+      os << "      dparams[" << p << "] = 0.0f;\n";
+    os << "      return 0.0f;\n    }\n";
+  }
   if (score.empty()) {
     os << "    return 1.0f;\n";
   } else {

@@ -79,8 +79,9 @@ def Attn_LshAttr : Attn_Attr<"Lsh", "lsh"> {
     rotations drawn from `seed`. With `dense_fallback = true` the compiler
     may use dense attention (with the same self, causal and padding masks)
     when every query's chunk window covers every chunk, which holds exactly
-    when ceil(N / chunk) ≤ min(before, after) + 1; the result is then the
-    LSH result.
+    when ceil(N / chunk) ≤ min(before, after) + 1. Every round then sees
+    every key, so `out` and the gradients are the LSH ones; `lse` is one
+    round's (the LSH `lse` minus log(rounds)).
 
     ```mlir
     #attn.lsh<buckets = 64, rounds = 4, chunk = 64, before = 1, after = 0,

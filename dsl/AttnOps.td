@@ -81,7 +81,7 @@ def Attn_HeadParamOp : Attn_Op<"head_param", [Pure]> {
 }
 
 def Attn_YieldOp : Attn_Op<"yield", [Pure, Terminator,
-    ParentOneOf<["VariantOp", "FusedAttentionOp", "FusedAttentionGradOp"]>]> {
+    ParentOneOf<["VariantOp", "FusedAttentionOp", "FusedAttentionGradOp", "FusedLshAttentionOp", "FusedLshAttentionGradOp"]>]> {
   let summary = "yield the value of a score or mask region";
   let description = [{
     Terminates a `score` region (one `f32`) or a `mask` region (one `i1`).
@@ -370,7 +370,10 @@ def Attn_FusedAttentionOp : Attn_FusedOpBase<"fused_attention", [Pure]> {
     `kv` or `layerwise` only `E` is given), which the runtime runs as GEMMs
     before the kernel. The `score` and `mask` regions are the variant's,
     cloned. `tile` is the kernel's tile config (filled by `attn-tile`);
-    `kernel` names the generated entry points.
+    `kernel` names the generated entry points. `shared_qk` (the dense
+    fallback of LSH attention) means the keys are the normalised queries
+    (the key operand is the query) and `self_score` replaces the score of
+    a query with its own position.
 
     ```mlir
     %out, %lse = attn.fused_attention direct %q, %k, %v attributes {causal, scale = 0.125 : f64,
@@ -389,6 +392,8 @@ def Attn_FusedAttentionOp : Attn_FusedOpBase<"fused_attention", [Pure]> {
                        F64Attr:$scale,
                        UnitAttr:$causal,
                        UnitAttr:$key_padding,
+                       UnitAttr:$shared_qk,
+                       OptionalAttr<F64Attr>:$self_score,
                        Attn_TileAttr:$tile,
                        OptionalAttr<StrAttr>:$kernel,
                        OptionalAttr<TypedArrayAttrBase<Attn_HeadParamAttr,
@@ -432,6 +437,8 @@ def Attn_FusedAttentionGradOp : Attn_FusedOpBase<"fused_attention_grad",
                        F64Attr:$scale,
                        UnitAttr:$causal,
                        UnitAttr:$key_padding,
+                       UnitAttr:$shared_qk,
+                       OptionalAttr<F64Attr>:$self_score,
                        UnitAttr:$deterministic,
                        Attn_TileAttr:$tile,
                        OptionalAttr<StrAttr>:$kernel,
@@ -453,5 +460,7 @@ def Attn_FusedAttentionGradOp : Attn_FusedOpBase<"fused_attention_grad",
   let hasVerifier = 1;
   let extraClassDeclaration = commonDecls;
 }
+
+include "dsl/AttnLshOps.td"
 
 #endif // ATTNC_ATTN_OPS_TD

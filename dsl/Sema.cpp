@@ -283,6 +283,11 @@ private:
       if (l.after < 0 || l.after > 16)
         diag.error(l.afterLoc.line ? l.afterLoc : l.loc,
                    "after must be in [0, 16], found " + std::to_string(l.after));
+      for (const HeadParam &p : a.params)
+        if (p.learned)
+          diag.error(p.loc, "learned parameter '" + p.name +
+                                "' is not supported with LSH attention yet; declare it "
+                                "'const' (a fixed per-head value)");
     } else if (a.sharedQK) {
       diag.error(a.sharedQKLoc, "shared QK is only defined for LSH attention (add a 'bucket lsh(...)' clause)");
     }

@@ -32,41 +32,71 @@ struct DeriveBackwardPass : public attnc::impl::DeriveBackwardBase<DeriveBackwar
     auto ret = llvm::cast<func::ReturnOp>(entry.getTerminator());
     // Gradient of each function argument, by argument number.
     std::map<unsigned, Value> argGrads;
-    SmallVector<FusedAttentionOp> fused;
-    func.walk([&](FusedAttentionOp op) { fused.push_back(op); });
-    for (FusedAttentionOp op : fused) {
-      if (!llvm::is_contained(ret.getOperands(), op.getOut()))
+    // Records `g` as the gradient of `primal` when that is a function argument.
+    auto flow = [&](Operation *op, Value primal, Value g) -> LogicalResult {
+      auto arg = llvm::dyn_cast_or_null<BlockArgument>(primal);
+      if (!arg || arg.getOwner() != &entry)
+        return success(); // computed inside the function: not differentiated here
+      if (argGrads.emplace(arg.getArgNumber(), g).second)
+        return success();
+      return op->emitOpError("argument #") << arg.getArgNumber()
+                                           << " feeds several operands; accumulating its "
+                                              "gradient is not supported yet";
+    };
+    SmallVector<Operation *> fused;
+    func.walk([&](Operation *op) {
+      if (llvm::isa<FusedAttentionOp, FusedLshAttentionOp>(op))
+        fused.push_back(op);
+    });
+    for (Operation *fop : fused) {
+      Value out = fop->getResult(0);
+      if (!llvm::is_contained(ret.getOperands(), out))
         continue; // no cotangent reaches this op
-      BlockArgument dout = entry.addArgument(op.getOut().getType(), op.getLoc());
+      BlockArgument dout = entry.addArgument(out.getType(), fop->getLoc());
       OpBuilder b(ret);
       auto typeOf = [](Value v) { return v ? v.getType() : Type(); };
+      UnitAttr det = deterministic ? b.getUnitAttr() : UnitAttr();
+      if (auto op = llvm::dyn_cast<FusedLshAttentionOp>(fop)) {
+        auto grad = b.create<FusedLshAttentionGradOp>(
+            op.getLoc(), op.getQuery().getType(), op.getValue().getType(), op.getQuery(),
+            op.getValue(), op.getRotations(), op.getOut(), op.getLse(), dout, op.getLengths(),
+            op.getParams(), op.getNumBucketsAttr(), op.getRoundsAttr(), op.getChunkAttr(),
+            op.getBeforeAttr(), op.getAfterAttr(), op.getScaleAttr(), op.getCausalAttr(),
+            op.getKeyPaddingAttr(), det, TileAttr::getAuto(b.getContext()), StringAttr(),
+            op.getParamDeclsAttr());
+        IRMapping map;
+        op.getScore().cloneInto(&grad.getScore(), map);
+        op.getMask().cloneInto(&grad.getMask(), map);
+        // dq includes the path through the normalised keys; rotations and
+        // the (constant) parameters get no gradient.
+        if (failed(flow(op, op.getQuery(), grad.getDquery())) ||
+            failed(flow(op, op.getValue(), grad.getDvalue())))
+          return signalPassFailure();
+        continue;
+      }
+      auto op = llvm::cast<FusedAttentionOp>(fop);
       auto grad = b.create<FusedAttentionGradOp>(
           op.getLoc(), op.getQuery().getType(), op.getKey().getType(),
           op.getValue().getType(), typeOf(op.getProjE()), typeOf(op.getProjF()),
           typeOf(op.getParams()), op.getQuery(), op.getKey(), op.getValue(), op.getOut(),
           op.getLse(), dout, op.getLengths(), op.getProjE(), op.getProjF(), op.getParams(),
           op.getKvSourceAttr(), op.getShareAttr(), op.getScaleAttr(), op.getCausalAttr(),
-          op.getKeyPaddingAttr(), deterministic ? b.getUnitAttr() : UnitAttr(),
+          op.getKeyPaddingAttr(), op.getSharedQkAttr(), op.getSelfScoreAttr(), det,
           TileAttr::getAuto(b.getContext()), StringAttr(), op.getParamDeclsAttr());
       IRMapping map;
       op.getScore().cloneInto(&grad.getScore(), map);
       op.getMask().cloneInto(&grad.getMask(), map);
 
+      // With shared QK the key operand is the query: the kernels fold dk
+      // (through the normalisation) into dq.
       std::pair<Value, Value> flows[] = {
-          {op.getQuery(), grad.getDquery()}, {op.getKey(), grad.getDkey()},
+          {op.getQuery(), grad.getDquery()},
+          {op.getSharedQk() ? Value() : op.getKey(), grad.getDkey()},
           {op.getValue(), grad.getDvalue()}, {op.getProjE(), grad.getDprojE()},
           {op.getProjF(), grad.getDprojF()}, {op.getParams(), grad.getDparams()}};
-      for (auto [primal, g] : flows) {
-        auto arg = llvm::dyn_cast_or_null<BlockArgument>(primal);
-        if (!arg || arg.getOwner() != &entry)
-          continue; // computed inside the function: not differentiated here
-        if (!argGrads.emplace(arg.getArgNumber(), g).second) {
-          op.emitOpError("argument #") << arg.getArgNumber()
-                                       << " feeds several operands; accumulating its "
-                                          "gradient is not supported yet";
+      for (auto [primal, g] : flows)
+        if (failed(flow(op, primal, g)))
           return signalPassFailure();
-        }
-      }
     }
     SmallVector<Value> results(ret.getOperands());
     SmallVector<Attribute> gradOf;

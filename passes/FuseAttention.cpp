@@ -19,7 +19,9 @@ struct Chain {
   WeightedSumOp sum;
   SoftmaxOp softmax;
   MaskOp mask;         // optional
+  SelfScoreOp self;    // optional (dense fallback of LSH)
   ScoreModOp scoreMod; // optional
+  LshNormalizeOp keys; // optional: shared-QK keys, the normalised query
   ScoresOp scores;
   SeqProjectOp projK, projV; // both or neither
 };
@@ -43,6 +45,12 @@ std::optional<Chain> match(WeightedSumOp sum) {
     user = c.mask;
     s = c.mask.getScores();
   }
+  if ((c.self = s.getDefiningOp<SelfScoreOp>())) {
+    if (!usedOnlyBy(s, user))
+      return std::nullopt;
+    user = c.self;
+    s = c.self.getScores();
+  }
   if ((c.scoreMod = s.getDefiningOp<ScoreModOp>())) {
     if (!usedOnlyBy(s, user))
       return std::nullopt;
@@ -53,6 +61,10 @@ std::optional<Chain> match(WeightedSumOp sum) {
   if (!c.scores || !usedOnlyBy(s, user))
     return std::nullopt;
   if (c.mask && c.scoreMod && c.mask.getVariantAttr() != c.scoreMod.getVariantAttr())
+    return std::nullopt;
+  c.keys = c.scores.getKey().getDefiningOp<LshNormalizeOp>();
+  if (c.keys && (c.keys.getQuery() != c.scores.getQuery() ||
+                 !usedOnlyBy(c.keys.getKeys(), c.scores)))
     return std::nullopt;
   c.projK = c.scores.getKey().getDefiningOp<SeqProjectOp>();
   c.projV = sum.getValue().getDefiningOp<SeqProjectOp>();
@@ -84,7 +96,7 @@ struct FuseAttentionPass : public attnc::impl::FuseAttentionBase<FuseAttentionPa
                                          : FlatSymbolRefAttr();
     VariantOp variant = ref ? symbols.lookupNearestSymbolFrom<VariantOp>(c.sum, ref) : nullptr;
 
-    Value key = c.scores.getKey(), value = c.sum.getValue(), e, f, lengths;
+    Value key = c.keys ? c.scores.getQuery() : c.scores.getKey(), value = c.sum.getValue(), e, f, lengths;
     KvSource source = KvSource::direct;
     ShareModeAttr share;
     if (c.projK) {
@@ -111,7 +123,8 @@ struct FuseAttentionPass : public attnc::impl::FuseAttentionBase<FuseAttentionPa
         c.scores.getQuery(), key, value, lengths, e, f, params,
         KvSourceAttr::get(ctx, source), share, c.scores.getScaleAttr(),
         c.mask && variant && variant.getCausal() ? b.getUnitAttr() : UnitAttr(),
-        lengths ? b.getUnitAttr() : UnitAttr(), tile, StringAttr(),
+        lengths ? b.getUnitAttr() : UnitAttr(), c.keys ? b.getUnitAttr() : UnitAttr(),
+        c.self ? c.self.getValueAttr() : FloatAttr(), tile, StringAttr(),
         variant ? variant.getParamsAttr() : ArrayAttr());
     if (variant && c.scoreMod && !variant.getScore().empty()) {
       IRMapping map;
@@ -127,9 +140,13 @@ struct FuseAttentionPass : public attnc::impl::FuseAttentionBase<FuseAttentionPa
     c.softmax.erase();
     if (c.mask)
       c.mask.erase();
+    if (c.self)
+      c.self.erase();
     if (c.scoreMod)
       c.scoreMod.erase();
     c.scores.erase();
+    if (c.keys)
+      c.keys.erase();
     if (c.projK) {
       c.projK.erase();
       c.projV.erase();

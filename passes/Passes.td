@@ -95,6 +95,62 @@ def LowRankOrder : Pass<"attn-lowrank-order", "::mlir::ModuleOp"> {
   ];
 }
 
+def ExpandLsh : Pass<"attn-expand-lsh", "::mlir::ModuleOp"> {
+  let summary = "Expand LSH attn.attention into hash → sort → chunk attention → unsort → combine";
+  let description = [{
+    Writes each LSH `attn.attention` as the steps of its semantics
+    (docs/kernels.md "LSH kernels"): `attn.lsh_normalize` (shared-QK keys),
+    `attn.lsh_hash`, `attn.lsh_sort` (counting sort, padded to whole
+    chunks), `attn.lsh_chunk_attention` (sorted order), `attn.lsh_unsort`
+    and `attn.lsh_combine`. When ceil(N/chunk) ≤ min(before, after) + 1
+    every query sees every key, so unless the variant sets
+    `dense_fallback = false` it emits dense attention instead
+    (`attn.scores` of the query against its normalised self,
+    `attn.score_mod`, `attn.self_score`, `attn.mask`, `attn.softmax`,
+    `attn.weighted_sum`) and, with `report`, says so in a remark.
+
+    Before:
+    ```mlir
+    %o, %lse = attn.attention @lsh(%q, %q, %v) rotations(%rot) : (...) -> (...)
+    ```
+    After:
+    ```mlir
+    %k = attn.lsh_normalize %q : ...
+    %b = attn.lsh_hash %q, %rot {num_buckets = 8 : i64} : ...
+    %perm = attn.lsh_sort %b {chunk = 16 : i64, num_buckets = 8 : i64} : ...
+    %so, %sl = attn.lsh_chunk_attention @lsh %q, %k, %v, %perm {...} : ...
+    %uo, %ul = attn.lsh_unsort %so, %sl, %perm : ...
+    %o, %lse = attn.lsh_combine %uo, %ul : ...
+    ```
+  }];
+  let dependentDialects = ["::attnc::attn::AttnDialect"];
+  let options = [
+    Option<"report", "report", "bool", /*default=*/"false",
+           "Emit a remark when the dense fallback is taken">,
+  ];
+}
+
+def FuseLsh : Pass<"attn-fuse-lsh", "::mlir::ModuleOp"> {
+  let summary = "Fuse the LSH chain into one attn.fused_lsh_attention kernel op";
+  let description = [{
+    Matches `lsh_normalize → lsh_hash → lsh_sort → lsh_chunk_attention →
+    lsh_unsort → lsh_combine` (intermediates used only inside the chain) and
+    replaces it with `attn.fused_lsh_attention`, carrying the bucket count,
+    rounds, chunk, window, scale, masks, the variant's score/mask regions and
+    its tile config. Its kernels: hash + counting sort, chunk attention with
+    the gather in the prologue and the unsort in the epilogue, and the round
+    combination.
+
+    After:
+    ```mlir
+    %out, %lse = attn.fused_lsh_attention %q, %v, %rot attributes {after = 0 : i64, before = 1 : i64,
+        causal, chunk = 16 : i64, num_buckets = 8 : i64, rounds = 2 : i64, scale = 1.0 : f64,
+        tile = #attn.tile<...>} : (...) -> (...)
+    ```
+  }];
+  let dependentDialects = ["::attnc::attn::AttnDialect"];
+}
+
 def FuseAttention : Pass<"attn-fuse-attention", "::mlir::ModuleOp"> {
   let summary = "Fuse scores → score_mod → mask → softmax → weighted_sum into one kernel op";
   let description = [{

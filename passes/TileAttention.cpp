@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
 
+#include "codegen/LshTileModel.h"
 #include "codegen/TileModel.h"
 
 #include "mlir/IR/Builders.h"
@@ -47,10 +48,69 @@ struct TileAttentionPass : public attnc::impl::TileAttentionBase<TileAttentionPa
         ok = tile(fwd, sm, /*backward=*/false, counter);
       else if (auto bwd = llvm::dyn_cast<FusedAttentionGradOp>(op))
         ok = tile(bwd, sm, /*backward=*/true, counter);
+      else if (auto lfwd = llvm::dyn_cast<FusedLshAttentionOp>(op))
+        ok = tileLsh(lfwd, /*backward=*/false, counter);
+      else if (auto lbwd = llvm::dyn_cast<FusedLshAttentionGradOp>(op))
+        ok = tileLsh(lbwd, /*backward=*/true, counter);
       return failed(ok) ? WalkResult::interrupt() : WalkResult::advance();
     });
     if (r.wasInterrupted())
       signalPassFailure();
+  }
+
+  /// LSH kernels: the CPU processes one chunk per task (block_q = block_kv
+  /// = chunk); CUDA blocks take block_q queries of a chunk and stream the
+  /// window's keys in block_kv tiles, both dividing the chunk, with static
+  /// shared memory (codegen/LshTileModel.h).
+  template <typename OpTy>
+  LogicalResult tileLsh(OpTy op, bool backward, unsigned &counter) {
+    Type elt = op.getElementType();
+    int64_t headDim = op.getHeadDim(), chunk = op.getChunk();
+    TileAttr t = op.getTile();
+    auto pick = [](int64_t v, int64_t fallback) { return v == kAuto ? fallback : v; };
+    int64_t blockQ, blockKv, warps, stages;
+    if (target == "cpu") {
+      if (!elt.isF32())
+        return op.emitOpError("the CPU backend computes in f32; found ") << elt;
+      blockQ = blockKv = chunk;
+      warps = stages = 1;
+    } else {
+      attnc::tile::LshTile def =
+          attnc::tile::lshDefaultTile(static_cast<int>(chunk), static_cast<int>(headDim));
+      blockQ = pick(t.getBlockQ(), def.blockQ);
+      blockKv = pick(t.getBlockKv(), def.blockKv);
+      warps = pick(t.getWarps(), def.warps);
+      stages = pick(t.getStages(), 1);
+    }
+    TileAttr chosen = TileAttr::get(op.getContext(), blockQ, blockKv, warps, stages);
+    if (target == "cuda") {
+      auto describe = [&](InFlightDiagnostic d) -> InFlightDiagnostic {
+        d << "LSH tile config " << chosen << " (" << elementTypeName(elt) << ", head dim "
+          << headDim << ", chunk " << chunk << ", " << (backward ? "backward" : "forward")
+          << ", " << arch << ") ";
+        return d;
+      };
+      if (stages != 1)
+        return describe(op.emitOpError()) << "pipelines " << stages
+                                          << " stages; the LSH kernels take stages = 1";
+      attnc::tile::LshTile c{int(blockQ), int(blockKv), int(warps)};
+      int64_t smem = attnc::tile::lshSmemBytes(c, int(headDim));
+      if (smem > attnc::tile::kLshSmemLimitBytes)
+        return describe(op.emitOpError())
+               << "needs " << smem << " bytes of static shared memory; the LSH kernels allow "
+               << attnc::tile::kLshSmemLimitBytes;
+      if (!attnc::tile::lshValidTile(c, int(chunk), int(headDim)))
+        return describe(op.emitOpError())
+               << "is not a shape the LSH kernels support: block_q and block_kv must divide "
+                  "the chunk and warps x 32, with at most 32 lanes per row and at most "
+               << attnc::tile::kMaxThreads / 32 << " warps";
+    }
+    op.setTileAttr(chosen);
+    if (!op.getKernel())
+      op.setKernelAttr(StringAttr::get(
+          op.getContext(), (backward ? "lsh_bwd" : "lsh") + std::to_string(counter++) + "_" +
+                               elementTypeName(elt).str() + "_d" + std::to_string(headDim)));
+    return success();
   }
 
   template <typename OpTy>

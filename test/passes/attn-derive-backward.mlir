@@ -1,4 +1,4 @@
-// RUN: attnc-opt %s -split-input-file --pass-pipeline="builtin.module(attn-lower-attention,attn-fuse-attention,func.func(attn-derive-backward))" | FileCheck %s
+// RUN: attnc-opt %s -split-input-file --pass-pipeline="builtin.module(attn-expand-lsh,attn-lower-attention,attn-fuse-attention,attn-fuse-lsh,func.func(attn-derive-backward))" | FileCheck %s
 // RUN: attnc-opt %s -split-input-file --pass-pipeline="builtin.module(attn-lower-attention,attn-fuse-attention,func.func(attn-derive-backward{deterministic=false}))" | FileCheck %s --check-prefix=ATOMIC
 
 // The cotangent of `out` becomes a new argument; dq, dk, dv are appended to
@@ -50,4 +50,35 @@ attn.variant @d2 attributes {tile = #attn.tile<block_q = auto, block_kv = auto, 
 func.func @test_inference(%q: tensor<1x1x4x32xf32>) -> tensor<1x1x4x32xf32> {
   %o, %lse = attn.attention @d2(%q, %q, %q) : (tensor<1x1x4x32xf32>, tensor<1x1x4x32xf32>, tensor<1x1x4x32xf32>) -> (tensor<1x1x4x32xf32>, tensor<1x1x4xf32>)
   return %o : tensor<1x1x4x32xf32>
+}
+
+// -----
+
+// LSH: dq (through the normalised keys too) and dv; the rotations get no
+// gradient. The grad op recomputes the hashes from the same rotations.
+attn.variant @lsh attributes {causal, lsh = #attn.lsh<buckets = 8, rounds = 2, chunk = 4, before = 1, after = 0, seed = 3, dense_fallback = true>, shared_qk, tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto>}
+// CHECK-LABEL: func.func @test_lsh
+// CHECK-SAME: (%[[Q:.+]]: tensor<1x2x9x32xf32>, %[[V:.+]]: tensor<1x2x9x32xf32>, %[[R:.+]]: tensor<2x32x4xf32>, %[[DO:.+]]: tensor<1x2x9x32xf32>)
+// CHECK-SAME: attributes {attn.grad_of = [0, 1]}
+// CHECK-NEXT: %[[O:.+]], %[[LSE:.+]] = attn.fused_lsh_attention %[[Q]], %[[V]], %[[R]]
+// CHECK-NEXT: %[[DQ:.+]], %[[DV:.+]] = attn.fused_lsh_attention_grad %[[Q]], %[[V]], %[[R]], %[[O]], %[[LSE]], %[[DO]] attributes {after = 0 : i64, before = 1 : i64, causal, chunk = 4 : i64, deterministic, num_buckets = 8 : i64, rounds = 2 : i64
+// CHECK-NEXT: return %[[O]], %[[LSE]], %[[DQ]], %[[DV]]
+func.func @test_lsh(%q: tensor<1x2x9x32xf32>, %v: tensor<1x2x9x32xf32>, %rot: tensor<2x32x4xf32>) -> (tensor<1x2x9x32xf32>, tensor<1x2x9xf32>) attributes {attn.differentiate} {
+  %o, %lse = attn.attention @lsh(%q, %q, %v) rotations(%rot) : (tensor<1x2x9x32xf32>, tensor<1x2x9x32xf32>, tensor<1x2x9x32xf32>, tensor<2x32x4xf32>) -> (tensor<1x2x9x32xf32>, tensor<1x2x9xf32>)
+  return %o, %lse : tensor<1x2x9x32xf32>, tensor<1x2x9xf32>
+}
+
+// -----
+
+// LSH's dense fallback: shared_qk, so the key operand is the query and only
+// dq (with the key path folded in) and dv flow back.
+attn.variant @short attributes {causal, lsh = #attn.lsh<buckets = 8, rounds = 2, chunk = 16, before = 1, after = 0, seed = 3, dense_fallback = true>, shared_qk, tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto>}
+// CHECK-LABEL: func.func @test_shared_qk
+// CHECK-SAME: attributes {attn.grad_of = [0, 1]}
+// CHECK-NEXT: %[[O:.+]], %[[LSE:.+]] = attn.fused_attention direct %[[Q:.+]], %[[Q]], %[[V:[^ ]+]] attributes {causal, scale = 1.000000e+00 : f64, self_score = -1.000000e+05 : f64, shared_qk
+// CHECK-NEXT: %[[DQ:.+]], %[[DK:.+]], %[[DV:.+]] = attn.fused_attention_grad direct %[[Q]], %[[Q]], %[[V]], %[[O]], %[[LSE]], %{{.+}} attributes {causal, deterministic, {{.*}}self_score = -1.000000e+05 : f64, shared_qk
+// CHECK-NEXT: return %[[O]], %[[LSE]], %[[DQ]], %[[DV]]
+func.func @test_shared_qk(%q: tensor<1x2x9x32xf32>, %v: tensor<1x2x9x32xf32>, %rot: tensor<2x32x4xf32>) -> (tensor<1x2x9x32xf32>, tensor<1x2x9xf32>) attributes {attn.differentiate} {
+  %o, %lse = attn.attention @short(%q, %q, %v) rotations(%rot) : (tensor<1x2x9x32xf32>, tensor<1x2x9x32xf32>, tensor<1x2x9x32xf32>, tensor<2x32x4xf32>) -> (tensor<1x2x9x32xf32>, tensor<1x2x9xf32>)
+  return %o, %lse : tensor<1x2x9x32xf32>, tensor<1x2x9xf32>
 }

@@ -44,3 +44,34 @@ func.func @test_registers(%q: tensor<1x1x64x256xf16>) {
   %o, %l = attn.fused_attention direct %q, %q, %q attributes {scale = 1.0 : f64, tile = #attn.tile<block_q = 64, block_kv = 128, warps = 4, stages = 1>} : (tensor<1x1x64x256xf16>, tensor<1x1x64x256xf16>, tensor<1x1x64x256xf16>) -> (tensor<1x1x64x256xf16>, tensor<1x1x64xf32>)
   return
 }
+
+// -----
+
+// LSH on CUDA: the default tile of codegen/LshTileModel.h (square tiles of
+// the largest power of two <= 64 dividing the chunk that fit 48 KiB of
+// static shared memory: 32 at D = 64), stages = 1.
+// CHECK-LABEL: func.func @test_lsh_default
+// CHECK: kernel = "lsh{{[0-9]+}}_f16_d64"
+// CHECK-SAME: tile = #attn.tile<block_q = 32, block_kv = 32, warps = 4, stages = 1>
+func.func @test_lsh_default(%q: tensor<1x2x100x64xf16>, %rot: tensor<2x64x4xf32>) {
+  %o, %l = attn.fused_lsh_attention %q, %q, %rot attributes {after = 0 : i64, before = 1 : i64, chunk = 64 : i64, num_buckets = 8 : i64, rounds = 2 : i64, scale = 1.0 : f64, tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto>} : (tensor<1x2x100x64xf16>, tensor<1x2x100x64xf16>, tensor<2x64x4xf32>) -> (tensor<1x2x100x64xf16>, tensor<1x2x100xf32>)
+  return
+}
+
+// -----
+
+// A tile that does not divide the chunk, and one over the static shared
+// memory the LSH kernels may use, are errors naming the config and limit.
+func.func @test_lsh_bad(%q: tensor<1x2x100x64xf32>, %rot: tensor<2x64x4xf32>) {
+  // expected-error @+1 {{LSH tile config #attn.tile<block_q = 32, block_kv = 32, warps = 4, stages = 1> (f32, head dim 64, chunk 48, forward, sm_80) is not a shape the LSH kernels support: block_q and block_kv must divide the chunk}}
+  %o, %l = attn.fused_lsh_attention %q, %q, %rot attributes {after = 0 : i64, before = 1 : i64, chunk = 48 : i64, num_buckets = 8 : i64, rounds = 2 : i64, scale = 1.0 : f64, tile = #attn.tile<block_q = 32, block_kv = 32, warps = 4, stages = auto>} : (tensor<1x2x100x64xf32>, tensor<1x2x100x64xf32>, tensor<2x64x4xf32>) -> (tensor<1x2x100x64xf32>, tensor<1x2x100xf32>)
+  return
+}
+
+// -----
+
+func.func @test_lsh_smem(%q: tensor<1x2x100x128xf32>, %rot: tensor<2x128x4xf32>) {
+  // expected-error @+1 {{LSH tile config #attn.tile<block_q = 64, block_kv = 64, warps = 4, stages = 1> (f32, head dim 128, chunk 64, forward, sm_80) needs}}
+  %o, %l = attn.fused_lsh_attention %q, %q, %rot attributes {after = 0 : i64, before = 1 : i64, chunk = 64 : i64, num_buckets = 8 : i64, rounds = 2 : i64, scale = 1.0 : f64, tile = #attn.tile<block_q = 64, block_kv = 64, warps = 4, stages = auto>} : (tensor<1x2x100x128xf32>, tensor<1x2x100x128xf32>, tensor<2x128x4xf32>) -> (tensor<1x2x100x128xf32>, tensor<1x2x100xf32>)
+  return
+}
