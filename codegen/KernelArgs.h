@@ -36,6 +36,15 @@ struct AttnBwdArgs {
 };
 
 
+/// The two row kernels around shared-QK dense attention (LSH's dense
+/// fallback): normalise (q -> out = keys) and fold_dk (q, dk -> out = dq +=).
+struct SharedQkArgs {
+  const void *q;  ///< T, [rows, D]
+  const void *dk; ///< T, [rows, D]; fold_dk only
+  void *out;      ///< T, [rows, D]: the keys, or dq (accumulated into)
+  long long rows; ///< B * H * N
+};
+
 /// LSH attention (Reformer, shared QK; docs/kernels.md "LSH kernels"). One
 /// struct for every LSH entry point, forward and backward. Keys are the
 /// normalised queries, so there is no k. CHUNK, BEFORE, AFTER and the head

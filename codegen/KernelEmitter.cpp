@@ -134,19 +134,16 @@ void emitCudaEntries(const KernelInfo &k, StringRef variant, StringRef elt, raw_
   }
   if (k.sharedQk) {
     // Keys = normalised queries before the attention; dK folded into dQ after.
-    std::string name = ("attnc_shared_qk_normalise_" + k.name);
-    os << "extern \"C\" __global__ void __launch_bounds__(" << threads << ", 1) " << name
-       << "(const " << elt << " *q, " << elt << " *keys, long long rows) {\n"
-       << "  attnc::shared_qk_normalise<" << k.headDim << ", " << k.warps << ">(q, keys, rows);\n}\n";
-    entries.push_back(name);
-    if (k.backward) {
-      name = "attnc_shared_qk_fold_dk_" + k.name;
+    std::string rowTmpl = llvm::formatv("{0}, {1}, {2}", k.headDim, k.warps, elt).str();
+    auto rowEntry = [&](StringRef prefix, StringRef fn) {
+      std::string name = (prefix + k.name).str();
       os << "extern \"C\" __global__ void __launch_bounds__(" << threads << ", 1) " << name
-         << "(const " << elt << " *q, const " << elt << " *dk, " << elt
-         << " *dq, long long rows) {\n"
-         << "  attnc::shared_qk_fold_dk<" << k.headDim << ", " << k.warps << ">(q, dk, dq, rows);\n}\n";
+         << "(attnc::SharedQkArgs a) {\n  attnc::" << fn << "<" << rowTmpl << ">(a);\n}\n";
       entries.push_back(name);
-    }
+    };
+    rowEntry("attnc_shared_qk_normalise_", "shared_qk_normalise");
+    if (k.backward)
+      rowEntry("attnc_shared_qk_fold_dk_", "shared_qk_fold_dk");
   }
   if (!k.backward) {
     entry("attnc_fwd_", "AttnFwdArgs", "attnc::flash_fwd");

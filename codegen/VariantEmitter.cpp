@@ -289,7 +289,7 @@ LogicalResult emitVariantStruct(Operation *fusedOp, StringRef structName,
   std::string selfScore;
   if (self) {
     llvm::raw_string_ostream ss(selfScore);
-    ss << llvm::format("%.9g", self.getValueAsDouble()) << "f";
+    ss << llvm::format("%.9e", self.getValueAsDouble()) << "f";
   }
   os << "struct " << structName << " {\n"
      << "  static constexpr bool kCausal = " << (causal ? "true" : "false") << ";\n"

@@ -90,6 +90,26 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &pat
     KernelDesc &d = mk.desc;
     std::string kind, source, share;
     double scale = 0;
+    if (auto qk = k.find("shared_qk"); qk != k.end() && qk->is_boolean())
+      d.sharedQk = qk->get<bool>();
+    if (auto it = k.find("lsh"); it != k.end()) {
+      const json *lsh = &*it;
+      KernelDesc::Lsh l;
+      int64_t nb = 0, rounds = 0, chunk = 0, before = 0, after = 0, seed = 0;
+      std::string lw = where + ".lsh";
+      r.get(*lsh, lw, "num_buckets", nb);
+      r.get(*lsh, lw, "rounds", rounds);
+      r.get(*lsh, lw, "chunk", chunk);
+      r.get(*lsh, lw, "before", before);
+      r.get(*lsh, lw, "after", after);
+      r.get(*lsh, lw, "seed", seed);
+      if (r.error.empty() && (nb < 2 || nb % 2 || nb > 65536 || rounds < 1 || rounds > 64 ||
+                              chunk < 1 || before < 0 || after < 0 || seed < 0))
+        return makeError(path + ": " + lw + ": inconsistent buckets, rounds, chunk or window");
+      l.numBuckets = int(nb), l.rounds = int(rounds), l.chunk = int(chunk);
+      l.before = int(before), l.after = int(after), l.seed = uint64_t(seed);
+      d.lsh = l;
+    }
     int64_t headDim = 0, numParams = 0;
     r.get(k, where, "name", d.name);
     r.get(k, where, "kind", kind);
@@ -140,9 +160,11 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &pat
     if (kind != "forward" && kind != "backward")
       return makeError(path + ": " + where + ".kind: expected forward or backward, found '" +
                        kind + "'");
-    if (source != "direct" && source != "lowrank")
-      return makeError(path + ": " + where + ".kv_source: expected direct or lowrank, found '" +
-                       source + "'");
+    if (source != "direct" && source != "lowrank" && source != "lsh")
+      return makeError(path + ": " + where +
+                       ".kv_source: expected direct, lowrank or lsh, found '" + source + "'");
+    if ((source == "lsh") != bool(d.lsh))
+      return makeError(path + ": " + where + ": kv_source lsh needs an 'lsh' object, and only it");
     if (headDim < 1 || headDim > 1024 || d.blockQ < 1 || d.blockKv < 1 || !(scale > 0) ||
         numParams != int64_t(mk.params.size()))
       return makeError(path + ": " + where + ": inconsistent head_dim, tile, scale or params");
@@ -210,6 +232,12 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
   sig.k = fwd->lowrankK;
   sig.keyPadding = fwd->desc.keyPadding;
   sig.params = fwd->params;
+  sig.sharedQk = fwd->desc.sharedQk;
+  if (fwd->desc.lsh) {
+    sig.lshRounds = fwd->desc.lsh->rounds;
+    sig.lshBuckets = fwd->desc.lsh->numBuckets;
+    sig.lshSeed = fwd->desc.lsh->seed;
+  }
   Expected<std::unique_ptr<AttentionIO>> io =
       loadAttentionIO(opt.inputs, opt.weights, opt.grad, sig, opt.seed);
   if (!io)

@@ -1,6 +1,8 @@
 //===- AttentionIO.cpp - Inputs and outputs of one attention op -----------===//
 #include "runtime/AttentionIO.h"
 
+#include "runtime/Philox.h"
+
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -74,8 +76,11 @@ Expected<std::unique_ptr<AttentionIO>> loadAttentionIO(const std::string &inputs
   if (!st::read(inputsPath, io->in, err))
     return makeError(err);
   for (const char *name : {"q", "k", "v"})
-    if (!find(io->in, name))
-      return makeError(inputsPath + ": missing tensor '" + name + "'");
+    if (!find(io->in, name) && !(sig.sharedQk && std::string(name) == "k"))
+      return makeError(inputsPath + ": missing tensor '" + name + "'" +
+                       (std::string(name) == "q" || std::string(name) == "v"
+                            ? ""
+                            : " (or use a shared-QK variant)"));
   const st::Tensor &q = *find(io->in, "q");
   if (q.shape.size() != 4 || q.dtype != st::DType::F32)
     return makeError(inputsPath + ": tensor 'q' is " + st::dtypeName(q.dtype) + " " +
@@ -84,13 +89,20 @@ Expected<std::unique_ptr<AttentionIO>> loadAttentionIO(const std::string &inputs
   if (B < 1 || H < 1 || N < 1 || D < 1)
     return makeError(inputsPath + ": tensor 'q' " + q.shapeStr() + " has an empty dimension");
   for (const char *name : {"k", "v"})
-    if (Status s = expectTensor(inputsPath, name, *find(io->in, name), st::DType::F32,
-                                {B, H, N, D}, "(like q)");
-        !s)
-      return s.takeError();
+    if (const st::Tensor *t = find(io->in, name))
+      if (Status s = expectTensor(inputsPath, name, *t, st::DType::F32, {B, H, N, D}, "(like q)");
+          !s)
+        return s.takeError();
   io->B = B, io->H = H, io->N = N, io->D = D;
   AttentionInputs &in = io->inputs;
   in.q = &q, in.k = find(io->in, "k"), in.v = find(io->in, "v");
+  if (sig.sharedQk) {
+    if (in.k)
+      std::cerr << "attnc: warning: '" << sig.name
+                << "' shares QK (its keys are the normalised queries); the 'k' input is "
+                   "ignored\n";
+    in.k = &q;
+  }
   if (const st::Tensor *lengths = find(io->in, "lengths")) {
     if (Status s = expectTensor(inputsPath, "lengths", *lengths, st::DType::I32, {B}, ""); !s)
       return s.takeError();
@@ -157,6 +169,22 @@ Expected<std::unique_ptr<AttentionIO>> loadAttentionIO(const std::string &inputs
     in.E = E, in.F = shared ? nullptr : F;
     io->kRows = kRows, io->nmax = nmax;
   }
+  if (sig.lshRounds > 0) {
+    std::vector<int64_t> shape = {sig.lshRounds, D, sig.lshBuckets / 2};
+    if (const st::Tensor *given = find(io->weights, "lsh_rotations")) {
+      if (Status s = expectTensor(weightsPath, "lsh_rotations", *given, st::DType::F32, shape,
+                                  "([rounds, Dh, buckets/2])");
+          !s)
+        return s.takeError();
+      in.rotations = given;
+    } else {
+      std::vector<float> r(size_t(shape[0] * shape[1] * shape[2]));
+      philox::lshRotations(sig.lshSeed, /*stream=*/0, r);
+      io->rotationStore = st::Tensor::f32(shape, r);
+      io->rotationsDrawn = true;
+      in.rotations = &io->rotationStore;
+    }
+  }
   if (!sig.params.empty()) {
     std::vector<float> values;
     for (const ParamDecl &p : sig.params) {
@@ -187,7 +215,8 @@ Status writeAttentionOutputs(const std::string &path, AttentionOutputs outputs,
   out.tensors["lse"] = std::move(outputs.lse);
   if (outputs.dq) {
     out.tensors["dq"] = std::move(*outputs.dq);
-    out.tensors["dk"] = std::move(*outputs.dk);
+    if (!sig.sharedQk && outputs.dk)
+      out.tensors["dk"] = std::move(*outputs.dk);
     out.tensors["dv"] = std::move(*outputs.dv);
     if (outputs.dE)
       out.tensors["dE"] = std::move(*outputs.dE);
@@ -200,6 +229,10 @@ Status writeAttentionOutputs(const std::string &path, AttentionOutputs outputs,
           out.tensors["d" + sig.params[p].name] = st::Tensor::f32(
               {io.H}, std::vector<float>(all.begin() + p * io.H, all.begin() + (p + 1) * io.H));
     }
+  }
+  if (io.rotationsDrawn) {
+    out.tensors["lsh_rotations"] = io.rotationStore;
+    out.metadata["lsh_seed"] = std::to_string(sig.lshSeed);
   }
   std::string err;
   if (!st::write(path, out, err))

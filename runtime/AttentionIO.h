@@ -33,12 +33,19 @@ struct AttentionSignature {
   int64_t k = 0;         ///< low-rank rows; 0: E's rows, else min(256, N)
   bool keyPadding = false;
   std::vector<ParamDecl> params;
+  /// Shared QK (LSH and its dense fallback): no 'k' input, no 'dk' output.
+  bool sharedQk = false;
+  /// LSH: the rotations' shape [rounds, Dh, buckets/2] and the seed they
+  /// are drawn from (runtime/Philox.h) when 'lsh_rotations' is not given.
+  int64_t lshRounds = 0, lshBuckets = 0;
+  uint64_t lshSeed = 0;
 };
 
 /// Loaded tensors; `inputs` points into this object (keep it alive).
 struct AttentionIO {
   st::File in, weights, grad;
-  st::Tensor eStore, fStore, paramStore;
+  st::Tensor eStore, fStore, paramStore, rotationStore;
+  bool rotationsDrawn = false; ///< drawn from the seed (written to the output)
   AttentionInputs inputs;
   int64_t B = 0, H = 0, N = 0, D = 0;
   int64_t kRows = 0, nmax = 0; ///< low-rank only
@@ -52,7 +59,9 @@ Expected<std::unique_ptr<AttentionIO>> loadAttentionIO(const std::string &inputs
                                                        uint64_t seed);
 
 /// Writes out, lse and (after a backward) dq, dk, dv, dE, dF and
-/// d<param> [H] for every learned parameter, atomically.
+/// d<param> [H] for every learned parameter, atomically. Shared-QK variants
+/// write no dk (dq holds the whole gradient of the shared input); LSH
+/// rotations drawn from the seed are written as lsh_rotations.
 Status writeAttentionOutputs(const std::string &path, AttentionOutputs outputs,
                              const AttentionIO &io, const AttentionSignature &signature);
 

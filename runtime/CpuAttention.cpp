@@ -99,6 +99,9 @@ Expected<AttentionOutputs> CpuAttention::run(const AttentionInputs &in) const {
   out.out = zeros({B, H, Nq, D});
   out.lse = zeros({B, H, Nq});
 
+  if (fwd_.lsh)
+    return runLsh(in, std::move(out));
+
   int kProj = 0, Nmax = 0;
   bool perHead = fwd_.share == "none";
   st::Tensor kp, vp; // projected keys/values, kept for the backward
@@ -172,6 +175,38 @@ Expected<AttentionOutputs> CpuAttention::run(const AttentionInputs &in) const {
     if (int rc = reinterpret_cast<int (*)(const AttnBwdArgs *)>(bwdFn_)(&g))
       return makeError("kernel " + bwd_->name + " failed: " + kernelError(rc));
   }
+  return out;
+}
+
+Expected<AttentionOutputs> CpuAttention::runLsh(const AttentionInputs &in,
+                                                AttentionOutputs out) const {
+  const KernelDesc::Lsh &l = *fwd_.lsh;
+  const auto &qs = in.q->shape;
+  int B = int(qs[0]), H = int(qs[1]), N = int(qs[2]), D = int(qs[3]);
+  if (!in.rotations || in.rotations->shape != std::vector<int64_t>{l.rounds, D, l.numBuckets / 2})
+    return makeError("LSH kernel " + fwd_.name + " needs rotations [" + std::to_string(l.rounds) +
+                     ", " + std::to_string(D) + ", " + std::to_string(l.numBuckets / 2) + "]");
+  AttnLshArgs a{};
+  a.q = f32(in.q), a.v = f32(in.v);
+  a.out = f32(out.out), a.lse = f32(out.lse);
+  a.lengths = in.lengths ? reinterpret_cast<const int *>(in.lengths->data.data()) : nullptr;
+  a.params = f32(in.params), a.rotations = f32(in.rotations);
+  a.B = B, a.H = H, a.N = N, a.rounds = l.rounds, a.num_buckets = l.numBuckets;
+  a.scale = fwd_.scale;
+  using Entry = int (*)(const AttnLshArgs *);
+  if (int rc = reinterpret_cast<Entry>(fwdFn_)(&a))
+    return makeError("kernel " + fwd_.name + " failed: " + kernelError(rc));
+  if (!in.dout)
+    return out;
+  if (!bwd_ || !bwd_->lsh)
+    return makeError("no LSH backward kernel was compiled for " + fwd_.name);
+  out.dq = zeros(qs);
+  out.dv = zeros(in.v->shape);
+  a.dout = f32(in.dout);
+  a.dq = f32(*out.dq), a.dv = f32(*out.dv);
+  a.scale = bwd_->scale;
+  if (int rc = reinterpret_cast<Entry>(bwdFn_)(&a))
+    return makeError("kernel " + bwd_->name + " failed: " + kernelError(rc));
   return out;
 }
 

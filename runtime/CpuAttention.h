@@ -30,6 +30,14 @@ struct KernelDesc {
   int numParams = 0;
   bool lowrank = false;
   std::string share; ///< none, headwise, kv (lowrank only)
+  /// Keys are the normalised queries (LSH, and its dense fallback); the
+  /// entry points ignore k and fold dk into dq.
+  bool sharedQk = false;
+  struct Lsh {
+    int numBuckets = 0, rounds = 0, chunk = 0, before = 0, after = 0;
+    uint64_t seed = 0;
+  };
+  std::optional<Lsh> lsh; ///< LSH kernels (AttnLshArgs entry points)
   float scale = 1;
   std::vector<std::string> entryPoints;
 };
@@ -41,6 +49,7 @@ struct AttentionInputs {
   const st::Tensor *E = nullptr;       ///< [k, Nmax] or [H, k, Nmax]
   const st::Tensor *F = nullptr;       ///< like E, or null when F = E
   const st::Tensor *params = nullptr;  ///< [P, H]
+  const st::Tensor *rotations = nullptr; ///< LSH: [rounds, Dh, buckets/2]
   const st::Tensor *dout = nullptr;    ///< cotangent of out: run the backward too
 };
 
@@ -69,6 +78,7 @@ public:
 
 private:
   CpuAttention(SharedObject so) : so_(std::move(so)) {}
+  Expected<AttentionOutputs> runLsh(const AttentionInputs &inputs, AttentionOutputs out) const;
   SharedObject so_;
   KernelDesc fwd_;
   std::optional<KernelDesc> bwd_;

@@ -4,6 +4,7 @@
 #include "runtime/FileSystem.h"
 
 #include "codegen/KernelArgs.h"
+#include "codegen/LshTileModel.h"
 #include "codegen/TileModel.h"
 #include "attnc/lowrank.h" // host projections around the GPU attention
 
@@ -192,6 +193,8 @@ Expected<CudaAttention> CudaAttention::compile(const std::string &source, const 
 Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   if (Status s = ctx_.makeCurrent(); !s)
     return s.takeError();
+  if (fwd_.lsh)
+    return runLsh(in);
   const auto &qs = in.q->shape;
   int B = int(qs[0]), H = int(qs[1]), Nq = int(qs[2]), N = int(in.k->shape[2]), D = int(qs[3]);
   if (D != fwd_.headDim)
@@ -238,6 +241,16 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
       return b.takeError();
     dParams.emplace(std::move(b).take());
   }
+  // Shared QK (LSH's dense fallback): entry 0 normalises q into the keys
+  // buffer; the flash entries follow (docs/kernels.md).
+  const size_t flashFwd = fwd_.sharedQk ? 1 : 0;
+  const long long rows = (long long)B * H * Nq;
+  const unsigned rowBlocks = ceilDiv(rows, fwd_.warps);
+  if (fwd_.sharedQk)
+    if (Status s = cuda::launch(fwdKernels_[0], {rowBlocks, 1, 1}, {unsigned(fwd_.warps * 32), 1, 1},
+                                0, nullptr, SharedQkArgs{dq->as<void>(), nullptr, dk->as<void>(), rows});
+        !s)
+      return s.takeError();
   AttnFwdArgs a{};
   a.q = dq->as<void>(), a.k = dk->as<void>(), a.v = dv->as<void>();
   a.out = dOut->as<void>(), a.lse = dLse->as<float>();
@@ -250,12 +263,13 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   if (!e0 || !e1 || !e2)
     return makeError("cannot create CUDA events: " + (!e0 ? e0.error() : !e1 ? e1.error() : e2.error()));
   (void)e0->record();
-  if (Status s = cuda::launch(fwdKernels_[0], {ceilDiv(Nq, fwd_.blockQ), unsigned(B * H), 1},
-                              block, size_t(fwd_.smemBytes), nullptr, a);
+  if (Status s = cuda::launch(fwdKernels_[flashFwd],
+                              {ceilDiv(Nq, fwd_.blockQ), unsigned(B * H), 1}, block,
+                              size_t(fwd_.smemBytes), nullptr, a);
       !s)
     return s.takeError();
   (void)e1->record();
-  if (Status s = cuda::synchronize(nullptr, fwdKernels_[0].name); !s)
+  if (Status s = cuda::synchronize(nullptr, fwdKernels_[flashFwd].name); !s)
     return s.takeError();
   if (Expected<float> ms = cuda::Event::elapsedMs(*e0, *e1))
     forwardMs_ = *ms;
@@ -299,13 +313,20 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
     cuda::Dim3 grid;
     size_t smem;
   };
-  // Entry order as emitted: preprocess, dkdv, dq[, dparams].
+  // Entry order as emitted: [normalise, fold_dk,] preprocess, dkdv, dq[, dparams].
+  const size_t flashBwd = bwd_->sharedQk ? 2 : 0;
   Step steps[] = {{{ceilDiv(Nq, bwd_->blockQ), unsigned(B * H), 1}, 0},
                   {{ceilDiv(Nk, bwd_->blockKv), unsigned(B * H), 1}, size_t(bwd_->smemBytes)},
                   {{ceilDiv(Nq, bwd_->blockQ), unsigned(B * H), 1}, size_t(bwd_->smemBytes)},
                   {{unsigned(std::max(P, 1) * H), 1, 1}, 0}};
-  for (size_t i = 0; i < bwdKernels_.size() && i < 4; ++i)
-    if (Status s = cuda::launch(bwdKernels_[i], steps[i].grid, bblock, steps[i].smem, nullptr, g);
+  for (size_t i = 0; i + flashBwd < bwdKernels_.size() && i < 4; ++i)
+    if (Status s = cuda::launch(bwdKernels_[i + flashBwd], steps[i].grid, bblock, steps[i].smem,
+                                nullptr, g);
+        !s)
+      return s.takeError();
+  if (bwd_->sharedQk) // dq += the key path through the normalisation
+    if (Status s = cuda::launch(bwdKernels_[1], {ceilDiv(rows, bwd_->warps), 1, 1}, bblock, 0,
+                                nullptr, SharedQkArgs{a.q, g.dk, g.dq, rows});
         !s)
       return s.takeError();
   (void)e2->record();
@@ -326,6 +347,10 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
     out.dparams = st::Tensor::f32({P, H}, *gp);
   }
   if (!fwd_.lowrank) {
+    if (fwd_.sharedQk) { // dk is folded into dq
+      out.dv = st::Tensor::f32(in.v->shape, *gv);
+      return out;
+    }
     out.dk = st::Tensor::f32(in.k->shape, *gk);
     out.dv = st::Tensor::f32(in.v->shape, *gv);
     return out;
@@ -345,6 +370,132 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   out.dE = st::Tensor::f32(in.E->shape, dE);
   if (in.F)
     out.dF = st::Tensor::f32(in.F->shape, dF);
+  return out;
+}
+
+Expected<AttentionOutputs> CudaAttention::runLsh(const AttentionInputs &in) {
+  const KernelDesc::Lsh &l = *fwd_.lsh;
+  const auto &qs = in.q->shape;
+  const int B = int(qs[0]), H = int(qs[1]), N = int(qs[2]), D = int(qs[3]), R = l.rounds;
+  if (D != fwd_.headDim)
+    return makeError("kernel " + fwd_.name + " was compiled for head dim " +
+                     std::to_string(fwd_.headDim) + ", got " + std::to_string(D));
+  if (!in.rotations || in.rotations->shape != std::vector<int64_t>{R, D, l.numBuckets / 2})
+    return makeError("LSH kernel " + fwd_.name + " needs rotations [" + std::to_string(R) + ", " +
+                     std::to_string(D) + ", " + std::to_string(l.numBuckets / 2) + "]");
+  if (l.numBuckets > attnc::tile::kLshMaxBuckets)
+    return makeError("LSH kernel " + fwd_.name + ": " + std::to_string(l.numBuckets) +
+                     " buckets; the CUDA hash kernel handles at most " +
+                     std::to_string(attnc::tile::kLshMaxBuckets));
+  const int bh = B * H, npad = attnc::tile::lshPaddedLength(N, l.chunk);
+  const size_t nqd = size_t(bh) * N * D, eb = elemBytes(dtype_);
+  const size_t rounds = size_t(R);
+  auto hq = toDevice(f32(in.q), nqd, dtype_), hv = toDevice(f32(in.v), nqd, dtype_);
+  const st::Tensor *rot = in.rotations;
+  Expected<cuda::DeviceBuffer> dQ = upload(hq.data(), hq.size()), dV = upload(hv.data(), hv.size()),
+                               dRot = upload(rot->data.data(), rot->data.size()),
+                               dOut = zeros(nqd * eb), dLse = zeros(size_t(bh) * N * 4),
+                               dBuckets = zeros(size_t(bh) * rounds * N * 4),
+                               dPerm = zeros(size_t(bh) * rounds * npad * 4),
+                               dKeys = zeros(nqd * 4), dRoundOut = zeros(nqd * rounds * 4),
+                               dRoundLse = zeros(size_t(bh) * rounds * N * 4);
+  for (auto *b : {&dQ, &dV, &dRot, &dOut, &dLse, &dBuckets, &dPerm, &dKeys, &dRoundOut, &dRoundLse})
+    if (!*b)
+      return b->takeError();
+  std::optional<cuda::DeviceBuffer> dLen, dParams;
+  if (in.lengths) {
+    Expected<cuda::DeviceBuffer> b = upload(in.lengths->data.data(), size_t(B) * 4);
+    if (!b)
+      return b.takeError();
+    dLen.emplace(std::move(b).take());
+  }
+  if (in.params) {
+    Expected<cuda::DeviceBuffer> b = upload(in.params->data.data(), in.params->data.size());
+    if (!b)
+      return b.takeError();
+    dParams.emplace(std::move(b).take());
+  }
+  AttnLshArgs a{};
+  a.q = dQ->as<void>(), a.v = dV->as<void>(), a.out = dOut->as<void>(), a.lse = dLse->as<float>();
+  a.lengths = dLen ? dLen->as<int>() : nullptr;
+  a.params = dParams ? dParams->as<float>() : nullptr;
+  a.rotations = dRot->as<float>();
+  a.buckets = dBuckets->as<int>(), a.perm = dPerm->as<int>(), a.keys = dKeys->as<float>();
+  a.round_out = dRoundOut->as<float>(), a.round_lse = dRoundLse->as<float>();
+  a.B = B, a.H = H, a.N = N, a.rounds = R, a.num_buckets = l.numBuckets, a.scale = fwd_.scale;
+
+  using attnc::tile::LshGrid;
+  auto launchAll = [&](std::vector<cuda::Kernel> &kernels, const KernelDesc &d,
+                       const std::vector<LshGrid> &grids) -> Status {
+    if (kernels.size() != grids.size())
+      return makeError("LSH kernel " + d.name + ": expected " + std::to_string(grids.size()) +
+                       " entry points, found " + std::to_string(kernels.size()));
+    for (size_t i = 0; i < grids.size(); ++i)
+      if (Status s = cuda::launch(kernels[i], {unsigned(grids[i].x), unsigned(grids[i].y), 1},
+                                  {unsigned(d.warps * 32), 1, 1}, 0, nullptr, a);
+          !s)
+        return s;
+    return cuda::synchronize(nullptr, kernels.back().name);
+  };
+  attnc::tile::LshTile ft{fwd_.blockQ, fwd_.blockKv, fwd_.warps};
+  Expected<cuda::Event> e0 = cuda::Event::create(), e1 = cuda::Event::create(),
+                        e2 = cuda::Event::create();
+  if (!e0 || !e1 || !e2)
+    return makeError("cannot create CUDA events");
+  (void)e0->record();
+  // Entry order as emitted: hash, fwd, combine.
+  if (Status s = launchAll(fwdKernels_, fwd_,
+                           {attnc::tile::lshHashGrid(bh, R),
+                            attnc::tile::lshFwdGrid(ft, N, l.chunk, bh, R),
+                            attnc::tile::lshRowGrid(N, bh)});
+      !s)
+    return s.takeError();
+  (void)e1->record();
+  (void)cuda::synchronize(nullptr, "event");
+  if (Expected<float> ms = cuda::Event::elapsedMs(*e0, *e1))
+    forwardMs_ = *ms;
+  AttentionOutputs out;
+  Expected<std::vector<float>> o = download(*dOut, nqd, dtype_),
+                               ls = download(*dLse, size_t(bh) * N, "f32");
+  if (!o || !ls)
+    return makeError(!o ? o.error() : ls.error());
+  out.out = st::Tensor::f32({B, H, N, D}, *o);
+  out.lse = st::Tensor::f32({B, H, N}, *ls);
+  if (!in.dout)
+    return out;
+  if (!bwd_ || !bwd_->lsh)
+    return makeError("no LSH backward kernel was compiled for " + fwd_.name);
+  auto hdo = toDevice(f32(in.dout), nqd, dtype_);
+  Expected<cuda::DeviceBuffer> dDo = upload(hdo.data(), hdo.size()),
+                               dDelta = zeros(size_t(bh) * N * 4), dDq = zeros(nqd * eb),
+                               dDv = zeros(nqd * eb), dRdq = zeros(nqd * rounds * 4),
+                               dRdk = zeros(nqd * rounds * 4), dRdv = zeros(nqd * rounds * 4);
+  for (auto *b : {&dDo, &dDelta, &dDq, &dDv, &dRdq, &dRdk, &dRdv})
+    if (!*b)
+      return b->takeError();
+  a.dout = dDo->as<void>(), a.dq = dDq->as<void>(), a.dv = dDv->as<void>();
+  a.delta = dDelta->as<float>();
+  a.round_dq = dRdq->as<float>(), a.round_dk = dRdk->as<float>(), a.round_dv = dRdv->as<float>();
+  a.scale = bwd_->scale;
+  attnc::tile::LshTile bt{bwd_->blockQ, bwd_->blockKv, bwd_->warps};
+  (void)e1->record();
+  // Entry order as emitted: hash (recomputed), preprocess, dq, dkdv, combine.
+  if (Status s = launchAll(bwdKernels_, *bwd_,
+                           {attnc::tile::lshHashGrid(bh, R), attnc::tile::lshRowGrid(N, bh),
+                            attnc::tile::lshBwdDqGrid(bt, N, l.chunk, bh, R),
+                            attnc::tile::lshBwdDkdvGrid(bt, N, l.chunk, bh, R),
+                            attnc::tile::lshRowGrid(N, bh)});
+      !s)
+    return s.takeError();
+  (void)e2->record();
+  (void)cuda::synchronize(nullptr, "event");
+  if (Expected<float> ms = cuda::Event::elapsedMs(*e1, *e2))
+    backwardMs_ = *ms;
+  Expected<std::vector<float>> gq = download(*dDq, nqd, dtype_), gv = download(*dDv, nqd, dtype_);
+  if (!gq || !gv)
+    return makeError(!gq ? gq.error() : gv.error());
+  out.dq = st::Tensor::f32(qs, *gq);
+  out.dv = st::Tensor::f32(in.v->shape, *gv);
   return out;
 }
 

@@ -40,6 +40,7 @@ public:
 private:
   CudaAttention(cuda::Context ctx, cuda::Module module)
       : ctx_(std::move(ctx)), module_(std::move(module)) {}
+  Expected<AttentionOutputs> runLsh(const AttentionInputs &inputs);
   cuda::Context ctx_;
   cuda::Module module_;
   std::string dtype_;

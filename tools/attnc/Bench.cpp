@@ -9,6 +9,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "tools/attnc/Bench.h"
+#include "tools/attnc/BenchCommon.h"
+#include "tools/attnc/BenchLsh.h"
 #include "tools/attnc/Compile.h"
 #include "tools/attnc/Run.h"
 
@@ -36,33 +38,9 @@ using namespace mlir;
 
 namespace attnc::driver {
 
+using namespace bench;
+
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-/// Median wall time of `repeats` calls after one warm-up, in milliseconds.
-template <typename Fn> double medianMs(int repeats, Fn &&fn) {
-  fn(); // warm-up
-  std::vector<double> t;
-  for (int i = 0; i < repeats; ++i) {
-    auto a = Clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - a).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-st::Tensor randomTensor(std::vector<int64_t> shape, std::mt19937 &rng, float scale) {
-  std::normal_distribution<float> dist(0.f, scale);
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  std::vector<float> v(n);
-  for (float &x : v)
-    x = dist(rng);
-  return st::Tensor::f32(std::move(shape), v);
-}
 
 /// The unfused baseline and a SGEMM peak probe, compiled like generated
 /// kernels (same compiler, flags and BLAS).
@@ -136,15 +114,8 @@ struct Row {
   std::vector<double> lrFwd, lrFwdBwd;
   double denseBytes = 0, unfusedBytes = 0;
   std::vector<double> lrBytes;
+  std::vector<double> lshFwd, lshFwdBwd; ///< one per LSH config
 };
-
-std::string fmt(double v, int prec = 2) {
-  if (std::isnan(v))
-    return "-";
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(prec) << v;
-  return os.str();
-}
 
 /// A log-log plot of forward time against N, one line per kernel.
 void writeSvg(const std::string &path, const std::vector<Row> &rows,
@@ -212,6 +183,12 @@ int runBench(const BenchOptions &opt) {
     std::cerr << "attnc bench: --target cuda needs a GPU machine and is not implemented yet\n";
     return kExitNotImplemented;
   }
+  if (opt.lshBuckets % 2) {
+    std::cerr << "attnc bench: error: --lsh-buckets must be even (the hash is an argmax over "
+                 "[xR; -xR]), found "
+              << opt.lshBuckets << "\n";
+    return kExitInput;
+  }
   bool tty = isatty(STDERR_FILENO);
   MLIRContext context;
   registerAttncDialects(context);
@@ -273,6 +250,9 @@ int runBench(const BenchOptions &opt) {
   for (size_t i = 0; i < lowrank.size(); ++i)
     if (int rc = compileCpuAttention(*module, lowrank[i], shape, lowrankKernels[i]))
       return rc;
+  std::vector<LshBenchKernel> lsh;
+  if (int rc = compileLshBenchKernels(*module, opt, int(shape.maxSeq), opt.backward, lsh))
+    return rc;
   for (int N : opt.lengths) {
     Row row;
     row.n = N;
@@ -338,6 +318,21 @@ int runBench(const BenchOptions &opt) {
         row.lrFwdBwd.push_back(NAN);
       }
     }
+    // LSH: keys are the normalised queries (no k).
+    for (LshBenchKernel &lk : lsh) {
+      progress(lk.label());
+      AttentionInputs li = in;
+      li.k = &q, li.rotations = &lk.rotations;
+      if (Expected<AttentionOutputs> r = lk.kernels->run(li); !r) {
+        std::cerr << "attnc bench: error: " << r.error() << "\n";
+        return kExitInput;
+      }
+      row.lshFwd.push_back(medianMs(opt.repeats, [&] { (void)lk.kernels->run(li); }));
+      AttentionInputs lg = li;
+      lg.dout = &dout;
+      row.lshFwdBwd.push_back(withBwd ? medianMs(opt.repeats, [&] { (void)lk.kernels->run(lg); })
+                                      : NAN);
+    }
     if (tty)
       std::cerr << "\r" << std::string(60, ' ') << "\r";
     rows.push_back(row);
@@ -377,6 +372,30 @@ int runBench(const BenchOptions &opt) {
       std::cout << std::setw(16) << fmt(g, 1) << std::setw(7) << fmt(100 * g / peak, 0) << "\n";
     }
   }
+  if (!lsh.empty()) {
+    // Dense vs the LSH config with the most rounds of the first chunk size
+    // (the most expensive one a user would pick).
+    size_t ref = opt.lshRounds.size() - 1;
+    for (const char *pass : {"forward", "forward+backward"}) {
+      bool fb = std::string(pass) != "forward";
+      if (fb && !opt.backward)
+        continue;
+      std::cout << "\nLSH " << pass << " (ms), " << opt.lshBuckets
+                << " buckets, window 1 chunk back\n" << std::setw(21) << "N";
+      for (const LshBenchKernel &k : lsh)
+        std::cout << std::setw(11) << ("r" + std::to_string(k.rounds) + "/c" + std::to_string(k.chunk));
+      std::cout << std::setw(14) << ("dense/" + lsh[ref].label().substr(4)) << "\n";
+      for (const Row &r : rows) {
+        const std::vector<double> &t = fb ? r.lshFwdBwd : r.lshFwd;
+        if (std::isnan(t[ref]))
+          continue;
+        std::cout << std::setw(21) << r.n;
+        for (double ms : t)
+          std::cout << std::setw(11) << fmt(ms);
+        std::cout << std::setw(13) << fmt((fb ? r.denseFwdBwd : r.denseFwd) / t[ref]) << "x\n";
+      }
+    }
+  }
   std::cout << "\nmemory of the forward's tensors (MiB): dense fused vs unfused (N x N scores)";
   for (int kr : opt.ranks)
     std::cout << " vs lr" << kr;
@@ -408,8 +427,21 @@ int runBench(const BenchOptions &opt) {
           r.lrBytes[i]);
     }
   }
+  for (const Row &r : rows)
+    for (size_t i = 0; i < lsh.size(); ++i) {
+      double f = 4.0 * B * H * double(r.n) * D * 2 * lsh[i].chunk * lsh[i].rounds;
+      auto put = [&](const char *pass, double ms, double fl) {
+        if (!std::isnan(ms))
+          csv << r.n << "," << lsh[i].label() << "," << pass << "," << ms << ","
+              << gflops(fl, ms) << "," << peak << "," << 5.0 * B * H * r.n * D * 4 << "\n";
+      };
+      put("fwd", r.lshFwd[i], f);
+      put("fwd+bwd", r.lshFwdBwd[i], 3.5 * f);
+    }
   writeSvg(opt.svg, rows, opt.ranks);
   std::cout << "\nwrote " << opt.csv << " and " << opt.svg << "\n";
+  if (opt.sweepTokens > 0)
+    return runLshSweep(*module, opt);
   return kExitOk;
 }
 

@@ -18,11 +18,22 @@ struct BenchOptions {
   int maxUnfusedN = 8192;  ///< the unfused baseline materialises N x N scores
   std::string csv = "attnc-bench.csv";
   std::string svg = "attnc-bench.svg";
+  /// LSH (Reformer) configurations: every rounds x chunk pair, non-causal,
+  /// one chunk back (before = 1, after = 0), never the dense fallback.
+  std::vector<int> lshRounds = {1, 2, 4, 8};
+  std::vector<int> lshChunks = {64, 128};
+  int lshBuckets = 64;
+  /// The Reformer sweep: B·N = sweepTokens held fixed while N grows (0: skip).
+  int sweepTokens = 16384;
+  std::vector<int> sweepLengths = {1024, 2048, 4096, 8192, 16384};
+  std::string sweepCsv = "attnc-bench-lsh-sweep.csv";
+  std::string sweepSvg = "attnc-bench-lsh-sweep.svg";
 };
 
-/// Times dense fused, unfused (GEMM + softmax + GEMM) and low-rank attention
-/// over the lengths, prints a table with ratios and GFLOP/s against the
-/// machine's measured SGEMM peak, and writes a CSV and an SVG plot.
+/// Times dense fused, unfused (GEMM + softmax + GEMM), low-rank and LSH
+/// attention over the lengths, prints a table with ratios and GFLOP/s against
+/// the machine's measured peak, and writes a CSV and an SVG plot; then the
+/// fixed-total-tokens LSH sweep (its own table, CSV and plot).
 int runBench(const BenchOptions &options);
 
 } // namespace attnc::driver

@@ -54,6 +54,10 @@ int compileCpuAttention(ModuleOp module, attn::VariantOp variant,
     d.blockQ = int(k.blockQ), d.blockKv = int(k.blockKv);
     d.causal = k.causal, d.keyPadding = k.keyPadding, d.numParams = int(k.numParams);
     d.lowrank = k.kvSource == "lowrank", d.share = k.share, d.scale = float(k.scale);
+    d.sharedQk = k.sharedQk;
+    if (k.lsh)
+      d.lsh = KernelDesc::Lsh{int(k.lsh->numBuckets), int(k.lsh->rounds), int(k.lsh->chunk),
+                              int(k.lsh->before), int(k.lsh->after), uint64_t(k.lsh->seed)};
     d.entryPoints = k.entryPoints;
     return d;
   };
@@ -129,15 +133,22 @@ int runAttention(const RunOptions &opt) {
                                    "); name one with --op attention:NAME"
                              : "no attention variant '" + name + "' in " + opt.spec +
                                    " (it has: " + names + ")");
-  if (variant.getLsh()) {
-    std::cerr << "attnc run: LSH attention kernels are not implemented yet\n";
-    return kExitNotImplemented;
-  }
 
   // --- inputs and weights (runtime/AttentionIO.h)
   AttentionSignature sig;
   sig.name = variant.getSymName().str();
   sig.keyPadding = variant.getKeyPadding();
+  sig.sharedQk = variant.getSharedQk();
+  if (auto lsh = variant.getLshAttr()) {
+    if (lsh.getBuckets() == attn::kAuto || lsh.getRounds() == attn::kAuto ||
+        lsh.getChunk() == attn::kAuto)
+      return fail("'" + sig.name +
+                  "' leaves LSH buckets, rounds or chunk as 'auto'; give numbers to run one op "
+                  "alone (attnc tune will choose them)");
+    sig.lshRounds = lsh.getRounds();
+    sig.lshBuckets = lsh.getBuckets();
+    sig.lshSeed = uint64_t(lsh.getSeed());
+  }
   if (auto lr = variant.getLowrankAttr()) {
     sig.lowrank = true;
     sig.share = stringifyShareMode(lr.getShare()).str();

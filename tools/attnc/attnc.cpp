@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
 
   attnc::driver::BenchOptions bopts;
   CLI::App *bench = app.add_subcommand(
-      "bench", "Time dense (fused and unfused) and low-rank attention side by side");
+      "bench", "Time dense (fused and unfused), low-rank and LSH attention side by side");
   bench->add_option("--target", bopts.target, "where to run")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -241,6 +241,19 @@ int main(int argc, char **argv) {
   bench->add_flag("!--no-backward", bopts.backward, "time the forward only");
   bench->add_option("--csv", bopts.csv, "CSV output")->capture_default_str();
   bench->add_option("--svg", bopts.svg, "plot output")->capture_default_str();
+  bench->add_option("--lsh-rounds", bopts.lshRounds, "LSH hash rounds to time")
+      ->delimiter(',')->check(CLI::Range(1, 64))->capture_default_str();
+  bench->add_option("--lsh-chunks", bopts.lshChunks, "LSH chunk sizes to time")
+      ->delimiter(',')->check(CLI::IsMember({16, 32, 64, 128, 256}))->capture_default_str();
+  bench->add_option("--lsh-buckets", bopts.lshBuckets, "LSH buckets (even)")
+      ->check(CLI::Range(2, 1024))->capture_default_str();
+  bench->add_option("--sweep-tokens", bopts.sweepTokens,
+                    "LSH sweep: B*N held at this many tokens (0 skips the sweep)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  bench->add_option("--sweep-n", bopts.sweepLengths, "LSH sweep lengths (dividing the tokens)")
+      ->delimiter(',')->capture_default_str();
+  bench->add_option("--sweep-csv", bopts.sweepCsv, "LSH sweep CSV output")->capture_default_str();
+  bench->add_option("--sweep-svg", bopts.sweepSvg, "LSH sweep plot output")->capture_default_str();
 
   attnc::driver::RunOptions ropts;
   CLI::App *run = app.add_subcommand(

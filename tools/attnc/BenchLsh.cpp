@@ -1,0 +1,195 @@
+//===- BenchLsh.cpp - attnc bench: the LSH columns and sweep --------------===//
+//
+// LSH (Reformer) kernels for `attnc bench`: compiled once per rounds x chunk
+// (they are generic in B, H and N), and the Reformer paper's fixed-tokens
+// sweep: with B·N held constant, dense attention's time per token grows with
+// N while LSH's should stay flat (its cost per query is rounds x a window of
+// (before + 1) chunks, independent of N). FLOP convention for LSH forward:
+// 4·B·H·N·D·(before + after + 1)·chunk·rounds (scores and P·V of every
+// query against its window), hashing not counted.
+//
+//===----------------------------------------------------------------------===//
+#include "tools/attnc/BenchLsh.h"
+#include "tools/attnc/BenchCommon.h"
+#include "tools/attnc/Compile.h"
+#include "tools/attnc/Run.h"
+
+#include "dsl/AttnDialect.h"
+#include "runtime/Philox.h"
+
+#include "mlir/IR/Builders.h"
+
+#include <fstream>
+#include <iostream>
+#include <unistd.h>
+
+using namespace mlir;
+
+namespace attnc::driver {
+
+using namespace bench;
+
+namespace {
+
+/// The LSH variant of the benchmark: non-causal, one chunk back, never the
+/// dense fallback (the point is to time the LSH kernels).
+attn::VariantOp lshVariant(OpBuilder &b, const BenchOptions &opt, int rounds, int chunk) {
+  MLIRContext *ctx = b.getContext();
+  auto lsh = attn::LshAttr::get(ctx, opt.lshBuckets, rounds, chunk, /*before=*/1, /*after=*/0,
+                                /*seed=*/0, /*dense_fallback=*/false);
+  return b.create<attn::VariantOp>(b.getUnknownLoc(),
+                                   "lsh_r" + std::to_string(rounds) + "_c" + std::to_string(chunk),
+                                   nullptr, lsh, /*shared_qk=*/true, false, false, nullptr, nullptr,
+                                   nullptr, attn::TileAttr::getAuto(ctx));
+}
+
+} // namespace
+
+int compileLshBenchKernels(ModuleOp module, const BenchOptions &opt, int maxSeq, bool backward,
+                           std::vector<LshBenchKernel> &out) {
+  OpBuilder b(module.getBody(), module.getBody()->end());
+  for (int chunk : opt.lshChunks)
+    for (int rounds : opt.lshRounds) {
+      LshBenchKernel k;
+      k.rounds = rounds, k.chunk = chunk;
+      codegen::AttentionShape shape;
+      shape.heads = opt.heads, shape.seq = maxSeq, shape.headDim = opt.headDim;
+      shape.elementType = b.getF32Type();
+      shape.differentiate = backward;
+      if (int rc = compileCpuAttention(module, lshVariant(b, opt, rounds, chunk), shape, k.kernels))
+        return rc;
+      std::vector<float> r(size_t(rounds) * opt.headDim * (opt.lshBuckets / 2));
+      philox::lshRotations(0, 0, r);
+      k.rotations = st::Tensor::f32({rounds, opt.headDim, opt.lshBuckets / 2}, r);
+      out.push_back(std::move(k));
+    }
+  return kExitOk;
+}
+
+int runLshSweep(ModuleOp module, const BenchOptions &opt) {
+  const int T = opt.sweepTokens, H = opt.heads, D = opt.headDim;
+  std::vector<int> lengths;
+  for (int n : opt.sweepLengths)
+    if (n <= T && T % n == 0)
+      lengths.push_back(n);
+  if (lengths.size() < 2) {
+    std::cerr << "attnc bench: error: the LSH sweep needs at least two lengths dividing "
+              << T << " tokens\n";
+    return kExitInput;
+  }
+  const int chunk = opt.lshChunks.front();
+  BenchOptions one = opt;
+  one.lshChunks = {chunk};
+  std::vector<LshBenchKernel> lsh;
+  if (int rc = compileLshBenchKernels(module, one, lengths.back(), false, lsh))
+    return rc;
+  OpBuilder b(module.getBody(), module.getBody()->end());
+  auto dense = b.create<attn::VariantOp>(b.getUnknownLoc(), "sweep_dense", nullptr, nullptr,
+                                         false, false, false, nullptr, nullptr, nullptr,
+                                         attn::TileAttr::getAuto(b.getContext()));
+  codegen::AttentionShape shape;
+  shape.heads = H, shape.headDim = D, shape.elementType = b.getF32Type();
+  std::optional<CpuAttention> denseKernels;
+  if (int rc = compileCpuAttention(module, dense, shape, denseKernels))
+    return rc;
+
+  bool tty = isatty(STDERR_FILENO);
+  std::mt19937 rng(99);
+  // ms[0] = dense, ms[1 + i] = lsh[i]; one row per N.
+  std::vector<std::vector<double>> ms;
+  for (int N : lengths) {
+    int B = T / N;
+    st::Tensor q = randomTensor({B, H, N, D}, rng, 1.f), v = randomTensor({B, H, N, D}, rng, 1.f);
+    AttentionInputs in;
+    in.q = &q, in.k = &q, in.v = &v;
+    std::vector<double> row;
+    if (tty)
+      std::cerr << "\r  sweep N=" << N << " B=" << B << ": dense        " << std::flush;
+    if (Expected<AttentionOutputs> r = denseKernels->run(in); !r) {
+      std::cerr << "attnc bench: error: " << r.error() << "\n";
+      return kExitInput;
+    }
+    row.push_back(medianMs(opt.repeats, [&] { (void)denseKernels->run(in); }));
+    for (LshBenchKernel &k : lsh) {
+      if (tty)
+        std::cerr << "\r  sweep N=" << N << " B=" << B << ": " << k.label() << "      "
+                  << std::flush;
+      AttentionInputs li = in;
+      li.rotations = &k.rotations;
+      if (Expected<AttentionOutputs> r = k.kernels->run(li); !r) {
+        std::cerr << "attnc bench: error: " << r.error() << "\n";
+        return kExitInput;
+      }
+      row.push_back(medianMs(opt.repeats, [&] { (void)k.kernels->run(li); }));
+    }
+    ms.push_back(row);
+  }
+  if (tty)
+    std::cerr << "\r" << std::string(60, ' ') << "\r";
+
+  auto usPerToken = [&](double t) { return t * 1e3 / T; };
+  std::cout << "\nLSH sweep (Reformer fig.): B*N = " << T << " tokens, H=" << H << " D=" << D
+            << ", chunk " << chunk << ", " << opt.lshBuckets
+            << " buckets; forward time per token (us)\n"
+            << std::setw(8) << "N" << std::setw(6) << "B" << std::setw(10) << "dense";
+  for (const LshBenchKernel &k : lsh)
+    std::cout << std::setw(10) << ("r=" + std::to_string(k.rounds));
+  std::cout << "\n";
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    std::cout << std::setw(8) << lengths[i] << std::setw(6) << T / lengths[i];
+    for (double t : ms[i])
+      std::cout << std::setw(10) << fmt(usPerToken(t), 3);
+    std::cout << "\n";
+  }
+  std::cout << std::setw(14) << ("N=" + std::to_string(lengths.back()) + " / N=" +
+                                 std::to_string(lengths.front()));
+  for (size_t c = 0; c < ms.front().size(); ++c)
+    std::cout << std::setw(9) << fmt(ms.back()[c] / ms.front()[c]) << "x";
+  std::cout << "   (per-token time ratio: flat = 1x)\n";
+
+  std::ofstream csv(opt.sweepCsv);
+  csv << "tokens,n,b,kernel,ms,us_per_token\n";
+  for (size_t i = 0; i < lengths.size(); ++i)
+    for (size_t c = 0; c < ms[i].size(); ++c)
+      csv << T << "," << lengths[i] << "," << T / lengths[i] << ","
+          << (c == 0 ? std::string("dense") : lsh[c - 1].label()) << "," << ms[i][c] << ","
+          << usPerToken(ms[i][c]) << "\n";
+
+  // Time per token against N (log x), one line per kernel.
+  const double W = 640, Hh = 400, L = 70, R = 150, Tm = 30, Bm = 50;
+  double ymax = 0;
+  for (auto &row : ms)
+    for (double t : row)
+      ymax = std::max(ymax, usPerToken(t));
+  auto x = [&](double n) {
+    return L + std::log(n / lengths.front()) / std::log(double(lengths.back()) / lengths.front()) *
+                   (W - L - R);
+  };
+  auto y = [&](double us) { return Tm + (1 - us / (ymax * 1.05)) * (Hh - Tm - Bm); };
+  std::ofstream svg(opt.sweepSvg);
+  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << Hh
+      << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n"
+      << "<text x='" << L << "' y='18'>LSH vs dense: forward time per token (us) at B*N = " << T
+      << " tokens</text>\n<line x1='" << L << "' y1='" << Hh - Bm << "' x2='" << W - R
+      << "' y2='" << Hh - Bm << "' stroke='black'/>\n<line x1='" << L << "' y1='" << Tm
+      << "' x2='" << L << "' y2='" << Hh - Bm << "' stroke='black'/>\n";
+  for (int n : lengths)
+    svg << "<text x='" << x(n) - 14 << "' y='" << Hh - Bm + 16 << "'>" << n << "</text>\n";
+  for (double us : {0.0, ymax / 2, ymax})
+    svg << "<text x='4' y='" << y(us) + 4 << "'>" << fmt(us, 2) << "</text>\n";
+  const char *colors[] = {"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
+  for (size_t c = 0; c < ms.front().size(); ++c) {
+    svg << "<polyline fill='none' stroke-width='2' stroke='" << colors[c % 6] << "' points='";
+    for (size_t i = 0; i < lengths.size(); ++i)
+      svg << fmt(x(lengths[i]), 1) << "," << fmt(y(usPerToken(ms[i][c])), 1) << " ";
+    svg << "'/>\n<text x='" << W - R + 10 << "' y='" << Tm + 18 * c + 10 << "' fill='"
+        << colors[c % 6] << "'>"
+        << (c == 0 ? std::string("dense") : "LSH " + std::to_string(lsh[c - 1].rounds) + " rounds")
+        << "</text>\n";
+  }
+  svg << "</svg>\n";
+  std::cout << "wrote " << opt.sweepCsv << " and " << opt.sweepSvg << "\n";
+  return kExitOk;
+}
+
+} // namespace attnc::driver
