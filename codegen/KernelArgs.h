@@ -59,6 +59,10 @@ struct AttnLshArgs {
   const int *lengths;       ///< [B] key-padding lengths, or nullptr
   const float *params;      ///< per-head constants [P * H], or nullptr
   const float *rotations;   ///< [rounds, D, num_buckets / 2], fp32
+  /// Each round's lse [B, H, rounds, N], on every target: written by the
+  /// forward, kept by the caller and read by the backward, which weights the
+  /// rounds from these instead of the fp32-rounded combined lse.
+  float *round_lse;
   // Workspaces, allocated by the caller on CUDA (sizes below, Npad =
   // ceil(N / CHUNK) * CHUNK); the CPU entry points allocate their own and
   // ignore these (they may be nullptr there).
@@ -66,7 +70,6 @@ struct AttnLshArgs {
   int *perm;                ///< [B, H, rounds, Npad]: sorted positions, -1 in pad slots
   float *keys;              ///< [B, H, N, D]: q / max(|q|, 1e-6)
   float *round_out;         ///< [B, H, rounds, N, D]: each round's output, original order
-  float *round_lse;         ///< [B, H, rounds, N]
   float *delta;             ///< [B, H, N]: rowsum(dout * out), backward
   float *round_dq, *round_dk, *round_dv; ///< [B, H, rounds, N, D], backward
   int B, H, N, rounds, num_buckets;

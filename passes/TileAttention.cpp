@@ -90,6 +90,10 @@ struct TileAttentionPass : public attnc::impl::TileAttentionBase<TileAttentionPa
           << ", " << arch << ") ";
         return d;
       };
+      if (op.getNumBuckets() > attnc::tile::kLshMaxBuckets)
+        return op.emitOpError("LSH with ")
+               << op.getNumBuckets() << " buckets: the CUDA hash kernel's histogram holds at most "
+               << attnc::tile::kLshMaxBuckets;
       if (stages != 1)
         return describe(op.emitOpError()) << "pipelines " << stages
                                           << " stages; the LSH kernels take stages = 1";

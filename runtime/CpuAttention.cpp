@@ -186,9 +186,13 @@ Expected<AttentionOutputs> CpuAttention::runLsh(const AttentionInputs &in,
   if (!in.rotations || in.rotations->shape != std::vector<int64_t>{l.rounds, D, l.numBuckets / 2})
     return makeError("LSH kernel " + fwd_.name + " needs rotations [" + std::to_string(l.rounds) +
                      ", " + std::to_string(D) + ", " + std::to_string(l.numBuckets / 2) + "]");
+  // Each round's lse: written by the forward, read by the backward (which
+  // weights the rounds from them rather than from the rounded combined lse).
+  std::vector<float> roundLse(size_t(B) * H * l.rounds * N);
   AttnLshArgs a{};
   a.q = f32(in.q), a.v = f32(in.v);
   a.out = f32(out.out), a.lse = f32(out.lse);
+  a.round_lse = roundLse.data();
   a.lengths = in.lengths ? reinterpret_cast<const int *>(in.lengths->data.data()) : nullptr;
   a.params = f32(in.params), a.rotations = f32(in.rotations);
   a.B = B, a.H = H, a.N = N, a.rounds = l.rounds, a.num_buckets = l.numBuckets;

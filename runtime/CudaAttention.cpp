@@ -388,6 +388,9 @@ Expected<AttentionOutputs> CudaAttention::runLsh(const AttentionInputs &in) {
                      " buckets; the CUDA hash kernel handles at most " +
                      std::to_string(attnc::tile::kLshMaxBuckets));
   const int bh = B * H, npad = attnc::tile::lshPaddedLength(N, l.chunk);
+  if (int64_t(bh) * R > 65535)
+    return makeError("LSH kernel " + fwd_.name + ": B*H*rounds = " + std::to_string(int64_t(bh) * R) +
+                     " exceeds the grid's y limit 65535; split the batch");
   const size_t nqd = size_t(bh) * N * D, eb = elemBytes(dtype_);
   const size_t rounds = size_t(R);
   auto hq = toDevice(f32(in.q), nqd, dtype_), hv = toDevice(f32(in.v), nqd, dtype_);
