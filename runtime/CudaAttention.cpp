@@ -388,7 +388,7 @@ Expected<AttentionOutputs> CudaAttention::runLsh(const AttentionInputs &in) {
                      " buckets; the CUDA hash kernel handles at most " +
                      std::to_string(attnc::tile::kLshMaxBuckets));
   const int bh = B * H, npad = attnc::tile::lshPaddedLength(N, l.chunk);
-  if (int64_t(bh) * R > 65535)
+  if (int64_t(bh) * R > attnc::tile::kLshMaxGridY)
     return makeError("LSH kernel " + fwd_.name + ": B*H*rounds = " + std::to_string(int64_t(bh) * R) +
                      " exceeds the grid's y limit 65535; split the batch");
   const size_t nqd = size_t(bh) * N * D, eb = elemBytes(dtype_);
