@@ -18,6 +18,8 @@ cases=(
   "mod_bf16_d128|attention a { mask padding param t(h) = 0.8 score s * t(h) mask q - kv < 300 }|bf16|2 2 777 128"
   "dense_f32_d64|attention a { mask causal mask padding }|fp32|1 4 513 64"
   "lowrank_f16_d64|attention a { kv lowrank(k = 128, share = headwise) mask padding }|fp16|2 4 768 64"
+  "lsh_f16_d64|attention a { qk shared bucket lsh(buckets = 32, rounds = 4, chunk = 64) mask causal }|fp16|2 4 1000 64"
+  "lsh_f32_d128|attention a { qk shared bucket lsh(buckets = 16, rounds = 2, chunk = 32, before = 1, after = 1) mask padding }|fp32|1 2 333 128"
 )
 for c in "${cases[@]}"; do
   IFS='|' read -r name spec dtype shape <<<"$c"
