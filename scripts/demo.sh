@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job, for now: build attnc, compile every example spec, show what
 # the compiler makes of them (attn IR, resolved tunables, generated kernels),
-# check the CUDA kernels with NVRTC, and benchmark attention on this CPU.
+# check the CUDA kernels with NVRTC, and benchmark attention on this CPU
+# (dense, low-rank and LSH, and the Reformer fixed-tokens sweep).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/build.sh" "$root/build" >/dev/null
@@ -23,6 +24,10 @@ echo
 echo "=== attnc compile examples/alibi_window.attn --check-nvrtc --arch sm_90"
 "$attnc" compile "$root/examples/alibi_window.attn" --check-nvrtc --arch sm_90 2>/dev/null
 echo
-echo "=== attnc bench (CPU): dense fused vs unfused vs low-rank"
-"$attnc" bench --n 512,1024,2048,4096 --max-backward-n 2048 \
-  --csv "$out/bench.csv" --svg "$out/bench.svg"
+echo "=== attnc compile examples/reformer_lm.attn --check-nvrtc --arch sm_90 (LSH kernels)"
+"$attnc" compile "$root/examples/reformer_lm.attn" --check-nvrtc --arch sm_90 2>/dev/null
+echo
+echo "=== attnc bench (CPU): dense fused vs unfused vs low-rank vs LSH, then the LSH sweep"
+"$attnc" bench --n 512,1024,2048,4096 --max-backward-n 2048 --lsh-rounds 1,4,8 \
+  --csv "$out/bench.csv" --svg "$out/bench.svg" \
+  --sweep-csv "$out/lsh-sweep.csv" --sweep-svg "$out/lsh-sweep.svg"
