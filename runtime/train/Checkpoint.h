@@ -11,7 +11,8 @@
 // point leaves the previous latest checkpoint readable. Loading verifies
 // the SHA-256 and the spec hash, and refuses a mismatch with a message
 // naming both hashes. Older checkpoints beyond `keep` are deleted after a
-// successful write.
+// successful write. One writer per run directory: a save removes the
+// temporary files a killed writer left (Checkpoint.cpp has the details).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_RUNTIME_TRAIN_CHECKPOINT_H

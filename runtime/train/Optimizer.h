@@ -56,13 +56,18 @@ public:
   /// One update: clips the gradients (scaling them in place) when their norm
   /// exceeds clipNorm, then applies AdamW with learningRate(step()) and
   /// advances step(). Returns the norm before clipping. State is created on
-  /// the first call; a parameter whose size changed is an error.
+  /// the first call; a parameter whose size changed is an error. Weight
+  /// decay is decoupled as in PyTorch's AdamW: p ← p·(1 − lr·wd), then the
+  /// Adam update. A non-finite gradient norm is an error naming the first
+  /// parameter with a non-finite gradient; a failed step changes nothing
+  /// (parameters, gradients, state, step count).
   Expected<double> step(const std::vector<ParamRef> &params);
 
   int64_t stepCount() const { return step_; }
   const AdamWConfig &config() const { return config_; }
 
-  /// m and v as "adam.m.<name>", "adam.v.<name>" tensors, and the step.
+  /// m and v as "adam.m.<name>", "adam.v.<name>" tensors (F32, 1-D), and
+  /// the step as metadata "adam.step". The config is not saved.
   void saveState(st::File &out) const;
   /// Restores what saveState wrote; errors name a missing or mis-sized
   /// tensor.

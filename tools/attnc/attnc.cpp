@@ -8,6 +8,7 @@
 #include "tools/attnc/Compile.h"
 #include "tools/attnc/Bench.h"
 #include "tools/attnc/Run.h"
+#include "tools/attnc/Train.h"
 #include "dsl/AttnDialect.h"
 #include "dsl/MLIRGen.h"
 #include "dsl/Parser.h"
@@ -218,8 +219,6 @@ int main(int argc, char **argv) {
     const char *name, *what, *issue;
   };
   const Pending pending[] = {
-      {"train", "Train a model", "the training-runtime issue"},
-      {"eval", "Evaluate a trained model", "the training-runtime issue"},
       {"generate", "Generate bytes from a causal model", "the training-runtime issue"},
       {"fill", "Fill masked bytes with a masked model", "the training-runtime issue"},
       {"tune", "Tune tile, chunk and k per device", "the auto-tuning issue"}};
@@ -275,6 +274,55 @@ int main(int argc, char **argv) {
   run->add_option("--arch", ropts.arch, "CUDA architecture")->capture_default_str();
   run->add_option("--seed", ropts.seed, "seed of weights the weights file lacks")
       ->capture_default_str();
+  attnc::driver::TrainCliOptions topts;
+  CLI::App *trainCmd = app.add_subcommand("train", "Train a spec's model (CPU, fp32)");
+  CLI::App *evalCmd = app.add_subcommand("eval", "Evaluate the latest checkpoint of a training run");
+  for (CLI::App *sub : {trainCmd, evalCmd}) {
+    sub->add_option("spec", topts.spec, "the .attn spec file")->required();
+    sub->add_option("--model", topts.model, "which model of the spec (default: the only one)");
+    sub->add_option("--data", topts.data,
+                    "synthetic:duplicate, or text files / directories (':'-separated)")
+        ->required();
+    sub->add_option("--out", topts.out, "run directory: checkpoints, train.csv, loss.svg")
+        ->capture_default_str();
+    sub->add_option("--batch", topts.batch, "sequences per step")
+        ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+    sub->add_option("--seed", topts.seed, "seed of the weights and the data order")
+        ->capture_default_str();
+    sub->add_option("--eval-batches", topts.evalBatches, "batches per evaluation")
+        ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+    sub->add_option("--target", topts.target, "where to run")
+        ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  }
+  trainCmd->add_option("--steps", topts.steps, "optimizer steps in all (a resumed run continues)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40))->capture_default_str();
+  trainCmd->add_option("--lr", topts.lr, "peak learning rate (AdamW)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  trainCmd->add_option("--warmup", topts.warmup, "linear warm-up steps, then cosine decay")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  trainCmd->add_option("--weight-decay", topts.weightDecay, "AdamW weight decay")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  trainCmd->add_option("--clip", topts.clip, "clip the global gradient norm (0: off)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  trainCmd->add_option("--eval-every", topts.evalEvery, "evaluate every N steps (0: at the end)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  trainCmd->add_option("--checkpoint-every", topts.checkpointEvery,
+                       "checkpoint every N steps (and at the end)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  trainCmd->add_flag("!--no-resume", topts.resume,
+                     "start from scratch even if --out has a checkpoint");
+  trainCmd->add_option("--grad-check", topts.gradCheck,
+                       "instead of training: finite-difference N coordinates of every "
+                       "parameter tensor on one batch")
+      ->check(CLI::Range(1, 1000));
+  trainCmd->add_option("--grad-check-eps", topts.gradCheckEps, "finite-difference step")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  trainCmd->add_option("--grad-check-tol", topts.gradCheckTol, "largest relative error")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  trainCmd->add_flag("--check-reversible", topts.checkReversible,
+                     "instead of training: compare the reversible backward with one from "
+                     "stored inputs, and print the activation plans for 2, 6, 12 layers");
+
   std::vector<std::pair<CLI::App *, const Pending *>> stubs;
   for (const Pending &p : pending) {
     CLI::App *sub = app.add_subcommand(p.name, std::string(p.what) + " (not implemented yet)");
@@ -297,6 +345,10 @@ int main(int argc, char **argv) {
     return attnc::driver::runAttention(ropts);
   if (bench->parsed())
     return attnc::driver::runBench(bopts);
+  if (trainCmd->parsed())
+    return attnc::driver::runTrain(topts);
+  if (evalCmd->parsed())
+    return attnc::driver::runEval(topts);
   for (auto &[sub, p] : stubs)
     if (sub->parsed()) {
       std::cerr << "attnc " << p->name << ": not implemented yet (comes with "

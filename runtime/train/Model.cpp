@@ -1,0 +1,505 @@
+//===- Model.cpp - A byte-level Transformer around generated attention ----===//
+#include "runtime/train/Model.h"
+
+#include "runtime/Philox.h"
+
+#include <cmath>
+#include <cstring>
+
+#if defined(ATTNC_TRAIN_HAVE_CBLAS)
+#include <cblas.h>
+#endif
+
+namespace attnc::train {
+
+namespace {
+
+/// c[rows, n] = a[rows, k] · b[n, k]ᵀ (the input gradient of x·w with
+/// w = b [n, k] seen as [in = n, out = k]).
+void matmulNT(const float *a, const float *b, float *c, int64_t rows, int k, int n) {
+#if defined(ATTNC_TRAIN_HAVE_CBLAS)
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), n, k, 1.0f, a, k, b, k, 0.0f,
+              c, n);
+#else
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int j = 0; j < n; ++j) {
+      float s = 0;
+      for (int t = 0; t < k; ++t)
+        s += a[r * k + t] * b[int64_t(j) * k + t];
+      c[r * n + j] = s;
+    }
+#endif
+}
+
+/// [B, S, H·Dh] rows → [B, H, S, Dh].
+st::Tensor splitHeads(const float *x, int B, int S, int H, int Dh) {
+  std::vector<float> v(size_t(B) * S * H * Dh);
+  for (int b = 0; b < B; ++b)
+    for (int s = 0; s < S; ++s)
+      for (int h = 0; h < H; ++h)
+        std::memcpy(&v[((size_t(b) * H + h) * S + s) * Dh],
+                    &x[(size_t(b) * S + s) * H * Dh + size_t(h) * Dh], Dh * sizeof(float));
+  return st::Tensor::f32({B, H, S, Dh}, v);
+}
+
+/// [B, H, S, Dh] → [B, S, H·Dh] rows.
+void mergeHeads(const st::Tensor &t, float *x, int B, int S, int H, int Dh) {
+  const float *v = reinterpret_cast<const float *>(t.data.data());
+  for (int b = 0; b < B; ++b)
+    for (int s = 0; s < S; ++s)
+      for (int h = 0; h < H; ++h)
+        std::memcpy(&x[(size_t(b) * S + s) * H * Dh + size_t(h) * Dh],
+                    &v[((size_t(b) * H + h) * S + s) * Dh], Dh * sizeof(float));
+}
+
+st::Tensor asTensor(const std::vector<int64_t> &shape, const std::vector<float> &v) {
+  return st::Tensor::f32(shape, v);
+}
+
+void addTensorInto(std::vector<float> &dst, const st::Tensor &t) {
+  const float *v = reinterpret_cast<const float *>(t.data.data());
+  for (size_t i = 0; i < dst.size(); ++i)
+    dst[i] += v[i];
+}
+
+} // namespace
+
+Model::Param *Model::add(const std::string &name, std::vector<int64_t> shape, bool decay) {
+  auto p = std::make_unique<Param>();
+  p->name = name;
+  p->shape = std::move(shape);
+  int64_t n = 1;
+  for (int64_t d : p->shape)
+    n *= d;
+  p->value.assign(size_t(n), 0.0f);
+  p->grad.assign(size_t(n), 0.0f);
+  p->decay = decay;
+  params_.push_back(std::move(p));
+  return params_.back().get();
+}
+
+Model::Model(ModelConfig config, AttentionFn attention, uint64_t seed)
+    : cfg_(std::move(config)), attn_(std::move(attention)) {
+  const int D = cfg_.dModel, F = cfg_.dff, V = cfg_.vocab, S = cfg_.seq, H = cfg_.heads;
+  const int Dh = D / H;
+  // MLM adds the mask token as one more embedding row (docs/training.md).
+  tok_ = add("tok_emb", {V + (cfg_.objective == Objective::Mlm ? 1 : 0), D}, true);
+  pos_ = add("pos_emb", {S, D}, false);
+  if (cfg_.lowrank && cfg_.share == "layerwise")
+    sharedE_ = add("lowrank.E", {cfg_.lowrankK, S}, true);
+  for (int l = 0; l < cfg_.layers; ++l) {
+    std::string p = "layers." + std::to_string(l) + ".";
+    LayerParams L;
+    L.ln1g = add(p + "ln1.gamma", {D}, false);
+    L.ln1b = add(p + "ln1.beta", {D}, false);
+    L.wq = add(p + "attn.wq", {D, D}, true);
+    L.bq = add(p + "attn.bq", {D}, false);
+    if (!cfg_.sharedQk) {
+      L.wk = add(p + "attn.wk", {D, D}, true);
+      L.bk = add(p + "attn.bk", {D}, false);
+    }
+    L.wv = add(p + "attn.wv", {D, D}, true);
+    L.bv = add(p + "attn.bv", {D}, false);
+    L.wo = add(p + "attn.wo", {D, D}, true);
+    L.bo = add(p + "attn.bo", {D}, false);
+    L.ln2g = add(p + "ln2.gamma", {D}, false);
+    L.ln2b = add(p + "ln2.beta", {D}, false);
+    L.w1 = add(p + "ffn.w1", {D, F}, true);
+    L.b1 = add(p + "ffn.b1", {F}, false);
+    L.w2 = add(p + "ffn.w2", {F, D}, true);
+    L.b2 = add(p + "ffn.b2", {D}, false);
+    if (cfg_.lowrank && cfg_.share != "layerwise") {
+      std::vector<int64_t> shape = {cfg_.lowrankK, S};
+      if (cfg_.share == "none")
+        shape.insert(shape.begin(), H);
+      L.E = add(p + "attn.E", shape, true);
+      if (cfg_.share == "none" || cfg_.share == "headwise")
+        L.F = add(p + "attn.F", shape, true);
+    }
+    if (!cfg_.headParams.empty())
+      L.headParams = add(p + "attn.head_params", {int64_t(cfg_.headParams.size()), H}, false);
+    if (cfg_.lshRounds > 0) {
+      std::vector<float> r(size_t(cfg_.lshRounds) * Dh * (cfg_.lshBuckets / 2));
+      philox::lshRotations(cfg_.lshSeed, uint32_t(l), r);
+      L.rotations = st::Tensor::f32({cfg_.lshRounds, Dh, cfg_.lshBuckets / 2}, r);
+    }
+    layers_.push_back(std::move(L));
+  }
+  int width = cfg_.reversible ? 2 * D : D;
+  lnfG_ = add("final_ln.gamma", {width}, false);
+  lnfB_ = add("final_ln.beta", {width}, false);
+  wout_ = add("head.w", {width, V}, true);
+  bout_ = add("head.b", {V}, false);
+  init(seed);
+}
+
+void Model::init(uint64_t seed) {
+  // N(0, 0.02) weights from Philox (stream = parameter index), the output
+  // projections scaled by 1/sqrt(2·layers) (GPT-2), norms' gains 1.
+  const float outScale = 1.0f / std::sqrt(2.0f * float(std::max(1, cfg_.layers)));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param &p = *params_[i];
+    const std::string &n = p.name;
+    auto endsWith = [&](const char *suf) {
+      size_t m = std::strlen(suf);
+      return n.size() >= m && n.compare(n.size() - m, m, suf) == 0;
+    };
+    if (endsWith(".gamma")) {
+      std::fill(p.value.begin(), p.value.end(), 1.0f);
+      continue;
+    }
+    if (endsWith("head_params")) {
+      const int H = cfg_.heads;
+      for (size_t k = 0; k < cfg_.headParams.size(); ++k)
+        for (int h = 0; h < H; ++h)
+          p.value[k * H + h] = cfg_.headParams[k].alibi
+                                   ? float(std::exp2(-8.0 * double(h + 1) / double(H)))
+                                   : cfg_.headParams[k].value;
+      continue;
+    }
+    bool bias = endsWith(".beta") || endsWith(".bq") || endsWith(".bk") || endsWith(".bv") ||
+                endsWith(".bo") || endsWith(".b1") || endsWith(".b2") || endsWith("head.b");
+    if (bias)
+      continue;
+    float stddev = 0.02f;
+    if (endsWith(".E") || endsWith(".F")) // Xavier over [k, S], as fairseq's Linformer
+      stddev = float(std::sqrt(2.0 / double(cfg_.lowrankK + cfg_.seq)));
+    if (endsWith("attn.wo") || endsWith("ffn.w2"))
+      stddev *= outScale;
+    for (size_t k = 0; k < p.value.size(); ++k)
+      p.value[k] = stddev * philox::normal(seed, uint32_t(1000 + i), k);
+  }
+}
+
+void Model::zeroGrads() {
+  for (auto &p : params_)
+    std::fill(p->grad.begin(), p->grad.end(), 0.0f);
+}
+
+std::vector<ParamRef> Model::params() {
+  std::vector<ParamRef> out;
+  for (auto &p : params_)
+    out.push_back({p->name, p->value.data(), p->grad.data(), int64_t(p->value.size()), p->decay});
+  return out;
+}
+
+int64_t Model::numParams() const {
+  int64_t n = 0;
+  for (auto &p : params_)
+    n += int64_t(p->value.size());
+  return n;
+}
+
+void Model::saveWeights(st::File &out) const {
+  for (auto &p : params_)
+    out.tensors[p->name] = asTensor(p->shape, p->value);
+}
+
+Status Model::loadWeights(const st::File &in) {
+  for (auto &p : params_) {
+    auto it = in.tensors.find(p->name);
+    if (it == in.tensors.end())
+      return makeError("weights: missing tensor '" + p->name + "'");
+    if (it->second.dtype != st::DType::F32 || it->second.shape != p->shape)
+      return makeError("weights: tensor '" + p->name + "' is " + st::dtypeName(it->second.dtype) +
+                       " " + it->second.shapeStr() + "; the model needs F32 " +
+                       st::Tensor::f32(p->shape, {}).shapeStr());
+    p->value = it->second.asF32();
+  }
+  return {};
+}
+
+Status Model::attention(int l, const float *z, float *a, int B, const float *dA, float *dz) {
+  const int S = cfg_.seq, D = cfg_.dModel, H = cfg_.heads, Dh = D / H;
+  const int64_t R = int64_t(B) * S;
+  LayerParams &L = layers_[l];
+  std::vector<float> q(size_t(R) * D), k, v(size_t(R) * D), out(size_t(R) * D);
+  linearForward(z, L.wq->value.data(), L.bq->value.data(), q.data(), R, D, D);
+  if (!cfg_.sharedQk) {
+    k.resize(size_t(R) * D);
+    linearForward(z, L.wk->value.data(), L.bk->value.data(), k.data(), R, D, D);
+  }
+  linearForward(z, L.wv->value.data(), L.bv->value.data(), v.data(), R, D, D);
+  st::Tensor tq = splitHeads(q.data(), B, S, H, Dh), tv = splitHeads(v.data(), B, S, H, Dh);
+  st::Tensor tk = cfg_.sharedQk ? st::Tensor() : splitHeads(k.data(), B, S, H, Dh);
+  st::Tensor lengths = st::Tensor::i32({B}, std::vector<int32_t>(size_t(B), S));
+  st::Tensor tE, tF, tP, tdOut;
+  AttentionInputs in;
+  in.q = &tq, in.k = cfg_.sharedQk ? &tq : &tk, in.v = &tv, in.lengths = &lengths;
+  Param *E = sharedE_ ? sharedE_ : L.E;
+  if (E) {
+    tE = asTensor(E->shape, E->value);
+    in.E = &tE;
+    if (L.F) {
+      tF = asTensor(L.F->shape, L.F->value);
+      in.F = &tF;
+    }
+  }
+  if (L.headParams) {
+    tP = asTensor(L.headParams->shape, L.headParams->value);
+    in.params = &tP;
+  }
+  if (cfg_.lshRounds > 0)
+    in.rotations = &L.rotations;
+  std::vector<float> dOut;
+  if (dA) {
+    dOut.resize(size_t(R) * D);
+    matmulNT(dA, L.wo->value.data(), dOut.data(), R, D, D); // dOut = dA·Woᵀ
+    tdOut = splitHeads(dOut.data(), B, S, H, Dh);
+    in.dout = &tdOut;
+  }
+  Expected<AttentionOutputs> r = attn_(in);
+  if (!r)
+    return makeError("layer " + std::to_string(l) + " attention: " + r.error());
+  mergeHeads(r->out, out.data(), B, S, H, Dh);
+  linearForward(out.data(), L.wo->value.data(), L.bo->value.data(), a, R, D, D);
+  if (!dA)
+    return {};
+  linearBackward(dA, out.data(), L.wo->value.data(), nullptr, L.wo->grad.data(),
+                 L.bo->grad.data(), R, D, D);
+  std::vector<float> g(size_t(R) * D);
+  mergeHeads(*r->dq, g.data(), B, S, H, Dh);
+  linearBackward(g.data(), z, L.wq->value.data(), dz, L.wq->grad.data(), L.bq->grad.data(), R,
+                 D, D);
+  if (!cfg_.sharedQk) {
+    mergeHeads(*r->dk, g.data(), B, S, H, Dh);
+    linearBackward(g.data(), z, L.wk->value.data(), dz, L.wk->grad.data(), L.bk->grad.data(), R,
+                   D, D, /*accumulateDx=*/true);
+  }
+  mergeHeads(*r->dv, g.data(), B, S, H, Dh);
+  linearBackward(g.data(), z, L.wv->value.data(), dz, L.wv->grad.data(), L.bv->grad.data(), R, D,
+                 D, /*accumulateDx=*/true);
+  if (E && r->dE)
+    addTensorInto(E->grad, *r->dE);
+  if (L.F && r->dF)
+    addTensorInto(L.F->grad, *r->dF);
+  if (L.headParams && r->dparams) {
+    const float *dp = reinterpret_cast<const float *>(r->dparams->data.data());
+    for (size_t k2 = 0; k2 < cfg_.headParams.size(); ++k2)
+      if (cfg_.headParams[k2].learned) // constants stay constant
+        for (int h = 0; h < H; ++h)
+          L.headParams->grad[k2 * H + h] += dp[k2 * H + h];
+  }
+  return {};
+}
+
+Status Model::standardForward(int l, const float *x, float *y, int B) {
+  const int D = cfg_.dModel;
+  const int64_t R = int64_t(B) * cfg_.seq;
+  LayerParams &L = layers_[l];
+  std::vector<float> z(size_t(R) * D), a(size_t(R) * D), mean(R), rstd(R);
+  layerNormForward(x, L.ln1g->value.data(), L.ln1b->value.data(), z.data(), mean.data(),
+                   rstd.data(), R, D);
+  if (Status s = attention(l, z.data(), a.data(), B, nullptr, nullptr); !s)
+    return s;
+  std::vector<float> &h = savedH_[l];
+  h.resize(size_t(R) * D);
+  for (size_t i = 0; i < h.size(); ++i)
+    h[i] = x[i] + a[i];
+  savedX_[l].assign(x, x + size_t(R) * D);
+  layerNormForward(h.data(), L.ln2g->value.data(), L.ln2b->value.data(), z.data(), mean.data(),
+                   rstd.data(), R, D);
+  std::memcpy(y, h.data(), h.size() * sizeof(float));
+  ffnForward(z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
+             L.b2->value.data(), y, R, D, cfg_.dff, cfg_.ffnChunk > 0 ? cfg_.ffnChunk : int(R),
+             cfg_.act, /*accumulate=*/true);
+  return {};
+}
+
+Status Model::standardBackward(int l, const float *dy, float *dx, int B) {
+  const int D = cfg_.dModel;
+  const int64_t R = int64_t(B) * cfg_.seq;
+  const int chunk = cfg_.ffnChunk > 0 ? cfg_.ffnChunk : int(R);
+  LayerParams &L = layers_[l];
+  const std::vector<float> &x = savedX_[l], &h = savedH_[l];
+  std::vector<float> z(size_t(R) * D), dz(size_t(R) * D), dh(dy, dy + size_t(R) * D), mean(R),
+      rstd(R), a(size_t(R) * D), dln(size_t(R) * D);
+  // y = h + FFN(LN2(h))
+  layerNormForward(h.data(), L.ln2g->value.data(), L.ln2b->value.data(), z.data(), mean.data(),
+                   rstd.data(), R, D);
+  ffnBackward(dy, z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
+              dz.data(), L.w1->grad.data(), L.b1->grad.data(), L.w2->grad.data(),
+              L.b2->grad.data(), R, D, cfg_.dff, chunk, cfg_.act);
+  layerNormBackward(dz.data(), h.data(), L.ln2g->value.data(), mean.data(), rstd.data(),
+                    dln.data(), L.ln2g->grad.data(), L.ln2b->grad.data(), R, D);
+  for (size_t i = 0; i < dh.size(); ++i)
+    dh[i] += dln[i];
+  // h = x + Attn(LN1(x))
+  layerNormForward(x.data(), L.ln1g->value.data(), L.ln1b->value.data(), z.data(), mean.data(),
+                   rstd.data(), R, D);
+  if (Status s = attention(l, z.data(), a.data(), B, dh.data(), dz.data()); !s)
+    return s;
+  layerNormBackward(dz.data(), x.data(), L.ln1g->value.data(), mean.data(), rstd.data(),
+                    dln.data(), L.ln1g->grad.data(), L.ln1b->grad.data(), R, D);
+  for (size_t i = 0; i < dh.size(); ++i)
+    dx[i] = dh[i] + dln[i];
+  return {};
+}
+
+Status Model::reversibleForward(int l, float *x1, float *x2, int B) {
+  const int D = cfg_.dModel;
+  const int64_t R = int64_t(B) * cfg_.seq;
+  LayerParams &L = layers_[l];
+  std::vector<float> z(size_t(R) * D), a(size_t(R) * D), mean(R), rstd(R);
+  // y1 = x1 + Attn(LN(x2))
+  layerNormForward(x2, L.ln1g->value.data(), L.ln1b->value.data(), z.data(), mean.data(),
+                   rstd.data(), R, D);
+  if (Status s = attention(l, z.data(), a.data(), B, nullptr, nullptr); !s)
+    return s;
+  for (size_t i = 0; i < a.size(); ++i)
+    x1[i] += a[i];
+  // y2 = x2 + FFN(LN(y1))
+  layerNormForward(x1, L.ln2g->value.data(), L.ln2b->value.data(), z.data(), mean.data(),
+                   rstd.data(), R, D);
+  ffnForward(z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
+             L.b2->value.data(), x2, R, D, cfg_.dff, cfg_.ffnChunk > 0 ? cfg_.ffnChunk : int(R),
+             cfg_.act, /*accumulate=*/true);
+  return {};
+}
+
+Status Model::reversibleBackward(int l, float *y1, float *y2, float *dy1, float *dy2, int B) {
+  const int D = cfg_.dModel;
+  const int64_t R = int64_t(B) * cfg_.seq;
+  const int chunk = cfg_.ffnChunk > 0 ? cfg_.ffnChunk : int(R);
+  LayerParams &L = layers_[l];
+  std::vector<float> z(size_t(R) * D), dz(size_t(R) * D), f(size_t(R) * D), dln(size_t(R) * D),
+      mean(R), rstd(R);
+  // Undo y2 = x2 + FFN(LN(y1)): x2 = y2 − FFN(LN(y1)); dy1 += ∂/∂y1.
+  layerNormForward(y1, L.ln2g->value.data(), L.ln2b->value.data(), z.data(), mean.data(),
+                   rstd.data(), R, D);
+  ffnForward(z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
+             L.b2->value.data(), f.data(), R, D, cfg_.dff, chunk, cfg_.act);
+  for (size_t i = 0; i < f.size(); ++i)
+    y2[i] -= f[i]; // now x2
+  if (cfg_.storeReversibleInputs)
+    std::memcpy(y2, savedH_[l].data(), f.size() * sizeof(float));
+  ffnBackward(dy2, z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
+              dz.data(), L.w1->grad.data(), L.b1->grad.data(), L.w2->grad.data(),
+              L.b2->grad.data(), R, D, cfg_.dff, chunk, cfg_.act);
+  layerNormBackward(dz.data(), y1, L.ln2g->value.data(), mean.data(), rstd.data(), dln.data(),
+                    L.ln2g->grad.data(), L.ln2b->grad.data(), R, D);
+  for (size_t i = 0; i < dln.size(); ++i)
+    dy1[i] += dln[i];
+  // Undo y1 = x1 + Attn(LN(x2)): x1 = y1 − Attn(LN(x2)); dx2 = dy2 + ∂/∂x2.
+  layerNormForward(y2, L.ln1g->value.data(), L.ln1b->value.data(), z.data(), mean.data(),
+                   rstd.data(), R, D);
+  if (Status s = attention(l, z.data(), f.data(), B, dy1, dz.data()); !s)
+    return s;
+  for (size_t i = 0; i < f.size(); ++i)
+    y1[i] -= f[i]; // now x1
+  if (cfg_.storeReversibleInputs)
+    std::memcpy(y1, savedX_[l].data(), f.size() * sizeof(float));
+  layerNormBackward(dz.data(), y2, L.ln1g->value.data(), mean.data(), rstd.data(), dln.data(),
+                    L.ln1g->grad.data(), L.ln1b->grad.data(), R, D);
+  for (size_t i = 0; i < dln.size(); ++i)
+    dy2[i] += dln[i];
+  return {};
+}
+
+Expected<StepResult> Model::run(const Batch &batch, bool backward) {
+  const int B = batch.B, S = cfg_.seq, D = cfg_.dModel, V = cfg_.vocab;
+  if (batch.S != S || batch.inputs.size() != size_t(B) * S || batch.targets.size() != size_t(B) * S)
+    return makeError("batch of [" + std::to_string(B) + ", " + std::to_string(batch.S) +
+                     "] does not match the model's sequence length " + std::to_string(S));
+  const int rowsTok = int(tok_->shape[0]);
+  for (int32_t t : batch.inputs)
+    if (t < 0 || t >= rowsTok)
+      return makeError("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                       std::to_string(rowsTok) + ")");
+  const int64_t R = int64_t(B) * S;
+  const int width = cfg_.reversible ? 2 * D : D;
+  std::vector<float> x(size_t(R) * D);
+  embeddingForward(batch.inputs.data(), tok_->value.data(), pos_->value.data(), x.data(), R, S, D);
+  savedX_.assign(cfg_.layers, {});
+  savedH_.assign(cfg_.layers, {});
+  std::vector<float> top(size_t(R) * width); // the final layer norm's input
+  std::vector<float> x2;
+  if (cfg_.reversible) {
+    x2 = x;
+    for (int l = 0; l < cfg_.layers; ++l) {
+      if (cfg_.storeReversibleInputs)
+        savedX_[l] = x, savedH_[l] = x2;
+      if (Status s = reversibleForward(l, x.data(), x2.data(), B); !s)
+        return s.takeError();
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      std::memcpy(&top[size_t(r) * width], &x[size_t(r) * D], D * sizeof(float));
+      std::memcpy(&top[size_t(r) * width + D], &x2[size_t(r) * D], D * sizeof(float));
+    }
+  } else {
+    std::vector<float> y(size_t(R) * D);
+    for (int l = 0; l < cfg_.layers; ++l) {
+      if (Status s = standardForward(l, x.data(), y.data(), B); !s)
+        return s.takeError();
+      std::swap(x, y);
+    }
+    top = x;
+  }
+  std::vector<float> zf(size_t(R) * width), mean(R), rstd(R);
+  layerNormForward(top.data(), lnfG_->value.data(), lnfB_->value.data(), zf.data(), mean.data(),
+                   rstd.data(), R, width);
+  logits_.resize(size_t(R) * V);
+  linearForward(zf.data(), wout_->value.data(), bout_->value.data(), logits_.data(), R, width, V);
+  StepResult res;
+  // Count first: the gradient is of the mean loss over counted positions.
+  int64_t counted = 0;
+  for (int32_t t : batch.targets)
+    counted += t >= 0;
+  std::vector<float> dlogits(backward ? size_t(R) * V : 0);
+  res.ce = softmaxCrossEntropy(logits_.data(), batch.targets.data(),
+                               backward ? dlogits.data() : nullptr, R, V,
+                               counted ? 1.0f / float(counted) : 0.0f);
+  if (!backward)
+    return res;
+
+  std::vector<float> dzf(size_t(R) * width), dtop(size_t(R) * width);
+  linearBackward(dlogits.data(), zf.data(), wout_->value.data(), dzf.data(), wout_->grad.data(),
+                 bout_->grad.data(), R, width, V);
+  layerNormBackward(dzf.data(), top.data(), lnfG_->value.data(), mean.data(), rstd.data(),
+                    dtop.data(), lnfG_->grad.data(), lnfB_->grad.data(), R, width);
+  std::vector<float> dx(size_t(R) * D);
+  if (cfg_.reversible) {
+    std::vector<float> dx2(size_t(R) * D);
+    for (int64_t r = 0; r < R; ++r) {
+      std::memcpy(&dx[size_t(r) * D], &dtop[size_t(r) * width], D * sizeof(float));
+      std::memcpy(&dx2[size_t(r) * D], &dtop[size_t(r) * width + D], D * sizeof(float));
+    }
+    for (int l = cfg_.layers - 1; l >= 0; --l)
+      if (Status s = reversibleBackward(l, x.data(), x2.data(), dx.data(), dx2.data(), B); !s)
+        return s.takeError();
+    for (size_t i = 0; i < dx.size(); ++i) // x1 = x2 = embedding
+      dx[i] += dx2[i];
+  } else {
+    dx = dtop;
+    std::vector<float> dprev(size_t(R) * D);
+    for (int l = cfg_.layers - 1; l >= 0; --l) {
+      if (Status s = standardBackward(l, dx.data(), dprev.data(), B); !s)
+        return s.takeError();
+      std::swap(dx, dprev);
+    }
+  }
+  embeddingBackward(batch.inputs.data(), dx.data(), tok_->grad.data(), pos_->grad.data(), R, S, D,
+                    rowsTok);
+  savedX_.clear();
+  savedH_.clear();
+  return res;
+}
+
+Model::ActivationPlan Model::activationPlan(int batch) const {
+  const int64_t R = int64_t(batch) * cfg_.seq, D = cfg_.dModel, V = cfg_.vocab, F = cfg_.dff;
+  const int64_t width = cfg_.reversible ? 2 * D : D;
+  const int64_t chunk = cfg_.ffnChunk > 0 ? std::min<int64_t>(cfg_.ffnChunk, R) : R;
+  ActivationPlan p;
+  // Kept from the forward to the backward: standard layers their input and
+  // midpoint; reversible layers nothing (the last outputs are the top).
+  p.keptBytes = 4 * (R * width /*top*/ + R * width /*zf*/ + R * V /*logits*/);
+  if (!cfg_.reversible || cfg_.storeReversibleInputs)
+    p.keptBytes += 4 * int64_t(cfg_.layers) * 2 * R * D;
+  // One layer's recomputation: q, k, v, attention in/out (as tensors and
+  // rows), gradients of the same, LN scratch, the FFN chunk intermediate.
+  p.scratchBytes = 4 * (12 * R * D + 2 * chunk * F + 4 * R);
+  return p;
+}
+
+} // namespace attnc::train

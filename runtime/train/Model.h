@@ -1,0 +1,138 @@
+//===- Model.h - A byte-level Transformer around generated attention -*- C++ -*-===//
+//
+// The model of docs/training.md, fp32 on the CPU: embeddings, standard
+// (pre-norm) or reversible layers whose attention is the spec's generated
+// kernel, chunked feed-forward blocks, final layer norm and head, and the
+// loss. Forward and backward; parameters and their gradients are named
+// flat fp32 buffers (ParamRef) for the optimizer and checkpoints.
+//
+// Memory: a standard layer keeps its input for the backward (activation
+// memory grows with depth); a reversible layer keeps nothing, its backward
+// rebuilds the inputs from the outputs. Every layer's internals are
+// recomputed in the backward (one layer's worth of scratch at a time).
+// ActivationPlan() reports both, in bytes.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_TRAIN_MODEL_H
+#define ATTNC_RUNTIME_TRAIN_MODEL_H
+
+#include "runtime/CpuAttention.h"
+#include "runtime/train/Data.h"
+#include "runtime/train/Layers.h"
+#include "runtime/train/Optimizer.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+
+namespace attnc::train {
+
+enum class Objective { CausalLm, Mlm, Duplicate };
+
+/// A per-head parameter of the attention variant (AttentionIO's ParamDecl).
+struct HeadParamInit {
+  std::string name;
+  bool alibi = false;
+  float value = 0;
+  bool learned = true;
+};
+
+struct ModelConfig {
+  int vocab = 256, seq = 128, dModel = 64, heads = 2, dff = 256, layers = 1;
+  bool reversible = false;
+  Activation act = Activation::Gelu;
+  int ffnChunk = 0; ///< rows per FFN chunk; 0: all rows at once
+  Objective objective = Objective::CausalLm;
+  // The attention variant.
+  bool sharedQk = false;         ///< LSH: keys are the normalised queries
+  int lshRounds = 0, lshBuckets = 0;
+  uint64_t lshSeed = 0;          ///< rotations of layer l: Philox stream l
+  bool lowrank = false;
+  std::string share;             ///< none, headwise, kv, layerwise
+  int lowrankK = 0;
+  std::vector<HeadParamInit> headParams;
+  /// Testing aid: reversible layers also store their inputs and the
+  /// backward uses them instead of the rebuilt ones (the gradients must
+  /// agree; memory then grows with depth like standard layers).
+  bool storeReversibleInputs = false;
+};
+
+/// Runs one attention op: out, lse and, when inputs.dout is set, gradients
+/// (a compiled CpuAttention, or a test double).
+using AttentionFn = std::function<Expected<AttentionOutputs>(const AttentionInputs &)>;
+
+/// Loss and counts of one batch.
+struct StepResult {
+  CrossEntropy ce;
+  double meanLoss() const { return ce.count ? ce.lossSum / double(ce.count) : 0.0; }
+};
+
+class Model {
+public:
+  /// Parameters initialised from `seed` (docs/training.md).
+  Model(ModelConfig config, AttentionFn attention, uint64_t seed);
+
+  const ModelConfig &config() const { return cfg_; }
+
+  /// Forward (and, with `backward`, backward accumulating into the
+  /// gradients) of one batch. Errors come from the attention kernel.
+  Expected<StepResult> run(const Batch &batch, bool backward);
+  /// Logits [B·S, vocab] of the last run (forward only).
+  const std::vector<float> &logits() const { return logits_; }
+
+  void zeroGrads();
+  /// Every parameter with its gradient, in a fixed order.
+  std::vector<ParamRef> params();
+  /// Weights as tensors (checkpoints), and loading them back (shapes
+  /// checked, errors name the tensor).
+  void saveWeights(st::File &out) const;
+  Status loadWeights(const st::File &in);
+  int64_t numParams() const;
+
+  /// Bytes kept between the forward and backward passes for `batch` rows
+  /// (layer inputs of standard layers, the final activations) and the peak
+  /// scratch of one layer's recomputation.
+  struct ActivationPlan {
+    int64_t keptBytes = 0, scratchBytes = 0;
+  };
+  ActivationPlan activationPlan(int batch) const;
+
+private:
+  struct Param {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<float> value, grad;
+    bool decay = true;
+  };
+  struct LayerParams {
+    Param *ln1g, *ln1b, *wq, *bq, *wk = nullptr, *bk = nullptr, *wv, *bv, *wo, *bo;
+    Param *ln2g, *ln2b, *w1, *b1, *w2, *b2;
+    Param *E = nullptr, *F = nullptr, *headParams = nullptr;
+    st::Tensor rotations;
+  };
+  Param *add(const std::string &name, std::vector<int64_t> shape, bool decay);
+  void init(uint64_t seed);
+
+  // One attention block a = Attn(z) (+ its backward when dA is non-null:
+  // dz written). Uses scratch of the model.
+  Status attention(int l, const float *z, float *a, int B, const float *dA, float *dz);
+  /// Standard layer: forward y = layer(x), saving x and h = x + Attn(LN1 x).
+  Status standardForward(int l, const float *x, float *y, int B);
+  /// Its backward from the saved x and h: dx written from dy.
+  Status standardBackward(int l, const float *dy, float *dx, int B);
+  Status reversibleForward(int l, float *x1, float *x2, int B);
+  Status reversibleBackward(int l, float *y1, float *y2, float *dy1, float *dy2, int B);
+
+  ModelConfig cfg_;
+  AttentionFn attn_;
+  std::vector<std::unique_ptr<Param>> params_;
+  std::vector<LayerParams> layers_;
+  Param *tok_, *pos_, *lnfG_, *lnfB_, *wout_, *bout_;
+  Param *sharedE_ = nullptr; ///< layerwise low-rank
+  std::vector<float> logits_;
+  std::vector<std::vector<float>> savedX_, savedH_; ///< standard layers' inputs and midpoints
+};
+
+} // namespace attnc::train
+
+#endif // ATTNC_RUNTIME_TRAIN_MODEL_H

@@ -1,0 +1,354 @@
+//===- Trainer.cpp - The training loop of attnc train ---------------------===//
+#include "runtime/train/Trainer.h"
+
+#include "runtime/FileSystem.h"
+#include "runtime/Philox.h"
+#include "runtime/train/Checkpoint.h"
+
+#include <chrono>
+#include <filesystem>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <unistd.h>
+
+namespace attnc::train {
+
+namespace {
+
+/// The seed of the fixed synthetic evaluation stream (never a training step).
+constexpr uint64_t kEvalSeed = 0x5EEDE7A1ull;
+
+std::string duration(double s) {
+  char buf[32];
+  if (s < 60)
+    std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else if (s < 3600)
+    std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, (int(s) / 60) % 60);
+  return buf;
+}
+
+} // namespace
+
+Expected<DataSource> DataSource::open(const std::string &spec, const ModelConfig &model,
+                                      double heldOutFraction) {
+  DataSource d;
+  d.model_ = model;
+  if (spec.rfind("synthetic:", 0) == 0) {
+    if (spec != "synthetic:duplicate")
+      return makeError("unknown synthetic data '" + spec + "'; expected synthetic:duplicate");
+    if (model.objective != Objective::Duplicate)
+      return makeError("synthetic:duplicate is the duplication task's data; this model's "
+                       "objective needs text (--data FILE or DIR)");
+    if (model.seq < 4 || model.seq % 2)
+      return makeError("the duplication task needs an even sequence length >= 4, the model has " +
+                       std::to_string(model.seq));
+    d.duplicate_ = true;
+    return d;
+  }
+  if (model.objective == Objective::Duplicate)
+    return makeError("the duplication task trains on --data synthetic:duplicate, not '" + spec +
+                     "'");
+  Expected<ByteCorpus> corpus = ByteCorpus::load(fs::splitPathList(spec), heldOutFraction,
+                                                 model.seq);
+  if (!corpus)
+    return corpus.takeError();
+  d.corpus_.emplace(std::move(corpus).take());
+  return d;
+}
+
+Batch DataSource::train(uint64_t seed, int64_t step, int B) const {
+  const int S = model_.seq, V = model_.vocab;
+  if (duplicate_)
+    return duplicateBatch(seed, step, B, S, V);
+  if (model_.objective == Objective::Mlm)
+    return corpus_->mlmBatch(seed, step, B, S, /*maskToken=*/V, V);
+  return corpus_->causalBatch(seed, step, B, S);
+}
+
+Batch DataSource::eval(int64_t index, int B) const {
+  const int S = model_.seq, V = model_.vocab;
+  if (duplicate_)
+    return duplicateBatch(kEvalSeed, index, B, S, V);
+  if (model_.objective == Objective::Mlm)
+    return corpus_->heldOutMlmBatch(index, B, S, kEvalSeed, /*maskToken=*/V, V);
+  return corpus_->heldOutCausalBatch(index, B, S);
+}
+
+int64_t DataSource::evalBatchesAvailable(int B) const {
+  return duplicate_ ? INT64_MAX : corpus_->heldOutBatches(B, model_.seq);
+}
+
+std::string DataSource::describe() const {
+  if (duplicate_)
+    return "synthetic duplication task (0 w 0 w)";
+  return std::to_string(corpus_->trainBytes()) + " training bytes, " +
+         std::to_string(corpus_->heldOutBytes()) + " held out";
+}
+
+Expected<EvalResult> evaluate(Model &model, const DataSource &data, int batches, int B) {
+  EvalResult r;
+  double lossSum = 0;
+  int64_t correct = 0;
+  int64_t n = std::min<int64_t>(batches, data.evalBatchesAvailable(B));
+  for (int64_t i = 0; i < n; ++i) {
+    Batch b = data.eval(i, B);
+    if (b.B == 0)
+      continue;
+    Expected<StepResult> s = model.run(b, /*backward=*/false);
+    if (!s)
+      return s.takeError();
+    lossSum += s->ce.lossSum;
+    r.positions += s->ce.count;
+    correct += s->ce.correct;
+  }
+  if (r.positions) {
+    r.loss = lossSum / double(r.positions);
+    r.bitsPerByte = r.loss / std::log(2.0);
+    r.accuracy = double(correct) / double(r.positions);
+  }
+  return r;
+}
+
+Expected<GradCheckResult> gradientCheck(Model &model, const Batch &batch, int probes, float eps,
+                                        uint64_t seed, double floor) {
+  model.zeroGrads();
+  Expected<StepResult> base = model.run(batch, /*backward=*/true);
+  if (!base)
+    return base.takeError();
+  std::vector<ParamRef> params = model.params();
+  GradCheckResult res;
+  auto lossAt = [&]() -> Expected<double> {
+    Expected<StepResult> r = model.run(batch, /*backward=*/false);
+    if (!r)
+      return r.takeError();
+    return r->meanLoss();
+  };
+  for (size_t p = 0; p < params.size(); ++p) {
+    const ParamRef &pr = params[p];
+    bool anyGrad = false;
+    for (int64_t i = 0; i < pr.size && !anyGrad; ++i)
+      anyGrad = pr.grad[i] != 0.0f;
+    for (int k = 0; k < probes; ++k) {
+      // Probe where the gradient lives (a zero-gradient tensor, e.g. a
+      // constant parameter, is probed anywhere: its numeric slope must be 0).
+      philox::Block r = philox::philox4x32({uint32_t(p), uint32_t(k), 7u, 0u}, seed);
+      int64_t idx = int64_t(r[0] % uint64_t(pr.size));
+      for (int tries = 0; anyGrad && pr.grad[idx] == 0.0f && tries < 64; ++tries)
+        idx = (idx + 1 + int64_t(r[1] % 7)) % pr.size;
+      // Constant per-head parameters share their tensor with learned ones
+      // and get no gradient by design: not probed.
+      const bool headParams = pr.name.size() >= 11 &&
+                              pr.name.compare(pr.name.size() - 11, 11, "head_params") == 0;
+      if (headParams && pr.grad[idx] == 0.0f)
+        continue;
+      const float orig = pr.value[idx];
+      auto slope = [&](float h) -> Expected<double> {
+        pr.value[idx] = orig + h;
+        Expected<double> up = lossAt();
+        pr.value[idx] = orig - h;
+        Expected<double> down = lossAt();
+        pr.value[idx] = orig;
+        if (!up || !down)
+          return makeError(!up ? up.error() : down.error());
+        return (*up - *down) / (2.0 * h);
+      };
+      Expected<double> n1 = slope(eps), n2 = slope(eps / 2);
+      if (!n1 || !n2)
+        return makeError(!n1 ? n1.error() : n2.error());
+      // The loss is only piecewise smooth where LSH buckets (or a ReLU) can
+      // switch: slopes at ε and ε/2 that disagree mean a jump inside the
+      // interval, not a wrong gradient. Such probes are counted, not judged.
+      double spread = std::abs(*n1 - *n2) / std::max(std::max(std::abs(*n1), std::abs(*n2)), floor);
+      if (spread > 0.1) {
+        ++res.nonSmooth;
+        continue;
+      }
+      GradCheckProbe probe{pr.name, idx, double(pr.grad[idx]), *n2};
+      double err = std::abs(probe.analytic - probe.numeric) / std::max(std::abs(probe.numeric), floor);
+      if (err > res.worst)
+        res.worst = err, res.worstParam = pr.name;
+      res.probes.push_back(probe);
+    }
+  }
+  return res;
+}
+
+Status writeLossSvg(const std::string &path, const std::vector<double> &losses, int64_t firstStep,
+                    const std::string &title) {
+  const double W = 640, H = 360, L = 60, R = 20, T = 30, Bm = 40;
+  std::ostringstream os;
+  double lo = 1e300, hi = -1e300;
+  for (double v : losses)
+    if (std::isfinite(v))
+      lo = std::min(lo, v), hi = std::max(hi, v);
+  if (losses.empty() || !(hi >= lo))
+    lo = 0, hi = 1;
+  if (hi - lo < 1e-9)
+    hi = lo + 1;
+  const double n = std::max<double>(1, double(losses.size()) - 1);
+  auto x = [&](double i) { return L + i / n * (W - L - R); };
+  auto y = [&](double v) { return T + (1 - (v - lo) / (hi - lo)) * (H - T - Bm); };
+  os << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
+     << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
+        "fill='white'/>\n<text x='"
+     << L << "' y='18'>" << title << "</text>\n<line x1='" << L << "' y1='" << H - Bm << "' x2='"
+     << W - R << "' y2='" << H - Bm << "' stroke='black'/>\n<line x1='" << L << "' y1='" << T
+     << "' x2='" << L << "' y2='" << H - Bm << "' stroke='black'/>\n";
+  char buf[64];
+  for (double v : {lo, (lo + hi) / 2, hi}) {
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+    os << "<text x='4' y='" << y(v) + 4 << "'>" << buf << "</text>\n";
+  }
+  os << "<text x='" << L << "' y='" << H - Bm + 16 << "'>step " << firstStep << "</text>\n"
+     << "<text x='" << W - R - 70 << "' y='" << H - Bm + 16 << "'>step "
+     << firstStep + int64_t(losses.size()) << "</text>\n"
+     << "<text x='" << W / 2 - 40 << "' y='" << H - 8 << "'>training loss (nats)</text>\n";
+  os << "<polyline fill='none' stroke='#1f77b4' stroke-width='1.5' points='";
+  for (size_t i = 0; i < losses.size(); ++i)
+    if (std::isfinite(losses[i])) {
+      std::snprintf(buf, sizeof buf, "%.1f,%.1f ", x(double(i)), y(losses[i]));
+      os << buf;
+    }
+  os << "'/>\n</svg>\n";
+  return fs::writeFileAtomic(path, os.str());
+}
+
+Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOptions &opt,
+                             std::ostream &log) {
+  using Clock = std::chrono::steady_clock;
+  std::error_code ec;
+  std::filesystem::create_directories(opt.outDir, ec);
+  if (ec)
+    return makeError("cannot create '" + opt.outDir + "': " + ec.message());
+  AdamWConfig adamCfg = opt.adam;
+  adamCfg.totalSteps = opt.steps;
+  AdamW adam(adamCfg);
+  std::vector<ParamRef> params = model.params();
+  TrainSummary sum;
+  int64_t start = 0;
+  if (opt.resume && hasCheckpoint(opt.outDir)) {
+    Expected<Checkpoint> ck = loadLatestCheckpoint(opt.outDir, opt.specHash);
+    if (!ck)
+      return ck.takeError();
+    if (Status s = model.loadWeights(ck->tensors); !s)
+      return makeError("checkpoint in " + opt.outDir + ": " + s.error());
+    if (Status s = adam.loadState(ck->tensors, params); !s)
+      return makeError("checkpoint in " + opt.outDir + ": " + s.error());
+    if (ck->state.value("seed", uint64_t(0)) != opt.seed)
+      return makeError("checkpoint in " + opt.outDir + " was trained with --seed " +
+                       std::to_string(ck->state.value("seed", uint64_t(0))) +
+                       "; resume with the same seed (or a new --out)");
+    start = ck->step;
+    log << "resuming from step " << start << " (" << opt.outDir << ")\n";
+  }
+  sum.firstStep = start;
+  auto save = [&](int64_t step) -> Status {
+    Checkpoint ck;
+    ck.step = step;
+    ck.specHash = opt.specHash;
+    model.saveWeights(ck.tensors);
+    adam.saveState(ck.tensors);
+    ck.state = {{"seed", opt.seed}, {"batch", opt.batch}, {"steps", opt.steps},
+                {"lr", opt.adam.lr}};
+    return saveCheckpoint(opt.outDir, ck);
+  };
+
+  std::string csvPath = opt.outDir + "/train.csv";
+  bool header = start == 0 || !std::filesystem::exists(csvPath);
+  // A fresh run starts a fresh log; a resumed one keeps the rows up to its
+  // checkpoint (rows of steps it will redo are dropped).
+  std::vector<std::string> kept;
+  if (!header) {
+    std::ifstream in(csvPath);
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("step,", 0) == 0 || (!line.empty() && std::stoll(line) < start))
+        kept.push_back(line);
+  }
+  std::ofstream csv(csvPath, std::ios::trunc);
+  if (header)
+    csv << "step,loss,lr,grad_norm,tokens_per_s,seconds\n";
+  for (const std::string &l : kept)
+    csv << l << "\n";
+  const bool tty = opt.progress && isatty(STDERR_FILENO);
+  const auto t0 = Clock::now();
+  const double tokensPerStep = double(opt.batch) * model.config().seq;
+  for (int64_t step = start; step < opt.steps; ++step) {
+    auto s0 = Clock::now();
+    Batch b = data.train(opt.seed, step, opt.batch);
+    model.zeroGrads();
+    Expected<StepResult> r = model.run(b, /*backward=*/true);
+    if (!r)
+      return makeError("step " + std::to_string(step) + ": " + r.error());
+    double loss = r->meanLoss();
+    if (!std::isfinite(loss))
+      return makeError("step " + std::to_string(step) + ": the loss is " +
+                       (std::isnan(loss) ? "NaN" : "infinite") +
+                       "; lower --lr or check the data (the last checkpoint is kept)");
+    Expected<double> norm = adam.step(params);
+    if (!norm)
+      return makeError("step " + std::to_string(step) + ": " + norm.error());
+    double secs = std::chrono::duration<double>(Clock::now() - s0).count();
+    double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+    sum.losses.push_back(loss);
+    csv << step << "," << loss << "," << learningRate(adamCfg, step) << "," << *norm << ","
+        << tokensPerStep / secs << "," << elapsed << "\n";
+    if (tty) {
+      double perStep = elapsed / double(step - start + 1);
+      log << "\rstep " << step + 1 << "/" << opt.steps << "  loss " << std::fixed
+          << std::setprecision(4) << loss << "  " << std::setprecision(0)
+          << tokensPerStep / perStep << " tok/s  ETA "
+          << duration(perStep * double(opt.steps - step - 1)) << "      " << std::flush;
+      log.unsetf(std::ios::fixed);
+    }
+    if (opt.evalEvery > 0 && (step + 1) % opt.evalEvery == 0 && step + 1 < opt.steps) {
+      Expected<EvalResult> e = evaluate(model, data, opt.evalBatches, opt.batch);
+      if (!e)
+        return e.takeError();
+      log << (tty ? "\n" : "") << "step " << step + 1 << ": eval loss " << e->loss
+          << " (" << e->bitsPerByte << " bits/byte), accuracy " << e->accuracy << "\n";
+    }
+    if (opt.checkpointEvery > 0 && (step + 1) % opt.checkpointEvery == 0 && step + 1 < opt.steps)
+      if (Status s = save(step + 1); !s)
+        return s.takeError();
+  }
+  if (tty)
+    log << "\n";
+  csv.close();
+  sum.lastStep = opt.steps;
+  sum.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  sum.tokensPerSecond =
+      sum.seconds > 0 ? tokensPerStep * double(opt.steps - start) / sum.seconds : 0;
+  sum.finalLoss = sum.losses.empty() ? 0 : sum.losses.back();
+  if (Status s = save(opt.steps); !s)
+    return s.takeError();
+  Expected<EvalResult> e = evaluate(model, data, opt.evalBatches, opt.batch);
+  if (!e)
+    return e.takeError();
+  sum.eval = *e;
+  sum.plan = model.activationPlan(opt.batch);
+  // The curve of the whole run: read the CSV back (resumed runs included).
+  std::vector<double> all;
+  {
+    std::ifstream in(csvPath);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      size_t c = line.find(',');
+      if (c != std::string::npos)
+        all.push_back(std::stod(line.substr(c + 1)));
+    }
+  }
+  if (Status s = writeLossSvg(opt.outDir + "/loss.svg", all, 0, "attnc train: loss per step");
+      !s)
+    return s.takeError();
+  return sum;
+}
+
+} // namespace attnc::train

@@ -1,0 +1,103 @@
+//===- Trainer.h - The training loop of attnc train -------------*- C++ -*-===//
+//
+// Runs AdamW on a Model over the spec's objective: batches from Data.h
+// (deterministic per (seed, step)), a NaN/Inf check that stops with the
+// step and the tensor named, periodic evaluation, atomic checkpoints every
+// `checkpointEvery` steps and at the end (Checkpoint.h) from which a resumed
+// run reproduces the uninterrupted one's losses exactly, a CSV log, a live
+// progress line on a terminal and an SVG loss curve.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_TRAIN_TRAINER_H
+#define ATTNC_RUNTIME_TRAIN_TRAINER_H
+
+#include "runtime/train/Model.h"
+
+#include <iosfwd>
+#include <optional>
+
+namespace attnc::train {
+
+struct TrainOptions {
+  std::string outDir;           ///< checkpoints, train.csv, loss.svg
+  std::string data;             ///< "synthetic:duplicate" or file/directory paths (':'-separated)
+  int64_t steps = 100;
+  int batch = 8;
+  uint64_t seed = 0;
+  AdamWConfig adam;
+  int64_t evalEvery = 0;        ///< 0: only at the end
+  int evalBatches = 8;
+  int64_t checkpointEvery = 0;  ///< 0: only at the end
+  double heldOutFraction = 0.05;
+  std::string specHash;         ///< checkpoints of another spec are refused
+  bool resume = true;           ///< continue from outDir's latest checkpoint
+  bool progress = true;         ///< live line when stderr is a terminal
+};
+
+/// Evaluation: the objective's metric on held-out (or fixed synthetic) data.
+struct EvalResult {
+  double loss = 0;          ///< mean cross-entropy (nats) over counted positions
+  double bitsPerByte = 0;   ///< loss / ln 2
+  double accuracy = 0;      ///< argmax accuracy over counted positions
+  int64_t positions = 0;
+};
+
+struct TrainSummary {
+  int64_t firstStep = 0, lastStep = 0; ///< steps run by this call [first, last)
+  double finalLoss = 0, tokensPerSecond = 0, seconds = 0;
+  EvalResult eval;
+  Model::ActivationPlan plan;
+  std::vector<double> losses; ///< per step run by this call
+};
+
+/// Loads the data the options name for the model's objective.
+class DataSource {
+public:
+  static Expected<DataSource> open(const std::string &spec, const ModelConfig &model,
+                                   double heldOutFraction);
+  Batch train(uint64_t seed, int64_t step, int B) const;
+  /// Evaluation batch `index` (held-out text, or a fixed synthetic stream).
+  Batch eval(int64_t index, int B) const;
+  int64_t evalBatchesAvailable(int B) const;
+  std::string describe() const;
+
+private:
+  ModelConfig model_;
+  std::optional<ByteCorpus> corpus_;
+  bool duplicate_ = false;
+};
+
+Expected<EvalResult> evaluate(Model &model, const DataSource &data, int batches, int B);
+
+/// Trains `model` (resuming from options.outDir when it has a checkpoint
+/// and options.resume). Progress goes to `log` (stderr).
+Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOptions &options,
+                             std::ostream &log);
+
+/// A finite-difference check of the model's gradients on one batch: for
+/// `probes` coordinates of every parameter tensor (drawn from `seed`),
+/// (L(θ+ε) − L(θ−ε)) / 2ε against the analytic gradient of the mean loss.
+struct GradCheckProbe {
+  std::string param;
+  int64_t index = 0;
+  double analytic = 0, numeric = 0;
+};
+struct GradCheckResult {
+  std::vector<GradCheckProbe> probes;
+  /// max |analytic − numeric| / max(|numeric|, floor) over the probes
+  double worst = 0;
+  std::string worstParam;
+  /// Probes skipped because the slopes at ε and ε/2 differ by > 10 %: the
+  /// loss jumps inside the interval (an LSH bucket or a ReLU switched).
+  int nonSmooth = 0;
+};
+Expected<GradCheckResult> gradientCheck(Model &model, const Batch &batch, int probes, float eps,
+                                        uint64_t seed, double floor = 1e-3);
+
+/// Writes an SVG line plot of `losses` (per step, starting at `firstStep`).
+Status writeLossSvg(const std::string &path, const std::vector<double> &losses, int64_t firstStep,
+                    const std::string &title);
+
+} // namespace attnc::train
+
+#endif // ATTNC_RUNTIME_TRAIN_TRAINER_H

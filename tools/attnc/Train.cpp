@@ -1,0 +1,260 @@
+//===- Train.cpp - attnc train / eval -------------------------------------===//
+//
+// The model-level commands: the spec's model becomes a train::Model whose
+// attention is the variant's generated CPU kernel (forward and backward,
+// compiled by the kernel pipeline for the model's shape), trained by
+// train::train (runtime/train/Trainer.h).
+//
+//===----------------------------------------------------------------------===//
+#include "tools/attnc/Train.h"
+#include "tools/attnc/Compile.h"
+#include "tools/attnc/Run.h"
+
+#include "dsl/MLIRGen.h"
+#include "dsl/Parser.h"
+#include "passes/Passes.h"
+#include "runtime/train/Checkpoint.h"
+#include "runtime/train/Trainer.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+using namespace mlir;
+
+namespace attnc::driver {
+
+namespace {
+
+int fail(const char *cmd, const std::string &msg) {
+  std::cerr << "attnc " << cmd << ": error: " << msg << "\n";
+  return kExitInput;
+}
+
+/// What both commands build: the spec's model with compiled attention.
+struct Prepared {
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module;
+  std::optional<CpuAttention> kernels;
+  train::ModelConfig config;
+  std::string specHash, name;
+};
+
+int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p) {
+  if (opt.target != "cpu") {
+    std::cerr << "attnc " << cmd << ": --target " << opt.target
+              << " is not implemented yet (training runs on the CPU)\n";
+    return kExitNotImplemented;
+  }
+  std::ifstream f(opt.spec, std::ios::binary);
+  if (!f)
+    return fail(cmd, "cannot open '" + opt.spec + "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string text = ss.str();
+  p.specHash = sha256Hex(text);
+  DiagnosticEngine diag(text, std::cerr);
+  std::optional<ast::Spec> spec = parseAndCheck(text, opt.spec, diag);
+  if (!spec)
+    return kExitInput;
+  registerAttncDialects(p.context);
+  p.module = mlirGen(p.context, *spec);
+  if (!p.module)
+    return kExitInput;
+  PassManager resolve(&p.context);
+  ResolveTunablesOptions ro;
+  ro.report = true;
+  resolve.addPass(createResolveTunables(ro));
+  if (failed(resolve.run(*p.module)))
+    return kExitInput;
+  attn::ModelOp model;
+  std::string names;
+  for (attn::ModelOp m : p.module->getOps<attn::ModelOp>()) {
+    names += (names.empty() ? "" : ", ") + m.getSymName().str();
+    if (m.getSymName() == opt.model || opt.model.empty())
+      model = model && opt.model.empty() ? attn::ModelOp() : m;
+  }
+  if (!model)
+    return fail(cmd, names.empty() ? "'" + opt.spec + "' has no model to train"
+                : opt.model.empty()
+                    ? "the spec has several models (" + names + "); name one with --model"
+                    : "no model '" + opt.model + "' in " + opt.spec + " (it has: " + names + ")");
+  p.name = model.getSymName().str();
+  auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
+  auto variant =
+      SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
+  train::ModelConfig &c = p.config;
+  c.vocab = int(model.getVocab()), c.seq = int(model.getSeq()), c.dModel = int(model.getDModel());
+  c.heads = int(model.getHeads()), c.dff = int(model.getDFf()), c.layers = int(model.getLayers());
+  c.reversible = layer.getReversible();
+  if (auto act = layer.getFfnAct())
+    c.act = *act == attn::Activation::relu   ? train::Activation::Relu
+            : *act == attn::Activation::silu ? train::Activation::Silu
+                                             : train::Activation::Gelu;
+  if (auto chunk = layer.getFfnChunk())
+    c.ffnChunk = int(*chunk);
+  c.objective = model.getObjective() == attn::Objective::mlm         ? train::Objective::Mlm
+                : model.getObjective() == attn::Objective::duplicate ? train::Objective::Duplicate
+                                                                     : train::Objective::CausalLm;
+  c.sharedQk = variant.getSharedQk();
+  if (auto lsh = variant.getLshAttr()) {
+    c.lshRounds = int(lsh.getRounds()), c.lshBuckets = int(lsh.getBuckets());
+    c.lshSeed = uint64_t(lsh.getSeed());
+  }
+  if (auto lr = variant.getLowrankAttr()) {
+    c.lowrank = true;
+    c.share = stringifyShareMode(lr.getShare()).str();
+    c.lowrankK = int(lr.getK());
+  }
+  if (auto decls = variant.getParams())
+    for (Attribute a : *decls) {
+      auto hp = llvm::cast<attn::HeadParamAttr>(a);
+      c.headParams.push_back({hp.getName().str(), hp.getInit() == attn::ParamInit::alibi,
+                              float(hp.getValue().convertToDouble()), hp.getLearned()});
+    }
+  if (c.dModel % c.heads)
+    return fail(cmd, "d_model " + std::to_string(c.dModel) + " is not a multiple of heads " +
+                         std::to_string(c.heads));
+  codegen::AttentionShape shape;
+  shape.batch = opt.batch, shape.heads = c.heads, shape.seq = c.seq;
+  shape.headDim = c.dModel / c.heads, shape.maxSeq = c.seq;
+  shape.elementType = FloatType::getF32(&p.context);
+  shape.withLengths = true;
+  shape.differentiate = true;
+  return compileCpuAttention(*p.module, variant, shape, p.kernels);
+}
+
+train::AttentionFn attentionOf(Prepared &p) {
+  return [&p](const AttentionInputs &in) { return p.kernels->run(in); };
+}
+
+} // namespace
+
+namespace {
+
+/// --grad-check: finite differences of the whole model on the first batch.
+int gradCheck(Prepared &p, const train::DataSource &data, const TrainCliOptions &opt) {
+  train::Model model(p.config, attentionOf(p), opt.seed);
+  train::Batch b = data.train(opt.seed, 0, opt.batch);
+  Expected<train::GradCheckResult> r =
+      train::gradientCheck(model, b, opt.gradCheck, opt.gradCheckEps, opt.seed);
+  if (!r)
+    return fail("train", r.error());
+  for (const train::GradCheckProbe &pr : r->probes)
+    std::cout << "  " << pr.param << "[" << pr.index << "]: analytic " << pr.analytic
+              << " numeric " << pr.numeric << "\n";
+  bool ok = r->worst <= opt.gradCheckTol;
+  // A check where most probes hit jumps would prove nothing.
+  ok = ok && r->probes.size() >= 2 * size_t(r->nonSmooth);
+  std::cout << (ok ? "gradient check passed" : "gradient check FAILED") << ": " << r->probes.size()
+            << " probes, worst relative error " << r->worst << " (" << r->worstParam
+            << "), tolerance " << opt.gradCheckTol << "; " << r->nonSmooth
+            << " probe(s) skipped where the loss jumps (LSH buckets, ReLU)\n";
+  return ok ? kExitOk : kExitInput;
+}
+
+/// --check-reversible: the backward from rebuilt inputs against the one from
+/// stored inputs, and the activation plans for 2, 6 and 12 layers.
+int checkReversible(Prepared &p, const train::DataSource &data, const TrainCliOptions &opt) {
+  if (!p.config.reversible)
+    return fail("train", "--check-reversible needs a model with reversible layers");
+  train::ModelConfig stored = p.config;
+  stored.storeReversibleInputs = true;
+  train::Model a(p.config, attentionOf(p), opt.seed), b(stored, attentionOf(p), opt.seed);
+  train::Batch batch = data.train(opt.seed, 0, opt.batch);
+  a.zeroGrads();
+  b.zeroGrads();
+  Expected<train::StepResult> ra = a.run(batch, true), rb = b.run(batch, true);
+  if (!ra || !rb)
+    return fail("train", !ra ? ra.error() : rb.error());
+  std::vector<train::ParamRef> pa = a.params(), pb = b.params();
+  double worst = 0;
+  std::string where;
+  for (size_t i = 0; i < pa.size(); ++i)
+    for (int64_t j = 0; j < pa[i].size; ++j) {
+      double d = std::abs(double(pa[i].grad[j]) - double(pb[i].grad[j]));
+      if (d > worst)
+        worst = d, where = pa[i].name;
+    }
+  bool ok = worst <= 1e-4;
+  std::cout << "reversible backward (rebuilt inputs) vs stored inputs: max |difference| of the "
+               "gradients "
+            << worst << " (" << where << ")" << (ok ? "" : " > 1e-4: FAILED") << "\n";
+  std::cout << "activation memory kept for the backward (batch " << opt.batch << "):\n";
+  for (int layers : {2, 6, 12}) {
+    train::ModelConfig c = p.config;
+    c.layers = layers;
+    train::ModelConfig s = c;
+    s.storeReversibleInputs = true; // what storing every layer's inputs would keep
+    train::Model rev(c, attentionOf(p), 0), std(s, attentionOf(p), 0);
+    std::cout << "  " << layers << " layers: reversible " << rev.activationPlan(opt.batch).keptBytes
+              << " bytes, storing inputs " << std.activationPlan(opt.batch).keptBytes << " bytes\n";
+  }
+  return ok ? kExitOk : kExitInput;
+}
+
+} // namespace
+
+int runTrain(const TrainCliOptions &opt) {
+  Prepared p;
+  if (int rc = prepare("train", opt, p))
+    return rc;
+  Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);
+  if (!data)
+    return fail("train", data.error());
+  if (opt.gradCheck > 0)
+    return gradCheck(p, *data, opt);
+  if (opt.checkReversible)
+    return checkReversible(p, *data, opt);
+  train::Model model(p.config, attentionOf(p), opt.seed);
+  train::TrainOptions to;
+  to.outDir = opt.out, to.data = opt.data, to.steps = opt.steps, to.batch = opt.batch;
+  to.seed = opt.seed, to.evalEvery = opt.evalEvery, to.evalBatches = opt.evalBatches;
+  to.checkpointEvery = opt.checkpointEvery, to.specHash = p.specHash, to.resume = opt.resume;
+  to.adam.lr = opt.lr, to.adam.weightDecay = opt.weightDecay, to.adam.clipNorm = opt.clip;
+  to.adam.warmupSteps = opt.warmup;
+  std::cerr << "attnc train: " << p.name << " (" << model.numParams() << " parameters, "
+            << p.config.layers << (p.config.reversible ? " reversible" : "") << " layer(s)) on "
+            << data->describe() << "\n";
+  Expected<train::TrainSummary> s = train::train(model, *data, to, std::cerr);
+  if (!s)
+    return fail("train", s.error());
+  const train::EvalResult &e = s->eval;
+  std::cout << "trained " << p.name << " for steps " << s->firstStep << ".." << s->lastStep
+            << " in " << s->seconds << " s (" << int64_t(s->tokensPerSecond) << " tokens/s)\n"
+            << "final training loss " << s->finalLoss << "; held-out loss " << e.loss << " ("
+            << e.bitsPerByte << " bits/byte), accuracy " << e.accuracy << " over " << e.positions
+            << " positions\n"
+            << "activation memory plan: " << s->plan.keptBytes / 1024 << " KiB kept for the "
+            << "backward, " << s->plan.scratchBytes / 1024 << " KiB per-layer scratch\n"
+            << "wrote " << opt.out << "/{latest.json,train.csv,loss.svg}\n";
+  return kExitOk;
+}
+
+int runEval(const TrainCliOptions &opt) {
+  Prepared p;
+  if (int rc = prepare("eval", opt, p))
+    return rc;
+  Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);
+  if (!data)
+    return fail("eval", data.error());
+  train::Model model(p.config, attentionOf(p), opt.seed);
+  Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.out, p.specHash);
+  if (!ck)
+    return fail("eval", ck.error());
+  if (Status s = model.loadWeights(ck->tensors); !s)
+    return fail("eval", s.error());
+  Expected<train::EvalResult> e = train::evaluate(model, *data, opt.evalBatches, opt.batch);
+  if (!e)
+    return fail("eval", e.error());
+  std::cout << p.name << " at step " << ck->step << ": loss " << e->loss << " ("
+            << e->bitsPerByte << " bits/byte), accuracy " << e->accuracy << " over "
+            << e->positions << " positions\n";
+  return kExitOk;
+}
+
+} // namespace attnc::driver

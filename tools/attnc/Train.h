@@ -1,0 +1,37 @@
+//===- Train.h - attnc train / eval -----------------------------*- C++ -*-===//
+#ifndef ATTNC_TOOLS_ATTNC_TRAIN_H
+#define ATTNC_TOOLS_ATTNC_TRAIN_H
+
+#include <cstdint>
+#include <string>
+
+namespace attnc::driver {
+
+struct TrainCliOptions {
+  std::string spec, model; ///< model: which model of the spec (default: the only one)
+  std::string data, out = "attnc-run";
+  int64_t steps = 200;
+  int batch = 8;
+  float lr = 1e-3f, weightDecay = 0.01f, clip = 1.0f;
+  int64_t warmup = 20;
+  uint64_t seed = 0;
+  int64_t evalEvery = 0, checkpointEvery = 50;
+  int evalBatches = 8;
+  std::string target = "cpu";
+  bool resume = true;
+  // Checks instead of training (test aids, documented in docs/training.md):
+  int gradCheck = 0;          ///< finite-difference probes per parameter tensor
+  float gradCheckEps = 1e-2f;
+  double gradCheckTol = 2e-2; ///< max relative error
+  bool checkReversible = false; ///< rebuilt vs stored reversible inputs
+};
+
+/// attnc train: compiles the model's attention kernels, trains, writes
+/// checkpoints, train.csv and loss.svg under --out, prints a report.
+int runTrain(const TrainCliOptions &options);
+/// attnc eval: the objective's metric of --out's latest checkpoint.
+int runEval(const TrainCliOptions &options);
+
+} // namespace attnc::driver
+
+#endif // ATTNC_TOOLS_ATTNC_TRAIN_H
