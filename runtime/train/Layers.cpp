@@ -28,6 +28,9 @@
 //     bit-identical across runs and OpenMP thread counts only for a fixed
 //     OpenBLAS thread count (the tests pin OPENBLAS_NUM_THREADS=1); without
 //     CBLAS the loop GEMM is used everywhere and that caveat disappears.
+//   Speed on the reference machine (AMD EPYC Zen 5, 2 cores; OpenBLAS picks
+//   its Haswell kernels), linearForward 4096x256x1024: cblas ~125 GFLOP/s on
+//   one thread, the loop GEMM ~122; on two, loop ~230-250, cblas ~160.
 //
 // Activations: ReLU (gradient 0 at 0), GELU in its tanh approximation
 // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (GPT-2 / BERT style; the exact

@@ -6,31 +6,10 @@
 #include <cmath>
 #include <cstring>
 
-#if defined(ATTNC_TRAIN_HAVE_CBLAS)
-#include <cblas.h>
-#endif
 
 namespace attnc::train {
 
 namespace {
-
-/// c[rows, n] = a[rows, k] · b[n, k]ᵀ (the input gradient of x·w with
-/// w = b [n, k] seen as [in = n, out = k]).
-void matmulNT(const float *a, const float *b, float *c, int64_t rows, int k, int n) {
-#if defined(ATTNC_TRAIN_HAVE_CBLAS)
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), n, k, 1.0f, a, k, b, k, 0.0f,
-              c, n);
-#else
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r)
-    for (int j = 0; j < n; ++j) {
-      float s = 0;
-      for (int t = 0; t < k; ++t)
-        s += a[r * k + t] * b[int64_t(j) * k + t];
-      c[r * n + j] = s;
-    }
-#endif
-}
 
 /// [B, S, H·Dh] rows → [B, H, S, Dh].
 st::Tensor splitHeads(const float *x, int B, int S, int H, int Dh) {
@@ -205,7 +184,9 @@ Status Model::loadWeights(const st::File &in) {
       return makeError("weights: tensor '" + p->name + "' is " + st::dtypeName(it->second.dtype) +
                        " " + it->second.shapeStr() + "; the model needs F32 " +
                        st::Tensor::f32(p->shape, {}).shapeStr());
-    p->value = it->second.asF32();
+    // Copy into the existing storage: ParamRefs handed out earlier point at it.
+    std::vector<float> v = it->second.asF32();
+    std::copy(v.begin(), v.end(), p->value.begin());
   }
   return {};
 }
@@ -245,7 +226,9 @@ Status Model::attention(int l, const float *z, float *a, int B, const float *dA,
   std::vector<float> dOut;
   if (dA) {
     dOut.resize(size_t(R) * D);
-    matmulNT(dA, L.wo->value.data(), dOut.data(), R, D, D); // dOut = dA·Woᵀ
+    // dOut = dA·Woᵀ (the input gradient of out·Wo; Wo's own gradient comes
+    // below, once the kernel has produced out).
+    linearBackward(dA, nullptr, L.wo->value.data(), dOut.data(), nullptr, nullptr, R, D, D);
     tdOut = splitHeads(dOut.data(), B, S, H, Dh);
     in.dout = &tdOut;
   }

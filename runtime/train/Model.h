@@ -81,7 +81,8 @@ public:
   const std::vector<float> &logits() const { return logits_; }
 
   void zeroGrads();
-  /// Every parameter with its gradient, in a fixed order.
+  /// Every parameter with its gradient, in a fixed order; the pointers stay
+  /// valid for the model's lifetime (loadWeights copies into them).
   std::vector<ParamRef> params();
   /// Weights as tensors (checkpoints), and loading them back (shapes
   /// checked, errors name the tensor).

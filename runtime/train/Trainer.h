@@ -76,7 +76,9 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
 
 /// A finite-difference check of the model's gradients on one batch: for
 /// `probes` coordinates of every parameter tensor (drawn from `seed`),
-/// (L(θ+ε) − L(θ−ε)) / 2ε against the analytic gradient of the mean loss.
+/// (L(θ+ε) − L(θ−ε)) / 2ε (at ε/2) against the analytic gradient of the
+/// mean loss; errors are relative to max(|numeric|, floor), since fp32
+/// losses leave ~1e-5 of noise in small slopes.
 struct GradCheckProbe {
   std::string param;
   int64_t index = 0;
@@ -87,12 +89,12 @@ struct GradCheckResult {
   /// max |analytic − numeric| / max(|numeric|, floor) over the probes
   double worst = 0;
   std::string worstParam;
-  /// Probes skipped because the slopes at ε and ε/2 differ by > 10 %: the
+  /// Probes skipped because the slopes at ε, ε/2, ε/4 differ by > 10 %: the
   /// loss jumps inside the interval (an LSH bucket or a ReLU switched).
   int nonSmooth = 0;
 };
 Expected<GradCheckResult> gradientCheck(Model &model, const Batch &batch, int probes, float eps,
-                                        uint64_t seed, double floor = 1e-3);
+                                        uint64_t seed, double floor = 1e-2);
 
 /// Writes an SVG line plot of `losses` (per step, starting at `firstStep`).
 Status writeLossSvg(const std::string &path, const std::vector<double> &losses, int64_t firstStep,
