@@ -20,6 +20,7 @@
 #include "mlir/Pass/PassManager.h"
 
 #include <cmath>
+#include <sys/resource.h>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -128,6 +129,13 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p) {
   return compileCpuAttention(*p.module, variant, shape, p.kernels);
 }
 
+/// Peak resident set size of this process (getrusage), in MiB.
+long peakRssMiB() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024; // Linux reports KiB
+}
+
 train::AttentionFn attentionOf(Prepared &p) {
   return [&p](const AttentionInputs &in) { return p.kernels->run(in); };
 }
@@ -230,7 +238,8 @@ int runTrain(const TrainCliOptions &opt) {
             << e.bitsPerByte << " bits/byte), accuracy " << e.accuracy << " over " << e.positions
             << " positions\n"
             << "activation memory plan: " << s->plan.keptBytes / 1024 << " KiB kept for the "
-            << "backward, " << s->plan.scratchBytes / 1024 << " KiB per-layer scratch\n"
+            << "backward, " << s->plan.scratchBytes / 1024 << " KiB per-layer scratch; peak "
+            << "resident memory " << peakRssMiB() << " MiB\n"
             << "wrote " << opt.out << "/{latest.json,train.csv,loss.svg}\n";
   return kExitOk;
 }
