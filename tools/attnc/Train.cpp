@@ -13,6 +13,7 @@
 #include "dsl/MLIRGen.h"
 #include "dsl/Parser.h"
 #include "passes/Passes.h"
+#include "runtime/Philox.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/Trainer.h"
 
@@ -263,6 +264,121 @@ int runEval(const TrainCliOptions &opt) {
   std::cout << p.name << " at step " << ck->step << ": loss " << e->loss << " ("
             << e->bitsPerByte << " bits/byte), accuracy " << e->accuracy << " over "
             << e->positions << " positions\n";
+  return kExitOk;
+}
+
+namespace {
+
+/// The model of `opt.spec` with the weights of --out's latest checkpoint.
+int loadTrained(const char *cmd, const TrainCliOptions &opt, Prepared &p,
+                std::optional<train::Model> &model) {
+  if (int rc = prepare(cmd, opt, p))
+    return rc;
+  Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.out, p.specHash);
+  if (!ck)
+    return fail(cmd, ck.error());
+  model.emplace(p.config, attentionOf(p), opt.seed);
+  if (Status s = model->loadWeights(ck->tensors); !s)
+    return fail(cmd, s.error());
+  return kExitOk;
+}
+
+} // namespace
+
+int runGenerate(const TrainCliOptions &opt) {
+  Prepared p;
+  std::optional<train::Model> model;
+  if (int rc = loadTrained("generate", opt, p, model))
+    return rc;
+  const train::ModelConfig &c = p.config;
+  if (c.objective != train::Objective::CausalLm)
+    return fail("generate", "'" + p.name + "' is not a causal LM (objective causal_lm); use "
+                            "attnc fill for masked models");
+  if (c.vocab < 256)
+    return fail("generate", "the model's vocab " + std::to_string(c.vocab) +
+                                " cannot hold bytes (needs 256)");
+  std::vector<int32_t> tokens(opt.prompt.begin(), opt.prompt.end());
+  for (int32_t &t : tokens)
+    t &= 0xff;
+  if (tokens.empty())
+    tokens.push_back('\n');
+  std::cout << opt.prompt << std::flush;
+  for (int i = 0; i < opt.bytes; ++i) {
+    // The last `seq` bytes, padded after the end (a causal model never looks
+    // ahead; LSH's sort sees the padding, as in training on shorter text).
+    train::Batch b;
+    b.B = 1, b.S = c.seq;
+    size_t from = tokens.size() > size_t(c.seq) ? tokens.size() - c.seq : 0;
+    b.inputs.assign(tokens.begin() + from, tokens.end());
+    int last = int(b.inputs.size()) - 1;
+    b.inputs.resize(c.seq, ' ');
+    b.targets.assign(c.seq, -1);
+    Expected<train::StepResult> r = model->run(b, /*backward=*/false);
+    if (!r)
+      return fail("generate", r.error());
+    const float *logits = model->logits().data() + size_t(last) * c.vocab;
+    int next = 0;
+    if (opt.temperature <= 0) {
+      for (int v = 1; v < c.vocab; ++v)
+        next = logits[v] > logits[next] ? v : next;
+    } else {
+      double mx = logits[0], sum = 0;
+      for (int v = 1; v < c.vocab; ++v)
+        mx = std::max(mx, double(logits[v]));
+      std::vector<double> w(c.vocab);
+      for (int v = 0; v < c.vocab; ++v)
+        sum += w[v] = std::exp((logits[v] - mx) / opt.temperature);
+      philox::Block rnd = philox::philox4x32({uint32_t(i), 0u, 0x6E4Eu, 0u}, opt.seed);
+      double u = (double(rnd[0]) + 0.5) / 4294967296.0 * sum;
+      for (next = 0; next < c.vocab - 1 && (u -= w[next]) > 0; ++next) {
+      }
+    }
+    tokens.push_back(next);
+    std::cout << char(next) << std::flush;
+  }
+  std::cout << "\n";
+  return kExitOk;
+}
+
+int runFill(const TrainCliOptions &opt) {
+  Prepared p;
+  std::optional<train::Model> model;
+  if (int rc = loadTrained("fill", opt, p, model))
+    return rc;
+  const train::ModelConfig &c = p.config;
+  if (c.objective != train::Objective::Mlm)
+    return fail("fill", "'" + p.name + "' is not a masked LM (objective mlm); use attnc "
+                        "generate for causal models");
+  if (opt.maskChar.size() != 1)
+    return fail("fill", "--mask-char must be one byte, found '" + opt.maskChar + "'");
+  if (opt.text.empty() || opt.text.size() > size_t(c.seq))
+    return fail("fill", "--text must have 1 to " + std::to_string(c.seq) + " bytes (the model's "
+                        "sequence length), found " + std::to_string(opt.text.size()));
+  train::Batch b;
+  b.B = 1, b.S = c.seq;
+  b.inputs.assign(c.seq, ' ');
+  b.targets.assign(c.seq, -1);
+  int masked = 0;
+  for (size_t i = 0; i < opt.text.size(); ++i) {
+    bool m = opt.text[i] == opt.maskChar[0];
+    b.inputs[i] = m ? c.vocab : (uint8_t)opt.text[i]; // the mask token is id vocab
+    masked += m;
+  }
+  if (!masked)
+    return fail("fill", "--text has no '" + opt.maskChar + "' to fill");
+  Expected<train::StepResult> r = model->run(b, /*backward=*/false);
+  if (!r)
+    return fail("fill", r.error());
+  std::string out = opt.text;
+  for (size_t i = 0; i < opt.text.size(); ++i)
+    if (opt.text[i] == opt.maskChar[0]) {
+      const float *l = model->logits().data() + i * c.vocab;
+      int best = 0;
+      for (int v = 1; v < c.vocab; ++v)
+        best = l[v] > l[best] ? v : best;
+      out[i] = char(best);
+    }
+  std::cout << out << "\n";
   return kExitOk;
 }
 

@@ -24,6 +24,11 @@ struct TrainCliOptions {
   float gradCheckEps = 1e-2f;
   double gradCheckTol = 2e-2; ///< max relative error
   bool checkReversible = false; ///< rebuilt vs stored reversible inputs
+  // generate / fill
+  std::string prompt, text;
+  int bytes = 64;
+  float temperature = 0; ///< 0: greedy
+  std::string maskChar = "_";
 };
 
 /// attnc train: compiles the model's attention kernels, trains, writes
@@ -31,6 +36,11 @@ struct TrainCliOptions {
 int runTrain(const TrainCliOptions &options);
 /// attnc eval: the objective's metric of --out's latest checkpoint.
 int runEval(const TrainCliOptions &options);
+/// attnc generate: continue --prompt by --bytes bytes with a causal model.
+int runGenerate(const TrainCliOptions &options);
+/// attnc fill: replace the --mask-char bytes of --text with a masked model's
+/// predictions.
+int runFill(const TrainCliOptions &options);
 
 } // namespace attnc::driver
 

@@ -219,8 +219,6 @@ int main(int argc, char **argv) {
     const char *name, *what, *issue;
   };
   const Pending pending[] = {
-      {"generate", "Generate bytes from a causal model", "the training-runtime issue"},
-      {"fill", "Fill masked bytes with a masked model", "the training-runtime issue"},
       {"tune", "Tune tile, chunk and k per device", "the auto-tuning issue"}};
 
   attnc::driver::BenchOptions bopts;
@@ -323,6 +321,24 @@ int main(int argc, char **argv) {
                      "instead of training: compare the reversible backward with one from "
                      "stored inputs, and print the activation plans for 2, 6, 12 layers");
 
+  CLI::App *generateCmd = app.add_subcommand("generate", "Continue a prompt with a trained causal model");
+  CLI::App *fillCmd = app.add_subcommand("fill", "Fill masked bytes with a trained masked model");
+  for (CLI::App *sub : {generateCmd, fillCmd}) {
+    sub->add_option("spec", topts.spec, "the .attn spec file")->required();
+    sub->add_option("--model", topts.model, "which model of the spec (default: the only one)");
+    sub->add_option("--out", topts.out, "the training run directory (its latest checkpoint)")
+        ->capture_default_str();
+    sub->add_option("--seed", topts.seed, "sampling seed")->capture_default_str();
+  }
+  generateCmd->add_option("--prompt", topts.prompt, "the text to continue");
+  generateCmd->add_option("--bytes", topts.bytes, "bytes to generate")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  generateCmd->add_option("--temperature", topts.temperature, "sampling temperature (0: greedy)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  fillCmd->add_option("--text", topts.text, "text with masked bytes")->required();
+  fillCmd->add_option("--mask-char", topts.maskChar, "the byte that marks a masked position")
+      ->capture_default_str();
+
   std::vector<std::pair<CLI::App *, const Pending *>> stubs;
   for (const Pending &p : pending) {
     CLI::App *sub = app.add_subcommand(p.name, std::string(p.what) + " (not implemented yet)");
@@ -349,6 +365,10 @@ int main(int argc, char **argv) {
     return attnc::driver::runTrain(topts);
   if (evalCmd->parsed())
     return attnc::driver::runEval(topts);
+  if (generateCmd->parsed())
+    return attnc::driver::runGenerate(topts);
+  if (fillCmd->parsed())
+    return attnc::driver::runFill(topts);
   for (auto &[sub, p] : stubs)
     if (sub->parsed()) {
       std::cerr << "attnc " << p->name << ": not implemented yet (comes with "
