@@ -1,6 +1,7 @@
 //===- AttentionFunction.h - One attention op as a function -----*- C++ -*-===//
 //
-// Builds `func.func @NAME(q, k, v, [lengths], [E], [F], [params])` holding one
+// Builds `func.func @NAME(q, k, v, [lengths], [E], [F], [params])` (LSH:
+// `(q, v, [lengths], rotations, [params])`, shared QK) holding one
 // attn.attention of a variant, the unit the kernel pipeline compiles for
 // `attnc compile` (per model) and `attnc run` (per input shapes).
 //

@@ -737,6 +737,22 @@ LogicalResult MaskOp::verifySymbolUses(SymbolTableCollection &symbols) {
 // Fused kernel ops
 //===----------------------------------------------------------------------===//
 
+/// A fused op's params operand agrees with its param_decls.
+template <typename OpTy> static LogicalResult verifyFusedParams(OpTy op) {
+  ArrayAttr decls = op.getParamDeclsAttr();
+  size_t numParams = decls ? decls.size() : 0;
+  if (Value p = op.getParams()) {
+    if (failed(verifyParams(op, p, op.getQuery())))
+      return failure();
+    int64_t rows = tensorType(p).getDimSize(0);
+    if (!ShapedType::isDynamic(rows) && rows != static_cast<int64_t>(numParams))
+      return op.emitOpError("params has ") << rows << " rows, param_decls " << numParams;
+  } else if (numParams) {
+    return op.emitOpError("declares per-head parameters but has no params operand");
+  }
+  return success();
+}
+
 /// Rules shared by the fused op and its gradient.
 template <typename OpTy>
 static LogicalResult verifyFusedCommon(OpTy op) {
@@ -751,17 +767,8 @@ static LogicalResult verifyFusedCommon(OpTy op) {
     return op.emitOpError("scale must be positive");
   if (op.getSharedQk() && (lowrank || op.getKey() != op.getQuery()))
     return op.emitOpError("shared_qk needs kv_source = direct and the query as the key operand");
-  ArrayAttr decls = op.getParamDeclsAttr();
-  size_t numParams = decls ? decls.size() : 0;
-  if (Value p = op.getParams()) {
-    if (failed(verifyParams(op, p, op.getQuery())))
-      return failure();
-    int64_t rows = tensorType(p).getDimSize(0);
-    if (!ShapedType::isDynamic(rows) && rows != static_cast<int64_t>(numParams))
-      return op.emitOpError("params has ") << rows << " rows, param_decls " << numParams;
-  } else if (numParams) {
-    return op.emitOpError("declares per-head parameters but has no params operand");
-  }
+  if (failed(verifyFusedParams(op)))
+    return failure();
   return verifyScoreAndMask(op, op.getScore(), op.getMask());
 }
 
@@ -940,18 +947,9 @@ static LogicalResult verifyFusedLsh(OpTy op) {
            << rounds << ", " << q.getDimSize(3) << ", " << nb / 2 << "], found " << r;
   if (!(op.getScale().convertToDouble() > 0))
     return op.emitOpError("scale must be positive");
-  ArrayAttr decls = op.getParamDeclsAttr();
-  size_t numParams = decls ? decls.size() : 0;
-  if (Value p = op.getParams()) {
-    if (failed(verifyParams(op, p, op.getQuery())))
-      return failure();
-    int64_t rows = tensorType(p).getDimSize(0);
-    if (!ShapedType::isDynamic(rows) && rows != static_cast<int64_t>(numParams))
-      return op.emitOpError("params has ") << rows << " rows, param_decls " << numParams;
-  } else if (numParams) {
-    return op.emitOpError("declares per-head parameters but has no params operand");
-  }
-  if (decls)
+  if (failed(verifyFusedParams(op)))
+    return failure();
+  if (ArrayAttr decls = op.getParamDeclsAttr())
     for (Attribute a : decls)
       if (llvm::cast<HeadParamAttr>(a).getLearned())
         return op.emitOpError("learned per-head parameters are not supported with LSH");

@@ -128,6 +128,17 @@ Expected<cuda::DeviceBuffer> upload(const void *host, size_t bytes) {
   return buf;
 }
 
+/// Uploads `host` into `out` when it is not null (optional inputs).
+Status uploadOptional(const void *host, size_t bytes, std::optional<cuda::DeviceBuffer> &out) {
+  if (!host)
+    return {};
+  Expected<cuda::DeviceBuffer> b = upload(host, bytes);
+  if (!b)
+    return b.takeError();
+  out.emplace(std::move(b).take());
+  return {};
+}
+
 Expected<cuda::DeviceBuffer> zeros(size_t bytes) {
   Expected<cuda::DeviceBuffer> buf = cuda::DeviceBuffer::allocate(std::max<size_t>(bytes, 16));
   if (!buf)
@@ -229,18 +240,13 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
     if (!*b)
       return b->takeError();
   std::optional<cuda::DeviceBuffer> dLen, dParams;
-  if (lengths && !fwd_.lowrank) {
-    Expected<cuda::DeviceBuffer> b = upload(lengths, size_t(B) * 4);
-    if (!b)
-      return b.takeError();
-    dLen.emplace(std::move(b).take());
-  }
-  if (in.params) {
-    Expected<cuda::DeviceBuffer> b = upload(in.params->data.data(), in.params->data.size());
-    if (!b)
-      return b.takeError();
-    dParams.emplace(std::move(b).take());
-  }
+  if (Status st = uploadOptional(lengths && !fwd_.lowrank ? lengths : nullptr, size_t(B) * 4, dLen);
+      !st)
+    return st.takeError();
+  if (Status st = uploadOptional(in.params ? in.params->data.data() : nullptr,
+                                 in.params ? in.params->data.size() : 0, dParams);
+      !st)
+    return st.takeError();
   // Shared QK (LSH's dense fallback): entry 0 normalises q into the keys
   // buffer; the flash entries follow (docs/kernels.md).
   const size_t flashFwd = fwd_.sharedQk ? 1 : 0;
@@ -406,18 +412,14 @@ Expected<AttentionOutputs> CudaAttention::runLsh(const AttentionInputs &in) {
     if (!*b)
       return b->takeError();
   std::optional<cuda::DeviceBuffer> dLen, dParams;
-  if (in.lengths) {
-    Expected<cuda::DeviceBuffer> b = upload(in.lengths->data.data(), size_t(B) * 4);
-    if (!b)
-      return b.takeError();
-    dLen.emplace(std::move(b).take());
-  }
-  if (in.params) {
-    Expected<cuda::DeviceBuffer> b = upload(in.params->data.data(), in.params->data.size());
-    if (!b)
-      return b.takeError();
-    dParams.emplace(std::move(b).take());
-  }
+  if (Status st = uploadOptional(in.lengths ? in.lengths->data.data() : nullptr, size_t(B) * 4,
+                                 dLen);
+      !st)
+    return st.takeError();
+  if (Status st = uploadOptional(in.params ? in.params->data.data() : nullptr,
+                                 in.params ? in.params->data.size() : 0, dParams);
+      !st)
+    return st.takeError();
   AttnLshArgs a{};
   a.q = dQ->as<void>(), a.v = dV->as<void>(), a.out = dOut->as<void>(), a.lse = dLse->as<float>();
   a.lengths = dLen ? dLen->as<int>() : nullptr;
