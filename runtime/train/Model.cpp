@@ -36,6 +36,24 @@ st::Tensor asTensor(const std::vector<int64_t> &shape, const std::vector<float> 
   return st::Tensor::f32(shape, v);
 }
 
+/// The first non-finite element of `v`, or -1.
+int64_t firstNonFinite(const std::vector<float> &v) {
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i]))
+      return int64_t(i);
+  return -1;
+}
+
+/// An error naming the tensor and the element when `v` holds a NaN or Inf
+/// (a diverging run stops where it diverges, not at the loss).
+Status checkFinite(const std::vector<float> &v, const std::string &what, int dim) {
+  int64_t i = firstNonFinite(v);
+  if (i < 0)
+    return {};
+  return makeError(what + " is " + (std::isnan(v[size_t(i)]) ? "NaN" : "infinite") + " at row " +
+                   std::to_string(i / dim) + ", column " + std::to_string(i % dim));
+}
+
 void addTensorInto(std::vector<float> &dst, const st::Tensor &t) {
   const float *v = reinterpret_cast<const float *>(t.data.data());
   for (size_t i = 0; i < dst.size(); ++i)
@@ -405,6 +423,11 @@ Expected<StepResult> Model::run(const Batch &batch, bool backward) {
         savedX_[l] = x, savedH_[l] = x2;
       if (Status s = reversibleForward(l, x.data(), x2.data(), B); !s)
         return s.takeError();
+      std::string at = "the output of layer " + std::to_string(l);
+      if (Status s = checkFinite(x, at + " (y1)", D); !s)
+        return s.takeError();
+      if (Status s = checkFinite(x2, at + " (y2)", D); !s)
+        return s.takeError();
     }
     for (int64_t r = 0; r < R; ++r) {
       std::memcpy(&top[size_t(r) * width], &x[size_t(r) * D], D * sizeof(float));
@@ -415,6 +438,8 @@ Expected<StepResult> Model::run(const Batch &batch, bool backward) {
     for (int l = 0; l < cfg_.layers; ++l) {
       if (Status s = standardForward(l, x.data(), y.data(), B); !s)
         return s.takeError();
+      if (Status s = checkFinite(y, "the output of layer " + std::to_string(l), D); !s)
+        return s.takeError();
       std::swap(x, y);
     }
     top = x;
@@ -424,6 +449,8 @@ Expected<StepResult> Model::run(const Batch &batch, bool backward) {
                    rstd.data(), R, width);
   logits_.resize(size_t(R) * V);
   linearForward(zf.data(), wout_->value.data(), bout_->value.data(), logits_.data(), R, width, V);
+  if (Status s = checkFinite(logits_, "the logits", V); !s)
+    return s.takeError();
   StepResult res;
   // Count first: the gradient is of the mean loss over counted positions.
   int64_t counted = 0;
@@ -462,6 +489,8 @@ Expected<StepResult> Model::run(const Batch &batch, bool backward) {
       std::swap(dx, dprev);
     }
   }
+  if (Status s = checkFinite(dx, "the gradient reaching the embeddings", D); !s)
+    return s.takeError();
   embeddingBackward(batch.inputs.data(), dx.data(), tok_->grad.data(), pos_->grad.data(), R, S, D,
                     rowsTok);
   savedX_.clear();
