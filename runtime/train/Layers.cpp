@@ -28,6 +28,9 @@
 //     bit-identical across runs and OpenMP thread counts only for a fixed
 //     OpenBLAS thread count (the tests pin OPENBLAS_NUM_THREADS=1); without
 //     CBLAS the loop GEMM is used everywhere and that caveat disappears.
+//     runtime/train/CMakeLists.txt therefore does not define
+//     ATTNC_TRAIN_HAVE_CBLAS: the training runtime uses the loop GEMM only
+//     (the CBLAS path stays for measurements and the CBLAS test build).
 //   Speed on the reference machine (AMD EPYC Zen 5, 2 cores; OpenBLAS picks
 //   its Haswell kernels), linearForward 4096x256x1024: cblas ~125 GFLOP/s on
 //   one thread, the loop GEMM ~122; on two, loop ~230-250, cblas ~160.
