@@ -9,10 +9,11 @@
 // ballot, match_any, popc, integer atomicAdd, bit casts, threadIdx,
 // blockIdx) and turns cuda_fp16.h's attribute macros into host ones.
 //
-// The same scheme as the emulator inside test/unit/CudaKernelsTest.cpp
-// (which additionally emulates ldmatrix, mma and cp.async), generalised to
-// 32-bit and 64-bit shuffle operands. Include it before the kernel headers,
-// in one translation unit per test executable.
+// Also what tests hand the emulated kernels: device-like buffers with
+// guard zones, and the dense and modified variants as host structs.
+// test/unit/CudaKernelsTest.cpp builds ldmatrix, mma and cp.async on top
+// (launch()'s per-block hook, atThreadExit). Include it before
+// the kernel headers, in one translation unit per test executable.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_TEST_UNIT_CUDAEMULATOR_H
@@ -22,6 +23,8 @@
 #include <cuda_fp16.h>
 #include <ucontext.h>
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -52,6 +55,10 @@ inline Block *block = nullptr;
 inline std::vector<std::vector<char>> stacks;
 constexpr size_t kStackBytes = 128 * 1024;
 
+/// Called as each thread returns, cur() still that thread (for state an
+/// includer keeps per thread); none by default.
+inline void (*atThreadExit)() = nullptr;
+
 inline Thread &cur() { return block->threads[block->current]; }
 inline void wait(int kind) {
   Thread &t = cur();
@@ -60,6 +67,8 @@ inline void wait(int kind) {
 }
 inline void entry() {
   block->body();
+  if (atThreadExit)
+    atThreadExit();
   cur().done = true; // uc_link resumes the scheduler
 }
 
@@ -162,11 +171,16 @@ template <class S> S &shared() {
   return *reinterpret_cast<S *>(sharedBytes);
 }
 
-/// Runs `body` over a grid, one block at a time, shared memory reset.
-inline bool launch(int gx, int gy, int threads, const std::function<void()> &body) {
+/// Runs `body` over a grid, one block at a time, shared memory reset and
+/// `eachBlock` (when given: more per-block state to reset) run before each;
+/// false on a deadlock.
+inline bool launch(int gx, int gy, int threads, const std::function<void()> &body,
+                   const std::function<void()> &eachBlock = nullptr) {
   for (int y = 0; y < gy; ++y)
     for (int x = 0; x < gx; ++x) {
       std::memset(sharedBytes, 0xff, sizeof sharedBytes);
+      if (eachBlock)
+        eachBlock();
       if (!runBlock(threads, make_uint3(x, y, 0), body))
         return false;
     }
@@ -248,5 +262,99 @@ inline int __float_as_int(float x) {
 /// Kernels that declare their shared storage with ATTNC_LSH_SHARED get the
 /// emulated block's.
 #define ATTNC_LSH_SHARED(Type, name) Type &name = ::emu::shared<Type>()
+
+//===-- What tests hand the emulated kernels ------------------------------===//
+
+namespace emu {
+
+/// Host conversions to and from the kernels' element types (int: indices,
+/// lengths).
+template <class T> struct HostElem;
+template <> struct HostElem<float> {
+  static float to(float x) { return x; }
+  static float from(float x) { return x; }
+};
+template <> struct HostElem<__half> {
+  static __half to(float x) { return __float2half_rn(x); }
+  static float from(__half x) { return __half2float(x); }
+};
+template <> struct HostElem<__nv_bfloat16> {
+  static __nv_bfloat16 to(float x) { return __float2bfloat16_rn(x); }
+  static float from(__nv_bfloat16 x) { return __bfloat162float(x); }
+};
+template <> struct HostElem<int> {
+  static int to(float x) { return int(x); }
+  static float from(int x) { return float(x); }
+};
+
+/// A device-like buffer: 0xff-filled (NaN, or -1 for int) contents until
+/// written, guard zones on both sides checked afterwards.
+template <class T> struct Buffer {
+  static constexpr size_t kGuard = 64; // elements, keeps 16-byte alignment
+  std::vector<T> data;
+  size_t n;
+  explicit Buffer(size_t n) : data(n + 2 * kGuard), n(n) {
+    std::memset(static_cast<void *>(data.data()), 0xff, data.size() * sizeof(T));
+  }
+  template <class U> explicit Buffer(const std::vector<U> &v) : Buffer(v.size()) {
+    for (size_t i = 0; i < n; ++i)
+      data[kGuard + i] = HostElem<T>::to(float(v[i]));
+  }
+  T *ptr() { return data.data() + kGuard; }
+  std::vector<float> values() const {
+    std::vector<float> r(n);
+    for (size_t i = 0; i < n; ++i)
+      r[i] = HostElem<T>::from(data[kGuard + i]);
+    return r;
+  }
+  bool guardsIntact() const {
+    const unsigned char *b = reinterpret_cast<const unsigned char *>(data.data());
+    const size_t g = kGuard * sizeof(T), end = (kGuard + n) * sizeof(T);
+    for (size_t i = 0; i < g; ++i)
+      if (b[i] != 0xff || b[end + i] != 0xff)
+        return false;
+    return true;
+  }
+};
+
+/// Dense attention, the identity policy.
+struct DenseVariant {
+  static constexpr bool kCausal = false;
+  static constexpr bool kKeyPadding = false;
+  static constexpr bool kHasScoreMod = false;
+  static constexpr bool kHasMask = false;
+  static constexpr int kNumParams = 0;
+  static float score(float s, int, int, int, int, const float *, int) { return s; }
+  static float score_grad(float, int, int, int, int, const float *, int, float *) {
+    return 1.0f;
+  }
+  static bool keep(int, int, int, int, const float *, int) { return true; }
+};
+
+/// The modified variant of the NVRTC tests (causal, key padding,
+/// cap[h] tanh(s / cap[h]) + slope[h] (kv - q)) with a window q - kv <
+/// kWindow narrow enough to bite on small shapes.
+template <int kWindow> struct ModVariant {
+  static constexpr bool kCausal = true;
+  static constexpr bool kKeyPadding = true;
+  static constexpr bool kHasScoreMod = true;
+  static constexpr bool kHasMask = true;
+  static constexpr int kNumParams = 2;
+  static float score(float s, int, int h, int q, int kv, const float *params, int H) {
+    const float cap = params[0 * H + h], slope = params[1 * H + h];
+    return cap * tanhf(s / cap) + slope * float(kv - q);
+  }
+  static float score_grad(float s, int, int h, int q, int kv, const float *params, int H,
+                          float *dparams) {
+    const float cap = params[0 * H + h];
+    const float th = tanhf(s / cap), d = 1.0f - th * th;
+    dparams[0] = th - s / cap * d;
+    dparams[1] = float(kv - q);
+    return d;
+  }
+  static bool keep(int, int, int q, int kv, const float *, int) { return q - kv < kWindow; }
+};
+
+} // namespace emu
 
 #endif // ATTNC_TEST_UNIT_CUDAEMULATOR_H

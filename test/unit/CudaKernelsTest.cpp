@@ -9,14 +9,16 @@
 // Matrix: {fp32, fp16, bf16} x head dim {32, 64, 80, 96, 128, 256} x arch,
 // one test per cell (ctest -j spreads them), each compiling forward and
 // backward of a dense variant and of one with causal + key padding + a
-// two-parameter score modifier + a user mask. No GPU is needed.
+// two-parameter score modifier + a user mask (the matrix, the variants and
+// the NVRTC/ptxas plumbing: test/unit/CudaTestSupport.h). No GPU is needed.
 //
 // The second half runs the same headers on the host: compiled by the host
 // compiler they take the SIMT path for fp32 and synchronous copies, and,
 // with ATTNC_EMULATE_MMA, the tensor-core path for fp16/bf16 on ldmatrix and
-// mma emulated from the PTX ISA's fragment definitions. A small emulator
-// runs every CUDA thread of a block as a ucontext with real barrier and
-// shuffle semantics, shared memory pre-filled with NaNs. Outputs are
+// mma emulated from the PTX ISA's fragment definitions. The emulator of
+// test/unit/CudaEmulator.h runs every CUDA thread of a block as a ucontext
+// with real barrier and shuffle semantics; ldmatrix, mma and cp.async are
+// built on it here; shared memory is pre-filled with NaNs. Outputs are
 // compared with a double-precision reference of docs/kernels.md's
 // semantics, on shapes that are not tile multiples and with tiles that cover
 // every pipeline mode: tiling, masks, online softmax, backward algebra,
@@ -28,126 +30,21 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/TileModel.h"
 
-#include <gtest/gtest.h>
-#include <nvrtc.h>
+#include "CudaTestSupport.h"
 
-#include <chrono>
 #include <cstdio>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 using namespace attnc::tile;
+using namespace cudatest;
 
 namespace {
 
 //===-- What is compiled --------------------------------------------------===//
 
-struct DType {
-  const char *name;  ///< test name part
-  const char *cuda;  ///< element type T
-  int bytes;
-};
-const DType kDTypes[] = {
-    {"fp32", "float", 4}, {"fp16", "__half", 2}, {"bf16", "__nv_bfloat16", 2}};
-const int kHeadDims[] = {32, 64, 80, 96, 128, 256};
-const int kArchs[] = {75, 80, 90};
-
-/// The emitter's helpers (codegen/VariantEmitter.cpp), for the variants.
-const char *kHelpers = R"(namespace {
-ATTNC_HD int attnc_clamp_head(int h, int H) { return h < 0 ? 0 : (h >= H ? H - 1 : h); }
-} // namespace
-)";
-
-/// Dense attention: the identity policy.
-const char *kDenseVariant = R"(struct AttnVariant_dense {
-  static constexpr bool kCausal = false;
-  static constexpr bool kKeyPadding = false;
-  static constexpr bool kHasScoreMod = false;
-  static constexpr bool kHasMask = false;
-  static constexpr int kNumParams = 0;
-
-  ATTNC_HD static float score(float s, int b, int h, int q, int kv, const float *params, int H) {
-    (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H;
-    return s;
-  }
-
-  ATTNC_HD static float score_grad(float s, int b, int h, int q, int kv, const float *params, int H, float *dparams) {
-    (void)s; (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H; (void)dparams;
-    return 1.0f;
-  }
-
-  ATTNC_HD static bool keep(int b, int h, int q, int kv, const float *params, int H) {
-    (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H;
-    return true;
-  }
-};
-)";
-
-/// Causal, key padding, score = cap[h] tanh(s / cap[h]) + slope[h] (kv - q)
-/// with forward-mode derivatives as the emitter writes them, and a sliding
-/// window mask q - kv < 128.
-const char *kModVariant = R"(struct AttnVariant_mod {
-  static constexpr bool kCausal = true;
-  static constexpr bool kKeyPadding = true;
-  static constexpr bool kHasScoreMod = true;
-  static constexpr bool kHasMask = true;
-  static constexpr int kNumParams = 2;
-
-  ATTNC_HD static float score(float s, int b, int h, int q, int kv, const float *params, int H) {
-    (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H;
-    const float v0 = params[0 * H + attnc_clamp_head(h, H)];
-    const float v1 = params[1 * H + attnc_clamp_head(h, H)];
-    const float v2 = s / v0;
-    const float v3 = tanhf(v2);
-    const float v4 = v0 * v3;
-    const int v5 = kv - q;
-    const float v6 = (float)v5;
-    const float v7 = v1 * v6;
-    const float v8 = v4 + v7;
-    return v8;
-  }
-
-  ATTNC_HD static float score_grad(float s, int b, int h, int q, int kv, const float *params, int H, float *dparams) {
-    (void)s; (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H; (void)dparams;
-    const float v0 = params[0 * H + attnc_clamp_head(h, H)];
-    const float v1 = params[1 * H + attnc_clamp_head(h, H)];
-    const float v2 = s / v0;
-    const float v2_t0 = 1.0f / v0;
-    const float v2_t1 = -s / (v0 * v0);
-    const float v3 = tanhf(v2);
-    const float v3_d = 1.0f - v3 * v3;
-    const float v3_t0 = v3_d * v2_t0;
-    const float v3_t1 = v3_d * v2_t1;
-    const float v4_t0 = v0 * v3_t0;
-    const float v4_t1 = v3 + v0 * v3_t1;
-    const int v5 = kv - q;
-    const float v6 = (float)v5;
-    (void)v1; (void)v2;
-    dparams[0] = v4_t1;
-    dparams[1] = v6;
-    return v4_t0;
-  }
-
-  ATTNC_HD static bool keep(int b, int h, int q, int kv, const float *params, int H) {
-    (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H;
-    const int v0 = q - kv;
-    const bool v1 = v0 < 128;
-    return v1;
-  }
-};
-)";
-
-struct VariantCase {
-  const char *op;     ///< NAME in attnc_fwd_NAME
-  const char *type;   ///< struct name
-  const char *source; ///< struct definition
-  int numParams;
-};
-const VariantCase kVariants[] = {
-    {"dense", "AttnVariant_dense", kDenseVariant, 0},
-    {"mod", "AttnVariant_mod", kModVariant, 2}};
+// The dtypes, head dims, archs and variants: CudaTestSupport.h.
 
 /// One kernel entry point and the dynamic shared memory it is launched with.
 struct Entry {
@@ -162,10 +59,8 @@ std::string generate(const DType &dt, int D, int sm, std::vector<Entry> &entries
   const TileConfig b = defaultTile(dt.bytes, D, sm, true);
   std::ostringstream os;
   os << "// Generated for CudaKernelsTest: " << dt.name << ", D = " << D << ", sm_" << sm
-     << ".\n#include \"attnc/flash_fwd.cuh\"\n#include \"attnc/flash_bwd.cuh\"\n\n"
-     << kHelpers << "\n";
-  for (const VariantCase &v : kVariants)
-    os << v.source << "\n";
+     << ".\n#include \"attnc/flash_fwd.cuh\"\n#include \"attnc/flash_bwd.cuh\"\n\n";
+  writeVariants(os);
   for (const VariantCase &v : kVariants) {
     auto entry = [&](const std::string &prefix, const TileConfig &c, const char *args,
                      const char *body, int smem) {
@@ -187,99 +82,6 @@ std::string generate(const DType &dt, int D, int sm, std::vector<Entry> &entries
       entry("attnc_bwd_dparams_", b, "AttnBwdArgs", "flash_bwd_dparams", 0);
   }
   return os.str();
-}
-
-//===-- NVRTC and the ptxas report ----------------------------------------===//
-
-/// ptxas's report for one entry point (-Xptxas=-v).
-struct Usage {
-  int registers = -1, stackFrame = -1, spillStores = -1, spillLoads = -1;
-  int staticSmem = 0;
-};
-
-/// The integer just before `unit` in `line` (e.g. "12 bytes smem"), or -1.
-int numberBefore(const std::string &line, const std::string &unit) {
-  size_t at = line.find(unit);
-  if (at == std::string::npos || at < 2)
-    return -1;
-  size_t end = at - 1, begin = end;
-  while (begin > 0 && isdigit(static_cast<unsigned char>(line[begin - 1])))
-    --begin;
-  return begin == end ? -1 : std::stoi(line.substr(begin, end - begin));
-}
-
-/// Parses "Function properties for NAME", "N bytes stack frame, N bytes
-/// spill stores, N bytes spill loads" and "Used N registers, ..., N bytes
-/// smem" lines into per-entry usage.
-std::map<std::string, Usage> parsePtxasLog(const std::string &log) {
-  std::map<std::string, Usage> out;
-  std::istringstream in(log);
-  std::string line, current;
-  const std::string props = "Function properties for ";
-  while (std::getline(in, line)) {
-    if (size_t at = line.find(props); at != std::string::npos) {
-      current = line.substr(at + props.size());
-      while (!current.empty() && isspace(static_cast<unsigned char>(current.back())))
-        current.pop_back();
-      out[current];
-    } else if (!current.empty() && line.find("bytes stack frame") != std::string::npos) {
-      Usage &u = out[current];
-      u.stackFrame = numberBefore(line, "bytes stack frame");
-      u.spillStores = numberBefore(line, "bytes spill stores");
-      u.spillLoads = numberBefore(line, "bytes spill loads");
-    } else if (!current.empty() && line.find("Used ") != std::string::npos &&
-               line.find(" registers") != std::string::npos) {
-      Usage &u = out[current];
-      u.registers = numberBefore(line, "registers");
-      u.staticSmem = std::max(0, numberBefore(line, "bytes smem"));
-    }
-  }
-  return out;
-}
-
-struct Compiled {
-  bool ok = false;
-  std::string log;
-  double seconds = 0;
-};
-
-/// The NVRTC options the kernels are checked with: what the runtime must
-/// pass too.
-std::vector<std::string> nvrtcOptions(int sm) {
-  return {"--gpu-architecture=sm_" + std::to_string(sm),
-          "-std=c++17",
-          std::string("-I") + ATTNC_SOURCE_DIR + "/codegen/cuda/include",
-          std::string("-I") + ATTNC_SOURCE_DIR + "/codegen",
-          std::string("-I") + ATTNC_CUDA_INCLUDE_DIR,
-          "-Xptxas=-v"};
-}
-
-Compiled compile(const std::string &source, int sm) {
-  Compiled c;
-  const auto start = std::chrono::steady_clock::now();
-  nvrtcProgram prog;
-  if (nvrtcCreateProgram(&prog, source.c_str(), "attnc_kernels.cu", 0, nullptr, nullptr) !=
-      NVRTC_SUCCESS) {
-    c.log = "nvrtcCreateProgram failed";
-    return c;
-  }
-  const std::vector<std::string> opts = nvrtcOptions(sm);
-  std::vector<const char *> argv;
-  for (const std::string &o : opts)
-    argv.push_back(o.c_str());
-  const nvrtcResult r = nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
-  size_t n = 0;
-  nvrtcGetProgramLogSize(prog, &n);
-  c.log.resize(n);
-  if (n > 0)
-    nvrtcGetProgramLog(prog, c.log.data());
-  size_t cubin = 0;
-  c.ok = r == NVRTC_SUCCESS && nvrtcGetCUBINSize(prog, &cubin) == NVRTC_SUCCESS && cubin > 0;
-  if (r != NVRTC_SUCCESS)
-    c.log = std::string(nvrtcGetErrorString(r)) + "\n" + c.log;
-  nvrtcDestroyProgram(&prog);
-  c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return c;
 }
 
 //===-- Tests -------------------------------------------------------------===//
@@ -383,37 +185,22 @@ TEST_P(CudaKernels, CompileWithoutSpills) {
   const Cell &cell = GetParam();
   std::vector<Entry> entries;
   const std::string source = generate(*cell.dtype, cell.headDim, cell.sm, entries);
-  const Compiled c = compile(source, cell.sm);
+  const Compiled c = compile(source, cell.sm, "attnc_kernels.cu");
   ASSERT_TRUE(c.ok) << c.log << "\n--- source ---\n" << source;
+  expectNoHeaderWarnings(c.log);
 
-  // Warnings from the kernel headers (the generated part is the emitter's).
-  std::istringstream logLines(c.log);
-  for (std::string line; std::getline(logLines, line);)
-    if (line.find("warning") != std::string::npos &&
-        (line.find("codegen/") != std::string::npos))
-      ADD_FAILURE() << "NVRTC warning: " << line;
-
-  const std::map<std::string, Usage> usage = parsePtxasLog(c.log);
   const TileConfig f = defaultTile(cell.dtype->bytes, cell.headDim, cell.sm, false);
   const TileConfig b = defaultTile(cell.dtype->bytes, cell.headDim, cell.sm, true);
   std::printf("sm_%d %s D=%d: fwd tile %dx%d w%d s%d, bwd tile %dx%d w%d s%d, %.1f s\n",
               cell.sm, cell.dtype->name, cell.headDim, f.blockQ, f.blockKv, f.warps, f.stages,
               b.blockQ, b.blockKv, b.warps, b.stages, c.seconds);
-  for (const Entry &e : entries) {
-    SCOPED_TRACE(e.name);
-    auto it = usage.find(e.name);
-    ASSERT_NE(it, usage.end()) << "no ptxas report for " << e.name << "\n" << c.log;
-    const Usage &u = it->second;
+  forEachReport(c.log, entries, [&](const Entry &e, const Usage &u) {
     std::printf("  %-28s %3d regs  %d spill st  %d spill ld  %d stack  smem %d+%d of %d\n",
                 e.name.c_str(), u.registers, u.spillStores, u.spillLoads, u.stackFrame,
                 u.staticSmem, e.dynamicSmem, smemLimitBytes(cell.sm));
-    EXPECT_GE(u.registers, 0);
-    EXPECT_LE(u.registers, kMaxRegsPerThread);
-    EXPECT_EQ(u.spillStores, 0);
-    EXPECT_EQ(u.spillLoads, 0);
-    EXPECT_EQ(u.stackFrame, 0);
+    expectNoSpills(u, kMaxRegsPerThread);
     EXPECT_LE(u.staticSmem + e.dynamicSmem, smemLimitBytes(cell.sm));
-  }
+  });
 }
 
 std::vector<Cell> allCells() {
@@ -438,26 +225,19 @@ INSTANTIATE_TEST_SUITE_P(Matrix, CudaKernels, testing::ValuesIn(allCells()),
 // Host emulation of the kernels (SIMT path)
 //===----------------------------------------------------------------------===//
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <ucontext.h>
+#include "CudaEmulator.h"
 
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
 
+// The tensor-core and cp.async state the emulator of CudaEmulator.h lacks.
 namespace emu {
 
-/// One CUDA thread: a ucontext that runs until it waits at a barrier or
-/// returns.
-struct Thread {
-  ucontext_t ctx;
-  uint3 idx;
-  int wait = 0; ///< 0: runnable, 1: at __syncthreads, 2: at a warp barrier
-  bool done = false;
-  /// cp.async copies not completed yet, and the number of commits so far
-  /// (a copy belongs to group `committed` at issue).
+/// cp.async copies of one thread not completed yet, and the number of commits
+/// so far (a copy belongs to group `committed` at issue).
+struct AsyncCopies {
   struct Copy {
     void *dst;
     const void *src;
@@ -467,139 +247,16 @@ struct Thread {
   std::vector<Copy> pending;
   int committed = 0;
 };
-
-/// The block being run; blocks run one after the other.
-struct Block {
-  std::vector<Thread> threads;
-  ucontext_t sched;
-  int current = 0;
-  uint3 idx;
-  std::function<void()> body;
-  float xch[32][32];           ///< shuffle slots [warp][lane]
-  const void *rowAddr[32][32]; ///< ldmatrix row addresses [warp][lane]
-  unsigned fragA[32][32][4], fragB[32][32][2]; ///< mma operands [warp][lane]
-};
-
-inline Block *block = nullptr;
-inline std::vector<std::vector<char>> stacks;
+inline std::vector<AsyncCopies> asyncCopies; ///< [thread], reset for every block
 inline int leftoverCopies = 0; ///< copies still pending when a thread exited
-constexpr size_t kStackBytes = 128 * 1024;
+inline AsyncCopies &curCopies() { return asyncCopies[block->current]; }
 
-inline Thread &cur() { return block->threads[block->current]; }
-inline void wait(int kind) {
-  Thread &t = cur();
-  t.wait = kind;
-  swapcontext(&t.ctx, &block->sched);
-}
-inline void entry() {
-  block->body();
-  leftoverCopies += int(cur().pending.size());
-  cur().done = true; // uc_link resumes the scheduler
-}
-
-/// Runs `body` as the `threads` threads of block `idx`. A barrier releases
-/// when every live thread of the block (warp) waits at it; returns false on
-/// a deadlock (a barrier or shuffle not reached by all).
-inline bool runBlock(int threads, uint3 idx, std::function<void()> body) {
-  Block blk;
-  blk.threads.resize(threads);
-  blk.idx = idx;
-  blk.body = std::move(body);
-  block = &blk;
-  if (stacks.size() < size_t(threads))
-    stacks.resize(threads, std::vector<char>(kStackBytes));
-  for (int i = 0; i < threads; ++i) {
-    Thread &t = blk.threads[i];
-    t.idx = make_uint3(i, 0, 0);
-    getcontext(&t.ctx);
-    t.ctx.uc_stack.ss_sp = stacks[i].data();
-    t.ctx.uc_stack.ss_size = kStackBytes;
-    t.ctx.uc_link = &blk.sched;
-    makecontext(&t.ctx, entry, 0);
-  }
-  bool ok = true;
-  for (;;) {
-    for (int i = 0; i < threads; ++i)
-      if (!blk.threads[i].done && blk.threads[i].wait == 0) {
-        blk.current = i;
-        swapcontext(&blk.sched, &blk.threads[i].ctx);
-      }
-    bool released = false;
-    for (int w = 0; w * 32 < threads; ++w) {
-      int live = 0, waiting = 0;
-      for (int i = w * 32; i < threads && i < w * 32 + 32; ++i)
-        if (!blk.threads[i].done) {
-          ++live;
-          waiting += blk.threads[i].wait == 2;
-        }
-      if (live > 0 && waiting == live) {
-        for (int i = w * 32; i < threads && i < w * 32 + 32; ++i)
-          blk.threads[i].wait = 0;
-        released = true;
-      }
-    }
-    int live = 0, atBarrier = 0;
-    for (const Thread &t : blk.threads)
-      if (!t.done) {
-        ++live;
-        atBarrier += t.wait == 1;
-      }
-    if (live == 0)
-      break;
-    if (!released && atBarrier == live) {
-      for (Thread &t : blk.threads)
-        t.wait = 0;
-      released = true;
-    }
-    if (!released) {
-      ok = false;
-      break;
-    }
-  }
-  block = nullptr;
-  return ok;
-}
+/// ldmatrix row addresses and mma operands of the block being run
+/// [warp][lane].
+inline const void *rowAddr[32][32];
+inline unsigned fragA[32][32][4], fragB[32][32][2];
 
 } // namespace emu
-
-// The device builtins the kernel headers use.
-inline void __syncthreads() { emu::wait(1); }
-inline void __syncwarp(unsigned = 0xffffffffu) { emu::wait(2); }
-inline float __shfl_sync(unsigned, float v, int src) {
-  const int w = emu::cur().idx.x / 32, l = emu::cur().idx.x % 32;
-  emu::block->xch[w][l] = v;
-  emu::wait(2);
-  const float r = emu::block->xch[w][src & 31];
-  emu::wait(2); // nobody overwrites a slot before all have read
-  return r;
-}
-inline float __shfl_xor_sync(unsigned mask, float v, int x) {
-  return __shfl_sync(mask, v, int(emu::cur().idx.x % 32) ^ x);
-}
-inline float __int_as_float(int x) {
-  float f;
-  std::memcpy(&f, &x, sizeof f);
-  return f;
-}
-inline float __uint_as_float(unsigned x) {
-  float f;
-  std::memcpy(&f, &x, sizeof f);
-  return f;
-}
-#define threadIdx (::emu::cur().idx)
-#define blockIdx (::emu::block->idx)
-
-// cuda_fp16.h gave these GNU attribute meanings; host code wants none.
-#undef __device__
-#undef __host__
-#undef __global__
-#undef __shared__
-#undef __forceinline__
-#define __device__
-#define __host__
-#define __global__
-#define __shared__
-#define __forceinline__ inline
 
 // fp16 and bf16 take the tensor-core path, with ldmatrix and mma below;
 // copies are asynchronous, as with cp.async (sm_80+).
@@ -617,14 +274,14 @@ alignas(16) unsigned char attncSmem[232448];
 // wait_group: a copy may land any time until the wait that covers its
 // group, so the emulator lands it as late as allowed.
 void copy16(void *smem, const void *gmem, bool valid) {
-  emu::Thread &t = emu::cur();
+  emu::AsyncCopies &t = emu::curCopies();
   t.pending.push_back({smem, gmem, valid, t.committed});
 }
-void cpAsyncCommit() { ++emu::cur().committed; }
+void cpAsyncCommit() { ++emu::curCopies().committed; }
 void cpAsyncWaitGroups(int n) {
-  emu::Thread &t = emu::cur();
-  std::vector<emu::Thread::Copy> later;
-  for (const emu::Thread::Copy &c : t.pending) {
+  emu::AsyncCopies &t = emu::curCopies();
+  std::vector<emu::AsyncCopies::Copy> later;
+  for (const emu::AsyncCopies::Copy &c : t.pending) {
     if (c.group < t.committed - n) {
       if (c.valid)
         std::memcpy(c.dst, c.src, 16);
@@ -647,13 +304,13 @@ void cpAsyncWaitGroups(int n) {
 /// half.
 template <int N, bool TRANS> void emuLdmatrix(unsigned *r, const void *p) {
   const int w = threadIdx.x / 32, l = threadIdx.x % 32, g = l / 4, t = l % 4;
-  emu::block->rowAddr[w][l] = p;
+  emu::rowAddr[w][l] = p;
   emu::wait(2);
   for (int i = 0; i < N; ++i) {
     unsigned e[2];
     for (int x = 0; x < 2; ++x) {
       const int row = TRANS ? 2 * t + x : g, col = TRANS ? g : 2 * t + x;
-      e[x] = static_cast<const unsigned short *>(emu::block->rowAddr[w][8 * i + row])[col];
+      e[x] = static_cast<const unsigned short *>(emu::rowAddr[w][8 * i + row])[col];
     }
     r[i] = e[0] | e[1] << 16;
   }
@@ -671,11 +328,10 @@ void ldsmX2Trans(unsigned (&r)[2], const void *p) { emuLdmatrix<2, true>(r, p); 
 template <class T>
 void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   const int w = threadIdx.x / 32, l = threadIdx.x % 32, g = l / 4, t = l % 4;
-  auto *blk = emu::block;
   for (int j = 0; j < 4; ++j)
-    blk->fragA[w][l][j] = a[j];
-  blk->fragB[w][l][0] = b0;
-  blk->fragB[w][l][1] = b1;
+    emu::fragA[w][l][j] = a[j];
+  emu::fragB[w][l][0] = b0;
+  emu::fragB[w][l][1] = b1;
   emu::wait(2);
   auto half = [](unsigned reg, int hi) {
     const unsigned short bits = static_cast<unsigned short>(hi ? reg >> 16 : reg);
@@ -683,10 +339,10 @@ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   };
   auto A = [&](int row, int col) {
     const int lane = 4 * (row % 8) + (col % 8) / 2, reg = (row / 8) + 2 * (col / 8);
-    return half(blk->fragA[w][lane][reg], col % 2);
+    return half(emu::fragA[w][lane][reg], col % 2);
   };
   auto B = [&](int k, int n) {
-    return half(blk->fragB[w][4 * n + (k % 8) / 2][k / 8], k % 2);
+    return half(emu::fragB[w][4 * n + (k % 8) / 2][k / 8], k % 2);
   };
   for (int j = 0; j < 4; ++j) {
     const int row = g + 8 * (j / 2), col = 2 * t + j % 2;
@@ -702,45 +358,11 @@ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
 
 namespace {
 
-/// Dense attention, as in the NVRTC test.
-struct EmuDense {
-  static constexpr bool kCausal = false;
-  static constexpr bool kKeyPadding = false;
-  static constexpr bool kHasScoreMod = false;
-  static constexpr bool kHasMask = false;
-  static constexpr int kNumParams = 0;
-  ATTNC_HD static float score(float s, int, int, int, int, const float *, int) { return s; }
-  ATTNC_HD static float score_grad(float, int, int, int, int, const float *, int, float *) {
-    return 1.0f;
-  }
-  ATTNC_HD static bool keep(int, int, int, int, const float *, int) { return true; }
-};
-
+/// Dense attention, and the modified variant of the NVRTC test with a
+/// narrower window (CudaEmulator.h).
 constexpr int kEmuWindow = 20; ///< keep q - kv < 20: bites on small shapes
-
-/// The modified variant of the NVRTC test with a narrower window.
-struct EmuMod {
-  static constexpr bool kCausal = true;
-  static constexpr bool kKeyPadding = true;
-  static constexpr bool kHasScoreMod = true;
-  static constexpr bool kHasMask = true;
-  static constexpr int kNumParams = 2;
-  ATTNC_HD static float score(float s, int, int h, int q, int kv, const float *params, int H) {
-    const float cap = params[0 * H + h], slope = params[1 * H + h];
-    return cap * tanhf(s / cap) + slope * float(kv - q);
-  }
-  ATTNC_HD static float score_grad(float s, int, int h, int q, int kv, const float *params,
-                                   int H, float *dparams) {
-    const float cap = params[0 * H + h];
-    const float th = tanhf(s / cap), d = 1.0f - th * th;
-    dparams[0] = th - s / cap * d;
-    dparams[1] = float(kv - q);
-    return d;
-  }
-  ATTNC_HD static bool keep(int, int, int q, int kv, const float *, int) {
-    return q - kv < kEmuWindow;
-  }
-};
+using EmuDense = emu::DenseVariant;
+using EmuMod = emu::ModVariant<kEmuWindow>;
 
 //===-- Reference (double) ------------------------------------------------===//
 
@@ -850,59 +472,17 @@ void refBackward(const Problem &p, const std::vector<float> &out, const std::vec
 
 //===-- Running the kernels -----------------------------------------------===//
 
-template <class T> struct HostElem;
-template <> struct HostElem<float> {
-  static float to(float x) { return x; }
-  static float from(float x) { return x; }
-};
-template <> struct HostElem<__half> {
-  static __half to(float x) { return __float2half_rn(x); }
-  static float from(__half x) { return __half2float(x); }
-};
-template <> struct HostElem<__nv_bfloat16> {
-  static __nv_bfloat16 to(float x) { return __float2bfloat16_rn(x); }
-  static float from(__nv_bfloat16 x) { return __bfloat162float(x); }
-};
-
-/// A device-like buffer with NaN-filled guard zones on both sides (checked
-/// afterwards) and NaN-filled contents until written.
-template <class T> struct Buffer {
-  static constexpr size_t kGuard = 64; // elements, keeps 16-byte alignment
-  std::vector<T> data;
-  size_t n;
-  explicit Buffer(size_t n) : data(n + 2 * kGuard), n(n) {
-    std::memset(static_cast<void *>(data.data()), 0xff, data.size() * sizeof(T));
-  }
-  Buffer(const std::vector<float> &v) : Buffer(v.size()) {
-    for (size_t i = 0; i < n; ++i)
-      data[kGuard + i] = HostElem<T>::to(v[i]);
-  }
-  T *ptr() { return data.data() + kGuard; }
-  std::vector<float> values() const {
-    std::vector<float> r(n);
-    for (size_t i = 0; i < n; ++i)
-      r[i] = HostElem<T>::from(data[kGuard + i]);
-    return r;
-  }
-  bool guardsIntact() const {
-    const unsigned char *b = reinterpret_cast<const unsigned char *>(data.data());
-    const size_t g = kGuard * sizeof(T), end = (kGuard + n) * sizeof(T);
-    for (size_t i = 0; i < g; ++i)
-      if (b[i] != 0xff || b[end + i] != 0xff)
-        return false;
-    return true;
-  }
-};
+using emu::Buffer;
 
 /// Runs a kernel body over a grid, one emulated block at a time, with
 /// shared memory reset to NaNs for each block.
 bool launch(int gx, int gy, int threads, const std::function<void()> &body) {
-  for (int y = 0; y < gy; ++y)
-    for (int x = 0; x < gx; ++x) {
-      std::memset(attnc::attncSmem, 0xff, sizeof attnc::attncSmem);
-      if (!emu::runBlock(threads, make_uint3(x, y, 0), body))
-        return false;
-    }
+  emu::atThreadExit = [] { emu::leftoverCopies += int(emu::curCopies().pending.size()); };
+  if (!emu::launch(gx, gy, threads, body, [threads] {
+        std::memset(attnc::attncSmem, 0xff, sizeof attnc::attncSmem);
+        emu::asyncCopies.assign(size_t(threads), {});
+      }))
+    return false;
   EXPECT_EQ(emu::leftoverCopies, 0) << "a thread exited with copies in flight";
   emu::leftoverCopies = 0;
   return true;

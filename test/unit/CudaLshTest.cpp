@@ -10,7 +10,8 @@
 // two-parameter score modifier + a user mask), compiled by NVRTC for sm_75,
 // sm_80 and sm_90, fp32/fp16/bf16, head dims 32..256; ptxas's report must
 // show no spills, no stack frame, at most 255 registers and exactly the
-// static shared memory LshTileModel.h computes (<= 48 KiB).
+// static shared memory LshTileModel.h computes (<= 48 KiB). The matrix, the
+// variants and the NVRTC/ptxas plumbing are test/unit/CudaTestSupport.h's.
 //
 // Numerics. The same headers compiled by the host compiler run on the
 // block emulator of test/unit/CudaEmulator.h (real barriers and warp
@@ -24,21 +25,19 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/LshTileModel.h"
 
-#include <gtest/gtest.h>
-#include <nvrtc.h>
+#include "CudaTestSupport.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
-#include <map>
 #include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 using namespace attnc::tile;
+using namespace cudatest;
 
 namespace {
 
@@ -46,107 +45,13 @@ namespace {
 // NVRTC builds
 //===----------------------------------------------------------------------===//
 
-struct DType {
-  const char *name;
-  const char *cuda;
-  int bytes;
-};
-const DType kDTypes[] = {
-    {"fp32", "float", 4}, {"fp16", "__half", 2}, {"bf16", "__nv_bfloat16", 2}};
-const int kHeadDims[] = {32, 64, 80, 96, 128, 256};
-const int kArchs[] = {75, 80, 90};
+// The dtypes, head dims, archs and variants: CudaTestSupport.h.
 
 struct LshConfig {
   int chunk, before, after;
 };
 /// Reformer's default (chunk 64, one chunk back) and a two-sided window.
 const LshConfig kConfigs[] = {{64, 1, 0}, {32, 1, 1}};
-
-const char *kHelpers = R"(namespace {
-ATTNC_HD int attnc_clamp_head(int h, int H) { return h < 0 ? 0 : (h >= H ? H - 1 : h); }
-} // namespace
-)";
-
-const char *kDenseVariant = R"(struct AttnVariant_dense {
-  static constexpr bool kCausal = false;
-  static constexpr bool kKeyPadding = false;
-  static constexpr bool kHasScoreMod = false;
-  static constexpr bool kHasMask = false;
-  static constexpr int kNumParams = 0;
-
-  ATTNC_HD static float score(float s, int b, int h, int q, int kv, const float *params, int H) {
-    (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H;
-    return s;
-  }
-
-  ATTNC_HD static float score_grad(float s, int b, int h, int q, int kv, const float *params, int H, float *dparams) {
-    (void)s; (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H; (void)dparams;
-    return 1.0f;
-  }
-
-  ATTNC_HD static bool keep(int b, int h, int q, int kv, const float *params, int H) {
-    (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H;
-    return true;
-  }
-};
-)";
-
-const char *kModVariant = R"(struct AttnVariant_mod {
-  static constexpr bool kCausal = true;
-  static constexpr bool kKeyPadding = true;
-  static constexpr bool kHasScoreMod = true;
-  static constexpr bool kHasMask = true;
-  static constexpr int kNumParams = 2;
-
-  ATTNC_HD static float score(float s, int b, int h, int q, int kv, const float *params, int H) {
-    (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H;
-    const float v0 = params[0 * H + attnc_clamp_head(h, H)];
-    const float v1 = params[1 * H + attnc_clamp_head(h, H)];
-    const float v2 = s / v0;
-    const float v3 = tanhf(v2);
-    const float v4 = v0 * v3;
-    const int v5 = kv - q;
-    const float v6 = (float)v5;
-    const float v7 = v1 * v6;
-    const float v8 = v4 + v7;
-    return v8;
-  }
-
-  ATTNC_HD static float score_grad(float s, int b, int h, int q, int kv, const float *params, int H, float *dparams) {
-    (void)s; (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H; (void)dparams;
-    const float v0 = params[0 * H + attnc_clamp_head(h, H)];
-    const float v1 = params[1 * H + attnc_clamp_head(h, H)];
-    const float v2 = s / v0;
-    const float v2_t0 = 1.0f / v0;
-    const float v2_t1 = -s / (v0 * v0);
-    const float v3 = tanhf(v2);
-    const float v3_d = 1.0f - v3 * v3;
-    const float v3_t0 = v3_d * v2_t0;
-    const float v3_t1 = v3_d * v2_t1;
-    const float v4_t0 = v0 * v3_t0;
-    const float v4_t1 = v3 + v0 * v3_t1;
-    const int v5 = kv - q;
-    const float v6 = (float)v5;
-    (void)v1; (void)v2;
-    dparams[0] = v4_t1;
-    dparams[1] = v6;
-    return v4_t0;
-  }
-
-  ATTNC_HD static bool keep(int b, int h, int q, int kv, const float *params, int H) {
-    (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H;
-    const int v0 = q - kv;
-    const bool v1 = v0 < 128;
-    return v1;
-  }
-};
-)";
-
-struct VariantCase {
-  const char *op, *type, *source;
-};
-const VariantCase kVariants[] = {{"dense", "AttnVariant_dense", kDenseVariant},
-                                 {"mod", "AttnVariant_mod", kModVariant}};
 
 /// One entry point and the static shared memory it must use.
 struct Entry {
@@ -190,10 +95,8 @@ bool dependsOnWindow(const Kernel &k) {
 std::string generate(const DType &dt, const std::vector<Part> &parts, std::vector<Entry> &entries) {
   std::ostringstream os;
   os << "// Generated for CudaLshTest: " << dt.name
-     << ".\n#include \"attnc/lsh.cuh\"\n\n"
-     << kHelpers << "\n";
-  for (const VariantCase &v : kVariants)
-    os << v.source << "\n";
+     << ".\n#include \"attnc/lsh.cuh\"\n\n";
+  writeVariants(os);
   for (const Part &part : parts)
     for (int D : part.dims) {
       const LshConfig &cfg = part.cfg;
@@ -218,114 +121,22 @@ std::string generate(const DType &dt, const std::vector<Part> &parts, std::vecto
   return os.str();
 }
 
-struct Usage {
-  int registers = -1, stackFrame = -1, spillStores = -1, spillLoads = -1;
-  int staticSmem = 0;
-};
-
-int numberBefore(const std::string &line, const std::string &unit) {
-  size_t at = line.find(unit);
-  if (at == std::string::npos || at < 2)
-    return -1;
-  size_t end = at - 1, begin = end;
-  while (begin > 0 && isdigit(static_cast<unsigned char>(line[begin - 1])))
-    --begin;
-  return begin == end ? -1 : std::stoi(line.substr(begin, end - begin));
-}
-
-/// ptxas -v's per-function report (as in CudaKernelsTest.cpp).
-std::map<std::string, Usage> parsePtxasLog(const std::string &log) {
-  std::map<std::string, Usage> out;
-  std::istringstream in(log);
-  std::string line, current;
-  const std::string props = "Function properties for ";
-  while (std::getline(in, line)) {
-    if (size_t at = line.find(props); at != std::string::npos) {
-      current = line.substr(at + props.size());
-      while (!current.empty() && isspace(static_cast<unsigned char>(current.back())))
-        current.pop_back();
-      out[current];
-    } else if (!current.empty() && line.find("bytes stack frame") != std::string::npos) {
-      Usage &u = out[current];
-      u.stackFrame = numberBefore(line, "bytes stack frame");
-      u.spillStores = numberBefore(line, "bytes spill stores");
-      u.spillLoads = numberBefore(line, "bytes spill loads");
-    } else if (!current.empty() && line.find("Used ") != std::string::npos &&
-               line.find(" registers") != std::string::npos) {
-      Usage &u = out[current];
-      u.registers = numberBefore(line, "registers");
-      u.staticSmem = std::max(0, numberBefore(line, "bytes smem"));
-    }
-  }
-  return out;
-}
-
-struct Compiled {
-  bool ok = false;
-  std::string log;
-  double seconds = 0;
-};
-
-Compiled compile(const std::string &source, int sm) {
-  Compiled c;
-  const auto start = std::chrono::steady_clock::now();
-  nvrtcProgram prog;
-  if (nvrtcCreateProgram(&prog, source.c_str(), "attnc_lsh.cu", 0, nullptr, nullptr) !=
-      NVRTC_SUCCESS) {
-    c.log = "nvrtcCreateProgram failed";
-    return c;
-  }
-  const std::vector<std::string> opts = {
-      "--gpu-architecture=sm_" + std::to_string(sm), "-std=c++17",
-      std::string("-I") + ATTNC_SOURCE_DIR + "/codegen/cuda/include",
-      std::string("-I") + ATTNC_SOURCE_DIR + "/codegen",
-      std::string("-I") + ATTNC_CUDA_INCLUDE_DIR, "-Xptxas=-v"};
-  std::vector<const char *> argv;
-  for (const std::string &o : opts)
-    argv.push_back(o.c_str());
-  const nvrtcResult r = nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
-  size_t n = 0;
-  nvrtcGetProgramLogSize(prog, &n);
-  c.log.resize(n);
-  if (n > 0)
-    nvrtcGetProgramLog(prog, c.log.data());
-  size_t cubin = 0;
-  c.ok = r == NVRTC_SUCCESS && nvrtcGetCUBINSize(prog, &cubin) == NVRTC_SUCCESS && cubin > 0;
-  if (r != NVRTC_SUCCESS)
-    c.log = std::string(nvrtcGetErrorString(r)) + "\n" + c.log;
-  nvrtcDestroyProgram(&prog);
-  c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return c;
-}
-
 /// Compiles and checks every entry point; prints the resource report.
 void compileAndCheck(const DType &dt, int sm, const std::vector<Part> &parts) {
   std::vector<Entry> entries;
   const std::string source = generate(dt, parts, entries);
-  const Compiled c = compile(source, sm);
+  const Compiled c = compile(source, sm, "attnc_lsh.cu");
   ASSERT_TRUE(c.ok) << c.log << "\n--- source ---\n" << source;
-  std::istringstream logLines(c.log);
-  for (std::string line; std::getline(logLines, line);)
-    if (line.find("warning") != std::string::npos && line.find("codegen/") != std::string::npos)
-      ADD_FAILURE() << "NVRTC warning: " << line;
-  const std::map<std::string, Usage> usage = parsePtxasLog(c.log);
+  expectNoHeaderWarnings(c.log);
   std::printf("sm_%d %s: %zu entry points, %.1f s\n", sm, dt.name, entries.size(), c.seconds);
-  for (const Entry &e : entries) {
-    SCOPED_TRACE(e.name);
-    auto it = usage.find(e.name);
-    ASSERT_NE(it, usage.end()) << "no ptxas report for " << e.name << "\n" << c.log;
-    const Usage &u = it->second;
+  forEachReport(c.log, entries, [](const Entry &e, const Usage &u) {
     std::printf("  %-44s %3d regs  %d spill st  %d spill ld  %d stack  smem %d\n",
                 e.name.c_str(), u.registers, u.spillStores, u.spillLoads, u.stackFrame,
                 u.staticSmem);
-    EXPECT_GE(u.registers, 0);
-    EXPECT_LE(u.registers, 255);
-    EXPECT_EQ(u.spillStores, 0);
-    EXPECT_EQ(u.spillLoads, 0);
-    EXPECT_EQ(u.stackFrame, 0);
+    expectNoSpills(u, 255);
     EXPECT_EQ(u.staticSmem, e.staticSmem);
     EXPECT_LE(u.staticSmem, kLshSmemLimitBytes);
-  }
+  });
 }
 
 //===-- Tile model --------------------------------------------------------===//
@@ -415,44 +226,11 @@ namespace {
 
 //===-- Variants ----------------------------------------------------------===//
 
-struct EmuDense {
-  static constexpr bool kCausal = false;
-  static constexpr bool kKeyPadding = false;
-  static constexpr bool kHasScoreMod = false;
-  static constexpr bool kHasMask = false;
-  static constexpr int kNumParams = 0;
-  ATTNC_HD static float score(float s, int, int, int, int, const float *, int) { return s; }
-  ATTNC_HD static float score_grad(float, int, int, int, int, const float *, int, float *) {
-    return 1.0f;
-  }
-  ATTNC_HD static bool keep(int, int, int, int, const float *, int) { return true; }
-};
-
+// Dense, and causal + key padding + cap[h] tanh(s / cap[h]) + slope[h]
+// (kv - q) + a window (CudaEmulator.h).
 constexpr int kEmuWindow = 24; ///< keep q - kv < 24: bites on small shapes
-
-/// Causal, key padding, cap[h] tanh(s / cap[h]) + slope[h] (kv - q), window.
-struct EmuMod {
-  static constexpr bool kCausal = true;
-  static constexpr bool kKeyPadding = true;
-  static constexpr bool kHasScoreMod = true;
-  static constexpr bool kHasMask = true;
-  static constexpr int kNumParams = 2;
-  ATTNC_HD static float score(float s, int, int h, int q, int kv, const float *params, int H) {
-    const float cap = params[0 * H + h], slope = params[1 * H + h];
-    return cap * tanhf(s / cap) + slope * float(kv - q);
-  }
-  ATTNC_HD static float score_grad(float s, int, int h, int q, int kv, const float *params,
-                                   int H, float *dparams) {
-    const float cap = params[0 * H + h];
-    const float th = tanhf(s / cap), d = 1.0f - th * th;
-    dparams[0] = th - s / cap * d;
-    dparams[1] = float(kv - q);
-    return d;
-  }
-  ATTNC_HD static bool keep(int, int, int q, int kv, const float *, int) {
-    return q - kv < kEmuWindow;
-  }
-};
+using EmuDense = emu::DenseVariant;
+using EmuMod = emu::ModVariant<kEmuWindow>;
 
 //===-- Reference (double) ------------------------------------------------===//
 
@@ -696,56 +474,10 @@ void refBackward(const LshSetup &s, const std::vector<double> &q, const std::vec
 
 //===-- Inputs and buffers ------------------------------------------------===//
 
-template <class T> struct HostElem;
-template <> struct HostElem<float> {
-  static float to(float x) { return x; }
-  static float from(float x) { return x; }
-};
-template <> struct HostElem<__half> {
-  static __half to(float x) { return __float2half_rn(x); }
-  static float from(__half x) { return __half2float(x); }
-};
-template <> struct HostElem<__nv_bfloat16> {
-  static __nv_bfloat16 to(float x) { return __float2bfloat16_rn(x); }
-  static float from(__nv_bfloat16 x) { return __bfloat162float(x); }
-};
-
-template <> struct HostElem<int> {
-  static int to(float x) { return int(x); }
-  static float from(int x) { return float(x); }
-};
+using emu::Buffer;
+using emu::HostElem;
 
 template <class T> float roundTo(float x) { return HostElem<T>::from(HostElem<T>::to(x)); }
-
-/// A device-like buffer: 0xff-filled (NaN, or -1 for int) contents until
-/// written, guard zones on both sides checked afterwards.
-template <class T> struct Buffer {
-  static constexpr size_t kGuard = 64;
-  std::vector<T> data;
-  size_t n;
-  explicit Buffer(size_t n) : data(n + 2 * kGuard), n(n) {
-    std::memset(static_cast<void *>(data.data()), 0xff, data.size() * sizeof(T));
-  }
-  template <class U> explicit Buffer(const std::vector<U> &v) : Buffer(v.size()) {
-    for (size_t i = 0; i < n; ++i)
-      data[kGuard + i] = HostElem<T>::to(float(v[i]));
-  }
-  T *ptr() { return data.data() + kGuard; }
-  std::vector<float> values() const {
-    std::vector<float> r(n);
-    for (size_t i = 0; i < n; ++i)
-      r[i] = HostElem<T>::from(data[kGuard + i]);
-    return r;
-  }
-  bool guardsIntact() const {
-    const unsigned char *b = reinterpret_cast<const unsigned char *>(data.data());
-    const size_t g = kGuard * sizeof(T), end = (kGuard + n) * sizeof(T);
-    for (size_t i = 0; i < g; ++i)
-      if (b[i] != 0xff || b[end + i] != 0xff)
-        return false;
-    return true;
-  }
-};
 
 /// Largest |got - ref| / max(1, |ref|) over the elements (absolute error
 /// for values up to 1, relative beyond: lse is ~ -1e5 for rows that keep
