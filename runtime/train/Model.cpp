@@ -100,12 +100,14 @@ Model::Model(ModelConfig config, AttentionFn attention, uint64_t seed)
     L.bv = add(p + "attn.bv", {D}, false);
     L.wo = add(p + "attn.wo", {D, D}, true);
     L.bo = add(p + "attn.bo", {D}, false);
-    L.ln2g = add(p + "ln2.gamma", {D}, false);
-    L.ln2b = add(p + "ln2.beta", {D}, false);
-    L.w1 = add(p + "ffn.w1", {D, F}, true);
-    L.b1 = add(p + "ffn.b1", {F}, false);
-    L.w2 = add(p + "ffn.w2", {F, D}, true);
-    L.b2 = add(p + "ffn.b2", {D}, false);
+    if (cfg_.ffn || cfg_.reversible) {
+      L.ln2g = add(p + "ln2.gamma", {D}, false);
+      L.ln2b = add(p + "ln2.beta", {D}, false);
+      L.w1 = add(p + "ffn.w1", {D, F}, true);
+      L.b1 = add(p + "ffn.b1", {F}, false);
+      L.w2 = add(p + "ffn.w2", {F, D}, true);
+      L.b2 = add(p + "ffn.b2", {D}, false);
+    }
     if (cfg_.lowrank && cfg_.share != "layerwise") {
       std::vector<int64_t> shape = {cfg_.lowrankK, S};
       if (cfg_.share == "none")
@@ -299,9 +301,11 @@ Status Model::standardForward(int l, const float *x, float *y, int B) {
   for (size_t i = 0; i < h.size(); ++i)
     h[i] = x[i] + a[i];
   savedX_[l].assign(x, x + size_t(R) * D);
+  std::memcpy(y, h.data(), h.size() * sizeof(float));
+  if (!L.w1) // attention-only layer
+    return {};
   layerNormForward(h.data(), L.ln2g->value.data(), L.ln2b->value.data(), z.data(), mean.data(),
                    rstd.data(), R, D);
-  std::memcpy(y, h.data(), h.size() * sizeof(float));
   ffnForward(z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
              L.b2->value.data(), y, R, D, cfg_.dff, cfg_.ffnChunk > 0 ? cfg_.ffnChunk : int(R),
              cfg_.act, /*accumulate=*/true);
@@ -316,16 +320,18 @@ Status Model::standardBackward(int l, const float *dy, float *dx, int B) {
   const std::vector<float> &x = savedX_[l], &h = savedH_[l];
   std::vector<float> z(size_t(R) * D), dz(size_t(R) * D), dh(dy, dy + size_t(R) * D), mean(R),
       rstd(R), a(size_t(R) * D), dln(size_t(R) * D);
-  // y = h + FFN(LN2(h))
-  layerNormForward(h.data(), L.ln2g->value.data(), L.ln2b->value.data(), z.data(), mean.data(),
-                   rstd.data(), R, D);
-  ffnBackward(dy, z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
-              dz.data(), L.w1->grad.data(), L.b1->grad.data(), L.w2->grad.data(),
-              L.b2->grad.data(), R, D, cfg_.dff, chunk, cfg_.act);
-  layerNormBackward(dz.data(), h.data(), L.ln2g->value.data(), mean.data(), rstd.data(),
-                    dln.data(), L.ln2g->grad.data(), L.ln2b->grad.data(), R, D);
-  for (size_t i = 0; i < dh.size(); ++i)
-    dh[i] += dln[i];
+  // y = h + FFN(LN2(h)) (y = h for an attention-only layer)
+  if (L.w1) {
+    layerNormForward(h.data(), L.ln2g->value.data(), L.ln2b->value.data(), z.data(), mean.data(),
+                     rstd.data(), R, D);
+    ffnBackward(dy, z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
+                dz.data(), L.w1->grad.data(), L.b1->grad.data(), L.w2->grad.data(),
+                L.b2->grad.data(), R, D, cfg_.dff, chunk, cfg_.act);
+    layerNormBackward(dz.data(), h.data(), L.ln2g->value.data(), mean.data(), rstd.data(),
+                      dln.data(), L.ln2g->grad.data(), L.ln2b->grad.data(), R, D);
+    for (size_t i = 0; i < dh.size(); ++i)
+      dh[i] += dln[i];
+  }
   // h = x + Attn(LN1(x))
   layerNormForward(x.data(), L.ln1g->value.data(), L.ln1b->value.data(), z.data(), mean.data(),
                    rstd.data(), R, D);
@@ -454,14 +460,21 @@ Expected<StepResult> Model::run(const Batch &batch, bool backward) {
   StepResult res;
   // Count first: the gradient is of the mean loss over counted positions.
   int64_t counted = 0;
-  for (int32_t t : batch.targets)
+  for (int32_t t : batch.targets) {
+    if (t >= V)
+      return makeError("target id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                       std::to_string(V) + ")");
     counted += t >= 0;
+  }
   std::vector<float> dlogits(backward ? size_t(R) * V : 0);
   res.ce = softmaxCrossEntropy(logits_.data(), batch.targets.data(),
                                backward ? dlogits.data() : nullptr, R, V,
                                counted ? 1.0f / float(counted) : 0.0f);
-  if (!backward)
+  if (!backward) {
+    savedX_.clear(); // eval and generate keep nothing
+    savedH_.clear();
     return res;
+  }
 
   std::vector<float> dzf(size_t(R) * width), dtop(size_t(R) * width);
   linearBackward(dlogits.data(), zf.data(), wout_->value.data(), dzf.data(), wout_->grad.data(),

@@ -40,6 +40,7 @@ struct HeadParamInit {
 struct ModelConfig {
   int vocab = 256, seq = 128, dModel = 64, heads = 2, dff = 256, layers = 1;
   bool reversible = false;
+  bool ffn = true; ///< false: attention-only standard layers (no ffn clause)
   Activation act = Activation::Gelu;
   int ffnChunk = 0; ///< rows per FFN chunk; 0: all rows at once
   Objective objective = Objective::CausalLm;
@@ -107,7 +108,8 @@ private:
   };
   struct LayerParams {
     Param *ln1g, *ln1b, *wq, *bq, *wk = nullptr, *bk = nullptr, *wv, *bv, *wo, *bo;
-    Param *ln2g, *ln2b, *w1, *b1, *w2, *b2;
+    Param *ln2g = nullptr, *ln2b = nullptr, *w1 = nullptr, *b1 = nullptr, *w2 = nullptr,
+          *b2 = nullptr; ///< null for attention-only layers
     Param *E = nullptr, *F = nullptr, *headParams = nullptr;
     st::Tensor rotations;
   };

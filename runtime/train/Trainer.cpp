@@ -238,54 +238,92 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
   std::vector<ParamRef> params = model.params();
   TrainSummary sum;
   int64_t start = 0;
+  // What a resumed run must share with the checkpoint to continue it: the
+  // data order, the batch and the optimizer's hyper-parameters.
+  nlohmann::json config = {{"seed", opt.seed},
+                           {"batch", opt.batch},
+                           {"lr", double(opt.adam.lr)},
+                           {"warmup", opt.adam.warmupSteps},
+                           {"weight_decay", double(opt.adam.weightDecay)},
+                           {"clip", double(opt.adam.clipNorm)}};
   if (opt.resume && hasCheckpoint(opt.outDir)) {
     Expected<Checkpoint> ck = loadLatestCheckpoint(opt.outDir, opt.specHash);
     if (!ck)
       return ck.takeError();
+    const std::string where = "checkpoint in " + opt.outDir;
+    if (!ck->state.is_object() || !ck->state.contains("config") ||
+        !ck->state["config"].is_object() || !ck->state.contains("steps") ||
+        !ck->state["steps"].is_number_integer())
+      return makeError(where + ": its state is not an attnc train state (no config/steps)");
+    for (auto &[key, value] : config.items()) {
+      const nlohmann::json &had = ck->state["config"].value(key, nlohmann::json());
+      if (had != value)
+        return makeError(where + " was trained with " + key + " = " + had.dump() + ", not " +
+                         value.dump() + "; resume with the same settings (or use a new --out, or "
+                         "--no-resume)");
+    }
+    if (ck->step > opt.steps)
+      return makeError(where + " is at step " + std::to_string(ck->step) + ", beyond --steps " +
+                       std::to_string(opt.steps) + "; pass a larger --steps to continue");
     if (Status s = model.loadWeights(ck->tensors); !s)
-      return makeError("checkpoint in " + opt.outDir + ": " + s.error());
+      return makeError(where + ": " + s.error());
     if (Status s = adam.loadState(ck->tensors, params); !s)
-      return makeError("checkpoint in " + opt.outDir + ": " + s.error());
-    if (ck->state.value("seed", uint64_t(0)) != opt.seed)
-      return makeError("checkpoint in " + opt.outDir + " was trained with --seed " +
-                       std::to_string(ck->state.value("seed", uint64_t(0))) +
-                       "; resume with the same seed (or a new --out)");
+      return makeError(where + ": " + s.error());
+    if (adam.stepCount() != ck->step)
+      return makeError(where + ": the optimizer state is at step " +
+                       std::to_string(adam.stepCount()) + " but the checkpoint at step " +
+                       std::to_string(ck->step));
     start = ck->step;
+    int64_t planned = ck->state["steps"].get<int64_t>();
     log << "resuming from step " << start << " (" << opt.outDir << ")\n";
+    if (planned != opt.steps)
+      log << "note: the learning-rate schedule now spans " << opt.steps << " steps instead of "
+          << planned << ", so this run will not match an uninterrupted one\n";
   }
   sum.firstStep = start;
+  const int64_t end =
+      opt.stopAfter > 0 ? std::min(opt.steps, start + opt.stopAfter) : opt.steps;
   auto save = [&](int64_t step) -> Status {
     Checkpoint ck;
     ck.step = step;
     ck.specHash = opt.specHash;
     model.saveWeights(ck.tensors);
     adam.saveState(ck.tensors);
-    ck.state = {{"seed", opt.seed}, {"batch", opt.batch}, {"steps", opt.steps},
-                {"lr", opt.adam.lr}};
+    ck.state = {{"config", config}, {"steps", opt.steps}};
     return saveCheckpoint(opt.outDir, ck);
   };
 
+  // The log: a fresh run starts a fresh file; a resumed one keeps the rows
+  // before its checkpoint (rows of steps it will redo, or torn lines, go).
   std::string csvPath = opt.outDir + "/train.csv";
-  bool header = start == 0 || !std::filesystem::exists(csvPath);
-  // A fresh run starts a fresh log; a resumed one keeps the rows up to its
-  // checkpoint (rows of steps it will redo are dropped).
-  std::vector<std::string> kept;
-  if (!header) {
+  const char *header = "step,loss,lr,grad_norm,tokens_per_s,seconds";
+  std::string keptRows = std::string(header) + "\n";
+  std::vector<double> earlierLosses;
+  if (start > 0) {
     std::ifstream in(csvPath);
     std::string line;
-    while (std::getline(in, line))
-      if (line.rfind("step,", 0) == 0 || (!line.empty() && std::stoll(line) < start))
-        kept.push_back(line);
+    while (std::getline(in, line)) {
+      char *endp = nullptr;
+      long long step = std::strtoll(line.c_str(), &endp, 10);
+      if (endp == line.c_str() || *endp != ',' || step < 0 || step >= start)
+        continue;
+      char *endl2 = nullptr;
+      double loss = std::strtod(endp + 1, &endl2);
+      if (endl2 == endp + 1)
+        continue;
+      if (size_t(step) != earlierLosses.size())
+        continue; // rows out of order: keep the log consistent with the steps
+      earlierLosses.push_back(loss);
+      keptRows += line + "\n";
+    }
   }
-  std::ofstream csv(csvPath, std::ios::trunc);
-  if (header)
-    csv << "step,loss,lr,grad_norm,tokens_per_s,seconds\n";
-  for (const std::string &l : kept)
-    csv << l << "\n";
+  if (Status s = fs::writeFileAtomic(csvPath, keptRows); !s)
+    return s.takeError();
+  std::ofstream csv(csvPath, std::ios::app);
   const bool tty = opt.progress && isatty(STDERR_FILENO);
   const auto t0 = Clock::now();
   const double tokensPerStep = double(opt.batch) * model.config().seq;
-  for (int64_t step = start; step < opt.steps; ++step) {
+  for (int64_t step = start; step < end; ++step) {
     auto s0 = Clock::now();
     Batch b = data.train(opt.seed, step, opt.batch);
     model.zeroGrads();
@@ -307,50 +345,47 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
         << tokensPerStep / secs << "," << elapsed << "\n";
     if (tty) {
       double perStep = elapsed / double(step - start + 1);
+      std::ios::fmtflags flags = log.flags();
+      std::streamsize precision = log.precision();
       log << "\rstep " << step + 1 << "/" << opt.steps << "  loss " << std::fixed
           << std::setprecision(4) << loss << "  " << std::setprecision(0)
           << tokensPerStep / perStep << " tok/s  ETA "
-          << duration(perStep * double(opt.steps - step - 1)) << "      " << std::flush;
-      log.unsetf(std::ios::fixed);
+          << duration(perStep * double(end - step - 1)) << "      " << std::flush;
+      log.flags(flags);
+      log.precision(precision);
     }
-    if (opt.evalEvery > 0 && (step + 1) % opt.evalEvery == 0 && step + 1 < opt.steps) {
+    if (opt.evalEvery > 0 && (step + 1) % opt.evalEvery == 0 && step + 1 < end) {
       Expected<EvalResult> e = evaluate(model, data, opt.evalBatches, opt.batch);
       if (!e)
         return e.takeError();
       log << (tty ? "\n" : "") << "step " << step + 1 << ": eval loss " << e->loss
           << " (" << e->bitsPerByte << " bits/byte), accuracy " << e->accuracy << "\n";
     }
-    if (opt.checkpointEvery > 0 && (step + 1) % opt.checkpointEvery == 0 && step + 1 < opt.steps)
+    if (opt.checkpointEvery > 0 && (step + 1) % opt.checkpointEvery == 0 && step + 1 < end) {
+      csv.flush(); // the log reaches the checkpoint's step before the checkpoint exists
       if (Status s = save(step + 1); !s)
         return s.takeError();
+    }
   }
   if (tty)
     log << "\n";
   csv.close();
-  sum.lastStep = opt.steps;
+  sum.lastStep = std::max(start, end);
   sum.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   sum.tokensPerSecond =
-      sum.seconds > 0 ? tokensPerStep * double(opt.steps - start) / sum.seconds : 0;
+      sum.seconds > 0 ? tokensPerStep * double(sum.lastStep - start) / sum.seconds : 0;
   sum.finalLoss = sum.losses.empty() ? 0 : sum.losses.back();
-  if (Status s = save(opt.steps); !s)
-    return s.takeError();
+  if (sum.lastStep > start) // nothing new: the latest checkpoint already holds this state
+    if (Status s = save(sum.lastStep); !s)
+      return s.takeError();
   Expected<EvalResult> e = evaluate(model, data, opt.evalBatches, opt.batch);
   if (!e)
     return e.takeError();
   sum.eval = *e;
   sum.plan = model.activationPlan(opt.batch);
-  // The curve of the whole run: read the CSV back (resumed runs included).
-  std::vector<double> all;
-  {
-    std::ifstream in(csvPath);
-    std::string line;
-    std::getline(in, line);
-    while (std::getline(in, line)) {
-      size_t c = line.find(',');
-      if (c != std::string::npos)
-        all.push_back(std::stod(line.substr(c + 1)));
-    }
-  }
+  // The curve of the whole run (resumed runs included).
+  std::vector<double> all = earlierLosses;
+  all.insert(all.end(), sum.losses.begin(), sum.losses.end());
   if (Status s = writeLossSvg(opt.outDir + "/loss.svg", all, 0, "attnc train: loss per step");
       !s)
     return s.takeError();

@@ -31,6 +31,8 @@ struct TrainOptions {
   double heldOutFraction = 0.05;
   std::string specHash;         ///< checkpoints of another spec are refused
   bool resume = true;           ///< continue from outDir's latest checkpoint
+  int64_t stopAfter = 0;        ///< > 0: stop after this many steps (checkpointed); the
+                                ///< schedule still spans `steps`
   bool progress = true;         ///< live line when stderr is a terminal
 };
 

@@ -75,16 +75,19 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p) {
     return kExitInput;
   attn::ModelOp model;
   std::string names;
+  int count = 0;
   for (attn::ModelOp m : p.module->getOps<attn::ModelOp>()) {
     names += (names.empty() ? "" : ", ") + m.getSymName().str();
-    if (m.getSymName() == opt.model || opt.model.empty())
-      model = model && opt.model.empty() ? attn::ModelOp() : m;
+    ++count;
+    if (m.getSymName() == opt.model || (opt.model.empty() && count == 1))
+      model = m;
   }
+  if (opt.model.empty() && count > 1)
+    return fail(cmd, "the spec has several models (" + names + "); name one with --model");
   if (!model)
     return fail(cmd, names.empty() ? "'" + opt.spec + "' has no model to train"
-                : opt.model.empty()
-                    ? "the spec has several models (" + names + "); name one with --model"
-                    : "no model '" + opt.model + "' in " + opt.spec + " (it has: " + names + ")");
+                                   : "no model '" + opt.model + "' in " + opt.spec +
+                                         " (it has: " + names + ")");
   p.name = model.getSymName().str();
   auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
   auto variant =
@@ -93,6 +96,7 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p) {
   c.vocab = int(model.getVocab()), c.seq = int(model.getSeq()), c.dModel = int(model.getDModel());
   c.heads = int(model.getHeads()), c.dff = int(model.getDFf()), c.layers = int(model.getLayers());
   c.reversible = layer.getReversible();
+  c.ffn = layer.getFfnAct().has_value(); // no ffn clause: attention-only layers
   if (auto act = layer.getFfnAct())
     c.act = *act == attn::Activation::relu   ? train::Activation::Relu
             : *act == attn::Activation::silu ? train::Activation::Silu
@@ -226,6 +230,7 @@ int runTrain(const TrainCliOptions &opt) {
   to.checkpointEvery = opt.checkpointEvery, to.specHash = p.specHash, to.resume = opt.resume;
   to.adam.lr = opt.lr, to.adam.weightDecay = opt.weightDecay, to.adam.clipNorm = opt.clip;
   to.adam.warmupSteps = opt.warmup;
+  to.stopAfter = opt.stopAfter;
   std::cerr << "attnc train: " << p.name << " (" << model.numParams() << " parameters, "
             << p.config.layers << (p.config.reversible ? " reversible" : "") << " layer(s)) on "
             << data->describe() << "\n";
@@ -233,6 +238,12 @@ int runTrain(const TrainCliOptions &opt) {
   if (!s)
     return fail("train", s.error());
   const train::EvalResult &e = s->eval;
+  if (s->lastStep == s->firstStep) {
+    std::cout << p.name << ": " << opt.out << " is already at step " << s->lastStep
+              << "; nothing to train (held-out loss " << s->eval.loss << ", accuracy "
+              << s->eval.accuracy << ")\n";
+    return kExitOk;
+  }
   std::cout << "trained " << p.name << " for steps " << s->firstStep << ".." << s->lastStep
             << " in " << s->seconds << " s (" << int64_t(s->tokensPerSecond) << " tokens/s)\n"
             << "final training loss " << s->finalLoss << "; held-out loss " << e.loss << " ("

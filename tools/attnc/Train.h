@@ -19,6 +19,7 @@ struct TrainCliOptions {
   int evalBatches = 8;
   std::string target = "cpu";
   bool resume = true;
+  int64_t stopAfter = 0; ///< > 0: stop (with a checkpoint) after this many steps
   // Checks instead of training (test aids, documented in docs/training.md):
   int gradCheck = 0;          ///< finite-difference probes per parameter tensor
   float gradCheckEps = 1e-2f;

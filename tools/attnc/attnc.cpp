@@ -309,6 +309,10 @@ int main(int argc, char **argv) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   trainCmd->add_flag("!--no-resume", topts.resume,
                      "start from scratch even if --out has a checkpoint");
+  trainCmd->add_option("--stop-after", topts.stopAfter,
+                       "stop after this many steps of this invocation, with a checkpoint "
+                       "(train in slices; the schedule still spans --steps)")
+      ->check(CLI::PositiveNumber);
   trainCmd->add_option("--grad-check", topts.gradCheck,
                        "instead of training: finite-difference N coordinates of every "
                        "parameter tensor on one batch")
