@@ -1,0 +1,127 @@
+//===- TuneSpace.h - The tile search space of attnc tune --------*- C++ -*-===//
+//
+// Every tile config the kernels could take for one kernel op, split into the
+// candidates that fit the target's limits and the ones dropped *before*
+// compiling, each with the reason (shape, registers, shared memory, threads,
+// pipelining). Built on the same constexpr model as attn-tile
+// (TileModel.h), so the tuner never proposes what the compiler would reject
+// and never launches a config that cannot fit. Limits are a parameter so a
+// test can shrink them (a deliberately tiny shared memory rejects
+// everything, with the reasons listed per family). Header-only, no MLIR.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_CODEGEN_TUNESPACE_H
+#define ATTNC_CODEGEN_TUNESPACE_H
+
+#include "codegen/TileModel.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace attnc::tune {
+
+/// The resources a CUDA config must fit.
+struct CudaLimits {
+  int sm = 80;                 ///< architecture (cp.async needs 80+)
+  int smemBytes = 0;           ///< 0: the arch's opt-in limit (TileModel.h)
+  int maxThreads = tile::kMaxThreads;
+  /// Accumulator floats per thread that avoid spills; 0: TileModel's budget.
+  int accFloatBudget = 0;
+};
+
+struct Rejection {
+  tile::TileConfig config;
+  std::string family; ///< shape, registers, shared memory, threads, pipelining
+  std::string reason; ///< with the numbers and the limit
+};
+
+struct TileSpace {
+  std::vector<tile::TileConfig> candidates;
+  std::vector<Rejection> rejected;
+};
+
+/// "bq=64,bkv=64,w=4,s=2": the canonical text of a config (database keys).
+inline std::string configText(const tile::TileConfig &c) {
+  return "bq=" + std::to_string(c.blockQ) + ",bkv=" + std::to_string(c.blockKv) +
+         ",w=" + std::to_string(c.warps) + ",s=" + std::to_string(c.stages);
+}
+
+/// The CUDA space of a dense/low-rank kernel: block sizes 16..128, warps
+/// 1..16, stages 1..3 (0..3 for the backward), filtered by the limits.
+inline TileSpace cudaTileSpace(int elemBytes, int headDim, bool backward, CudaLimits lim) {
+  TileSpace space;
+  const int smemLimit = lim.smemBytes > 0 ? lim.smemBytes : tile::smemLimitBytes(lim.sm);
+  const int budget =
+      lim.accFloatBudget > 0 ? lim.accFloatBudget : tile::accFloatBudget(elemBytes, backward);
+  for (int bq : {16, 32, 64, 128})
+    for (int bkv : {16, 32, 64, 128})
+      for (int warps : {1, 2, 4, 8, 16})
+        for (int stages = backward ? 0 : 1; stages <= 3; ++stages) {
+          tile::TileConfig c{bq, bkv, warps, stages};
+          auto reject = [&](const char *family, std::string why) {
+            space.rejected.push_back({c, family, std::move(why)});
+          };
+          if (warps * 32 > lim.maxThreads) {
+            reject("threads", std::to_string(warps * 32) + " threads > " +
+                                  std::to_string(lim.maxThreads));
+            continue;
+          }
+          if (!tile::validTile(c, headDim, backward)) {
+            reject("shape", backward ? "warps do not tile both blocks by 16-row groups"
+                                     : "block_q must be 16 x warps");
+            continue;
+          }
+          if (lim.sm < 80 && stages > 1) {
+            reject("pipelining", std::to_string(stages) + " stages need cp.async (sm_80+), "
+                                 "target sm_" + std::to_string(lim.sm));
+            continue;
+          }
+          int acc = tile::accFloats(c, headDim, backward);
+          if (acc > budget) {
+            reject("registers", std::to_string(acc) + " accumulator floats per thread > " +
+                                    std::to_string(budget));
+            continue;
+          }
+          int smem = tile::smemBytes(c, headDim, elemBytes, backward);
+          if (smem > smemLimit) {
+            reject("shared memory", std::to_string(smem) + " bytes > " +
+                                        std::to_string(smemLimit));
+            continue;
+          }
+          space.candidates.push_back(c);
+        }
+  return space;
+}
+
+/// The CPU space: query and key blocks 16..128 (warps and stages do not
+/// apply; the kernels take any block sizes).
+inline TileSpace cpuTileSpace() {
+  TileSpace space;
+  for (int bq : {16, 32, 64, 128})
+    for (int bkv : {16, 32, 64, 128})
+      space.candidates.push_back({bq, bkv, 1, 1});
+  return space;
+}
+
+/// One line per rejected family: how many configs and one example reason,
+/// e.g. "shared memory: 212 configs (e.g. bq=128,bkv=128,w=8,s=3: 230400
+/// bytes > 65536)". What the tuner prints when nothing fits.
+inline std::string summarizeRejections(const TileSpace &space) {
+  std::map<std::string, std::pair<int, const Rejection *>> byFamily;
+  for (const Rejection &r : space.rejected) {
+    auto &slot = byFamily[r.family];
+    if (!slot.second)
+      slot.second = &r;
+    ++slot.first;
+  }
+  std::string out;
+  for (const auto &[family, v] : byFamily)
+    out += family + ": " + std::to_string(v.first) + " config(s) (e.g. " +
+           configText(v.second->config) + ": " + v.second->reason + ")\n";
+  return out;
+}
+
+} // namespace attnc::tune
+
+#endif // ATTNC_CODEGEN_TUNESPACE_H
