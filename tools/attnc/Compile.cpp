@@ -1,5 +1,6 @@
 //===- Compile.cpp - Spec to kernels and artifacts ------------------------===//
 #include "tools/attnc/Compile.h"
+#include "tools/attnc/Tune.h"
 
 #include "codegen/Manifest.h"
 #include "dsl/AttnDialect.h"
@@ -76,6 +77,9 @@ int compileModels(ModuleOp module, const std::string &target, const std::string 
     shape.heads = model.getHeads();
     shape.maxSeq = model.getSeq();
     shape.headDim = model.getDModel() / model.getHeads();
+    // A measured tile from `attnc tune` (CPU), when the spec leaves it auto.
+    if (target == "cpu")
+      applyTunedCpuTile(variant, shape.headDim, model.getSeq(), shape.heads, std::cerr);
     Builder b(module.getContext());
     // The CPU backend computes in f32 whatever the model's dtype.
     attn::DType dtype = target == "cpu" ? attn::DType::fp32 : model.getDtype();

@@ -9,6 +9,7 @@
 #include "tools/attnc/Train.h"
 #include "tools/attnc/Compile.h"
 #include "tools/attnc/Run.h"
+#include "tools/attnc/Tune.h"
 
 #include "dsl/MLIRGen.h"
 #include "dsl/Parser.h"
@@ -125,6 +126,7 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p) {
   if (c.dModel % c.heads)
     return fail(cmd, "d_model " + std::to_string(c.dModel) + " is not a multiple of heads " +
                          std::to_string(c.heads));
+  applyTunedCpuTile(variant, c.dModel / c.heads, c.seq, c.heads, std::cerr);
   codegen::AttentionShape shape;
   shape.batch = opt.batch, shape.heads = c.heads, shape.seq = c.seq;
   shape.headDim = c.dModel / c.heads, shape.maxSeq = c.seq;

@@ -9,6 +9,7 @@
 #include "tools/attnc/Bench.h"
 #include "tools/attnc/Run.h"
 #include "tools/attnc/Train.h"
+#include "tools/attnc/Tune.h"
 #include "dsl/AttnDialect.h"
 #include "dsl/MLIRGen.h"
 #include "dsl/Parser.h"
@@ -215,11 +216,6 @@ int main(int argc, char **argv) {
                       "with --emit: the file to write (default stdout); without: "
                       "the artifact directory");
 
-  struct Pending {
-    const char *name, *what, *issue;
-  };
-  const Pending pending[] = {
-      {"tune", "Tune tile, chunk and k per device", "the auto-tuning issue"}};
 
   attnc::driver::BenchOptions bopts;
   CLI::App *bench = app.add_subcommand(
@@ -343,12 +339,22 @@ int main(int argc, char **argv) {
   fillCmd->add_option("--mask-char", topts.maskChar, "the byte that marks a masked position")
       ->capture_default_str();
 
-  std::vector<std::pair<CLI::App *, const Pending *>> stubs;
-  for (const Pending &p : pending) {
-    CLI::App *sub = app.add_subcommand(p.name, std::string(p.what) + " (not implemented yet)");
-    sub->allow_extras();
-    stubs.push_back({sub, &p});
-  }
+  attnc::driver::TuneOptions tuneOpts;
+  CLI::App *tuneCmd = app.add_subcommand(
+      "tune", "Measure tile configs of a spec's kernels on this machine (CPU) into the tuning database");
+  tuneCmd->add_option("spec", tuneOpts.spec, "the .attn spec file");
+  tuneCmd->add_option("--model", tuneOpts.model, "only this model of the spec");
+  tuneCmd->add_option("--target", tuneOpts.target, "where to measure")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  tuneCmd->add_option("--db", tuneOpts.db,
+                      "tuning database (default: $ATTNC_TUNING_DB, else the user cache)");
+  tuneCmd->add_option("--budget", tuneOpts.budget, "seconds of measuring (a rerun continues)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  tuneCmd->add_option("--batch", tuneOpts.batch, "batch of the measured shape")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  tuneCmd->add_option("--repeats", tuneOpts.repeats, "timed repeats per measurement (median)")
+      ->check(CLI::Range(1, 1000))->capture_default_str();
+  tuneCmd->add_flag("--show", tuneOpts.show, "list the database instead of tuning");
 
   try {
     app.parse(argc, argv);
@@ -369,15 +375,16 @@ int main(int argc, char **argv) {
     return attnc::driver::runTrain(topts);
   if (evalCmd->parsed())
     return attnc::driver::runEval(topts);
+  if (tuneCmd->parsed()) {
+    if (tuneOpts.spec.empty() && !tuneOpts.show) {
+      std::cerr << "attnc tune: a spec is needed (or --show)\n";
+      return kExitInput;
+    }
+    return attnc::driver::runTune(tuneOpts);
+  }
   if (generateCmd->parsed())
     return attnc::driver::runGenerate(topts);
   if (fillCmd->parsed())
     return attnc::driver::runFill(topts);
-  for (auto &[sub, p] : stubs)
-    if (sub->parsed()) {
-      std::cerr << "attnc " << p->name << ": not implemented yet (comes with "
-                << p->issue << ")\n";
-      return kExitNotImplemented;
-    }
   return kExitInput;
 }

@@ -1,0 +1,310 @@
+//===- Tune.cpp - attnc tune: measured tile configs per machine -----------===//
+//
+// CPU first: every (block_q, block_kv) of codegen/TuneSpace.h's CPU space
+// is compiled (host compiler, kernel cache) and timed forward+backward at
+// the model's shape (median of --repeats after a warm-up); the three
+// fastest are re-timed interleaved, three rounds, before choosing, and the
+// spread is recorded. Every measurement goes into the database as it is
+// made, so a run stopped by --budget (or killed) continues where it was.
+// Keys: this CPU (TuningDb's cpuDevice), the host compiler's identity, the
+// variant (its IR with the tile left out, hashed) and head dim, and the
+// bucket of the sequence length and heads (not the batch: `attnc compile`
+// does not know it).
+//
+//===----------------------------------------------------------------------===//
+#include "tools/attnc/Tune.h"
+#include "tools/attnc/BenchCommon.h"
+#include "tools/attnc/Compile.h"
+#include "tools/attnc/Run.h"
+
+#include "codegen/TuneSpace.h"
+#include "dsl/MLIRGen.h"
+#include "dsl/Parser.h"
+#include "passes/Passes.h"
+#include "runtime/HostCompiler.h"
+#include "runtime/Philox.h"
+#include "runtime/tune/TuningDb.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <unistd.h>
+
+using namespace mlir;
+
+namespace attnc::driver {
+
+namespace {
+
+int fail(const std::string &msg) {
+  std::cerr << "attnc tune: error: " << msg << "\n";
+  return kExitInput;
+}
+
+std::string dbPath(const std::string &given) {
+  return given.empty() ? tune::TuningDb::defaultPath() : given;
+}
+
+/// What the kernel computes, without the tile: the variant's IR with an
+/// `auto` tile, hashed, and the head dim (CPU kernels are fp32).
+std::string signatureOf(attn::VariantOp variant, int64_t headDim) {
+  OpBuilder b(variant);
+  auto copy = llvm::cast<attn::VariantOp>(b.clone(*variant));
+  copy.setSymName("v");
+  copy.setTileAttr(attn::TileAttr::getAuto(variant.getContext()));
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  copy.print(os);
+  copy.erase();
+  return "cpu attention f32 d" + std::to_string(headDim) + " fwd+bwd " +
+         sha256Hex(os.str()).substr(0, 12);
+}
+
+std::string toolchain() {
+  Expected<std::string> id =
+      HostCompiler::compilerIdentity(HostCompiler::compilerCommand(HostCompileOptions{}));
+  std::string first = id ? id->substr(0, id->find('\n')) : "host compiler unknown";
+  return tune::toolchainId(first);
+}
+
+bool tileIsAuto(attn::TileAttr t) {
+  return t.getBlockQ() == attn::kAuto && t.getBlockKv() == attn::kAuto;
+}
+
+/// Parses "bkv=..,bq=..,s=..,w=.." (canonical order) into a tile.
+bool parseConfig(const std::string &cfg, tile::TileConfig &c) {
+  c = {0, 0, 1, 1};
+  size_t pos = 0;
+  while (pos < cfg.size()) {
+    size_t comma = cfg.find(',', pos), eq = cfg.find('=', pos);
+    if (eq == std::string::npos || (comma != std::string::npos && eq > comma))
+      return false;
+    std::string key = cfg.substr(pos, eq - pos);
+    int v = std::atoi(cfg.substr(eq + 1, comma - eq - 1).c_str());
+    (key == "bq" ? c.blockQ : key == "bkv" ? c.blockKv : key == "w" ? c.warps : c.stages) = v;
+    pos = comma == std::string::npos ? cfg.size() : comma + 1;
+  }
+  return c.blockQ > 0 && c.blockKv > 0;
+}
+
+} // namespace
+
+void applyTunedCpuTile(attn::VariantOp variant, int64_t headDim, int64_t seq, int64_t heads,
+                       std::ostream &log) {
+  if (variant.getLsh() || !tileIsAuto(variant.getTile()))
+    return; // LSH: one chunk per task on the CPU; an explicit tile wins
+  std::string path = tune::TuningDb::defaultPath();
+  Expected<tune::TuningDb> db = tune::TuningDb::open(path);
+  if (!db) {
+    log << "attnc: warning: " << db.error() << "; using the heuristic tile\n";
+    return;
+  }
+  tune::KernelKey key{signatureOf(variant, headDim), tune::shapeBucket(seq, heads)};
+  const tune::Entry *e = db->find(tune::cpuDevice(), key, toolchain());
+  tile::TileConfig c;
+  if (!e || !parseConfig(e->config, c)) {
+    if (!db->empty())
+      log << "attnc: note: no tuning entry for " << variant.getSymName().str() << " ("
+          << key.shapeBucket << ") on this CPU in " << path
+          << "; using the heuristic tile (attnc tune measures one)\n";
+    return;
+  }
+  variant.setTileAttr(attn::TileAttr::get(variant.getContext(), c.blockQ, c.blockKv, 1, 1));
+  log << "attnc: " << variant.getSymName().str() << ": tuned tile " << e->config << " ("
+      << e->medianMs << " ms) from " << path << "\n";
+}
+
+int runTune(const TuneOptions &opt) {
+  const std::string path = dbPath(opt.db);
+  if (opt.show) {
+    Expected<tune::TuningDb> db = tune::TuningDb::open(path);
+    if (!db)
+      return fail(db.error());
+    std::cout << db->show();
+    return kExitOk;
+  }
+  if (opt.target != "cpu") {
+    std::cerr << "attnc tune: --target " << opt.target
+              << " is not implemented yet (it measures on the GPU; this build tunes the CPU "
+                 "kernels)\n";
+    return kExitNotImplemented;
+  }
+  std::ifstream f(opt.spec, std::ios::binary);
+  if (!f)
+    return fail("cannot open '" + opt.spec + "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string text = ss.str();
+  DiagnosticEngine diag(text, std::cerr);
+  std::optional<ast::Spec> spec = parseAndCheck(text, opt.spec, diag);
+  if (!spec)
+    return kExitInput;
+  MLIRContext context;
+  registerAttncDialects(context);
+  OwningOpRef<ModuleOp> module = mlirGen(context, *spec);
+  if (!module)
+    return kExitInput;
+  PassManager resolve(&context);
+  resolve.addPass(createResolveTunables());
+  if (failed(resolve.run(*module)))
+    return kExitInput;
+  Expected<tune::TuningDb> db = tune::TuningDb::open(path);
+  if (!db)
+    return fail(db.error());
+  db->setAutosave(std::chrono::milliseconds(0)); // every measurement survives a kill
+  const tune::DeviceKey device = tune::cpuDevice();
+  const std::string tc = toolchain();
+  const bool tty = isatty(STDERR_FILENO);
+  const auto t0 = bench::Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(bench::Clock::now() - t0).count(); };
+  bool outOfBudget = false;
+  int tuned = 0;
+  for (attn::ModelOp model : module->getOps<attn::ModelOp>()) {
+    if (!opt.model.empty() && model.getSymName() != opt.model)
+      continue;
+    auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
+    auto variant =
+        SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
+    const std::string name = model.getSymName().str();
+    if (variant.getLsh()) {
+      std::cout << name << ": LSH attention runs one chunk per task on the CPU; no tile to tune\n";
+      continue;
+    }
+    const int64_t H = model.getHeads(), D = model.getDModel() / H, S = model.getSeq();
+    const int B = opt.batch;
+    tune::KernelKey key{signatureOf(variant, D), tune::shapeBucket(S, H)};
+    tune::TileSpace space = tune::cpuTileSpace();
+    // Inputs of the model's shape (E/F for low-rank; constant per-head
+    // parameters from the spec's values).
+    std::mt19937 rng(7);
+    st::Tensor q = bench::randomTensor({B, H, S, D}, rng, 1.f),
+               k = bench::randomTensor({B, H, S, D}, rng, 1.f),
+               v = bench::randomTensor({B, H, S, D}, rng, 1.f),
+               dout = bench::randomTensor({B, H, S, D}, rng, 1.f), E, F, P;
+    st::Tensor lengths = st::Tensor::i32({B}, std::vector<int32_t>(size_t(B), int32_t(S)));
+    AttentionInputs in;
+    in.q = &q, in.k = &k, in.v = &v, in.dout = &dout, in.lengths = &lengths;
+    if (auto lr = variant.getLowrankAttr()) {
+      std::vector<int64_t> shape = {lr.getK(), S};
+      if (lr.getShare() == attn::ShareMode::none)
+        shape.insert(shape.begin(), H);
+      E = bench::randomTensor(shape, rng, 0.05f), F = bench::randomTensor(shape, rng, 0.05f);
+      in.E = &E;
+      if (lr.getShare() == attn::ShareMode::none || lr.getShare() == attn::ShareMode::headwise)
+        in.F = &F;
+    }
+    if (auto decls = variant.getParams()) {
+      P = bench::randomTensor({int64_t(decls->size()), H}, rng, 0.1f);
+      in.params = &P;
+    }
+    codegen::AttentionShape shape;
+    shape.batch = B, shape.heads = H, shape.seq = S, shape.headDim = D, shape.maxSeq = S;
+    shape.elementType = FloatType::getF32(&context);
+    shape.withLengths = true, shape.differentiate = true;
+    std::map<std::string, std::optional<CpuAttention>> kernels;
+    auto compileTile = [&](const tile::TileConfig &c) -> CpuAttention * {
+      std::string cfg = tune::canonicalConfig(tune::configText(c));
+      auto &slot = kernels[cfg];
+      if (!slot) {
+        variant.setTileAttr(attn::TileAttr::get(&context, c.blockQ, c.blockKv, 1, 1));
+        if (compileCpuAttention(*module, variant, shape, slot))
+          return nullptr;
+      }
+      return &*slot;
+    };
+    auto timeTile = [&](CpuAttention &a) {
+      return bench::medianMs(opt.repeats, [&] { (void)a.run(in); });
+    };
+    // 1. Every candidate once (or what an earlier run measured).
+    size_t done = 0;
+    std::vector<std::pair<double, tile::TileConfig>> timed;
+    for (const tile::TileConfig &c : space.candidates) {
+      std::string cfg = tune::canonicalConfig(tune::configText(c));
+      if (const tune::Measurement *m = db->measured(device, key, tc, cfg)) {
+        if (!m->failed())
+          timed.push_back({m->medianMs, c});
+        ++done;
+        continue;
+      }
+      if (elapsed() > opt.budget) {
+        outOfBudget = true;
+        break;
+      }
+      tune::Measurement m;
+      m.config = cfg;
+      m.repeats = opt.repeats;
+      CpuAttention *a = compileTile(c);
+      Expected<AttentionOutputs> check = a ? a->run(in) : Expected<AttentionOutputs>(
+                                                              makeError("did not compile"));
+      if (!check) {
+        m.error = check.error();
+      } else {
+        m.medianMs = timeTile(*a);
+        timed.push_back({m.medianMs, c});
+      }
+      if (Status s = db->recordMeasurement(device, key, tc, m); !s)
+        return fail(s.error());
+      ++done;
+      if (tty) {
+        double best = timed.empty() ? 0 : std::min_element(timed.begin(), timed.end(),
+                                                           [](auto &x, auto &y) {
+                                                             return x.first < y.first;
+                                                           })->first;
+        std::cerr << "\r  " << name << ": " << done << "/" << space.candidates.size()
+                  << " candidates, best " << bench::fmt(best, 3) << " ms, ETA "
+                  << bench::fmt(elapsed() / double(done) *
+                                    double(space.candidates.size() - done), 0)
+                  << " s      " << std::flush;
+      }
+    }
+    if (tty)
+      std::cerr << "\r" << std::string(70, ' ') << "\r";
+    if (outOfBudget || timed.empty()) {
+      std::cout << name << ": " << done << " of " << space.candidates.size()
+                << " candidates measured when the --budget ran out; rerun to continue\n";
+      break;
+    }
+    // 2. The three fastest, re-timed interleaved (three rounds): timing noise
+    // on a shared machine must not decide between near-equal configs.
+    std::sort(timed.begin(), timed.end(), [](auto &x, auto &y) { return x.first < y.first; });
+    timed.resize(std::min<size_t>(3, timed.size()));
+    std::vector<std::vector<double>> rounds(timed.size());
+    for (int r = 0; r < 3; ++r)
+      for (size_t i = 0; i < timed.size(); ++i) {
+        CpuAttention *a = compileTile(timed[i].second);
+        if (!a)
+          return kExitInput;
+        rounds[i].push_back(timeTile(*a));
+      }
+    size_t best = 0;
+    std::vector<double> med(timed.size());
+    for (size_t i = 0; i < timed.size(); ++i) {
+      std::sort(rounds[i].begin(), rounds[i].end());
+      med[i] = rounds[i][1];
+      if (med[i] < med[best])
+        best = i;
+    }
+    double spread = (rounds[best].back() - rounds[best].front()) / med[best];
+    std::string cfg = tune::canonicalConfig(tune::configText(timed[best].second));
+    db->choose(device, key, tc, cfg, med[best], spread);
+    if (Status s = db->save(); !s)
+      return fail(s.error());
+    // The heuristic tile, for the side-by-side ratio.
+    CpuAttention *def = compileTile({64, 64, 1, 1});
+    double defMs = def ? timeTile(*def) : NAN;
+    std::cout << name << " (" << key.shapeBucket << ", batch " << B << "): " << cfg << " "
+              << bench::fmt(med[best], 3) << " ms fwd+bwd (spread " << bench::fmt(100 * spread, 1)
+              << " %); heuristic bq=64,bkv=64 " << bench::fmt(defMs, 3) << " ms ("
+              << bench::fmt(defMs / med[best]) << "x)\n";
+    ++tuned;
+  }
+  std::cout << "tuning database: " << path << " (" << tuned << " kernel(s) chosen, "
+            << bench::fmt(elapsed(), 1) << " s)\n";
+  return kExitOk;
+}
+
+} // namespace attnc::driver

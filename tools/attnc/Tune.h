@@ -1,0 +1,36 @@
+//===- Tune.h - attnc tune: measured tile configs per machine ---*- C++ -*-===//
+#ifndef ATTNC_TOOLS_ATTNC_TUNE_H
+#define ATTNC_TOOLS_ATTNC_TUNE_H
+
+#include "dsl/AttnDialect.h"
+
+#include <iosfwd>
+#include <string>
+
+namespace attnc::driver {
+
+struct TuneOptions {
+  std::string spec, model;
+  std::string target = "cpu";
+  std::string db;       ///< tuning database; "" = the user's (TuningDb::defaultPath)
+  double budget = 120;  ///< seconds of measuring per run (a rerun continues)
+  int batch = 4;
+  int repeats = 5;
+  bool show = false;
+};
+
+/// attnc tune: measures the CPU attention kernels' tile candidates for each
+/// model of the spec, re-times the best few interleaved, and records the
+/// choice in the tuning database. With --show, lists the database.
+int runTune(const TuneOptions &options);
+
+/// Gives `variant` the tuned tile for a model shape from the tuning database
+/// ($ATTNC_TUNING_DB or the user's), when the spec left its tile `auto` and
+/// an entry exists for this CPU and toolchain; says which entry it used, or
+/// that it fell back to the heuristic, on `log`.
+void applyTunedCpuTile(attn::VariantOp variant, int64_t headDim, int64_t seq, int64_t heads,
+                       std::ostream &log);
+
+} // namespace attnc::driver
+
+#endif // ATTNC_TOOLS_ATTNC_TUNE_H
