@@ -4,6 +4,8 @@
 
 #include "codegen/Manifest.h"
 #include "dsl/AttnDialect.h"
+#include "dsl/MLIRGen.h"
+#include "dsl/Parser.h"
 #include "passes/Passes.h"
 
 #include "codegen/TileModel.h"
@@ -19,10 +21,32 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 using namespace mlir;
 
 namespace attnc::driver {
+
+OwningOpRef<ModuleOp> loadSpecModule(const std::string &path, const char *cmd,
+                                     MLIRContext &context, std::string *textOut) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    std::cerr << "attnc " << cmd << ": error: cannot open '" << path << "'\n";
+    return nullptr;
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string text = ss.str();
+  DiagnosticEngine diag(text, std::cerr);
+  std::optional<ast::Spec> spec = parseAndCheck(text, path, diag);
+  if (!spec)
+    return nullptr;
+  registerAttncDialects(context);
+  OwningOpRef<ModuleOp> module = mlirGen(context, *spec);
+  if (module && textOut)
+    *textOut = std::move(text);
+  return module;
+}
 
 std::string sha256Hex(const std::string &text) {
   std::array<uint8_t, 32> digest = llvm::SHA256::hash(

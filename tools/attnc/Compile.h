@@ -6,6 +6,8 @@
 #include "codegen/KernelEmitter.h"
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
 
 #include <string>
 #include <vector>
@@ -41,6 +43,14 @@ int writeArtifact(const std::string &dir, const std::string &specText, mlir::Mod
 /// point: it compiles, spills no registers, and its static plus dynamic
 /// shared memory fits the arch. Prints a resource table to `os`.
 int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std::ostream &os);
+
+/// Reads the spec at `path`, checks it (located errors on stderr) and builds
+/// its attn module in `context` (registering the dialects). Returns null on
+/// failure, after printing `attnc CMD: error: cannot open ...` for an
+/// unreadable file. `text`, when given, receives the file's bytes.
+mlir::OwningOpRef<mlir::ModuleOp> loadSpecModule(const std::string &path, const char *cmd,
+                                                 mlir::MLIRContext &context,
+                                                 std::string *text = nullptr);
 
 /// SHA-256 of `text` in hex.
 std::string sha256Hex(const std::string &text);

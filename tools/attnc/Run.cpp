@@ -104,19 +104,8 @@ int runAttention(const RunOptions &opt) {
       return fail("unknown --op '" + opt.op + "'; expected attention or attention:NAME");
     name = opt.op.substr(10);
   }
-  std::ifstream specFile(opt.spec, std::ios::binary);
-  if (!specFile)
-    return fail("cannot open '" + opt.spec + "'");
-  std::stringstream ss;
-  ss << specFile.rdbuf();
-  std::string text = ss.str();
-  DiagnosticEngine diag(text, std::cerr);
-  std::optional<ast::Spec> spec = parseAndCheck(text, opt.spec, diag);
-  if (!spec)
-    return kExitInput;
   MLIRContext context;
-  registerAttncDialects(context);
-  OwningOpRef<ModuleOp> module = mlirGen(context, *spec);
+  OwningOpRef<ModuleOp> module = loadSpecModule(opt.spec, "run", context);
   if (!module)
     return kExitInput;
   SmallVector<attn::VariantOp> variants(module->getOps<attn::VariantOp>());

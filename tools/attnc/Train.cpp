@@ -53,21 +53,11 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p) {
               << " is not implemented yet (training runs on the CPU)\n";
     return kExitNotImplemented;
   }
-  std::ifstream f(opt.spec, std::ios::binary);
-  if (!f)
-    return fail(cmd, "cannot open '" + opt.spec + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string text = ss.str();
-  p.specHash = sha256Hex(text);
-  DiagnosticEngine diag(text, std::cerr);
-  std::optional<ast::Spec> spec = parseAndCheck(text, opt.spec, diag);
-  if (!spec)
-    return kExitInput;
-  registerAttncDialects(p.context);
-  p.module = mlirGen(p.context, *spec);
+  std::string text;
+  p.module = loadSpecModule(opt.spec, cmd, p.context, &text);
   if (!p.module)
     return kExitInput;
+  p.specHash = sha256Hex(text);
   PassManager resolve(&p.context);
   ResolveTunablesOptions ro;
   ro.report = true;

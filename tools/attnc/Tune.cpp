@@ -133,19 +133,8 @@ int runTune(const TuneOptions &opt) {
                  "kernels)\n";
     return kExitNotImplemented;
   }
-  std::ifstream f(opt.spec, std::ios::binary);
-  if (!f)
-    return fail("cannot open '" + opt.spec + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string text = ss.str();
-  DiagnosticEngine diag(text, std::cerr);
-  std::optional<ast::Spec> spec = parseAndCheck(text, opt.spec, diag);
-  if (!spec)
-    return kExitInput;
   MLIRContext context;
-  registerAttncDialects(context);
-  OwningOpRef<ModuleOp> module = mlirGen(context, *spec);
+  OwningOpRef<ModuleOp> module = loadSpecModule(opt.spec, "tune", context);
   if (!module)
     return kExitInput;
   PassManager resolve(&context);
