@@ -79,6 +79,7 @@ void buildKernelPipeline(PassManager &pm, StringRef target, StringRef arch) {
   pm.addPass(createFuseAttention());
   pm.addPass(createFuseLsh());
   pm.addNestedPass<func::FuncOp>(createDeriveBackward());
+  pm.addPass(createKeyBand());
   TileAttentionOptions tile;
   tile.target = target.str();
   tile.arch = arch.str();

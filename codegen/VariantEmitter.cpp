@@ -297,7 +297,17 @@ LogicalResult emitVariantStruct(Operation *fusedOp, StringRef structName,
      << "  static constexpr bool kHasScoreMod = " << (score.empty() && !self ? "false" : "true")
      << ";\n"
      << "  static constexpr bool kHasMask = " << (mask.empty() ? "false" : "true") << ";\n"
-     << "  static constexpr int kNumParams = " << numParams << ";\n\n";
+     << "  static constexpr int kNumParams = " << numParams << ";\n";
+  // The key band attn-key-band proved: the kernels skip blocks outside it.
+  auto band = [&](StringRef attr, StringRef name, StringRef what) {
+    auto v = fusedOp->getAttrOfType<IntegerAttr>(attr);
+    os << "  static constexpr bool kHas" << name << " = " << (v ? "true" : "false") << ";\n"
+       << "  static constexpr int k" << name << " = " << (v ? v.getInt() : 0) << "; // " << what
+       << "\n";
+  };
+  band("max_back", "MaxBack", "keys with q - kv > it are masked");
+  band("max_ahead", "MaxAhead", "keys with kv - q > it are masked");
+  os << "\n";
 
   static const StringRef scoreArgs[] = {"s", "b", "h", "q", "kv"};
   // score()

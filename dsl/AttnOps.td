@@ -373,7 +373,10 @@ def Attn_FusedAttentionOp : Attn_FusedOpBase<"fused_attention", [Pure]> {
     `kernel` names the generated entry points. `shared_qk` (the dense
     fallback of LSH attention) means the keys are the normalised queries
     (the key operand is the query) and `self_score` replaces the score of
-    a query with its own position.
+    a query with its own position. `max_back` / `max_ahead` (set by
+    `attn-key-band` from the mask region) promise that every key with
+    `q - kv > max_back` / `kv - q > max_ahead` is masked, so the kernels skip
+    whole key blocks outside the band; the mask still decides inside it.
 
     ```mlir
     %out, %lse = attn.fused_attention direct %q, %k, %v attributes {causal, scale = 0.125 : f64,
@@ -394,6 +397,8 @@ def Attn_FusedAttentionOp : Attn_FusedOpBase<"fused_attention", [Pure]> {
                        UnitAttr:$key_padding,
                        UnitAttr:$shared_qk,
                        OptionalAttr<F64Attr>:$self_score,
+                       OptionalAttr<I64Attr>:$max_back,
+                       OptionalAttr<I64Attr>:$max_ahead,
                        Attn_TileAttr:$tile,
                        OptionalAttr<StrAttr>:$kernel,
                        OptionalAttr<TypedArrayAttrBase<Attn_HeadParamAttr,
@@ -440,6 +445,8 @@ def Attn_FusedAttentionGradOp : Attn_FusedOpBase<"fused_attention_grad",
                        UnitAttr:$shared_qk,
                        OptionalAttr<F64Attr>:$self_score,
                        UnitAttr:$deterministic,
+                       OptionalAttr<I64Attr>:$max_back,
+                       OptionalAttr<I64Attr>:$max_ahead,
                        Attn_TileAttr:$tile,
                        OptionalAttr<StrAttr>:$kernel,
                        OptionalAttr<TypedArrayAttrBase<Attn_HeadParamAttr,

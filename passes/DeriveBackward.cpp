@@ -82,7 +82,7 @@ struct DeriveBackwardPass : public attnc::impl::DeriveBackwardBase<DeriveBackwar
           op.getLse(), dout, op.getLengths(), op.getProjE(), op.getProjF(), op.getParams(),
           op.getKvSourceAttr(), op.getShareAttr(), op.getScaleAttr(), op.getCausalAttr(),
           op.getKeyPaddingAttr(), op.getSharedQkAttr(), op.getSelfScoreAttr(), det,
-          TileAttr::getAuto(b.getContext()), StringAttr(), op.getParamDeclsAttr());
+          op.getMaxBackAttr(), op.getMaxAheadAttr(), TileAttr::getAuto(b.getContext()), StringAttr(), op.getParamDeclsAttr());
       IRMapping map;
       op.getScore().cloneInto(&grad.getScore(), map);
       op.getMask().cloneInto(&grad.getMask(), map);

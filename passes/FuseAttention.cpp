@@ -124,7 +124,8 @@ struct FuseAttentionPass : public attnc::impl::FuseAttentionBase<FuseAttentionPa
         KvSourceAttr::get(ctx, source), share, c.scores.getScaleAttr(),
         c.mask && variant && variant.getCausal() ? b.getUnitAttr() : UnitAttr(),
         lengths ? b.getUnitAttr() : UnitAttr(), c.keys ? b.getUnitAttr() : UnitAttr(),
-        c.self ? c.self.getValueAttr() : FloatAttr(), tile, StringAttr(),
+        c.self ? c.self.getValueAttr() : FloatAttr(), IntegerAttr(), IntegerAttr(), tile,
+        StringAttr(),
         variant ? variant.getParamsAttr() : ArrayAttr());
     if (variant && c.scoreMod && !variant.getScore().empty()) {
       IRMapping map;

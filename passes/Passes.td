@@ -172,6 +172,47 @@ def FuseAttention : Pass<"attn-fuse-attention", "::mlir::ModuleOp"> {
   let dependentDialects = ["::attnc::attn::AttnDialect"];
 }
 
+def KeyBand : Pass<"attn-key-band", "::mlir::ModuleOp"> {
+  let summary = "Bound the keys each query can keep from the mask region (block skipping)";
+  let description = [{
+    Proves, from the `mask` region of each `attn.fused_attention` and
+    `attn.fused_attention_grad`, that keys outside a band around the query
+    are masked for every row, and records the band as `max_back` (every key
+    with `q - kv > max_back` is masked) and `max_ahead` (every key with
+    `kv - q > max_ahead` is masked). The kernels then skip whole key blocks
+    (forward, dQ) and query blocks (dK/dV) outside the band, as
+    FlexAttention's block masks do, instead of computing and masking them:
+    a sliding window of W keys over N costs O(N·W), not O(N²).
+
+    The proof is syntactic and sound: the mask's yielded value is split
+    into conjuncts (`arith.andi`); each conjunct that is a signed `arith.cmpi`
+    of two expressions linear in `q` and `kv` (built from `addi`, `subi`,
+    `muli` by a constant, constants and `index_cast`) whose difference is
+    `±(q - kv) + c` gives a bound. Anything else (an `ori`, an unsigned
+    comparison, a bound through a per-head value) gives none, and the op is
+    left as it was. Low-rank kernels (whose keys are projections, not
+    positions) and LSH chunk kernels are not touched; `causal` stays its own
+    attribute.
+
+    Before:
+    ```mlir
+    attn.fused_attention direct ... mask {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index):
+      %d = arith.subi %q, %kv : index
+      %c256 = arith.constant 256 : index
+      %keep = arith.cmpi slt, %d, %c256 : index
+      attn.yield %keep : i1
+    }
+    ```
+    After: the same op with `max_back = 255 : i64`.
+  }];
+  let dependentDialects = ["::attnc::attn::AttnDialect"];
+  let options = [
+    Option<"report", "report", "bool", /*default=*/"false",
+           "emit a remark with the band found (or why none was)">,
+  ];
+}
+
 def TileAttention : Pass<"attn-tile", "::mlir::ModuleOp"> {
   let summary = "Give every fused kernel a tile config that fits the target";
   let description = [{

@@ -54,13 +54,20 @@ constexpr double kTol = 1e-4;
 
 /// Score modifier with two per-head parameters, temp = params[h] and
 /// slope = params[H + h]: s·temp − slope·|q − kv|. Mask: rows q ≡ 2 (mod 5)
-/// keep nothing, others drop (q + 2·kv + h + b) ≡ 0 (mod 3).
-template <bool CAUSAL, bool PAD, bool MASK, bool MOD> struct TV {
+/// keep nothing, others drop (q + 2·kv + h + b) ≡ 0 (mod 3). BACK / AHEAD
+/// (kNoBand: none) add the band q − kv ≤ BACK, kv − q ≤ AHEAD to the mask,
+/// declared as attn-key-band would, so the kernels skip blocks outside it.
+constexpr int kNoBand = std::numeric_limits<int>::min();
+template <bool CAUSAL, bool PAD, bool MASK, bool MOD, int BACK = kNoBand, int AHEAD = kNoBand>
+struct TV {
   static constexpr bool kCausal = CAUSAL;
   static constexpr bool kKeyPadding = PAD;
   static constexpr bool kHasScoreMod = MOD;
-  static constexpr bool kHasMask = MASK;
+  static constexpr bool kPatternMask = MASK;
+  static constexpr bool kHasMask = MASK || BACK != kNoBand || AHEAD != kNoBand;
   static constexpr int kNumParams = MOD ? 2 : 0;
+  static constexpr bool kHasMaxBack = BACK != kNoBand, kHasMaxAhead = AHEAD != kNoBand;
+  static constexpr int kMaxBack = kHasMaxBack ? BACK : 0, kMaxAhead = kHasMaxAhead ? AHEAD : 0;
   ATTNC_HD static float score(float s, int, int h, int q, int kv, const float *params, int H) {
     return s * params[h] - params[H + h] * std::fabs(static_cast<float>(q - kv));
   }
@@ -74,7 +81,12 @@ template <bool CAUSAL, bool PAD, bool MASK, bool MOD> struct TV {
     return params[h];
   }
   ATTNC_HD static bool keep(int b, int h, int q, int kv, const float *, int) {
-    return q % 5 != 2 && (q + 2 * kv + h + b) % 3 != 0;
+    bool k = !MASK || (q % 5 != 2 && (q + 2 * kv + h + b) % 3 != 0);
+    if constexpr (kHasMaxBack)
+      k = k && q - kv <= BACK;
+    if constexpr (kHasMaxAhead)
+      k = k && kv - q <= AHEAD;
+    return k;
   }
 };
 using Dense = TV<false, false, false, false>;
@@ -84,6 +96,9 @@ using CausalPad = TV<true, true, false, false>;
 using Mask = TV<false, false, true, false>;
 using Mod = TV<false, false, false, true>;
 using All = TV<true, true, true, true>;
+using Window = TV<true, false, false, false, 20>;           // causal, 21 keys back
+using BandAll = TV<false, true, true, true, 30, 5>;         // band plus everything
+using PastBand = TV<false, false, false, false, 40, -10>;   // 10..40 keys back only
 
 //===----------------------------------------------------------------------===//
 // Double-precision reference
@@ -91,9 +106,12 @@ using All = TV<true, true, true, true>;
 
 struct RefSpec {
   bool causal = false, padding = false, mask = false, mod = false;
+  bool hasBack = false, hasAhead = false;
+  int back = 0, ahead = 0;
 };
 template <class V> RefSpec specOf() {
-  return {V::kCausal, V::kKeyPadding, V::kHasMask, V::kHasScoreMod};
+  return {V::kCausal,      V::kKeyPadding,   V::kPatternMask, V::kHasScoreMod,
+          V::kHasMaxBack,  V::kHasMaxAhead,  V::kMaxBack,     V::kMaxAhead};
 }
 
 struct RefInputs {
@@ -116,6 +134,8 @@ bool refKept(const RefSpec &sp, const RefInputs &in, int b, int h, int i, int j)
   if (sp.padding && j >= in.lengths[b])
     return false;
   if (sp.mask && (i % 5 == 2 || (i + 2 * j + h + b) % 3 == 0))
+    return false;
+  if ((sp.hasBack && i - j > sp.back) || (sp.hasAhead && j - i > sp.ahead))
     return false;
   return true;
 }
@@ -407,6 +427,9 @@ template <> const char *variantName<CausalPad>() { return "CausalPad"; }
 template <> const char *variantName<Mask>() { return "Mask"; }
 template <> const char *variantName<Mod>() { return "Mod"; }
 template <> const char *variantName<All>() { return "All"; }
+template <> const char *variantName<Window>() { return "Window"; }
+template <> const char *variantName<BandAll>() { return "BandAll"; }
+template <> const char *variantName<PastBand>() { return "PastBand"; }
 
 struct KernelOutputs {
   Vec out, lse, dq, dk, dv, dparams;
@@ -539,11 +562,19 @@ std::vector<NamedCase> flashGrid() {
   addFlash<64, 64, 64, Dense>(cs, {1000}, 1, 2);
   addFlash<64, 64, 128, CausalPad>(cs, {1000}, 2, 1);
   addFlash<16, 32, 80, All>(cs, {1000}, 1, 2);
+  // Key bands (block skipping): windows narrower and wider than the tiles.
+  addFlash<16, 16, 32, Window>(cs, {7, 257});
+  addFlash<64, 64, 64, Window>(cs, {257});
+  addFlash<64, 64, 64, Window>(cs, {1000}, 1, 2);
+  addFlash<16, 32, 80, BandAll>(cs, {7, 257});
+  addFlash<32, 16, 64, PastBand>(cs, {7, 257});
+  addFlash<24, 40, 96, BandAll>(cs, {257});
 #else
   // Secondary builds (no OpenMP / portable / loop GEMMs): a smaller grid.
   addAllVariants<16, 32, 80>(cs, {1, 7, 257});
   addFlash<64, 64, 64, Causal>(cs, {7, 257});
   addFlash<64, 64, 64, All>(cs, {7, 257});
+  addFlash<16, 32, 80, BandAll>(cs, {257});
 #endif
   return cs;
 }

@@ -53,6 +53,10 @@ inline const char *const kDenseVariant = R"(struct AttnVariant_dense {
   static constexpr bool kHasScoreMod = false;
   static constexpr bool kHasMask = false;
   static constexpr int kNumParams = 0;
+  static constexpr bool kHasMaxBack = false;
+  static constexpr int kMaxBack = 0;
+  static constexpr bool kHasMaxAhead = false;
+  static constexpr int kMaxAhead = 0;
 
   ATTNC_HD static float score(float s, int b, int h, int q, int kv, const float *params, int H) {
     (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H;
@@ -80,6 +84,10 @@ inline const char *const kModVariant = R"(struct AttnVariant_mod {
   static constexpr bool kHasScoreMod = true;
   static constexpr bool kHasMask = true;
   static constexpr int kNumParams = 2;
+  static constexpr bool kHasMaxBack = true;
+  static constexpr int kMaxBack = 127; // keys with q - kv > it are masked
+  static constexpr bool kHasMaxAhead = false;
+  static constexpr int kMaxAhead = 0;
 
   ATTNC_HD static float score(float s, int b, int h, int q, int kv, const float *params, int H) {
     (void)b; (void)h; (void)q; (void)kv; (void)params; (void)H;

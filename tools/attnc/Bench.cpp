@@ -53,6 +53,8 @@ namespace {
 struct Dense {
   static constexpr bool kCausal = false, kKeyPadding = false, kHasScoreMod = false, kHasMask = false;
   static constexpr int kNumParams = 0;
+  static constexpr bool kHasMaxBack = false, kHasMaxAhead = false;
+  static constexpr int kMaxBack = 0, kMaxAhead = 0;
   static inline float score(float s, int, int, int, int, const float *, int) { return s; }
   static inline float score_grad(float, int, int, int, int, const float *, int, float *) { return 1.0f; }
   static inline bool keep(int, int, int, int, const float *, int) { return true; }

@@ -100,7 +100,9 @@ inline void flashBwdDkDvBlock(const AttnBwdArgs &a, float *ws, int b, int h, int
   const int kvLimit = keyLimit<Variant>(a.lengths, b, Nk); // keys >= kvLimit excluded
   float *dkb = dk + rowOffset(b, h, H, Nk, k0, D);
   float *dvb = dv + rowOffset(b, h, H, Nk, k0, D);
-  if (k0 >= kvLimit || (Variant::kCausal && k0 >= Nq)) { // no query sees these keys
+  int qBegin, qEnd; // the query rows that may keep one of these keys
+  queryRange<Variant>(k0, nk, Nq, qBegin, qEnd);
+  if (k0 >= kvLimit || qBegin >= qEnd) { // no query sees these keys
     zeroFloats(dkb, std::size_t(nk) * D);
     zeroFloats(dvb, std::size_t(nk) * D);
     return;
@@ -113,10 +115,7 @@ inline void flashBwdDkDvBlock(const AttnBwdArgs &a, float *ws, int b, int h, int
   const int keyEnd = std::min(kvLimit, k0 + nk); // keys [k0, keyEnd) can be kept
 
   const std::size_t bh = std::size_t(b) * H + h;
-  const int qbBegin = Variant::kCausal ? k0 / BQ : 0; // rows i >= k0 only
-  const int nQB = ceilDiv(Nq, BQ);
-  for (int qb = qbBegin; qb < nQB; ++qb) {
-    const int q0 = qb * BQ;
+  for (int q0 = qBegin; q0 < qEnd; q0 += BQ) {
     const int mq = std::min(BQ, Nq - q0);
     const float *qRow = q + rowOffset(b, h, H, Nq, q0, D);
     const float *doRow = dout + rowOffset(b, h, H, Nq, q0, D);
@@ -218,12 +217,11 @@ inline void flashBwdDqBlock(const AttnBwdArgs &a, float *ws, float *partials, in
     for (int i = 0; i < BQ; ++i)
       dparAcc[pp][i] = 0.0;
 
-  int kvEnd = keyLimit<Variant>(a.lengths, b, Nk);
-  if (Variant::kCausal)
-    kvEnd = std::min(kvEnd, q0 + mq);
+  int kvBegin, kvEnd;
+  keyRange<Variant>(q0, mq, keyLimit<Variant>(a.lengths, b, Nk), kvBegin, kvEnd);
   const float *kbh = k + rowOffset(b, h, H, Nk, 0, D);
   const float *vbh = v + rowOffset(b, h, H, Nk, 0, D);
-  for (int kv0 = 0; kv0 < kvEnd; kv0 += BKV) {
+  for (int kv0 = kvBegin; kv0 < kvEnd; kv0 += BKV) {
     const int nk = std::min(BKV, kvEnd - kv0);
     const float *kb = kbh + std::size_t(kv0) * D;
     const float *vb = vbh + std::size_t(kv0) * D;

@@ -46,6 +46,35 @@ template <class Variant> inline int keyLimit(const int *lengths, int b, int Nk) 
   return std::min(Nk, std::max(0, lengths[b]));
 }
 
+/// Keys [begin, end) that query rows [q0, q0 + rows) may keep: end is at
+/// most kvLimit, and causal and the key band (kMaxBack / kMaxAhead, proven
+/// by attn-key-band) cut both ends; keys outside are skipped, not masked.
+template <class Variant>
+inline void keyRange(int q0, int rows, int kvLimit, int &begin, int &end) {
+  begin = 0;
+  end = kvLimit;
+  if constexpr (Variant::kCausal)
+    end = std::min(end, q0 + rows);
+  if constexpr (Variant::kHasMaxAhead)
+    end = std::min(end, std::max(0, q0 + rows + Variant::kMaxAhead));
+  if constexpr (Variant::kHasMaxBack)
+    begin = std::max(0, q0 - Variant::kMaxBack);
+}
+
+/// Query rows [begin, end) that may keep a key of [k0, k0 + rows): the
+/// transpose of keyRange, for the dK/dV kernels.
+template <class Variant>
+inline void queryRange(int k0, int rows, int Nq, int &begin, int &end) {
+  begin = 0;
+  end = Nq;
+  if constexpr (Variant::kCausal)
+    begin = std::min(Nq, k0);
+  if constexpr (Variant::kHasMaxAhead)
+    begin = std::max(begin, std::min(Nq, k0 - Variant::kMaxAhead));
+  if constexpr (Variant::kHasMaxBack)
+    end = std::min(end, std::max(0, k0 + rows + Variant::kMaxBack));
+}
+
 /// Scores of one key (row j of a transposed tile Sᵀ[BKV][BQ]) against the
 /// BQ queries of the block: row[i] = kept ? score(scale·raw[i]) : -inf, and
 /// the running column maxima mt[i] = max(mt[i], row[i]). Vectorises over i.
@@ -126,10 +155,9 @@ inline void flashFwdBlock(const AttnFwdArgs &a, float *ws, int b, int h, int qb)
   const int mq = std::min(BQ, Nq - q0);
   transposePadded<BQ, D>(qt, q + rowOffset(b, h, H, Nq, q0, D), mq, D);
 
-  // Keys at or beyond kvEnd are excluded for every row of the block.
-  int kvEnd = keyLimit<Variant>(a.lengths, b, Nk);
-  if (Variant::kCausal)
-    kvEnd = std::min(kvEnd, q0 + mq);
+  // Keys outside [kvBegin, kvEnd) are excluded for every row of the block.
+  int kvBegin, kvEnd;
+  keyRange<Variant>(q0, mq, keyLimit<Variant>(a.lengths, b, Nk), kvBegin, kvEnd);
 
   for (int i = 0; i < BQ; ++i) {
     m[i] = kNegInf;
@@ -139,7 +167,7 @@ inline void flashFwdBlock(const AttnFwdArgs &a, float *ws, int b, int h, int qb)
 
   const float *kbh = k + rowOffset(b, h, H, Nk, 0, D);
   const float *vbh = v + rowOffset(b, h, H, Nk, 0, D);
-  for (int kv0 = 0; kv0 < kvEnd; kv0 += BKV) {
+  for (int kv0 = kvBegin; kv0 < kvEnd; kv0 += BKV) {
     const int nk = std::min(BKV, kvEnd - kv0);
     const float *kb = kbh + std::size_t(kv0) * D;
     const float *vb = vbh + std::size_t(kv0) * D;

@@ -159,8 +159,8 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
   const int kv0 = blockIdx.x * BLOCK_KV;
   const int kvEnd = keyEnd<Variant>(a.lengths, b, a.Nk);
   const int kvRows = imax(0, imin(BLOCK_KV, kvEnd - kv0)); // attendable keys
-  const int mEnd = kvRows > 0 ? (a.Nq + BLOCK_Q - 1) / BLOCK_Q : 0;
-  const int mBegin = Variant::kCausal ? imin(kv0 / BLOCK_Q, mEnd) : 0;
+  int mBegin, mEnd; // the query blocks that may keep one of these keys
+  queryBlocks<Variant, BLOCK_Q>(kv0, kvRows, a.Nq, mBegin, mEnd);
 
   const size_t qBase = size_t(bh) * a.Nq, kBase = size_t(bh) * a.Nk + kv0;
   const T *gQ = static_cast<const T *>(a.q) + qBase * D;
@@ -331,9 +331,8 @@ __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
     return;
   const int qRows = imin(BLOCK_Q, a.Nq - q0);
   const int kvEnd = keyEnd<Variant>(a.lengths, b, a.Nk);
-  int nBlocks = (kvEnd + BLOCK_KV - 1) / BLOCK_KV;
-  if constexpr (Variant::kCausal)
-    nBlocks = imin(nBlocks, (q0 + qRows - 1) / BLOCK_KV + 1);
+  int nFirst, nBlocks; // the key blocks any row of this block may keep
+  keyBlocks<Variant, BLOCK_KV>(q0, qRows, kvEnd, nFirst, nBlocks);
 
   const size_t qBase = size_t(bh) * a.Nq + q0, kBase = size_t(bh) * a.Nk;
   const T *gK = static_cast<const T *>(a.k) + kBase * D;
@@ -393,7 +392,7 @@ __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
 
   if constexpr (STAGES == 0) {
     T *slot = slotX(0);
-    for (int n = 0; n < nBlocks; ++n) {
+    for (int n = nFirst; n < nBlocks; ++n) {
       loadK(n, slot);
       cpAsyncCommit();
       cpAsyncWait<0>();
@@ -417,13 +416,14 @@ __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
   } else {
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < nBlocks) {
-        loadK(s, slotX(s % ST));
-        loadV(s, slotY(s % ST));
+      const int n = nFirst + s;
+      if (n < nBlocks) {
+        loadK(n, slotX(n % ST));
+        loadV(n, slotY(n % ST));
       }
       cpAsyncCommit();
     }
-    for (int n = 0; n < nBlocks; ++n) {
+    for (int n = nFirst; n < nBlocks; ++n) {
       const int nx = n + STAGES - 1;
       if (nx < nBlocks) {
         loadK(nx, slotX(nx % ST));

@@ -75,9 +75,8 @@ __device__ void flash_fwd(const AttnFwdArgs &a) {
     return;
   const int qRows = imin(BLOCK_Q, a.Nq - q0);
   const int kvEnd = keyEnd<Variant>(a.lengths, b, a.Nk);
-  int nBlocks = (kvEnd + BLOCK_KV - 1) / BLOCK_KV;
-  if constexpr (Variant::kCausal) // keys after the block's last query
-    nBlocks = imin(nBlocks, (q0 + qRows - 1) / BLOCK_KV + 1);
+  int nFirst, nBlocks; // the key blocks any row of this block may keep
+  keyBlocks<Variant, BLOCK_KV>(q0, qRows, kvEnd, nFirst, nBlocks);
 
   const T *gQ = static_cast<const T *>(a.q) + (size_t(bh) * a.Nq + q0) * D;
   const T *gK = static_cast<const T *>(a.k) + size_t(bh) * a.Nk * D;
@@ -102,8 +101,8 @@ __device__ void flash_fwd(const AttnFwdArgs &a) {
   cpAsyncCommit();
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < nBlocks)
-      loadKv(s);
+    if (nFirst + s < nBlocks)
+      loadKv(nFirst + s);
     cpAsyncCommit(); // empty groups keep the wait counts uniform
   }
 
@@ -115,7 +114,7 @@ __device__ void flash_fwd(const AttnFwdArgs &a) {
   OnlineSoftmax softmax;
   softmax.init();
 
-  for (int n = 0; n < nBlocks; ++n) {
+  for (int n = nFirst; n < nBlocks; ++n) {
     if (n + STAGES - 1 < nBlocks)
       loadKv(n + STAGES - 1);
     cpAsyncCommit();

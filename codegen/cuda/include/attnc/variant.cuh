@@ -33,6 +33,37 @@ ATTNC_HD int keyEnd(const int *lengths, int b, int Nk) {
   return Nk;
 }
 
+/// Key blocks [first, end) of BLOCK_KV keys that query rows [q0, q0 + rows)
+/// may keep: causal and the key band (kMaxBack / kMaxAhead, proven by
+/// attn-key-band) cut both ends; blocks outside are skipped, not masked.
+template <class V, int BLOCK_KV>
+ATTNC_HD void keyBlocks(int q0, int rows, int kvEnd, int &first, int &end) {
+  int lo = 0, hi = kvEnd;
+  if constexpr (V::kCausal)
+    hi = imin(hi, q0 + rows);
+  if constexpr (V::kHasMaxAhead)
+    hi = imin(hi, imax(0, q0 + rows + V::kMaxAhead));
+  if constexpr (V::kHasMaxBack)
+    lo = imax(0, q0 - V::kMaxBack);
+  end = (hi + BLOCK_KV - 1) / BLOCK_KV;
+  first = imin(lo / BLOCK_KV, end);
+}
+
+/// Query blocks [first, end) of BLOCK_Q rows that may keep a key of
+/// [k0, k0 + rows): the transpose of keyBlocks, for the dK/dV kernel.
+template <class V, int BLOCK_Q>
+ATTNC_HD void queryBlocks(int k0, int rows, int Nq, int &first, int &end) {
+  int lo = 0, hi = rows > 0 ? Nq : 0;
+  if constexpr (V::kCausal)
+    lo = imin(hi, k0);
+  if constexpr (V::kHasMaxAhead)
+    lo = imax(lo, imin(hi, k0 - V::kMaxAhead));
+  if constexpr (V::kHasMaxBack)
+    hi = imin(hi, imax(0, k0 + rows + V::kMaxBack));
+  end = (hi + BLOCK_Q - 1) / BLOCK_Q;
+  first = imin(lo / BLOCK_Q, end);
+}
+
 /// Whether query i keeps key j (i < Nq is the caller's business).
 template <class V>
 ATTNC_HD bool kept(const ScoreCtx &c, int i, int j) {
