@@ -527,4 +527,66 @@ Model::ActivationPlan Model::activationPlan(int batch) const {
   return p;
 }
 
+Model::InferencePlan Model::inferencePlan(int batch, int64_t attentionWorkspaceBytes) const {
+  // Counted in floats (4 bytes; the int32 buffers are 4 bytes too), phase by
+  // phase in the order run(batch, false) allocates and frees.
+  const int64_t B = batch, S = cfg_.seq, D = cfg_.dModel, H = cfg_.heads, Dh = D / H;
+  const int64_t V = cfg_.vocab, F = cfg_.dff, R = B * S, RD = R * D;
+  const int64_t W = cfg_.reversible ? 2 * D : D;
+  const int64_t chunk = cfg_.ffnChunk > 0 ? std::min<int64_t>(cfg_.ffnChunk, R) : R;
+  // Layers.cpp's packB: panels of 16 columns, zero-padded, + 8 floats.
+  auto packed = [](int64_t K, int64_t N) { return (N + 15) / 16 * K * 16 + 8; };
+  InferencePlan p;
+  int64_t rotations = 0;
+  for (const LayerParams &L : layers_)
+    rotations += L.rotations.numel();
+  p.weightBytes = 4 * (2 * numParams() + rotations); // value and grad of every parameter
+  p.inputBytes = 4 * 2 * R;                           // Batch::inputs, targets
+  // Live for the whole run: x, top, y (standard) or x2 (reversible), and the
+  // logits kept from the previous call.
+  const int64_t run = RD + R * W + RD + R * V;
+  const int64_t layer = 2 * RD + 2 * R; // z, a, mean, rstd
+  // attention(): the q, k, v, out rows, their [B, H, S, Dh] copies, the
+  // lengths, copies of E, F and the head parameters, then the kernel's out
+  // and lse and (low-rank) the projected K', V' of CpuAttention::run.
+  const int64_t rows = (cfg_.sharedQk ? 3 : 4) * RD, split = (cfg_.sharedQk ? 2 : 3) * RD;
+  int64_t copies = B + (cfg_.headParams.empty() ? 0 : int64_t(cfg_.headParams.size()) * H);
+  if (!layers_.empty()) {
+    const LayerParams &L0 = layers_.front();
+    const Param *E = sharedE_ ? sharedE_ : L0.E;
+    copies += (E ? int64_t(E->value.size()) : 0) + (L0.F ? int64_t(L0.F->value.size()) : 0);
+  }
+  const int64_t outputs = RD + B * H * S;
+  const int64_t projected = cfg_.lowrank ? 2 * B * H * cfg_.lowrankK * Dh : 0;
+  const int64_t workspace = (attentionWorkspaceBytes + 3) / 4;
+  const bool keepsInputs = !cfg_.reversible || cfg_.storeReversibleInputs;
+  auto consider = [&](int64_t floats, const std::string &where) {
+    if (4 * floats > p.activationBytes)
+      p.activationBytes = 4 * floats, p.peakAt = where;
+  };
+  for (int l = 0; l < cfg_.layers; ++l) {
+    // Standard layers keep (x, h) of the layers before; a reversible layer
+    // with storeReversibleInputs has stored its own pair already.
+    int64_t saved = keepsInputs ? 2 * RD * (cfg_.reversible ? l + 1 : l) : 0;
+    int64_t base = run + saved + layer;
+    std::string at = "layer " + std::to_string(l) + " ";
+    consider(base + rows + packed(D, D), at + "q/k/v projection");
+    consider(base + rows + split + copies + outputs + projected + workspace, at + "attention");
+    consider(base + rows + split + copies + outputs + packed(D, D), at + "output projection");
+    if (layers_[size_t(l)].w1) {
+      if (!cfg_.reversible)
+        saved += 2 * RD; // this layer's x and h are saved before its FFN
+      consider(run + saved + layer + packed(D, F) + packed(F, D) + chunk * F, at + "ffn");
+    }
+  }
+  // The head: x, top (and x2), every saved pair, zf, mean, rstd, the
+  // logits, the packed head weights, the cross-entropy's per-row loss
+  // (double) and hit (byte).
+  int64_t saved = keepsInputs ? 2 * RD * cfg_.layers : 0;
+  consider(RD + R * W + (cfg_.reversible ? RD : 0) + saved + R * W + 2 * R + R * V +
+               packed(W, V) + (9 * R + 3) / 4,
+           "head");
+  return p;
+}
+
 } // namespace attnc::train

@@ -99,6 +99,27 @@ public:
   };
   ActivationPlan activationPlan(int batch) const;
 
+  /// The peak memory of inference, run(batch, /*backward=*/false), in
+  /// bytes, as Model::run allocates it (docs/benchmarks.md): the highest sum
+  /// of the buffers live at the same time, over the phases of every layer
+  /// (q/k/v projections, the attention call, the output projection, the FFN
+  /// chunks) and the head. Steady state: the logits the model keeps from the
+  /// previous call count from the start. Forward-only runs still keep every
+  /// standard layer's input and midpoint until the run ends, so they count.
+  /// `attentionWorkspaceBytes` is what the AttentionFn itself allocates
+  /// beyond its outputs while it runs (e.g. an unfused kernel's B·H·N·N
+  /// scores); the projected K'/V' of CpuAttention's low-rank path are
+  /// counted here. Not counted: a generated kernel's per-thread tiles
+  /// (tens of KiB), the runtime's code and thread stacks.
+  struct InferencePlan {
+    int64_t weightBytes = 0;     ///< parameters and their gradient buffers (both allocated)
+    int64_t inputBytes = 0;      ///< the batch: token ids and targets
+    int64_t activationBytes = 0; ///< live buffers at the peak, workspace included
+    std::string peakAt;          ///< where the peak is, e.g. "layer 0 attention"
+    int64_t totalBytes() const { return weightBytes + inputBytes + activationBytes; }
+  };
+  InferencePlan inferencePlan(int batch, int64_t attentionWorkspaceBytes = 0) const;
+
 private:
   struct Param {
     std::string name;

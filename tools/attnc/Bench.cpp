@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "tools/attnc/Bench.h"
 #include "tools/attnc/BenchCommon.h"
+#include "tools/attnc/BenchLinformer.h"
 #include "tools/attnc/BenchLsh.h"
 #include "tools/attnc/Compile.h"
 #include "tools/attnc/Run.h"
@@ -185,6 +186,8 @@ int runBench(const BenchOptions &opt) {
     std::cerr << "attnc bench: --target cuda needs a GPU machine and is not implemented yet\n";
     return kExitNotImplemented;
   }
+  if (!opt.linformerTable.empty())
+    return runLinformerTable(opt);
   if (opt.lshBuckets % 2) {
     std::cerr << "attnc bench: error: --lsh-buckets must be even (the hash is an argmax over "
                  "[xR; -xR]), found "

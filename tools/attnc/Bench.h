@@ -28,12 +28,19 @@ struct BenchOptions {
   std::vector<int> sweepLengths = {1024, 2048, 4096, 8192, 16384};
   std::string sweepCsv = "attnc-bench-lsh-sweep.csv";
   std::string sweepSvg = "attnc-bench-lsh-sweep.svg";
+  /// --linformer-table SPEC: only the Linformer paper's inference table
+  /// (BenchLinformer.h) for the spec's low-rank model.
+  std::string linformerTable;
+  int layers = 1;         ///< layers of the table's models (the spec's dims otherwise)
+  double memoryGiB = 16;  ///< the max-batch search's budget (the paper's 16 GB V100)
+  bool csvGiven = false, svgGiven = false; ///< --csv / --svg were passed (else mode defaults)
 };
 
 /// Times dense fused, unfused (GEMM + softmax + GEMM), low-rank and LSH
 /// attention over the lengths, prints a table with ratios and GFLOP/s against
 /// the machine's measured peak, and writes a CSV and an SVG plot; then the
-/// fixed-total-tokens LSH sweep (its own table, CSV and plot).
+/// fixed-total-tokens LSH sweep (its own table, CSV and plot). With
+/// --linformer-table, the Linformer table instead (runLinformerTable).
 int runBench(const BenchOptions &options);
 
 } // namespace attnc::driver

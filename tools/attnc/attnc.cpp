@@ -223,8 +223,8 @@ int main(int argc, char **argv) {
   bench->add_option("--target", bopts.target, "where to run")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  bench->add_option("--n", bopts.lengths, "sequence lengths")->delimiter(',')->capture_default_str();
-  bench->add_option("--k", bopts.ranks, "low-rank projection lengths")->delimiter(',')->capture_default_str();
+  bench->add_option("--n", bopts.lengths, "sequence lengths")->delimiter(',')->check(CLI::PositiveNumber)->capture_default_str();
+  bench->add_option("--k", bopts.ranks, "low-rank projection lengths")->delimiter(',')->check(CLI::PositiveNumber)->capture_default_str();
   bench->add_option("--batch", bopts.batch, "batch size")->check(CLI::PositiveNumber)->capture_default_str();
   bench->add_option("--heads", bopts.heads, "heads")->check(CLI::PositiveNumber)->capture_default_str();
   bench->add_option("--head-dim", bopts.headDim, "head dim")->check(CLI::IsMember({32, 64, 128}))->capture_default_str();
@@ -232,8 +232,17 @@ int main(int argc, char **argv) {
   bench->add_option("--max-backward-n", bopts.maxBackwardN, "time fwd+bwd up to this N")->capture_default_str();
   bench->add_option("--max-unfused-n", bopts.maxUnfusedN, "run the unfused baseline up to this N")->capture_default_str();
   bench->add_flag("!--no-backward", bopts.backward, "time the forward only");
-  bench->add_option("--csv", bopts.csv, "CSV output")->capture_default_str();
-  bench->add_option("--svg", bopts.svg, "plot output")->capture_default_str();
+  bench->add_option("--csv", bopts.csv, "CSV output (--linformer-table: attnc-linformer-table.csv)")
+      ->each([&](const std::string &) { bopts.csvGiven = true; })->capture_default_str();
+  bench->add_option("--svg", bopts.svg, "plot output (--linformer-table: attnc-linformer-table.svg)")
+      ->each([&](const std::string &) { bopts.svgGiven = true; })->capture_default_str();
+  bench->add_option("--linformer-table", bopts.linformerTable,
+                    "only the Linformer paper's inference table for this spec's low-rank model");
+  bench->add_option("--layers", bopts.layers, "--linformer-table: layers of the models")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  bench->add_option("--memory-gib", bopts.memoryGiB,
+                    "--linformer-table: memory budget of the max-batch search (GiB)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   bench->add_option("--lsh-rounds", bopts.lshRounds, "LSH hash rounds to time")
       ->delimiter(',')->check(CLI::Range(1, 64))->capture_default_str();
   bench->add_option("--lsh-chunks", bopts.lshChunks, "LSH chunk sizes to time")
