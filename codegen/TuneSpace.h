@@ -15,6 +15,7 @@
 
 #include "codegen/TileModel.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -94,13 +95,39 @@ inline TileSpace cudaTileSpace(int elemBytes, int headDim, bool backward, CudaLi
   return space;
 }
 
+/// What a CPU config must fit: the per-thread workspace the kernels
+/// allocate (every OpenMP thread holds one).
+struct CpuLimits {
+  long long workspaceBytes = 0; ///< per thread; 0: no limit
+};
+
+/// Per-thread workspace of the CPU kernels for a tile, in bytes: the largest
+/// of the forward, dK/dV and dQ layouts (FwdLayout, DkDvLayout, DqLayout in
+/// codegen/cpu/include/attnc/flash_*.h; a unit test holds them equal).
+inline long long cpuWorkspaceBytes(int bq, int bkv, int headDim) {
+  const long long q = bq, k = bkv, d = headDim;
+  const long long fwd = d * q + 2 * k * d + k * q + q * d + 6 * q;
+  const long long dkdv = 2 * d * k + 2 * q * d + 2 * q * k + 2 * k * d;
+  const long long dq = 2 * d * q + 2 * k * d + 2 * k * q + q * d + 2 * q;
+  return 4 * std::max({fwd, dkdv, dq});
+}
+
 /// The CPU space: query and key blocks 16..128 (warps and stages do not
-/// apply; the kernels take any block sizes).
-inline TileSpace cpuTileSpace() {
+/// apply; the kernels take any block sizes), minus the configs whose
+/// workspace exceeds the limit.
+inline TileSpace cpuTileSpace(int headDim = 64, CpuLimits lim = {}) {
   TileSpace space;
   for (int bq : {16, 32, 64, 128})
-    for (int bkv : {16, 32, 64, 128})
-      space.candidates.push_back({bq, bkv, 1, 1});
+    for (int bkv : {16, 32, 64, 128}) {
+      tile::TileConfig c{bq, bkv, 1, 1};
+      long long ws = cpuWorkspaceBytes(bq, bkv, headDim);
+      if (lim.workspaceBytes > 0 && ws > lim.workspaceBytes)
+        space.rejected.push_back({c, "workspace", std::to_string(ws) +
+                                                      " bytes per thread > " +
+                                                      std::to_string(lim.workspaceBytes)});
+      else
+        space.candidates.push_back(c);
+    }
   return space;
 }
 

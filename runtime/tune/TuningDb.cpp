@@ -184,13 +184,13 @@ json toJson(const Entry &e, bool withMeasured) {
   j["updated"] = e.updated;
   json ms = json::array();
   if (withMeasured)
-    for (const Measurement &m : e.measured)
-      ms.push_back({{"config", m.config},
-                    {"median_ms", m.medianMs},
-                    {"spread", m.spread},
-                    {"repeats", m.repeats},
-                    {"at", m.at},
-                    {"error", m.error}});
+    for (const Measurement &m : e.measured) {
+      json mj = {{"config", m.config}, {"median_ms", m.medianMs}, {"spread", m.spread},
+                 {"repeats", m.repeats}, {"at", m.at},           {"error", m.error}};
+      if (m.relError >= 0)
+        mj["rel_error"] = m.relError;
+      ms.push_back(std::move(mj));
+    }
   j["measured"] = std::move(ms);
   return j;
 }
@@ -239,6 +239,8 @@ Entry entryFromJson(const json &j, const std::string &where) {
       m.repeats = getSmallInt(mj, "repeats", mw);
       m.at = getString(mj, "at", mw, false);
       m.error = getString(mj, "error", mw, false);
+      if (member(mj, "rel_error"))
+        m.relError = getDouble(mj, "rel_error", mw);
       auto [it, fresh] = byConfig.emplace(m.config, m);
       if (!fresh && m.at >= it->second.at)
         it->second = m;

@@ -173,6 +173,9 @@ struct Measurement {
   int repeats = 0;
   std::string at;    ///< when measured (ISO UTC); set by recordMeasurement if empty
   std::string error; ///< non-empty: the config failed (medianMs meaningless)
+  /// Accuracy-aware configs (k, LSH rounds): the relative error of the
+  /// output against exact attention; negative when not measured.
+  double relError = -1;
 
   bool failed() const { return !error.empty(); }
 };

@@ -1,5 +1,6 @@
 //===- TuneSpaceTest.cpp - The tile search space of attnc tune ------------===//
 #include "codegen/TuneSpace.h"
+#include "codegen/cpu/include/attnc/flash_bwd.h"
 
 #include <gtest/gtest.h>
 
@@ -70,4 +71,36 @@ TEST(TuneSpace, PipeliningNeedsAmpere) {
 TEST(TuneSpace, CpuSpaceAndConfigText) {
   EXPECT_EQ(tune::cpuTileSpace().candidates.size(), 16u);
   EXPECT_EQ(tune::configText({64, 32, 4, 2}), "bq=64,bkv=32,w=4,s=2");
+}
+
+// The tuner's CPU workspace formula is the kernels' own layout sizes.
+template <int BQ, int BKV, int D> long long kernelWorkspaceBytes() {
+  using namespace attnc::cpu::detail;
+  return 4 * static_cast<long long>(std::max({FwdLayout<BQ, BKV, D>::kTotal,
+                                              DkDvLayout<BQ, BKV, D>::kTotal,
+                                              DqLayout<BQ, BKV, D>::kTotal}));
+}
+
+TEST(TuneSpace, CpuWorkspaceIsTheKernelsLayout) {
+  EXPECT_EQ(tune::cpuWorkspaceBytes(16, 32, 64), (kernelWorkspaceBytes<16, 32, 64>()));
+  EXPECT_EQ(tune::cpuWorkspaceBytes(64, 64, 64), (kernelWorkspaceBytes<64, 64, 64>()));
+  EXPECT_EQ(tune::cpuWorkspaceBytes(128, 16, 80), (kernelWorkspaceBytes<128, 16, 80>()));
+  EXPECT_EQ(tune::cpuWorkspaceBytes(16, 128, 256), (kernelWorkspaceBytes<16, 128, 256>()));
+}
+
+// A deliberately tiny workspace limit rejects every config, each with its
+// size; a limit between two footprints splits the space at exactly that size.
+TEST(TuneSpace, CpuWorkspaceLimit) {
+  tune::TileSpace none = tune::cpuTileSpace(64, {1024});
+  EXPECT_TRUE(none.candidates.empty());
+  EXPECT_EQ(none.rejected.size(), 16u);
+  EXPECT_NE(tune::summarizeRejections(none).find("workspace: 16 config(s)"), std::string::npos);
+  const long long limit = tune::cpuWorkspaceBytes(64, 64, 64);
+  tune::TileSpace some = tune::cpuTileSpace(64, {limit});
+  EXPECT_TRUE(contains(some.candidates, {64, 64, 1, 1}));
+  EXPECT_FALSE(contains(some.candidates, {128, 128, 1, 1}));
+  for (const tile::TileConfig &c : some.candidates)
+    EXPECT_LE(tune::cpuWorkspaceBytes(c.blockQ, c.blockKv, 64), limit);
+  for (const tune::Rejection &r : some.rejected)
+    EXPECT_GT(tune::cpuWorkspaceBytes(r.config.blockQ, r.config.blockKv, 64), limit);
 }

@@ -91,6 +91,62 @@ bool parseConfig(const std::string &cfg, tile::TileConfig &c) {
   return c.blockQ > 0 && c.blockKv > 0;
 }
 
+/// Why each family of configs was dropped, one line each.
+std::string rejections(const tune::TileSpace &space) {
+  std::string text = tune::summarizeRejections(space);
+  if (!text.empty() && text.back() == '\n')
+    text.pop_back();
+  return text;
+}
+
+/// The first layer's attention variant of a model.
+attn::VariantOp variantOf(attn::ModelOp model) {
+  auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
+  return SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
+}
+
+/// --target cuda: the search space against the arch's limits, every dropped
+/// config's reason, before anything is compiled. Timing needs a GPU, which
+/// this build does not drive yet.
+int planCuda(ModuleOp module, const TuneOptions &opt) {
+  if (opt.target != "cuda")
+    return fail("--target must be cpu or cuda, found '" + opt.target + "'");
+  StringRef archName(opt.arch);
+  int sm = 0;
+  if (!archName.consume_front("sm_") || archName.getAsInteger(10, sm) || sm < 75)
+    return fail("--arch must be sm_75 or newer, found '" + opt.arch + "'");
+  int fits = 0;
+  for (attn::ModelOp model : module.getOps<attn::ModelOp>()) {
+    if (!opt.model.empty() && model.getSymName() != opt.model)
+      continue;
+    attn::VariantOp variant = variantOf(model);
+    const std::string name = model.getSymName().str();
+    if (variant.getLsh()) {
+      std::cout << name << ": LSH kernels take their tile from the chunk (attn-tile)\n";
+      continue;
+    }
+    const int D = int(model.getDModel() / model.getHeads());
+    const int bytes = model.getDtype() == attn::DType::fp32 ? 4 : 2;
+    tune::CudaLimits lim;
+    lim.sm = sm, lim.smemBytes = opt.smemLimit;
+    for (bool backward : {false, true}) {
+      tune::TileSpace space = tune::cudaTileSpace(bytes, D, backward, lim);
+      const char *which = backward ? "backward" : "forward";
+      if (space.candidates.empty())
+        return fail(name + ": no " + which + " tile config fits " + opt.arch +
+                    " (nothing compiled or launched):\n" + rejections(space));
+      std::cout << name << " " << which << " (" << stringifyDType(model.getDtype()).str()
+                << ", d" << D << ", " << opt.arch << "): " << space.candidates.size()
+                << " configs fit, " << space.rejected.size() << " dropped before compiling\n"
+                << tune::summarizeRejections(space);
+      fits += int(space.candidates.size());
+    }
+  }
+  std::cerr << "attnc tune: measuring on the GPU is not implemented yet (" << fits
+            << " candidate configs listed above; this build tunes the CPU kernels)\n";
+  return kExitNotImplemented;
+}
+
 } // namespace
 
 void applyTunedCpuTile(attn::VariantOp variant, int64_t headDim, int64_t seq, int64_t heads,
@@ -127,20 +183,26 @@ int runTune(const TuneOptions &opt) {
     std::cout << db->show();
     return kExitOk;
   }
-  if (opt.target != "cpu") {
-    std::cerr << "attnc tune: --target " << opt.target
-              << " is not implemented yet (it measures on the GPU; this build tunes the CPU "
-                 "kernels)\n";
-    return kExitNotImplemented;
-  }
   MLIRContext context;
   OwningOpRef<ModuleOp> module = loadSpecModule(opt.spec, "tune", context);
   if (!module)
     return kExitInput;
+  if (opt.target != "cpu")
+    return planCuda(*module, opt);
   PassManager resolve(&context);
   resolve.addPass(createResolveTunables());
   if (failed(resolve.run(*module)))
     return kExitInput;
+  if (opt.maxError > 0) { // k / LSH rounds against the error budget
+    double budgetLeft = opt.budget;
+    for (attn::ModelOp model : module->getOps<attn::ModelOp>())
+      if (opt.model.empty() || model.getSymName() == opt.model)
+        if (int rc = tuneAccuracy(*module, model, variantOf(model), opt, path, toolchain(),
+                                  budgetLeft))
+          return rc;
+    std::cout << "tuning database: " << path << "\n";
+    return kExitOk;
+  }
   Expected<tune::TuningDb> db = tune::TuningDb::open(path);
   if (!db)
     return fail(db.error());
@@ -155,9 +217,7 @@ int runTune(const TuneOptions &opt) {
   for (attn::ModelOp model : module->getOps<attn::ModelOp>()) {
     if (!opt.model.empty() && model.getSymName() != opt.model)
       continue;
-    auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
-    auto variant =
-        SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
+    attn::VariantOp variant = variantOf(model);
     const std::string name = model.getSymName().str();
     if (variant.getLsh()) {
       std::cout << name << ": LSH attention runs one chunk per task on the CPU; no tile to tune\n";
@@ -166,7 +226,11 @@ int runTune(const TuneOptions &opt) {
     const int64_t H = model.getHeads(), D = model.getDModel() / H, S = model.getSeq();
     const int B = opt.batch;
     tune::KernelKey key{signatureOf(variant, D), tune::shapeBucket(S, H)};
-    tune::TileSpace space = tune::cpuTileSpace();
+    // Configs whose workspace cannot fit are dropped before compiling.
+    tune::TileSpace space = tune::cpuTileSpace(int(D), {opt.maxWorkspaceKib * 1024});
+    if (space.candidates.empty())
+      return fail(name + ": no tile config fits (nothing compiled or run):\n" +
+                  rejections(space));
     // Inputs of the model's shape (E/F for low-rank; constant per-head
     // parameters from the spec's values).
     std::mt19937 rng(7);

@@ -364,6 +364,18 @@ int main(int argc, char **argv) {
   tuneCmd->add_option("--repeats", tuneOpts.repeats, "timed repeats per measurement (median)")
       ->check(CLI::Range(1, 1000))->capture_default_str();
   tuneCmd->add_flag("--show", tuneOpts.show, "list the database instead of tuning");
+  tuneCmd->add_option("--max-workspace-kib", tuneOpts.maxWorkspaceKib,
+                      "CPU: drop tiles whose per-thread workspace exceeds this (KiB)")
+      ->check(CLI::NonNegativeNumber);
+  tuneCmd->add_option("--max-error", tuneOpts.maxError,
+                      "choose k / LSH rounds and chunk: the fastest whose relative error "
+                      "against exact attention is at most this")
+      ->check(CLI::PositiveNumber);
+  tuneCmd->add_option("--arch", tuneOpts.arch, "CUDA: the architecture whose limits apply")
+      ->capture_default_str();
+  tuneCmd->add_option("--smem-limit", tuneOpts.smemLimit,
+                      "CUDA: shared memory per block in bytes (default: the arch's)")
+      ->check(CLI::NonNegativeNumber);
 
   try {
     app.parse(argc, argv);
