@@ -21,6 +21,7 @@
 #include "tools/attnc/BenchLinformer.h"
 #include "tools/attnc/BenchCommon.h"
 #include "tools/attnc/Compile.h"
+#include "tools/attnc/ModelConfig.h"
 #include "tools/attnc/Run.h"
 
 #include "codegen/KernelArgs.h"
@@ -162,32 +163,6 @@ std::string loadAverage() {
   return in >> first ? first : "?";
 }
 
-/// The spec model's configuration (as attnc train builds it) with seq = n,
-/// `layers` layers and, when k > 0, low-rank attention with that k.
-train::ModelConfig configOf(attn::ModelOp model, attn::LayerOp layer, attn::VariantOp variant) {
-  train::ModelConfig c;
-  c.vocab = int(model.getVocab()), c.dModel = int(model.getDModel());
-  c.heads = int(model.getHeads()), c.dff = int(model.getDFf());
-  c.reversible = layer.getReversible();
-  c.ffn = layer.getFfnAct().has_value();
-  if (auto act = layer.getFfnAct())
-    c.act = *act == attn::Activation::relu   ? train::Activation::Relu
-            : *act == attn::Activation::silu ? train::Activation::Silu
-                                             : train::Activation::Gelu;
-  c.ffnChunk = layer.getFfnChunk() ? int(*layer.getFfnChunk()) : 0;
-  c.objective = model.getObjective() == attn::Objective::mlm         ? train::Objective::Mlm
-                : model.getObjective() == attn::Objective::duplicate ? train::Objective::Duplicate
-                                                                     : train::Objective::CausalLm;
-  c.share = stringifyShareMode(variant.getLowrankAttr().getShare()).str();
-  if (auto decls = variant.getParams())
-    for (Attribute a : *decls) {
-      auto hp = llvm::cast<attn::HeadParamAttr>(a);
-      c.headParams.push_back({hp.getName().str(), hp.getInit() == attn::ParamInit::alibi,
-                              float(hp.getValue().convertToDouble()), hp.getLearned()});
-    }
-  return c;
-}
-
 /// The largest batch whose planned bytes fit `budget` (doubling, then
 /// bisection); 0 when not even one sequence fits.
 int64_t maxBatch(const std::function<int64_t(int)> &planned, int64_t budget) {
@@ -203,21 +178,6 @@ int64_t maxBatch(const std::function<int64_t(int)> &planned, int64_t budget) {
     (planned(mid) <= budget ? lo : hi) = mid;
   }
   return lo;
-}
-
-/// Random bytes as inputs, targets = inputs, masked for MLM.
-train::Batch syntheticBatch(const train::ModelConfig &c, int B) {
-  train::Batch b;
-  b.B = B, b.S = c.seq;
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int32_t> byte(0, c.vocab - 1);
-  b.inputs.resize(size_t(B) * c.seq);
-  for (int32_t &t : b.inputs)
-    t = byte(rng);
-  b.targets = b.inputs;
-  if (c.objective == train::Objective::Mlm)
-    train::maskTokens(b, 7, 0, c.vocab, c.vocab);
-  return b;
 }
 
 /// One model of one table row, measured.
@@ -405,7 +365,9 @@ int runLinformerTable(const BenchOptions &opt) {
   };
   auto noWorkspace = [](int) { return int64_t(0); };
 
-  train::ModelConfig base = configOf(model, layer, variant);
+  // The standard model: the spec's, without the projection.
+  train::ModelConfig base = modelConfigOf(model, layer, variant);
+  base.lowrank = false;
   base.layers = opt.layers;
   bool tty = isatty(STDERR_FILENO);
   Setup setup{opt, int64_t(opt.memoryGiB * double(int64_t(1) << 30)), true, ""};

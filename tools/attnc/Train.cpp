@@ -8,8 +8,13 @@
 //===----------------------------------------------------------------------===//
 #include "tools/attnc/Train.h"
 #include "tools/attnc/Compile.h"
+#include "tools/attnc/ModelConfig.h"
 #include "tools/attnc/Run.h"
 #include "tools/attnc/Tune.h"
+
+#include "runtime/FileSystem.h"
+
+#include <nlohmann/json.hpp>
 
 #include "dsl/MLIRGen.h"
 #include "dsl/Parser.h"
@@ -47,6 +52,42 @@ struct Prepared {
   std::string specHash, name;
 };
 
+/// A run directory keeps the kernel choices of its first run (the attention
+/// tile and the FFN chunk, which may come from the tuning database):
+/// resuming and evaluating use the same ones whatever the database says now,
+/// since another tile or chunk sums in another order and would break the
+/// exact resume. `attnc train` writes the file; every command reads it.
+int pinRunChoices(const char *cmd, const TrainCliOptions &opt, attn::VariantOp variant,
+                  train::ModelConfig &c) {
+  const std::string path = opt.out + "/kernel-choices.json";
+  attn::TileAttr tile = variant.getTile();
+  if (Expected<std::string> text = fs::readFile(path)) {
+    nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j["block_q"].is_number_integer() ||
+        !j["block_kv"].is_number_integer() || !j["ffn_chunk"].is_number_integer())
+      return fail(cmd, path + " is not a kernel-choices file (an object with integer block_q, "
+                              "block_kv and ffn_chunk); remove it to choose again");
+    const int64_t bq = j["block_q"], bkv = j["block_kv"], chunk = j["ffn_chunk"];
+    if (bq != tile.getBlockQ() || bkv != tile.getBlockKv() || chunk != c.ffnChunk)
+      std::cerr << "attnc " << cmd << ": using this run's kernel choices from " << path
+                << " (tile " << bq << "x" << bkv << ", ffn chunk " << chunk << ")\n";
+    variant.setTileAttr(attn::TileAttr::get(variant.getContext(), bq, bkv, tile.getWarps(),
+                                            tile.getStages()));
+    c.ffnChunk = int(chunk);
+    return kExitOk;
+  }
+  if (std::string(cmd) != "train")
+    return kExitOk;
+  nlohmann::json j = {{"block_q", tile.getBlockQ()},
+                      {"block_kv", tile.getBlockKv()},
+                      {"ffn_chunk", c.ffnChunk}};
+  if (Status st = fs::createDirectories(opt.out); !st)
+    return fail(cmd, st.error());
+  if (Status st = fs::writeFileAtomic(path, j.dump(2) + "\n"); !st)
+    return fail(cmd, st.error());
+  return kExitOk;
+}
+
 int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p) {
   if (opt.target != "cpu") {
     std::cerr << "attnc " << cmd << ": --target " << opt.target
@@ -58,6 +99,7 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p) {
   if (!p.module)
     return kExitInput;
   p.specHash = sha256Hex(text);
+  const std::set<std::string> autoFfn = modelsWithAutoFfnChunk(*p.module);
   PassManager resolve(&p.context);
   ResolveTunablesOptions ro;
   ro.report = true;
@@ -84,39 +126,16 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p) {
   auto variant =
       SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
   train::ModelConfig &c = p.config;
-  c.vocab = int(model.getVocab()), c.seq = int(model.getSeq()), c.dModel = int(model.getDModel());
-  c.heads = int(model.getHeads()), c.dff = int(model.getDFf()), c.layers = int(model.getLayers());
-  c.reversible = layer.getReversible();
-  c.ffn = layer.getFfnAct().has_value(); // no ffn clause: attention-only layers
-  if (auto act = layer.getFfnAct())
-    c.act = *act == attn::Activation::relu   ? train::Activation::Relu
-            : *act == attn::Activation::silu ? train::Activation::Silu
-                                             : train::Activation::Gelu;
-  if (auto chunk = layer.getFfnChunk())
-    c.ffnChunk = int(*chunk);
-  c.objective = model.getObjective() == attn::Objective::mlm         ? train::Objective::Mlm
-                : model.getObjective() == attn::Objective::duplicate ? train::Objective::Duplicate
-                                                                     : train::Objective::CausalLm;
-  c.sharedQk = variant.getSharedQk();
-  if (auto lsh = variant.getLshAttr()) {
-    c.lshRounds = int(lsh.getRounds()), c.lshBuckets = int(lsh.getBuckets());
-    c.lshSeed = uint64_t(lsh.getSeed());
-  }
-  if (auto lr = variant.getLowrankAttr()) {
-    c.lowrank = true;
-    c.share = stringifyShareMode(lr.getShare()).str();
-    c.lowrankK = int(lr.getK());
-  }
-  if (auto decls = variant.getParams())
-    for (Attribute a : *decls) {
-      auto hp = llvm::cast<attn::HeadParamAttr>(a);
-      c.headParams.push_back({hp.getName().str(), hp.getInit() == attn::ParamInit::alibi,
-                              float(hp.getValue().convertToDouble()), hp.getLearned()});
-    }
+  c = modelConfigOf(model, layer, variant);
   if (c.dModel % c.heads)
     return fail(cmd, "d_model " + std::to_string(c.dModel) + " is not a multiple of heads " +
                          std::to_string(c.heads));
   applyTunedCpuTile(variant, c.dModel / c.heads, c.seq, c.heads, std::cerr);
+  if (autoFfn.count(p.name))
+    if (int chunk = tunedFfnChunk(c, std::cerr))
+      c.ffnChunk = chunk > 0 ? chunk : 0;
+  if (int rc = pinRunChoices(cmd, opt, variant, c))
+    return rc;
   codegen::AttentionShape shape;
   shape.batch = opt.batch, shape.heads = c.heads, shape.seq = c.seq;
   shape.headDim = c.dModel / c.heads, shape.maxSeq = c.seq;

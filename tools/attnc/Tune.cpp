@@ -15,6 +15,7 @@
 #include "tools/attnc/Tune.h"
 #include "tools/attnc/BenchCommon.h"
 #include "tools/attnc/Compile.h"
+#include "tools/attnc/ModelConfig.h"
 #include "tools/attnc/Run.h"
 
 #include "codegen/TuneSpace.h"
@@ -30,6 +31,7 @@
 #include "mlir/Pass/PassManager.h"
 
 #include <algorithm>
+#include <set>
 #include <fstream>
 #include <iostream>
 #include <unistd.h>
@@ -62,13 +64,6 @@ std::string signatureOf(attn::VariantOp variant, int64_t headDim) {
   copy.erase();
   return "cpu attention f32 d" + std::to_string(headDim) + " fwd+bwd " +
          sha256Hex(os.str()).substr(0, 12);
-}
-
-std::string toolchain() {
-  Expected<std::string> id =
-      HostCompiler::compilerIdentity(HostCompiler::compilerCommand(HostCompileOptions{}));
-  std::string first = id ? id->substr(0, id->find('\n')) : "host compiler unknown";
-  return tune::toolchainId(first);
 }
 
 bool tileIsAuto(attn::TileAttr t) {
@@ -149,6 +144,38 @@ int planCuda(ModuleOp module, const TuneOptions &opt) {
 
 } // namespace
 
+std::string cpuToolchain() {
+  Expected<std::string> id =
+      HostCompiler::compilerIdentity(HostCompiler::compilerCommand(HostCompileOptions{}));
+  std::string first = id ? id->substr(0, id->find('\n')) : "host compiler unknown";
+  return tune::toolchainId(first);
+}
+
+std::optional<Finalists> chooseAmongFinalists(size_t n,
+                                              const std::function<double(size_t)> &time) {
+  std::vector<std::vector<double>> rounds(n);
+  for (int r = 0; r < 3; ++r)
+    for (size_t i = 0; i < n; ++i) {
+      double ms = time(i);
+      if (ms < 0)
+        return std::nullopt;
+      rounds[i].push_back(ms);
+    }
+  Finalists f;
+  f.med.resize(n), f.spread.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::sort(rounds[i].begin(), rounds[i].end());
+    f.med[i] = rounds[i][1];
+    f.spread[i] = (rounds[i].back() - rounds[i].front()) / f.med[i];
+  }
+  for (size_t i = 1; i < n; ++i) {
+    double margin = std::max({f.spread[0], f.spread[i], 0.02});
+    if (f.med[i] < f.med[f.best] && f.med[i] < f.med[0] * (1 - margin))
+      f.best = i;
+  }
+  return f;
+}
+
 void applyTunedCpuTile(attn::VariantOp variant, int64_t headDim, int64_t seq, int64_t heads,
                        std::ostream &log) {
   if (variant.getLsh() || !tileIsAuto(variant.getTile()))
@@ -160,7 +187,7 @@ void applyTunedCpuTile(attn::VariantOp variant, int64_t headDim, int64_t seq, in
     return;
   }
   tune::KernelKey key{signatureOf(variant, headDim), tune::shapeBucket(seq, heads)};
-  const tune::Entry *e = db->find(tune::cpuDevice(), key, toolchain());
+  const tune::Entry *e = db->find(tune::cpuDevice(), key, cpuToolchain());
   tile::TileConfig c;
   if (!e || !parseConfig(e->config, c)) {
     if (!db->empty())
@@ -189,6 +216,8 @@ int runTune(const TuneOptions &opt) {
     return kExitInput;
   if (opt.target != "cpu")
     return planCuda(*module, opt);
+  // Models whose FFN chunk the spec left to the tuner (before resolving).
+  const std::set<std::string> autoFfn = modelsWithAutoFfnChunk(*module);
   PassManager resolve(&context);
   resolve.addPass(createResolveTunables());
   if (failed(resolve.run(*module)))
@@ -197,7 +226,7 @@ int runTune(const TuneOptions &opt) {
     double budgetLeft = opt.budget;
     for (attn::ModelOp model : module->getOps<attn::ModelOp>())
       if (opt.model.empty() || model.getSymName() == opt.model)
-        if (int rc = tuneAccuracy(*module, model, variantOf(model), opt, path, toolchain(),
+        if (int rc = tuneAccuracy(*module, model, variantOf(model), opt, path, cpuToolchain(),
                                   budgetLeft))
           return rc;
     std::cout << "tuning database: " << path << "\n";
@@ -208,7 +237,7 @@ int runTune(const TuneOptions &opt) {
     return fail(db.error());
   db->setAutosave(std::chrono::milliseconds(0)); // every measurement survives a kill
   const tune::DeviceKey device = tune::cpuDevice();
-  const std::string tc = toolchain();
+  const std::string tc = cpuToolchain();
   const bool tty = isatty(STDERR_FILENO);
   const auto t0 = bench::Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(bench::Clock::now() - t0).count(); };
@@ -334,26 +363,14 @@ int runTune(const TuneOptions &opt) {
     for (auto &t : timed)
       if (!(t.second.blockQ == heuristic.blockQ && t.second.blockKv == heuristic.blockKv))
         finalists.push_back(t.second);
-    std::vector<std::vector<double>> rounds(finalists.size());
-    for (int r = 0; r < 3; ++r)
-      for (size_t i = 0; i < finalists.size(); ++i) {
-        CpuAttention *a = compileTile(finalists[i]);
-        if (!a)
-          return kExitInput;
-        rounds[i].push_back(timeTile(*a));
-      }
-    std::vector<double> med(finalists.size()), spread(finalists.size());
-    for (size_t i = 0; i < finalists.size(); ++i) {
-      std::sort(rounds[i].begin(), rounds[i].end());
-      med[i] = rounds[i][1];
-      spread[i] = (rounds[i].back() - rounds[i].front()) / med[i];
-    }
-    size_t best = 0; // the heuristic
-    for (size_t i = 1; i < finalists.size(); ++i) {
-      double margin = std::max({spread[0], spread[i], 0.02});
-      if (med[i] < med[best] && med[i] < med[0] * (1 - margin))
-        best = i;
-    }
+    std::optional<Finalists> pick = chooseAmongFinalists(finalists.size(), [&](size_t i) {
+      CpuAttention *a = compileTile(finalists[i]);
+      return a ? timeTile(*a) : -1.0;
+    });
+    if (!pick)
+      return kExitInput;
+    const size_t best = pick->best;
+    const std::vector<double> &med = pick->med, &spread = pick->spread;
     std::string cfg = tune::canonicalConfig(tune::configText(finalists[best]));
     db->choose(device, key, tc, cfg, med[best], spread[best]);
     if (Status s = db->save(); !s)
@@ -365,6 +382,14 @@ int runTune(const TuneOptions &opt) {
               << (best == 0 ? ", kept: no candidate beat it beyond the noise" : "") << "\n";
     ++tuned;
   }
+  double budgetLeft = opt.budget - elapsed();
+  for (attn::ModelOp model : module->getOps<attn::ModelOp>())
+    if ((opt.model.empty() || model.getSymName() == opt.model) &&
+        autoFfn.count(model.getSymName().str()) && !outOfBudget) {
+      if (int rc = tuneFfnChunk(*module, model, opt, path, cpuToolchain(), budgetLeft))
+        return rc;
+      ++tuned;
+    }
   std::cout << "tuning database: " << path << " (" << tuned << " kernel(s) chosen, "
             << bench::fmt(elapsed(), 1) << " s)\n";
   return kExitOk;

@@ -6,7 +6,12 @@
 
 #include "mlir/IR/BuiltinOps.h"
 
+#include "runtime/train/Model.h"
+
+#include <functional>
 #include <iosfwd>
+#include <optional>
+#include <vector>
 #include <string>
 
 namespace attnc::driver {
@@ -44,6 +49,34 @@ int runTune(const TuneOptions &options);
 int tuneAccuracy(mlir::ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
                  const TuneOptions &options, const std::string &dbPath,
                  const std::string &toolchain, double &budgetLeft);
+
+/// This CPU's host compiler, as the tuning database's toolchain key.
+std::string cpuToolchain();
+
+/// The interleaved final round every measured choice ends with: the
+/// finalists (index 0: the heuristic) are re-timed round-robin, three
+/// rounds, and the heuristic stays unless another beats it by more than the
+/// measured spread (and at least 2 %), so a choice is never slower than the
+/// default beyond noise and repeat runs agree where configs are equal.
+/// `time(i)` returns milliseconds, or a negative number on failure (then
+/// nullopt).
+struct Finalists {
+  size_t best = 0;
+  std::vector<double> med, spread; ///< median ms and (max - min) / median
+};
+std::optional<Finalists> chooseAmongFinalists(size_t n,
+                                              const std::function<double(size_t)> &time);
+
+/// attnc tune for the FFN row chunk of one model whose spec left it `auto`
+/// (chunking never changes the result): one layer's training step timed
+/// per chunk, the interleaved final round, the choice in `db`.
+int tuneFfnChunk(mlir::ModuleOp module, attn::ModelOp model, const TuneOptions &options,
+                 const std::string &dbPath, const std::string &toolchain, double &budgetLeft);
+
+/// The FFN chunk measured for `config` on this CPU: 0 when there is no
+/// entry, -1 for all rows at once, else the chunk; says which entry it used
+/// on `log`. attnc train calls it when the spec left the chunk `auto`.
+int tunedFfnChunk(const train::ModelConfig &config, std::ostream &log);
 
 /// Gives `variant` the tuned tile for a model shape from the tuning database
 /// ($ATTNC_TUNING_DB or the user's), when the spec left its tile `auto` and

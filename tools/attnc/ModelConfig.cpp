@@ -1,0 +1,66 @@
+//===- ModelConfig.cpp - A spec model as the training runtime's config ----===//
+#include "tools/attnc/ModelConfig.h"
+
+#include <random>
+
+namespace attnc::driver {
+
+train::ModelConfig modelConfigOf(attn::ModelOp model, attn::LayerOp layer,
+                                 attn::VariantOp variant) {
+  train::ModelConfig c;
+  c.vocab = int(model.getVocab()), c.seq = int(model.getSeq()), c.dModel = int(model.getDModel());
+  c.heads = int(model.getHeads()), c.dff = int(model.getDFf()), c.layers = int(model.getLayers());
+  c.reversible = layer.getReversible();
+  c.ffn = layer.getFfnAct().has_value(); // no ffn clause: attention-only layers
+  if (auto act = layer.getFfnAct())
+    c.act = *act == attn::Activation::relu   ? train::Activation::Relu
+            : *act == attn::Activation::silu ? train::Activation::Silu
+                                             : train::Activation::Gelu;
+  if (auto chunk = layer.getFfnChunk())
+    c.ffnChunk = int(*chunk);
+  c.objective = model.getObjective() == attn::Objective::mlm         ? train::Objective::Mlm
+                : model.getObjective() == attn::Objective::duplicate ? train::Objective::Duplicate
+                                                                     : train::Objective::CausalLm;
+  c.sharedQk = variant.getSharedQk();
+  if (auto lsh = variant.getLshAttr()) {
+    c.lshRounds = int(lsh.getRounds()), c.lshBuckets = int(lsh.getBuckets());
+    c.lshSeed = uint64_t(lsh.getSeed());
+  }
+  if (auto lr = variant.getLowrankAttr()) {
+    c.lowrank = true;
+    c.share = stringifyShareMode(lr.getShare()).str();
+    c.lowrankK = int(lr.getK());
+  }
+  if (auto decls = variant.getParams())
+    for (mlir::Attribute a : *decls) {
+      auto hp = llvm::cast<attn::HeadParamAttr>(a);
+      c.headParams.push_back({hp.getName().str(), hp.getInit() == attn::ParamInit::alibi,
+                              float(hp.getValue().convertToDouble()), hp.getLearned()});
+    }
+  return c;
+}
+
+std::set<std::string> modelsWithAutoFfnChunk(mlir::ModuleOp module) {
+  std::set<std::string> names;
+  for (attn::ModelOp model : module.getOps<attn::ModelOp>())
+    for (attn::LayerOp layer : model.getBody().getOps<attn::LayerOp>())
+      if (auto chunk = layer.getFfnChunk(); chunk && int64_t(*chunk) == attn::kAuto)
+        names.insert(model.getSymName().str());
+  return names;
+}
+
+train::Batch syntheticBatch(const train::ModelConfig &c, int B) {
+  train::Batch b;
+  b.B = B, b.S = c.seq;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> byte(0, c.vocab - 1);
+  b.inputs.resize(size_t(B) * c.seq);
+  for (int32_t &t : b.inputs)
+    t = byte(rng);
+  b.targets = b.inputs;
+  if (c.objective == train::Objective::Mlm)
+    train::maskTokens(b, 7, 0, c.vocab, c.vocab);
+  return b;
+}
+
+} // namespace attnc::driver

@@ -1,0 +1,32 @@
+//===- ModelConfig.h - A spec model as the training runtime's config -*- C++ -*-===//
+#ifndef ATTNC_TOOLS_ATTNC_MODELCONFIG_H
+#define ATTNC_TOOLS_ATTNC_MODELCONFIG_H
+
+#include "dsl/AttnDialect.h"
+#include "runtime/train/Model.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <set>
+#include <string>
+
+namespace attnc::driver {
+
+/// The training runtime's configuration of `model` whose layers use
+/// `variant` (dims, layer kind, FFN, objective; the variant's LSH, low-rank
+/// and per-head parameters), after attn-resolve-tunables: what attnc train
+/// trains, attnc bench --linformer-table times and attnc tune measures.
+train::ModelConfig modelConfigOf(attn::ModelOp model, attn::LayerOp layer,
+                                 attn::VariantOp variant);
+
+/// The models whose FFN chunk the spec left `auto` (for the tuner); call
+/// before attn-resolve-tunables replaces it.
+std::set<std::string> modelsWithAutoFfnChunk(mlir::ModuleOp module);
+
+/// B sequences of random bytes for `config` (targets the inputs; for MLM,
+/// masked as the trainer masks), seeded: timing input for whole models.
+train::Batch syntheticBatch(const train::ModelConfig &config, int B);
+
+} // namespace attnc::driver
+
+#endif // ATTNC_TOOLS_ATTNC_MODELCONFIG_H

@@ -1,0 +1,174 @@
+//===- TuneFfn.cpp - attnc tune: the feed-forward row chunk ---------------===//
+//
+// The FFN of a layer runs over the rows in chunks (`ffn(chunk = C)`): the
+// result is the same for every chunk, the speed is not (small chunks pack
+// the weights more often, large ones spill the chunk x d_ff intermediate
+// out of the cache). When the spec leaves the chunk `auto`, attnc tune
+// times one layer's training step (forward + backward, the runtime's own
+// model) per candidate and keeps the heuristic unless one beats it beyond
+// the noise; attnc train then uses the entry.
+//
+//===----------------------------------------------------------------------===//
+#include "tools/attnc/BenchCommon.h"
+#include "tools/attnc/Compile.h"
+#include "tools/attnc/ModelConfig.h"
+#include "tools/attnc/Run.h"
+#include "tools/attnc/Tune.h"
+
+#include "runtime/tune/TuningDb.h"
+
+#include "mlir/IR/Builders.h"
+
+#include <iostream>
+
+using namespace mlir;
+
+namespace attnc::driver {
+
+namespace {
+
+/// What the chunk's speed depends on: the FFN's dims and activation and the
+/// layer kind; the bucket is the sequence length (the batch is attnc
+/// train's, unknown to the database key).
+tune::KernelKey ffnKey(const train::ModelConfig &c) {
+  const char *act = c.act == train::Activation::Relu   ? "relu"
+                    : c.act == train::Activation::Silu ? "silu"
+                                                       : "gelu";
+  return {"cpu ffn f32 d" + std::to_string(c.dModel) + " dff" + std::to_string(c.dff) + " " +
+              act + (c.reversible ? " reversible" : " standard"),
+          tune::shapeBucket(c.seq, 1)};
+}
+
+std::string chunkConfig(int chunk) {
+  return chunk > 0 ? "chunk=" + std::to_string(chunk) : "chunk=all";
+}
+
+} // namespace
+
+int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
+                 const std::string &dbPath, const std::string &toolchain, double &budgetLeft) {
+  auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
+  auto variant =
+      SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
+  const std::string name = model.getSymName().str();
+  train::ModelConfig cfg = modelConfigOf(model, layer, variant);
+  cfg.layers = 1; // every layer's FFN is the same; one layer is the unit
+  const int B = opt.batch, heuristic = cfg.ffnChunk;
+  const int64_t rows = int64_t(B) * cfg.seq;
+
+  codegen::AttentionShape shape;
+  shape.batch = B, shape.heads = cfg.heads, shape.seq = cfg.seq;
+  shape.headDim = cfg.dModel / cfg.heads, shape.maxSeq = cfg.seq;
+  shape.elementType = FloatType::getF32(module.getContext());
+  shape.withLengths = true, shape.differentiate = true;
+  std::optional<CpuAttention> attention;
+  if (int rc = compileCpuAttention(module, variant, shape, attention))
+    return rc;
+  train::AttentionFn fn = [&](const AttentionInputs &in) { return attention->run(in); };
+  const train::Batch batch = syntheticBatch(cfg, B);
+  auto timeChunk = [&](int chunk) -> double {
+    train::ModelConfig c = cfg;
+    c.ffnChunk = chunk;
+    train::Model m(c, fn, 0);
+    bool ok = true;
+    double ms = bench::medianMs(opt.repeats, [&] {
+      m.zeroGrads();
+      ok = ok && bool(m.run(batch, /*backward=*/true));
+    });
+    return ok ? ms : -1.0;
+  };
+
+  std::vector<int> candidates;
+  for (int chunk : {16, 32, 64, 128, 256, 512, 1024, 2048})
+    if (chunk < rows)
+      candidates.push_back(chunk);
+  candidates.push_back(0); // all rows at once
+  Expected<tune::TuningDb> db = tune::TuningDb::open(dbPath);
+  if (!db) {
+    std::cerr << "attnc tune: error: " << db.error() << "\n";
+    return kExitInput;
+  }
+  db->setAutosave(std::chrono::milliseconds(0));
+  const tune::DeviceKey device = tune::cpuDevice();
+  const tune::KernelKey key = ffnKey(cfg);
+  const auto t0 = bench::Clock::now();
+  auto spent = [&] { return std::chrono::duration<double>(bench::Clock::now() - t0).count(); };
+  std::vector<std::pair<double, int>> timed;
+  size_t done = 0;
+  for (int chunk : candidates) {
+    const std::string config = chunkConfig(chunk);
+    if (const tune::Measurement *m = db->measured(device, key, toolchain, config)) {
+      if (!m->failed())
+        timed.push_back({m->medianMs, chunk});
+      ++done;
+      continue;
+    }
+    if (spent() > budgetLeft)
+      break;
+    tune::Measurement m;
+    m.config = config, m.repeats = opt.repeats;
+    m.medianMs = timeChunk(chunk);
+    if (m.medianMs < 0)
+      m.error = "the training step failed";
+    else
+      timed.push_back({m.medianMs, chunk});
+    if (Status s = db->recordMeasurement(device, key, toolchain, m); !s) {
+      std::cerr << "attnc tune: error: " << s.error() << "\n";
+      return kExitInput;
+    }
+    ++done;
+  }
+  if (done < candidates.size() || timed.empty()) {
+    budgetLeft -= spent();
+    std::cout << name << " ffn: " << done << " of " << candidates.size()
+              << " chunks measured when the --budget ran out; rerun to continue\n";
+    return kExitOk;
+  }
+  std::sort(timed.begin(), timed.end());
+  std::vector<int> finalists = {heuristic};
+  for (size_t i = 0; i < timed.size() && finalists.size() < 4; ++i)
+    if (timed[i].second != heuristic)
+      finalists.push_back(timed[i].second);
+  std::optional<Finalists> pick =
+      chooseAmongFinalists(finalists.size(), [&](size_t i) { return timeChunk(finalists[i]); });
+  budgetLeft -= spent();
+  if (!pick) {
+    std::cerr << "attnc tune: error: " << name << ": the training step failed\n";
+    return kExitInput;
+  }
+  const size_t best = pick->best;
+  db->choose(device, key, toolchain, chunkConfig(finalists[best]), pick->med[best],
+             pick->spread[best]);
+  if (Status s = db->save(); !s) {
+    std::cerr << "attnc tune: error: " << s.error() << "\n";
+    return kExitInput;
+  }
+  std::cout << name << " ffn (" << key.shapeBucket << ", " << rows << " rows): "
+            << chunkConfig(finalists[best]) << " " << bench::fmt(pick->med[best], 3)
+            << " ms per layer step (spread " << bench::fmt(100 * pick->spread[best], 1)
+            << " %); heuristic " << chunkConfig(heuristic) << " "
+            << bench::fmt(pick->med[0], 3) << " ms ("
+            << bench::fmt(pick->med[0] / pick->med[best]) << "x)"
+            << (best == 0 ? ", kept: no chunk beat it beyond the noise" : "") << "\n";
+  return kExitOk;
+}
+
+int tunedFfnChunk(const train::ModelConfig &config, std::ostream &log) {
+  const std::string path = tune::TuningDb::defaultPath();
+  Expected<tune::TuningDb> db = tune::TuningDb::open(path);
+  if (!db) {
+    log << "attnc: warning: " << db.error() << "; using the heuristic FFN chunk\n";
+    return 0;
+  }
+  const tune::KernelKey key = ffnKey(config);
+  const tune::Entry *e = db->find(tune::cpuDevice(), key, cpuToolchain());
+  if (!e || e->config.rfind("chunk=", 0) != 0)
+    return 0;
+  const std::string value = e->config.substr(6);
+  const int chunk = value == "all" ? 0 : std::atoi(value.c_str());
+  log << "attnc: ffn: tuned " << e->config << " (" << e->medianMs << " ms per layer step) from "
+      << path << "\n";
+  return chunk > 0 ? chunk : -1; // -1: all rows at once
+}
+
+} // namespace attnc::driver
