@@ -511,7 +511,7 @@ Expected<StepResult> Model::run(const Batch &batch, bool backward) {
   return res;
 }
 
-Model::ActivationPlan Model::activationPlan(int batch) const {
+Model::ActivationPlan Model::activationPlanOf(const ModelConfig &cfg_, int batch) {
   const int64_t R = int64_t(batch) * cfg_.seq, D = cfg_.dModel, V = cfg_.vocab, F = cfg_.dff;
   const int64_t width = cfg_.reversible ? 2 * D : D;
   const int64_t chunk = cfg_.ffnChunk > 0 ? std::min<int64_t>(cfg_.ffnChunk, R) : R;

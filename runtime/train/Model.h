@@ -97,7 +97,9 @@ public:
   struct ActivationPlan {
     int64_t keptBytes = 0, scratchBytes = 0;
   };
-  ActivationPlan activationPlan(int batch) const;
+  ActivationPlan activationPlan(int batch) const { return activationPlanOf(cfg_, batch); }
+  /// The same from the configuration alone (no weights allocated).
+  static ActivationPlan activationPlanOf(const ModelConfig &config, int batch);
 
   /// The peak memory of inference, run(batch, /*backward=*/false), in
   /// bytes, as Model::run allocates it (docs/benchmarks.md): the highest sum

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "tools/attnc/Compile.h"
+#include "tools/attnc/ModelConfig.h"
 #include "tools/attnc/Bench.h"
 #include "tools/attnc/Run.h"
 #include "tools/attnc/Train.h"
@@ -110,6 +111,8 @@ struct CompileOptions {
   std::string emit;
   std::string output;
   bool checkNvrtc = false;
+  bool memoryPlan = false; ///< print the models' memory plans (always with an artifact)
+  int planBatch = 1;
 };
 
 int runCompile(const CompileOptions &opts) {
@@ -164,11 +167,14 @@ int runCompile(const CompileOptions &opts) {
       *os << compiled.source;
       return 0;
     }
-    return attnc::driver::writeArtifact(opts.output, buffer, *module, target, opts.arch,
-                                        compiled);
+    if (int rc2 = attnc::driver::writeArtifact(opts.output, buffer, *module, target, opts.arch,
+                                               compiled))
+      return rc2;
+    attnc::driver::reportMemoryPlans(*module, opts.planBatch, std::cout);
+    return 0;
   }
 
-  if (opts.emit == "lowered") {
+  if (opts.emit == "lowered" || (opts.emit.empty() && opts.memoryPlan)) {
     mlir::PassManager pm(&context);
     attnc::ResolveTunablesOptions rt;
     rt.report = true;
@@ -185,6 +191,8 @@ int runCompile(const CompileOptions &opts) {
   }
   std::cout << opts.spec << ": ok (" << spec->attentions.size()
             << " attention variant(s), " << spec->models.size() << " model(s))\n";
+  if (opts.memoryPlan)
+    attnc::driver::reportMemoryPlans(*module, opts.planBatch, std::cout);
   return 0;
 }
 
@@ -212,6 +220,11 @@ int main(int argc, char **argv) {
   compile->add_flag("--check-nvrtc", copts.checkNvrtc,
                     "compile the CUDA kernels with NVRTC for --arch and check registers, "
                     "spills and shared memory (no GPU needed)");
+  compile->add_flag("--memory-plan", copts.memoryPlan,
+                    "print each model's training and inference memory plan (always printed "
+                    "with an artifact)");
+  compile->add_option("--plan-batch", copts.planBatch, "batch of the memory plan")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   compile->add_option("-o,--output", copts.output,
                       "with --emit: the file to write (default stdout); without: "
                       "the artifact directory");
