@@ -307,6 +307,37 @@ int loadTrained(const char *cmd, const TrainCliOptions &opt, Prepared &p,
 
 } // namespace
 
+int captureAttentionInputs(const char *cmd, const TrainCliOptions &opt, CapturedAttention &out) {
+  Prepared p;
+  if (int rc = prepare(cmd, opt, p))
+    return rc;
+  Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.out, p.specHash);
+  if (!ck)
+    return fail(cmd, ck.error());
+  Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);
+  if (!data)
+    return fail(cmd, data.error());
+  bool captured = false;
+  train::AttentionFn capture = [&](const AttentionInputs &in) {
+    if (!captured) { // the first call is layer 0's
+      out.q = *in.q, out.k = in.k ? *in.k : *in.q, out.v = *in.v;
+      if ((out.hasLengths = in.lengths != nullptr))
+        out.lengths = *in.lengths;
+      if ((out.hasParams = in.params != nullptr))
+        out.params = *in.params;
+      captured = true;
+    }
+    return p.kernels->run(in);
+  };
+  train::Model model(p.config, capture, opt.seed);
+  if (Status s = model.loadWeights(ck->tensors); !s)
+    return fail(cmd, s.error());
+  if (Expected<train::StepResult> r = model.run(data->eval(0, opt.batch), false); !r)
+    return fail(cmd, r.error());
+  out.step = ck->step;
+  return captured ? kExitOk : fail(cmd, "the model called no attention");
+}
+
 int runGenerate(const TrainCliOptions &opt) {
   Prepared p;
   std::optional<train::Model> model;

@@ -2,6 +2,8 @@
 #ifndef ATTNC_TOOLS_ATTNC_TRAIN_H
 #define ATTNC_TOOLS_ATTNC_TRAIN_H
 
+#include "runtime/Safetensors.h"
+
 #include <cstdint>
 #include <string>
 
@@ -42,6 +44,17 @@ int runGenerate(const TrainCliOptions &options);
 /// attnc fill: replace the --mask-char bytes of --text with a masked model's
 /// predictions.
 int runFill(const TrainCliOptions &options);
+
+/// Layer 0's attention inputs, as its kernel receives them, of the model of
+/// `opt.spec` with the weights of --out's latest checkpoint, on evaluation
+/// batch 0 of --data (--batch sequences): calibration data for attnc tune
+/// --max-error. Returns an exit code (errors printed, naming `cmd`).
+struct CapturedAttention {
+  st::Tensor q, k, v, lengths, params;
+  bool hasLengths = false, hasParams = false;
+  int64_t step = 0; ///< the checkpoint's
+};
+int captureAttentionInputs(const char *cmd, const TrainCliOptions &opt, CapturedAttention &out);
 
 } // namespace attnc::driver
 

@@ -35,6 +35,9 @@ struct TuneOptions {
   /// fastest whose relative output error against exact attention is at
   /// most this, on calibration inputs.
   double maxError = 0;
+  /// With --max-error on LSH: calibrate on layer 0's attention inputs of
+  /// this trained run directory (attnc train --out) on --data.
+  std::string checkpoint, data;
 };
 
 /// attnc tune: measures the CPU attention kernels' tile candidates for each

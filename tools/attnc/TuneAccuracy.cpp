@@ -14,6 +14,7 @@
 #include "tools/attnc/BenchCommon.h"
 #include "tools/attnc/Compile.h"
 #include "tools/attnc/Run.h"
+#include "tools/attnc/Train.h"
 
 #include "runtime/Philox.h"
 #include "runtime/tune/TuningDb.h"
@@ -39,6 +40,7 @@ namespace {
 /// projection along the sequence can only exploit structure along it).
 struct Calibration {
   st::Tensor q, k, v, lengths;
+  std::optional<st::Tensor> params; ///< a checkpoint's per-head parameters
 };
 
 Calibration calibrationInputs(int B, int H, int N, int D, bool sharedQk, bool runs,
@@ -113,7 +115,36 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
   const int H = int(model.getHeads()), D = int(model.getDModel() / model.getHeads());
   const int N = int(model.getSeq()), B = opt.batch;
   const bool sharedQk = variant.getSharedQk() || bool(lsh);
-  Calibration cal = calibrationInputs(B, H, N, D, sharedQk, bool(lr), 11);
+  Calibration cal;
+  std::string source = "calibration inputs (docs/tuning.md)";
+  if (!opt.checkpoint.empty()) {
+    // A trained run's own activations: the attention inputs its layer 0
+    // sees on an evaluation batch. A checkpoint fixes k (its E and F are
+    // k x N), so only LSH's rounds and chunk can be calibrated this way.
+    if (lr) {
+      std::cerr << "attnc tune: error: --checkpoint calibrates LSH rounds and chunk; a "
+                   "low-rank checkpoint's E and F fix k (calibrate k without --checkpoint)\n";
+      return kExitInput;
+    }
+    if (opt.data.empty()) {
+      std::cerr << "attnc tune: error: --checkpoint needs --data (what the run trained on)\n";
+      return kExitInput;
+    }
+    TrainCliOptions t;
+    t.spec = opt.spec, t.model = model.getSymName().str(), t.data = opt.data;
+    t.out = opt.checkpoint, t.batch = B;
+    CapturedAttention got;
+    if (int rc = captureAttentionInputs("tune", t, got))
+      return rc;
+    cal.q = got.q, cal.k = got.k, cal.v = got.v;
+    if (got.hasParams)
+      cal.params = got.params;
+    cal.lengths = got.hasLengths ? got.lengths : st::Tensor::i32({B}, std::vector<int32_t>(size_t(B), N));
+    source = "layer 0's inputs of " + opt.checkpoint + " (step " + std::to_string(got.step) +
+             ") on " + opt.data;
+  } else {
+    cal = calibrationInputs(B, H, N, D, sharedQk, bool(lr), 11);
+  }
   std::mt19937 rng(5);
   codegen::AttentionShape shape;
   shape.batch = B, shape.heads = H, shape.seq = N, shape.headDim = D, shape.maxSeq = N;
@@ -123,7 +154,7 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
   AttentionInputs in;
   in.q = &cal.q, in.k = sharedQk ? &cal.q : &cal.k, in.v = &cal.v, in.lengths = &cal.lengths;
   if (auto decls = variant.getParams()) {
-    params = bench::randomTensor({int64_t(decls->size()), H}, rng, 0.1f);
+    params = cal.params ? *cal.params : bench::randomTensor({int64_t(decls->size()), H}, rng, 0.1f);
     in.params = &params;
   }
   auto timeIt = [&](CpuAttention &a) {
@@ -256,7 +287,7 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
   const Candidate *best = nullptr;
   std::cout << name << " (" << (lr ? "low-rank" : "LSH") << ", N " << N << ", B " << B
             << ", H " << H << ", D " << D << "): error-time frontier against exact attention ("
-            << bench::fmt(exactMs, 3) << " ms)\n";
+            << bench::fmt(exactMs, 3) << " ms) on " << source << "\n";
   std::cout << "  config               rel. error    ms      frontier  within "
             << bench::fmt(opt.maxError, 4) << "\n";
   for (const Candidate &c : cands) {

@@ -384,6 +384,10 @@ int main(int argc, char **argv) {
                       "choose k / LSH rounds and chunk: the fastest whose relative error "
                       "against exact attention is at most this")
       ->check(CLI::PositiveNumber);
+  tuneCmd->add_option("--checkpoint", tuneOpts.checkpoint,
+                      "--max-error (LSH): calibrate on this trained run's attention inputs");
+  tuneCmd->add_option("--data", tuneOpts.data,
+                      "--checkpoint: the data the run was trained on (FILE|synthetic:duplicate)");
   tuneCmd->add_option("--arch", tuneOpts.arch, "CUDA: the architecture whose limits apply")
       ->capture_default_str();
   tuneCmd->add_option("--smem-limit", tuneOpts.smemLimit,
