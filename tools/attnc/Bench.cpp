@@ -14,6 +14,7 @@
 #include "tools/attnc/BenchLsh.h"
 #include "tools/attnc/Compile.h"
 #include "tools/attnc/Run.h"
+#include "tools/attnc/Tune.h"
 
 #include "dsl/AttnDialect.h"
 #include "dsl/MLIRGen.h"
@@ -185,6 +186,12 @@ int runBench(const BenchOptions &opt) {
   if (opt.target != "cpu") {
     std::cerr << "attnc bench: --target cuda needs a GPU machine and is not implemented yet\n";
     return kExitNotImplemented;
+  }
+  if (!opt.tunedSpec.empty()) {
+    TuneOptions t;
+    t.spec = opt.tunedSpec, t.batch = opt.batch, t.repeats = opt.repeats;
+    return compareTuned(t, opt.csvGiven ? opt.csv : "attnc-tuned.csv",
+                        opt.svgGiven ? opt.svg : "attnc-tuned.svg");
   }
   if (!opt.linformerTable.empty())
     return runLinformerTable(opt);

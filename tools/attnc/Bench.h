@@ -31,6 +31,9 @@ struct BenchOptions {
   /// --linformer-table SPEC: only the Linformer paper's inference table
   /// (BenchLinformer.h) for the spec's low-rank model.
   std::string linformerTable;
+  /// --tuned SPEC: only the tuned-vs-heuristic comparison of this spec's
+  /// kernels that have tuning entries (attnc-tuned.csv / .svg by default).
+  std::string tunedSpec;
   int layers = 1;         ///< layers of the table's models (the spec's dims otherwise)
   double memoryGiB = 16;  ///< the max-batch search's budget (the paper's 16 GB V100)
   bool csvGiven = false, svgGiven = false; ///< --csv / --svg were passed (else mode defaults)

@@ -127,6 +127,62 @@ inline bool writeLinePlot(const std::string &path, const std::string &title,
   return bool(os);
 }
 
+/// One series of a bar chart: a value per category (NaN: no bar).
+struct BarSeries {
+  std::string label;
+  std::vector<double> values;
+  int color = 0;
+};
+
+/// An SVG grouped bar chart (a group of bars per category, linear y from 0,
+/// category labels below, legend on the right). False when `path` cannot
+/// be written.
+inline bool writeBarPlot(const std::string &path, const std::string &title,
+                         const std::vector<std::string> &categories,
+                         const std::vector<BarSeries> &series) {
+  const double groupW = 150, L = 60, R = 160, T = 30, Bm = 70, Hh = 380;
+  const double W = L + R + groupW * double(std::max<size_t>(1, categories.size()));
+  double ymax = 0;
+  for (const BarSeries &s : series)
+    for (double v : s.values)
+      if (!std::isnan(v))
+        ymax = std::max(ymax, v);
+  if (ymax <= 0)
+    ymax = 1;
+  auto py = [&](double y) { return T + (1 - y / (ymax * 1.05)) * (Hh - T - Bm); };
+  const char *colors[] = {"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#7f7f7f"};
+  std::ofstream os(path);
+  os << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << Hh
+     << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
+        "fill='white'/>\n<text x='"
+     << L << "' y='18'>" << title << "</text>\n<line x1='" << L << "' y1='" << Hh - Bm
+     << "' x2='" << W - R << "' y2='" << Hh - Bm << "' stroke='black'/>\n";
+  for (double y : {0.0, ymax / 2, ymax})
+    os << "<text x='4' y='" << py(y) + 4 << "'>" << fmt(y, y < 10 ? 2 : 0) << "</text>\n";
+  const double barW = (groupW - 30) / double(std::max<size_t>(1, series.size()));
+  for (size_t c = 0; c < categories.size(); ++c) {
+    const double x0 = L + groupW * double(c) + 15;
+    for (size_t s = 0; s < series.size(); ++s) {
+      double v = c < series[s].values.size() ? series[s].values[c] : NAN;
+      if (std::isnan(v))
+        continue;
+      os << "<rect x='" << fmt(x0 + barW * double(s), 1) << "' y='" << fmt(py(v), 1)
+         << "' width='" << fmt(barW - 4, 1) << "' height='" << fmt(Hh - Bm - py(v), 1)
+         << "' fill='" << colors[series[s].color % 6] << "'/>\n";
+    }
+    os << "<text x='" << x0 << "' y='" << Hh - Bm + 16 << "' font-size='10'>" << categories[c]
+       << "</text>\n";
+  }
+  for (size_t s = 0; s < series.size(); ++s) {
+    double ly = T + 18 * double(s);
+    os << "<rect x='" << W - R + 10 << "' y='" << ly << "' width='14' height='10' fill='"
+       << colors[series[s].color % 6] << "'/>\n<text x='" << W - R + 30 << "' y='" << ly + 10
+       << "'>" << series[s].label << "</text>\n";
+  }
+  os << "</svg>\n";
+  return bool(os);
+}
+
 } // namespace attnc::driver::bench
 
 #endif // ATTNC_TOOLS_ATTNC_BENCHCOMMON_H

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <set>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <unistd.h>
@@ -93,6 +94,65 @@ std::string rejections(const tune::TileSpace &space) {
     text.pop_back();
   return text;
 }
+
+/// A model's attention at its shape (batch B), ready to compile and time
+/// any CPU tile: random inputs (E/F for low-rank, per-head parameters),
+/// forward + backward per timing, compiled tiles cached.
+class TileBench {
+public:
+  TileBench(ModuleOp module, attn::ModelOp model, attn::VariantOp variant, int B, int repeats)
+      : module_(module), variant_(variant), repeats_(repeats) {
+    const int64_t H = model.getHeads(), D = model.getDModel() / H, S = model.getSeq();
+    std::mt19937 rng(7);
+    q_ = bench::randomTensor({B, H, S, D}, rng, 1.f), k_ = bench::randomTensor({B, H, S, D}, rng, 1.f);
+    v_ = bench::randomTensor({B, H, S, D}, rng, 1.f);
+    dout_ = bench::randomTensor({B, H, S, D}, rng, 1.f);
+    lengths_ = st::Tensor::i32({B}, std::vector<int32_t>(size_t(B), int32_t(S)));
+    in_.q = &q_, in_.k = &k_, in_.v = &v_, in_.dout = &dout_, in_.lengths = &lengths_;
+    if (auto lr = variant.getLowrankAttr()) {
+      std::vector<int64_t> shape = {lr.getK(), S};
+      if (lr.getShare() == attn::ShareMode::none)
+        shape.insert(shape.begin(), H);
+      E_ = bench::randomTensor(shape, rng, 0.05f), F_ = bench::randomTensor(shape, rng, 0.05f);
+      in_.E = &E_;
+      if (lr.getShare() == attn::ShareMode::none || lr.getShare() == attn::ShareMode::headwise)
+        in_.F = &F_;
+    }
+    if (auto decls = variant.getParams()) {
+      P_ = bench::randomTensor({int64_t(decls->size()), H}, rng, 0.1f);
+      in_.params = &P_;
+    }
+    shape_.batch = B, shape_.heads = H, shape_.seq = S, shape_.headDim = D, shape_.maxSeq = S;
+    shape_.elementType = FloatType::getF32(module.getContext());
+    shape_.withLengths = true, shape_.differentiate = true;
+  }
+  const AttentionInputs &inputs() const { return in_; }
+  /// The kernels with tile `c` (null when they do not compile; the error is
+  /// printed).
+  CpuAttention *compile(const tile::TileConfig &c) {
+    auto &slot = kernels_[tune::canonicalConfig(tune::configText(c))];
+    if (!slot) {
+      variant_.setTileAttr(
+          attn::TileAttr::get(module_.getContext(), c.blockQ, c.blockKv, 1, 1));
+      if (compileCpuAttention(module_, variant_, shape_, slot))
+        return nullptr;
+    }
+    return &*slot;
+  }
+  /// Median forward + backward time in ms.
+  double time(CpuAttention &a) {
+    return bench::medianMs(repeats_, [&] { (void)a.run(in_); });
+  }
+
+private:
+  ModuleOp module_;
+  attn::VariantOp variant_;
+  int repeats_;
+  st::Tensor q_, k_, v_, dout_, lengths_, E_, F_, P_;
+  AttentionInputs in_;
+  codegen::AttentionShape shape_;
+  std::map<std::string, std::optional<CpuAttention>> kernels_;
+};
 
 /// The first layer's attention variant of a model.
 attn::VariantOp variantOf(attn::ModelOp model) {
@@ -260,47 +320,9 @@ int runTune(const TuneOptions &opt) {
     if (space.candidates.empty())
       return fail(name + ": no tile config fits (nothing compiled or run):\n" +
                   rejections(space));
-    // Inputs of the model's shape (E/F for low-rank; constant per-head
-    // parameters from the spec's values).
-    std::mt19937 rng(7);
-    st::Tensor q = bench::randomTensor({B, H, S, D}, rng, 1.f),
-               k = bench::randomTensor({B, H, S, D}, rng, 1.f),
-               v = bench::randomTensor({B, H, S, D}, rng, 1.f),
-               dout = bench::randomTensor({B, H, S, D}, rng, 1.f), E, F, P;
-    st::Tensor lengths = st::Tensor::i32({B}, std::vector<int32_t>(size_t(B), int32_t(S)));
-    AttentionInputs in;
-    in.q = &q, in.k = &k, in.v = &v, in.dout = &dout, in.lengths = &lengths;
-    if (auto lr = variant.getLowrankAttr()) {
-      std::vector<int64_t> shape = {lr.getK(), S};
-      if (lr.getShare() == attn::ShareMode::none)
-        shape.insert(shape.begin(), H);
-      E = bench::randomTensor(shape, rng, 0.05f), F = bench::randomTensor(shape, rng, 0.05f);
-      in.E = &E;
-      if (lr.getShare() == attn::ShareMode::none || lr.getShare() == attn::ShareMode::headwise)
-        in.F = &F;
-    }
-    if (auto decls = variant.getParams()) {
-      P = bench::randomTensor({int64_t(decls->size()), H}, rng, 0.1f);
-      in.params = &P;
-    }
-    codegen::AttentionShape shape;
-    shape.batch = B, shape.heads = H, shape.seq = S, shape.headDim = D, shape.maxSeq = S;
-    shape.elementType = FloatType::getF32(&context);
-    shape.withLengths = true, shape.differentiate = true;
-    std::map<std::string, std::optional<CpuAttention>> kernels;
-    auto compileTile = [&](const tile::TileConfig &c) -> CpuAttention * {
-      std::string cfg = tune::canonicalConfig(tune::configText(c));
-      auto &slot = kernels[cfg];
-      if (!slot) {
-        variant.setTileAttr(attn::TileAttr::get(&context, c.blockQ, c.blockKv, 1, 1));
-        if (compileCpuAttention(*module, variant, shape, slot))
-          return nullptr;
-      }
-      return &*slot;
-    };
-    auto timeTile = [&](CpuAttention &a) {
-      return bench::medianMs(opt.repeats, [&] { (void)a.run(in); });
-    };
+    TileBench tileBench(*module, model, variant, B, opt.repeats);
+    auto compileTile = [&](const tile::TileConfig &c) { return tileBench.compile(c); };
+    auto timeTile = [&](CpuAttention &a) { return tileBench.time(a); };
     // 1. Every candidate once (or what an earlier run measured).
     size_t done = 0;
     std::vector<std::pair<double, tile::TileConfig>> timed;
@@ -320,7 +342,7 @@ int runTune(const TuneOptions &opt) {
       m.config = cfg;
       m.repeats = opt.repeats;
       CpuAttention *a = compileTile(c);
-      Expected<AttentionOutputs> check = a ? a->run(in) : Expected<AttentionOutputs>(
+      Expected<AttentionOutputs> check = a ? a->run(tileBench.inputs()) : Expected<AttentionOutputs>(
                                                               makeError("did not compile"));
       if (!check) {
         m.error = check.error();
@@ -392,6 +414,113 @@ int runTune(const TuneOptions &opt) {
     }
   std::cout << "tuning database: " << path << " (" << tuned << " kernel(s) chosen, "
             << bench::fmt(elapsed(), 1) << " s)\n";
+  return kExitOk;
+}
+
+int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::string &svgPath) {
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module = loadSpecModule(opt.spec, "bench", context);
+  if (!module)
+    return kExitInput;
+  const std::set<std::string> autoFfn = modelsWithAutoFfnChunk(*module);
+  PassManager resolve(&context);
+  resolve.addPass(createResolveTunables());
+  if (failed(resolve.run(*module)))
+    return kExitInput;
+  const std::string path = dbPath(opt.db);
+  Expected<tune::TuningDb> db = tune::TuningDb::open(path);
+  if (!db)
+    return fail(db.error());
+  struct Row {
+    std::string model, kernel, heuristic, tuned, note;
+    double heuristicMs = NAN, tunedMs = NAN, spread = NAN;
+  };
+  std::vector<Row> rows;
+  const tune::DeviceKey device = tune::cpuDevice();
+  const std::string tc = cpuToolchain();
+  // Heuristic and tuned config re-timed interleaved (three rounds).
+  auto measure = [&](Row &row, const std::function<double(size_t)> &time) {
+    std::optional<Finalists> f = chooseAmongFinalists(2, time);
+    if (!f)
+      return false;
+    row.heuristicMs = f->med[0], row.tunedMs = f->med[1];
+    row.spread = std::max(f->spread[0], f->spread[1]);
+    return true;
+  };
+  for (attn::ModelOp model : module->getOps<attn::ModelOp>()) {
+    if (!opt.model.empty() && model.getSymName() != opt.model)
+      continue;
+    const std::string name = model.getSymName().str();
+    attn::VariantOp variant = variantOf(model);
+    const int64_t H = model.getHeads(), D = model.getDModel() / H, S = model.getSeq();
+    if (!variant.getLsh() && tileIsAuto(variant.getTile())) {
+      Row row{name, "attention fwd+bwd", "bq=64,bkv=64", "-", ""};
+      tune::KernelKey key{signatureOf(variant, D), tune::shapeBucket(S, H)};
+      const tune::Entry *e = db->find(device, key, tc);
+      tile::TileConfig tuned;
+      if (!e || !parseConfig(e->config, tuned)) {
+        row.note = "no entry (attnc tune measures one)";
+      } else {
+        row.tuned = "bq=" + std::to_string(tuned.blockQ) + ",bkv=" + std::to_string(tuned.blockKv);
+        TileBench tb(*module, model, variant, opt.batch, opt.repeats);
+        const tile::TileConfig configs[2] = {{64, 64, 1, 1}, tuned};
+        if (!measure(row, [&](size_t i) {
+              CpuAttention *a = tb.compile(configs[i]);
+              return a ? tb.time(*a) : -1.0;
+            }))
+          return kExitInput;
+      }
+      rows.push_back(row);
+    }
+    if (autoFfn.count(name)) {
+      FfnBench ffn(model, opt.batch, opt.repeats);
+      Row row{name, "ffn layer step", ffnChunkConfig(ffn.config().ffnChunk), "-", ""};
+      const tune::Entry *e = db->find(device, ffnKey(ffn.config()), tc);
+      if (!e || e->config.rfind("chunk=", 0) != 0) {
+        row.note = "no entry (attnc tune measures one)";
+      } else {
+        row.tuned = e->config;
+        const int chunks[2] = {ffn.config().ffnChunk,
+                               e->config == "chunk=all" ? 0 : std::atoi(e->config.c_str() + 6)};
+        if (int rc = ffn.compile(*module))
+          return rc;
+        if (!measure(row, [&](size_t i) { return ffn.time(chunks[i]); }))
+          return fail(name + ": the training step failed");
+      }
+      rows.push_back(row);
+    }
+  }
+  std::cout << "tuned vs heuristic configs from " << path << " (batch " << opt.batch
+            << ", median of " << opt.repeats << ", heuristic and tuned re-timed interleaved)\n";
+  std::cout << "  model                kernel              heuristic        ms   tuned"
+               "            ms   speedup  spread\n";
+  std::ofstream csv(csvPath);
+  csv << "model,kernel,heuristic,heuristic_ms,tuned,tuned_ms,speedup,spread\n";
+  std::vector<std::string> categories;
+  bench::BarSeries heur{"heuristic", {}, 1}, tuned{"tuned", {}, 2};
+  for (const Row &r : rows) {
+    auto pad = [](const std::string &t, size_t w) {
+      return t + std::string(t.size() < w ? w - t.size() : 1, ' ');
+    };
+    std::cout << "  " << pad(r.model, 21) << pad(r.kernel, 20) << pad(r.heuristic, 13)
+              << pad(bench::fmt(r.heuristicMs, 3), 8) << pad(r.tuned, 13)
+              << pad(bench::fmt(r.tunedMs, 3), 8) << pad(bench::fmt(r.heuristicMs / r.tunedMs), 9)
+              << (std::isnan(r.spread) ? "-" : bench::fmt(100 * r.spread, 1) + " %")
+              << (r.note.empty() ? "" : "  " + r.note) << "\n";
+    csv << r.model << "," << r.kernel << "," << r.heuristic << "," << r.heuristicMs << ","
+        << r.tuned << "," << r.tunedMs << "," << r.heuristicMs / r.tunedMs << "," << r.spread
+        << "\n";
+    if (!std::isnan(r.tunedMs)) {
+      categories.push_back(r.model + ": " + r.kernel);
+      heur.values.push_back(r.heuristicMs), tuned.values.push_back(r.tunedMs);
+    }
+  }
+  if (!csv)
+    return fail("cannot write " + csvPath);
+  if (!bench::writeBarPlot(svgPath, "tuned vs heuristic (ms, lower is better)", categories,
+                           {heur, tuned}))
+    return fail("cannot write " + svgPath);
+  std::cout << "wrote " << csvPath << " and " << svgPath << "\n";
   return kExitOk;
 }
 

@@ -6,7 +6,9 @@
 
 #include "mlir/IR/BuiltinOps.h"
 
+#include "runtime/CpuAttention.h"
 #include "runtime/train/Model.h"
+#include "runtime/tune/TuningDb.h"
 
 #include <functional>
 #include <iosfwd>
@@ -70,6 +72,31 @@ struct Finalists {
 std::optional<Finalists> chooseAmongFinalists(size_t n,
                                               const std::function<double(size_t)> &time);
 
+/// One layer's training step of a spec model (the runtime's model, its
+/// compiled attention, a synthetic batch), timed per FFN chunk.
+class FfnBench {
+public:
+  FfnBench(attn::ModelOp model, int batch, int repeats);
+  /// Compiles the attention; an exit code (errors printed).
+  int compile(mlir::ModuleOp module);
+  const train::ModelConfig &config() const { return cfg_; }
+  /// Median ms of forward + backward with `chunk` rows (0: all), or < 0
+  /// when the step fails.
+  double time(int chunk);
+
+private:
+  int batch_, repeats_;
+  attn::VariantOp variant_;
+  train::ModelConfig cfg_;
+  std::optional<CpuAttention> attention_;
+  train::Batch data_;
+};
+
+/// The database key of a model's FFN chunk.
+tune::KernelKey ffnKey(const train::ModelConfig &config);
+/// "chunk=128" / "chunk=all" (0).
+std::string ffnChunkConfig(int chunk);
+
 /// attnc tune for the FFN row chunk of one model whose spec left it `auto`
 /// (chunking never changes the result): one layer's training step timed
 /// per chunk, the interleaved final round, the choice in `db`.
@@ -80,6 +107,12 @@ int tuneFfnChunk(mlir::ModuleOp module, attn::ModelOp model, const TuneOptions &
 /// entry, -1 for all rows at once, else the chunk; says which entry it used
 /// on `log`. attnc train calls it when the spec left the chunk `auto`.
 int tunedFfnChunk(const train::ModelConfig &config, std::ostream &log);
+
+/// attnc bench --tuned: every kernel of the spec's models that has a tuning
+/// entry, timed with the heuristic config and with the tuned one
+/// (interleaved, three rounds); a table, a CSV and an SVG bar chart.
+int compareTuned(const TuneOptions &options, const std::string &csvPath,
+                 const std::string &svgPath);
 
 /// Gives `variant` the tuned tile for a model shape from the tuning database
 /// ($ATTNC_TUNING_DB or the user's), when the spec left its tile `auto` and

@@ -25,8 +25,6 @@ using namespace mlir;
 
 namespace attnc::driver {
 
-namespace {
-
 /// What the chunk's speed depends on: the FFN's dims and activation and the
 /// layer kind; the bucket is the sequence length (the batch is attnc
 /// train's, unknown to the database key).
@@ -39,44 +37,52 @@ tune::KernelKey ffnKey(const train::ModelConfig &c) {
           tune::shapeBucket(c.seq, 1)};
 }
 
-std::string chunkConfig(int chunk) {
+FfnBench::FfnBench(attn::ModelOp model, int batch, int repeats) : batch_(batch), repeats_(repeats) {
+  auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
+  variant_ =
+      SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
+  cfg_ = modelConfigOf(model, layer, variant_);
+  cfg_.layers = 1; // every layer's FFN is the same; one layer is the unit
+}
+
+int FfnBench::compile(ModuleOp module) {
+  codegen::AttentionShape shape;
+  shape.batch = batch_, shape.heads = cfg_.heads, shape.seq = cfg_.seq;
+  shape.headDim = cfg_.dModel / cfg_.heads, shape.maxSeq = cfg_.seq;
+  shape.elementType = FloatType::getF32(module.getContext());
+  shape.withLengths = true, shape.differentiate = true;
+  if (int rc = compileCpuAttention(module, variant_, shape, attention_))
+    return rc;
+  data_ = syntheticBatch(cfg_, batch_);
+  return kExitOk;
+}
+
+double FfnBench::time(int chunk) {
+  train::ModelConfig c = cfg_;
+  c.ffnChunk = chunk;
+  train::Model m(c, [&](const AttentionInputs &in) { return attention_->run(in); }, 0);
+  bool ok = true;
+  double ms = bench::medianMs(repeats_, [&] {
+    m.zeroGrads();
+    ok = ok && bool(m.run(data_, /*backward=*/true));
+  });
+  return ok ? ms : -1.0;
+}
+
+std::string ffnChunkConfig(int chunk) {
   return chunk > 0 ? "chunk=" + std::to_string(chunk) : "chunk=all";
 }
 
-} // namespace
-
 int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
                  const std::string &dbPath, const std::string &toolchain, double &budgetLeft) {
-  auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
-  auto variant =
-      SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
   const std::string name = model.getSymName().str();
-  train::ModelConfig cfg = modelConfigOf(model, layer, variant);
-  cfg.layers = 1; // every layer's FFN is the same; one layer is the unit
+  FfnBench ffn(model, opt.batch, opt.repeats);
+  if (int rc = ffn.compile(module))
+    return rc;
+  const train::ModelConfig &cfg = ffn.config();
   const int B = opt.batch, heuristic = cfg.ffnChunk;
   const int64_t rows = int64_t(B) * cfg.seq;
-
-  codegen::AttentionShape shape;
-  shape.batch = B, shape.heads = cfg.heads, shape.seq = cfg.seq;
-  shape.headDim = cfg.dModel / cfg.heads, shape.maxSeq = cfg.seq;
-  shape.elementType = FloatType::getF32(module.getContext());
-  shape.withLengths = true, shape.differentiate = true;
-  std::optional<CpuAttention> attention;
-  if (int rc = compileCpuAttention(module, variant, shape, attention))
-    return rc;
-  train::AttentionFn fn = [&](const AttentionInputs &in) { return attention->run(in); };
-  const train::Batch batch = syntheticBatch(cfg, B);
-  auto timeChunk = [&](int chunk) -> double {
-    train::ModelConfig c = cfg;
-    c.ffnChunk = chunk;
-    train::Model m(c, fn, 0);
-    bool ok = true;
-    double ms = bench::medianMs(opt.repeats, [&] {
-      m.zeroGrads();
-      ok = ok && bool(m.run(batch, /*backward=*/true));
-    });
-    return ok ? ms : -1.0;
-  };
+  auto timeChunk = [&](int chunk) { return ffn.time(chunk); };
 
   std::vector<int> candidates;
   for (int chunk : {16, 32, 64, 128, 256, 512, 1024, 2048})
@@ -96,7 +102,7 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
   std::vector<std::pair<double, int>> timed;
   size_t done = 0;
   for (int chunk : candidates) {
-    const std::string config = chunkConfig(chunk);
+    const std::string config = ffnChunkConfig(chunk);
     if (const tune::Measurement *m = db->measured(device, key, toolchain, config)) {
       if (!m->failed())
         timed.push_back({m->medianMs, chunk});
@@ -137,16 +143,16 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
     return kExitInput;
   }
   const size_t best = pick->best;
-  db->choose(device, key, toolchain, chunkConfig(finalists[best]), pick->med[best],
+  db->choose(device, key, toolchain, ffnChunkConfig(finalists[best]), pick->med[best],
              pick->spread[best]);
   if (Status s = db->save(); !s) {
     std::cerr << "attnc tune: error: " << s.error() << "\n";
     return kExitInput;
   }
   std::cout << name << " ffn (" << key.shapeBucket << ", " << rows << " rows): "
-            << chunkConfig(finalists[best]) << " " << bench::fmt(pick->med[best], 3)
+            << ffnChunkConfig(finalists[best]) << " " << bench::fmt(pick->med[best], 3)
             << " ms per layer step (spread " << bench::fmt(100 * pick->spread[best], 1)
-            << " %); heuristic " << chunkConfig(heuristic) << " "
+            << " %); heuristic " << ffnChunkConfig(heuristic) << " "
             << bench::fmt(pick->med[0], 3) << " ms ("
             << bench::fmt(pick->med[0] / pick->med[best]) << "x)"
             << (best == 0 ? ", kept: no chunk beat it beyond the noise" : "") << "\n";

@@ -249,6 +249,9 @@ int main(int argc, char **argv) {
       ->each([&](const std::string &) { bopts.csvGiven = true; })->capture_default_str();
   bench->add_option("--svg", bopts.svg, "plot output (--linformer-table: attnc-linformer-table.svg)")
       ->each([&](const std::string &) { bopts.svgGiven = true; })->capture_default_str();
+  bench->add_option("--tuned", bopts.tunedSpec,
+                    "only the tuned-vs-heuristic comparison of this spec's tuned kernels "
+                    "(the tuning database: $ATTNC_TUNING_DB or the user cache)");
   bench->add_option("--linformer-table", bopts.linformerTable,
                     "only the Linformer paper's inference table for this spec's low-rank model");
   bench->add_option("--layers", bopts.layers, "--linformer-table: layers of the models")
