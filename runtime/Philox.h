@@ -2,7 +2,7 @@
 //
 // The generator behind everything random that must replay exactly: LSH
 // rotations (drawn the same on every target and on recomputation), and
-// later dropout masks. A value depends only on (seed, counter), never on
+// dropout masks (the same mask on the forward and on recomputation). A value depends only on (seed, counter), never on
 // how many were drawn before or on which thread draws it (Salmon et al.,
 // "Parallel random numbers: as easy as 1, 2, 3", SC'11).
 //
@@ -45,6 +45,15 @@ inline float normal(uint64_t seed, uint32_t stream, uint64_t index) {
   double u1 = (double(r[0]) + 1.0) / 4294967296.0; // (0, 1]: log is finite
   double u2 = double(r[1]) / 4294967296.0;         // [0, 1)
   return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586476925 * u2));
+}
+
+/// Dropout: a uniform [0, 1) value per element from (seed, stream, step,
+/// index): counter = (index / 4, step, stream, 0x64726f70 "drop"), output
+/// word index % 4, times 2^-32. The tag word keeps these counters apart
+/// from the rotations' (whose fourth word is 0).
+inline float dropoutUniform(uint64_t seed, uint32_t stream, uint32_t step, uint64_t index) {
+  Block r = philox4x32({uint32_t(index >> 2), step, stream, 0x64726f70u}, seed);
+  return float(double(r[index & 3]) / 4294967296.0);
 }
 
 /// Rotations [rounds, headDim, buckets/2] of LSH attention, row-major.

@@ -296,6 +296,7 @@ Status Model::standardForward(int l, const float *x, float *y, int B) {
                    rstd.data(), R, D);
   if (Status s = attention(l, z.data(), a.data(), B, nullptr, nullptr); !s)
     return s;
+  dropoutMask(l, 0, a.data(), R * D);
   std::vector<float> &h = savedH_[l];
   h.resize(size_t(R) * D);
   for (size_t i = 0; i < h.size(); ++i)
@@ -306,10 +307,38 @@ Status Model::standardForward(int l, const float *x, float *y, int B) {
     return {};
   layerNormForward(h.data(), L.ln2g->value.data(), L.ln2b->value.data(), z.data(), mean.data(),
                    rstd.data(), R, D);
-  ffnForward(z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
-             L.b2->value.data(), y, R, D, cfg_.dff, cfg_.ffnChunk > 0 ? cfg_.ffnChunk : int(R),
-             cfg_.act, /*accumulate=*/true);
+  addFfn(l, z.data(), y, R);
   return {};
+}
+
+void Model::addFfn(int l, const float *z, float *y, int64_t R) {
+  const LayerParams &L = layers_[l];
+  const int D = cfg_.dModel, chunk = cfg_.ffnChunk > 0 ? cfg_.ffnChunk : int(R);
+  if (!dropoutOn_) { // straight into the residual stream
+    ffnForward(z, L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
+               L.b2->value.data(), y, R, D, cfg_.dff, chunk, cfg_.act, /*accumulate=*/true);
+    return;
+  }
+  std::vector<float> f(size_t(R) * D);
+  ffnForward(z, L.w1->value.data(), L.b1->value.data(), L.w2->value.data(), L.b2->value.data(),
+             f.data(), R, D, cfg_.dff, chunk, cfg_.act);
+  dropoutMask(l, 1, f.data(), R * D);
+  for (size_t i = 0; i < f.size(); ++i)
+    y[i] += f[i];
+}
+
+void Model::dropoutMask(int layer, int branch, float *v, int64_t n) const {
+  if (!dropoutOn_)
+    return;
+  const float p = cfg_.dropout, keepScale = 1.0f / (1.0f - p);
+  const uint32_t stream = 0x10000u + 2u * uint32_t(layer) + uint32_t(branch);
+  const uint64_t seed = cfg_.dropoutSeed;
+  const uint32_t step = uint32_t(dropoutStep_);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = philox::dropoutUniform(seed, stream, step, uint64_t(i)) < p ? 0.0f : v[i] * keepScale;
 }
 
 Status Model::standardBackward(int l, const float *dy, float *dx, int B) {
@@ -321,10 +350,16 @@ Status Model::standardBackward(int l, const float *dy, float *dx, int B) {
   std::vector<float> z(size_t(R) * D), dz(size_t(R) * D), dh(dy, dy + size_t(R) * D), mean(R),
       rstd(R), a(size_t(R) * D), dln(size_t(R) * D);
   // y = h + FFN(LN2(h)) (y = h for an attention-only layer)
+  // Dropout masks replayed: the branch's cotangent is the masked one.
+  std::vector<float> dyMasked;
+  if (dropoutOn_ && L.w1) {
+    dyMasked.assign(dy, dy + size_t(R) * D);
+    dropoutMask(l, 1, dyMasked.data(), R * D);
+  }
   if (L.w1) {
     layerNormForward(h.data(), L.ln2g->value.data(), L.ln2b->value.data(), z.data(), mean.data(),
                      rstd.data(), R, D);
-    ffnBackward(dy, z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
+    ffnBackward(dropoutOn_ ? dyMasked.data() : dy, z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
                 dz.data(), L.w1->grad.data(), L.b1->grad.data(), L.w2->grad.data(),
                 L.b2->grad.data(), R, D, cfg_.dff, chunk, cfg_.act);
     layerNormBackward(dz.data(), h.data(), L.ln2g->value.data(), mean.data(), rstd.data(),
@@ -335,7 +370,14 @@ Status Model::standardBackward(int l, const float *dy, float *dx, int B) {
   // h = x + Attn(LN1(x))
   layerNormForward(x.data(), L.ln1g->value.data(), L.ln1b->value.data(), z.data(), mean.data(),
                    rstd.data(), R, D);
-  if (Status s = attention(l, z.data(), a.data(), B, dh.data(), dz.data()); !s)
+  std::vector<float> da;
+  if (dropoutOn_) {
+    da = dh;
+    dropoutMask(l, 0, da.data(), R * D);
+  }
+  if (Status s = attention(l, z.data(), a.data(), B, dropoutOn_ ? da.data() : dh.data(),
+                           dz.data());
+      !s)
     return s;
   layerNormBackward(dz.data(), x.data(), L.ln1g->value.data(), mean.data(), rstd.data(),
                     dln.data(), L.ln1g->grad.data(), L.ln1b->grad.data(), R, D);
@@ -354,14 +396,13 @@ Status Model::reversibleForward(int l, float *x1, float *x2, int B) {
                    rstd.data(), R, D);
   if (Status s = attention(l, z.data(), a.data(), B, nullptr, nullptr); !s)
     return s;
+  dropoutMask(l, 0, a.data(), R * D);
   for (size_t i = 0; i < a.size(); ++i)
     x1[i] += a[i];
   // y2 = x2 + FFN(LN(y1))
   layerNormForward(x1, L.ln2g->value.data(), L.ln2b->value.data(), z.data(), mean.data(),
                    rstd.data(), R, D);
-  ffnForward(z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
-             L.b2->value.data(), x2, R, D, cfg_.dff, cfg_.ffnChunk > 0 ? cfg_.ffnChunk : int(R),
-             cfg_.act, /*accumulate=*/true);
+  addFfn(l, z.data(), x2, R);
   return {};
 }
 
@@ -377,11 +418,17 @@ Status Model::reversibleBackward(int l, float *y1, float *y2, float *dy1, float 
                    rstd.data(), R, D);
   ffnForward(z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
              L.b2->value.data(), f.data(), R, D, cfg_.dff, chunk, cfg_.act);
+  dropoutMask(l, 1, f.data(), R * D); // the forward's mask, replayed
   for (size_t i = 0; i < f.size(); ++i)
     y2[i] -= f[i]; // now x2
   if (cfg_.storeReversibleInputs)
     std::memcpy(y2, savedH_[l].data(), f.size() * sizeof(float));
-  ffnBackward(dy2, z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
+  std::vector<float> dMasked;
+  if (dropoutOn_) {
+    dMasked.assign(dy2, dy2 + f.size());
+    dropoutMask(l, 1, dMasked.data(), R * D);
+  }
+  ffnBackward(dropoutOn_ ? dMasked.data() : dy2, z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
               dz.data(), L.w1->grad.data(), L.b1->grad.data(), L.w2->grad.data(),
               L.b2->grad.data(), R, D, cfg_.dff, chunk, cfg_.act);
   layerNormBackward(dz.data(), y1, L.ln2g->value.data(), mean.data(), rstd.data(), dln.data(),
@@ -391,8 +438,15 @@ Status Model::reversibleBackward(int l, float *y1, float *y2, float *dy1, float 
   // Undo y1 = x1 + Attn(LN(x2)): x1 = y1 − Attn(LN(x2)); dx2 = dy2 + ∂/∂x2.
   layerNormForward(y2, L.ln1g->value.data(), L.ln1b->value.data(), z.data(), mean.data(),
                    rstd.data(), R, D);
-  if (Status s = attention(l, z.data(), f.data(), B, dy1, dz.data()); !s)
+  if (dropoutOn_) {
+    dMasked.assign(dy1, dy1 + f.size());
+    dropoutMask(l, 0, dMasked.data(), R * D);
+  }
+  if (Status s = attention(l, z.data(), f.data(), B, dropoutOn_ ? dMasked.data() : dy1,
+                           dz.data());
+      !s)
     return s;
+  dropoutMask(l, 0, f.data(), R * D);
   for (size_t i = 0; i < f.size(); ++i)
     y1[i] -= f[i]; // now x1
   if (cfg_.storeReversibleInputs)

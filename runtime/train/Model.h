@@ -52,6 +52,11 @@ struct ModelConfig {
   std::string share;             ///< none, headwise, kv, layerwise
   int lowrankK = 0;
   std::vector<HeadParamInit> headParams;
+  /// Dropout on the residual branches (after attention, after the FFN)
+  /// while training; masks from Philox (dropoutSeed, layer and branch,
+  /// step, element), so a reversible backward replays them exactly.
+  float dropout = 0;
+  uint64_t dropoutSeed = 0;
   /// Testing aid: reversible layers also store their inputs and the
   /// backward uses them instead of the rebuilt ones (the gradients must
   /// agree; memory then grows with depth like standard layers).
@@ -80,6 +85,13 @@ public:
   Expected<StepResult> run(const Batch &batch, bool backward);
   /// Logits [B·S, vocab] of the last run (forward only).
   const std::vector<float> &logits() const { return logits_; }
+
+  /// Dropout for the following run()s: the masks of training step `step`,
+  /// or none (evaluation, generation; the default).
+  void setDropout(bool on, int64_t step = 0) {
+    dropoutOn_ = on && cfg_.dropout > 0;
+    dropoutStep_ = step;
+  }
 
   void zeroGrads();
   /// Every parameter with its gradient, in a fixed order; the pointers stay
@@ -137,6 +149,11 @@ private:
     st::Tensor rotations;
   };
   Param *add(const std::string &name, std::vector<int64_t> shape, bool decay);
+  /// y += FFN(z) of layer l (through the dropout mask when on).
+  void addFfn(int l, const float *z, float *y, int64_t R);
+  /// v *= the dropout mask of (layer, branch 0 attention / 1 FFN) / (1 − p),
+  /// when dropout is on; the same call on a gradient applies the same mask.
+  void dropoutMask(int layer, int branch, float *v, int64_t n) const;
   void init(uint64_t seed);
 
   // One attention block a = Attn(z) (+ its backward when dA is non-null:
@@ -156,6 +173,8 @@ private:
   Param *tok_, *pos_, *lnfG_, *lnfB_, *wout_, *bout_;
   Param *sharedE_ = nullptr; ///< layerwise low-rank
   std::vector<float> logits_;
+  bool dropoutOn_ = false;
+  int64_t dropoutStep_ = 0;
   std::vector<std::vector<float>> savedX_, savedH_; ///< standard layers' inputs and midpoints
 };
 

@@ -99,6 +99,7 @@ Expected<EvalResult> evaluate(Model &model, const DataSource &data, int batches,
   double lossSum = 0;
   int64_t correct = 0;
   int64_t n = std::min<int64_t>(batches, data.evalBatchesAvailable(B));
+  model.setDropout(false); // evaluation sees the whole model
   for (int64_t i = 0; i < n; ++i) {
     Batch b = data.eval(i, B);
     if (b.B == 0)
@@ -327,6 +328,7 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
     auto s0 = Clock::now();
     Batch b = data.train(opt.seed, step, opt.batch);
     model.zeroGrads();
+    model.setDropout(true, step); // the step's masks, the same on a resumed run
     Expected<StepResult> r = model.run(b, /*backward=*/true);
     if (!r)
       return makeError("step " + std::to_string(step) + ": " + r.error());

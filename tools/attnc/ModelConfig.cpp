@@ -23,6 +23,8 @@ train::ModelConfig modelConfigOf(attn::ModelOp model, attn::LayerOp layer,
   c.objective = model.getObjective() == attn::Objective::mlm         ? train::Objective::Mlm
                 : model.getObjective() == attn::Objective::duplicate ? train::Objective::Duplicate
                                                                      : train::Objective::CausalLm;
+  if (auto p = model.getDropout())
+    c.dropout = float(p->convertToDouble());
   c.sharedQk = variant.getSharedQk();
   if (auto lsh = variant.getLshAttr()) {
     c.lshRounds = int(lsh.getRounds()), c.lshBuckets = int(lsh.getBuckets());

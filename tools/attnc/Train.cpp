@@ -52,34 +52,51 @@ struct Prepared {
   std::string specHash, name;
 };
 
+/// What a command does with the run directory's kernel choices.
+enum class Pin { None, Read, ReadWrite };
+
 /// A run directory keeps the kernel choices of its first run (the attention
 /// tile and the FFN chunk, which may come from the tuning database):
 /// resuming and evaluating use the same ones whatever the database says now,
 /// since another tile or chunk sums in another order and would break the
-/// exact resume. `attnc train` writes the file; every command reads it.
-int pinRunChoices(const char *cmd, const TrainCliOptions &opt, attn::VariantOp variant,
-                  train::ModelConfig &c) {
+/// exact resume. The file names the spec (hash) and model it belongs to and
+/// is ignored for any other; `attnc train` writes it (a fresh run with
+/// --no-resume chooses again), eval/generate/fill read it, and the checks
+/// (--grad-check, --check-reversible) leave it alone.
+int pinRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Prepared &p,
+                  attn::VariantOp variant, train::ModelConfig &c) {
+  if (pin == Pin::None)
+    return kExitOk;
   const std::string path = opt.out + "/kernel-choices.json";
   attn::TileAttr tile = variant.getTile();
-  if (Expected<std::string> text = fs::readFile(path)) {
+  Expected<std::string> text = fs::readFile(path);
+  if (text && !(pin == Pin::ReadWrite && !opt.resume)) {
     nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j["block_q"].is_number_integer() ||
-        !j["block_kv"].is_number_integer() || !j["ffn_chunk"].is_number_integer())
+        !j["block_kv"].is_number_integer() || !j["ffn_chunk"].is_number_integer() ||
+        !j["spec_hash"].is_string() || !j["model"].is_string())
       return fail(cmd, path + " is not a kernel-choices file (an object with integer block_q, "
-                              "block_kv and ffn_chunk); remove it to choose again");
-    const int64_t bq = j["block_q"], bkv = j["block_kv"], chunk = j["ffn_chunk"];
-    if (bq != tile.getBlockQ() || bkv != tile.getBlockKv() || chunk != c.ffnChunk)
-      std::cerr << "attnc " << cmd << ": using this run's kernel choices from " << path
-                << " (tile " << bq << "x" << bkv << ", ffn chunk " << chunk << ")\n";
-    variant.setTileAttr(attn::TileAttr::get(variant.getContext(), bq, bkv, tile.getWarps(),
-                                            tile.getStages()));
-    c.ffnChunk = int(chunk);
-    return kExitOk;
+                              "block_kv and ffn_chunk, and the spec_hash and model it belongs "
+                              "to); remove it to choose again");
+    if (j["spec_hash"] == p.specHash && j["model"] == p.name) {
+      const int64_t bq = j["block_q"], bkv = j["block_kv"], chunk = j["ffn_chunk"];
+      if (bq != tile.getBlockQ() || bkv != tile.getBlockKv() || chunk != c.ffnChunk)
+        std::cerr << "attnc " << cmd << ": using this run's kernel choices from " << path
+                  << " (tile " << bq << "x" << bkv << ", ffn chunk " << chunk << ")\n";
+      variant.setTileAttr(attn::TileAttr::get(variant.getContext(), bq, bkv, tile.getWarps(),
+                                              tile.getStages()));
+      c.ffnChunk = int(chunk);
+      return kExitOk;
+    }
   }
-  if (std::string(cmd) != "train")
+  if (pin != Pin::ReadWrite)
     return kExitOk;
-  nlohmann::json j = {{"block_q", tile.getBlockQ()},
-                      {"block_kv", tile.getBlockKv()},
+  // Another spec's or model's file with its checkpoint stays: loading that
+  // checkpoint fails with a spec mismatch, and that run keeps its choices.
+  if (text && opt.resume && fs::readFile(opt.out + "/latest.json"))
+    return kExitOk;
+  nlohmann::json j = {{"spec_hash", p.specHash},     {"model", p.name},
+                      {"block_q", tile.getBlockQ()}, {"block_kv", tile.getBlockKv()},
                       {"ffn_chunk", c.ffnChunk}};
   if (Status st = fs::createDirectories(opt.out); !st)
     return fail(cmd, st.error());
@@ -88,7 +105,7 @@ int pinRunChoices(const char *cmd, const TrainCliOptions &opt, attn::VariantOp v
   return kExitOk;
 }
 
-int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p) {
+int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = Pin::Read) {
   if (opt.target != "cpu") {
     std::cerr << "attnc " << cmd << ": --target " << opt.target
               << " is not implemented yet (training runs on the CPU)\n";
@@ -127,6 +144,7 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p) {
       SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
   train::ModelConfig &c = p.config;
   c = modelConfigOf(model, layer, variant);
+  c.dropoutSeed = opt.seed;
   if (c.dModel % c.heads)
     return fail(cmd, "d_model " + std::to_string(c.dModel) + " is not a multiple of heads " +
                          std::to_string(c.heads));
@@ -134,7 +152,7 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p) {
   if (autoFfn.count(p.name))
     if (int chunk = tunedFfnChunk(c, std::cerr))
       c.ffnChunk = chunk > 0 ? chunk : 0;
-  if (int rc = pinRunChoices(cmd, opt, variant, c))
+  if (int rc = pinRunChoices(cmd, opt, pin, p, variant, c))
     return rc;
   codegen::AttentionShape shape;
   shape.batch = opt.batch, shape.heads = c.heads, shape.seq = c.seq;
@@ -164,6 +182,16 @@ namespace {
 int gradCheck(Prepared &p, const train::DataSource &data, const TrainCliOptions &opt) {
   train::Model model(p.config, attentionOf(p), opt.seed);
   train::Batch b = data.train(opt.seed, 0, opt.batch);
+  if (p.config.dropout > 0) { // the masks change the loss (so they are applied)
+    Expected<train::StepResult> off = model.run(b, false);
+    model.setDropout(true, 0);
+    Expected<train::StepResult> on = model.run(b, false);
+    if (!off || !on)
+      return fail("train", !off ? off.error() : on.error());
+    std::cout << "dropout " << p.config.dropout << ": loss " << on->meanLoss()
+              << " with the masks of step 0, " << off->meanLoss() << " without\n";
+  }
+  model.setDropout(true, 0); // fixed masks: the loss is a function of the weights
   Expected<train::GradCheckResult> r =
       train::gradientCheck(model, b, opt.gradCheck, opt.gradCheckEps, opt.seed);
   if (!r)
@@ -192,6 +220,7 @@ int checkReversible(Prepared &p, const train::DataSource &data, const TrainCliOp
   train::Batch batch = data.train(opt.seed, 0, opt.batch);
   a.zeroGrads();
   b.zeroGrads();
+  a.setDropout(true, 0), b.setDropout(true, 0); // the rebuild must replay the masks
   Expected<train::StepResult> ra = a.run(batch, true), rb = b.run(batch, true);
   if (!ra || !rb)
     return fail("train", !ra ? ra.error() : rb.error());
@@ -225,7 +254,8 @@ int checkReversible(Prepared &p, const train::DataSource &data, const TrainCliOp
 
 int runTrain(const TrainCliOptions &opt) {
   Prepared p;
-  if (int rc = prepare("train", opt, p))
+  const bool check = opt.gradCheck > 0 || opt.checkReversible;
+  if (int rc = prepare("train", opt, p, check ? Pin::None : Pin::ReadWrite))
     return rc;
   Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);
   if (!data)
