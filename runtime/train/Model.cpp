@@ -578,6 +578,8 @@ Model::ActivationPlan Model::activationPlanOf(const ModelConfig &cfg_, int batch
   // One layer's recomputation: q, k, v, attention in/out (as tensors and
   // rows), gradients of the same, LN scratch, the FFN chunk intermediate.
   p.scratchBytes = 4 * (12 * R * D + 2 * chunk * F + 4 * R);
+  if (cfg_.dropout > 0) // the FFN output before its mask, a masked cotangent
+    p.scratchBytes += 4 * 2 * R * D;
   return p;
 }
 
