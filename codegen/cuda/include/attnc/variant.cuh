@@ -82,6 +82,17 @@ ATTNC_HD void fwdLogits(float (&s)[NT][4], const ScoreCtx &c, int i0, int j0,
                         bool mask) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const float scaleLog2 = c.scale * kLog2e;
+  // The key tail, padding and causal limits of this thread's two rows as one
+  // bound on the column offset 8n + (e & 1) (two registers, not a compare of
+  // full indices per element: D = 256 causal spilled without this).
+  int rel[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    int lim = c.kvEnd;
+    if constexpr (V::kCausal)
+      lim = imin(lim, i0 + g + 8 * r + 1);
+    rel[r] = lim - j0 - 2 * t;
+  }
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
 #pragma unroll
@@ -93,8 +104,13 @@ ATTNC_HD void fwdLogits(float (&s)[NT][4], const ScoreCtx &c, int i0, int j0,
             kLog2e;
       else
         x = s[n][e] * scaleLog2;
-      if (mask && !kept<V>(c, i, j))
-        x = negInf();
+      if (mask) {
+        bool keep = 8 * n + (e & 1) < rel[e >> 1];
+        if constexpr (V::kHasMask)
+          keep = keep && V::keep(c.b, c.h, i, j, c.params, c.H);
+        if (!keep)
+          x = negInf();
+      }
       s[n][e] = x;
     }
   }
