@@ -9,7 +9,9 @@
 #include "runtime/Artifact.h"
 #include "runtime/AttentionIO.h"
 #include "runtime/CpuAttention.h"
+#include "runtime/CudaAttention.h"
 #include "runtime/CudaDriver.h"
+#include "runtime/NvrtcCompiler.h"
 #include "runtime/KernelCache.h"
 #include "runtime/Safetensors.h"
 
@@ -36,22 +38,27 @@ int fail(const std::string &msg) {
 
 } // namespace
 
-int compileCpuAttention(ModuleOp module, attn::VariantOp variant,
-                        const codegen::AttentionShape &shape, std::optional<CpuAttention> &out) {
-  // A module of its own: this variant and one function, so kernel names and
-  // the emitted translation unit hold exactly this op.
+namespace {
+
+/// One variant's kernels for `target`: a module of its own (this variant
+/// and one function, so kernel names and the translation unit hold exactly
+/// this op), the pipeline and the emitter; the forward's and backward's
+/// descriptions for the runtime.
+int emitVariant(ModuleOp module, attn::VariantOp variant, const codegen::AttentionShape &shape,
+                const std::string &target, const std::string &arch, CompiledKernels &compiled,
+                std::optional<KernelDesc> &fwd, std::optional<KernelDesc> &bwd) {
   OwningOpRef<ModuleOp> scratch = ModuleOp::create(module.getLoc());
   OpBuilder b(scratch->getBody(), scratch->getBody()->begin());
   auto copy = llvm::cast<attn::VariantOp>(b.clone(*variant));
   if (failed(codegen::buildAttentionFunction(*scratch, copy, "attention", shape)))
     return kExitInput;
-  CompiledKernels compiled;
-  if (int rc = compileFunctions(*scratch, "cpu", "sm_80", compiled))
+  if (int rc = compileFunctions(*scratch, target, arch, compiled))
     return rc;
   auto desc = [](const codegen::KernelInfo &k) {
     KernelDesc d;
     d.name = k.name, d.backward = k.backward, d.headDim = int(k.headDim);
     d.blockQ = int(k.blockQ), d.blockKv = int(k.blockKv);
+    d.warps = int(k.warps), d.smemBytes = int(k.smemBytes);
     d.causal = k.causal, d.keyPadding = k.keyPadding, d.numParams = int(k.numParams);
     d.lowrank = k.kvSource == "lowrank", d.share = k.share, d.scale = float(k.scale);
     d.sharedQk = k.sharedQk;
@@ -61,7 +68,6 @@ int compileCpuAttention(ModuleOp module, attn::VariantOp variant,
     d.entryPoints = k.entryPoints;
     return d;
   };
-  std::optional<KernelDesc> fwd, bwd;
   for (const codegen::KernelInfo &k : compiled.kernels)
     (k.backward ? bwd : fwd) = desc(k);
   if (!fwd) {
@@ -70,6 +76,36 @@ int compileCpuAttention(ModuleOp module, attn::VariantOp variant,
   }
   if (!shape.differentiate)
     bwd.reset();
+  return kExitOk;
+}
+
+} // namespace
+
+int compileCudaAttention(ModuleOp module, attn::VariantOp variant,
+                         const codegen::AttentionShape &shape, const std::string &arch,
+                         std::optional<CudaAttention> &out) {
+  CompiledKernels compiled;
+  std::optional<KernelDesc> fwd, bwd;
+  if (int rc = emitVariant(module, variant, shape, "cuda", arch, compiled, fwd, bwd))
+    return rc;
+  const std::string dtype = compiled.kernels.front().dtype;
+  NvrtcCompiler nvrtc(&KernelCache::processDefault());
+  Expected<CudaAttention> kernels = CudaAttention::compile(
+      compiled.source, arch, dtype, *fwd, bwd, defaultCudaKernelIncludeDirs(), nvrtc);
+  if (!kernels) {
+    std::cerr << "attnc: error: " << kernels.error() << "\n";
+    return kExitInput;
+  }
+  out.emplace(std::move(kernels).take());
+  return kExitOk;
+}
+
+int compileCpuAttention(ModuleOp module, attn::VariantOp variant,
+                        const codegen::AttentionShape &shape, std::optional<CpuAttention> &out) {
+  CompiledKernels compiled;
+  std::optional<KernelDesc> fwd, bwd;
+  if (int rc = emitVariant(module, variant, shape, "cpu", "sm_80", compiled, fwd, bwd))
+    return rc;
   static HostCompiler compiler(&KernelCache::processDefault());
   Expected<CpuAttention> kernels =
       CpuAttention::compile(compiled.source, *fwd, bwd, defaultKernelIncludeDirs(), compiler);
@@ -160,20 +196,50 @@ int runAttention(const RunOptions &opt) {
         &context, io.kRows, variant.getLowrankAttr().getShare()));
 
   // --- compile
-  if (opt.target == "cuda") {
-    Status driver = cuda::Driver::available();
-    if (!driver)
-      return fail("--target cuda: " + driver.error());
-    std::cerr << "attnc run: --target cuda is not implemented yet (the CUDA kernels are "
-                 "compiled and checked with NVRTC; launching them comes next)\n";
-    return kExitNotImplemented;
-  }
   codegen::AttentionShape shape;
   shape.batch = B, shape.heads = H, shape.seq = N, shape.headDim = D;
   shape.maxSeq = sig.lowrank ? io.nmax : N;
   shape.elementType = FloatType::getF32(&context);
   shape.withLengths = io.inputs.lengths != nullptr;
   shape.differentiate = io.inputs.dout != nullptr;
+  auto ms = [](auto a, auto b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  if (opt.target == "cuda") {
+    // The GPU: kernels in --dtype (inputs and outputs stay f32 on the host),
+    // NVRTC to CUBIN for --arch, or for the device's own arch when it was
+    // left at its default; the CUDA events time the kernels.
+    Builder bld(&context);
+    shape.elementType = opt.dtype == "f16"    ? Type(bld.getF16Type())
+                        : opt.dtype == "bf16" ? Type(bld.getBF16Type())
+                                              : Type(bld.getF32Type());
+    std::string arch = opt.arch;
+    Status driver = cuda::Driver::available();
+    if (driver && arch.empty())
+      if (Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0))
+        arch = "sm_" + std::to_string(dev->ccMajor * 10 + dev->ccMinor);
+    if (arch.empty())
+      arch = "sm_80";
+    std::optional<CudaAttention> kernels;
+    if (!driver) // loading the CUBIN needs the driver: say so before compiling
+      return fail("--target cuda: " + driver.error() +
+                  " (attnc compile --check-nvrtc checks the kernels without a GPU)");
+    auto t0 = std::chrono::steady_clock::now();
+    if (int rc = compileCudaAttention(*module, variant, shape, arch, kernels))
+      return rc;
+    auto t1 = std::chrono::steady_clock::now();
+    Expected<AttentionOutputs> result = kernels->run(io.inputs);
+    if (!result)
+      return fail(result.error());
+    if (Status written = writeAttentionOutputs(opt.output, std::move(*result), io, sig); !written)
+      return fail(written.error());
+    std::cerr << "attnc run: " << variant.getSymName().str() << " on [" << B << ", " << H
+              << ", " << N << ", " << D << "] " << opt.dtype << " " << arch
+              << (io.inputs.dout ? " forward+backward" : " forward") << ": kernels ready in "
+              << int(ms(t0, t1)) << " ms; forward " << kernels->forwardMs() << " ms, backward "
+              << kernels->backwardMs() << " ms on the GPU; wrote " << opt.output << "\n";
+    return kExitOk;
+  }
   auto t0 = std::chrono::steady_clock::now();
   std::optional<CpuAttention> kernels;
   if (int rc = compileCpuAttention(*module, variant, shape, kernels))
@@ -187,9 +253,6 @@ int runAttention(const RunOptions &opt) {
   auto t2 = std::chrono::steady_clock::now();
   if (Status written = writeAttentionOutputs(opt.output, std::move(*result), io, sig); !written)
     return fail(written.error());
-  auto ms = [](auto a, auto b) {
-    return std::chrono::duration<double, std::milli>(b - a).count();
-  };
   std::cerr << "attnc run: " << variant.getSymName().str() << " on [" << B << ", " << H << ", "
             << N << ", " << D << "]"
             << (io.inputs.dout ? " forward+backward" : " forward")

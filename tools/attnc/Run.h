@@ -4,6 +4,7 @@
 
 #include "codegen/AttentionFunction.h"
 #include "runtime/CpuAttention.h"
+#include "runtime/CudaAttention.h"
 
 #include <optional>
 #include <string>
@@ -15,7 +16,8 @@ struct RunOptions {
   std::string op = "attention";
   std::string inputs, weights, grad, output;
   std::string target = "cpu";
-  std::string arch = "sm_80";
+  std::string arch;          ///< --target cuda: "" = the device's own
+  std::string dtype = "f32"; ///< --target cuda: the kernels' element type
   uint64_t seed = 0;
 };
 
@@ -28,6 +30,12 @@ int runAttention(const RunOptions &options);
 /// the C++). On failure prints the error and returns an exit code.
 int compileCpuAttention(mlir::ModuleOp module, attn::VariantOp variant,
                         const codegen::AttentionShape &shape, std::optional<CpuAttention> &out);
+
+/// The same for the GPU: NVRTC to CUBIN for `arch` (cached), the kernels'
+/// element type is shape.elementType.
+int compileCudaAttention(mlir::ModuleOp module, attn::VariantOp variant,
+                         const codegen::AttentionShape &shape, const std::string &arch,
+                         std::optional<CudaAttention> &out);
 
 } // namespace attnc::driver
 

@@ -290,7 +290,9 @@ int main(int argc, char **argv) {
   run->add_option("--target", ropts.target, "where to run")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  run->add_option("--arch", ropts.arch, "CUDA architecture")->capture_default_str();
+  run->add_option("--arch", ropts.arch, "--target cuda: the architecture (default: the GPU's)");
+  run->add_option("--dtype", ropts.dtype, "--target cuda: the kernels' element type")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
   run->add_option("--seed", ropts.seed, "seed of weights the weights file lacks")
       ->capture_default_str();
   attnc::driver::TrainCliOptions topts;
