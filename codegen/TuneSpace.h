@@ -131,6 +131,38 @@ inline TileSpace cpuTileSpace(int headDim = 64, CpuLimits lim = {}) {
   return space;
 }
 
+/// The CPU cost model that orders the candidates, so that a --budget run
+/// measures the promising ones first: score entries computed for one head
+/// (each query block's key range, causal or not, rounded up to whole query
+/// and key blocks: the padding a tile wastes), times the head dim, plus a
+/// fixed cost per (query, key) tile pair for copies, transposes and the
+/// softmax bookkeeping (kCpuTileOverhead head-dim-sized rows) and per query
+/// block for Qᵀ. Relative units; only the order is used.
+constexpr double kCpuTileOverhead = 48;
+
+inline double cpuTileCost(const tile::TileConfig &c, int seq, int headDim, bool causal) {
+  double entries = 0, tiles = 0, qBlocks = 0;
+  for (int q0 = 0; q0 < seq; q0 += c.blockQ) {
+    const int rows = std::min(c.blockQ, seq - q0);
+    const int keys = causal ? q0 + rows : seq;
+    const int keyTiles = (keys + c.blockKv - 1) / c.blockKv;
+    entries += double(c.blockQ) * keyTiles * c.blockKv;
+    tiles += keyTiles;
+    qBlocks += 1;
+  }
+  return double(headDim) * (entries + kCpuTileOverhead * tiles + c.blockQ * qBlocks);
+}
+
+/// The candidates of `space` in cost-model order (stable: ties keep the
+/// space's order).
+inline void orderByCpuCost(TileSpace &space, int seq, int headDim, bool causal) {
+  std::stable_sort(space.candidates.begin(), space.candidates.end(),
+                   [&](const tile::TileConfig &a, const tile::TileConfig &b) {
+                     return cpuTileCost(a, seq, headDim, causal) <
+                            cpuTileCost(b, seq, headDim, causal);
+                   });
+}
+
 /// One line per rejected family: how many configs and one example reason,
 /// e.g. "shared memory: 212 configs (e.g. bq=128,bkv=128,w=8,s=3: 230400
 /// bytes > 65536)". What the tuner prints when nothing fits.

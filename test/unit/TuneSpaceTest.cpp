@@ -104,3 +104,20 @@ TEST(TuneSpace, CpuWorkspaceLimit) {
   for (const tune::Rejection &r : some.rejected)
     EXPECT_GT(tune::cpuWorkspaceBytes(r.config.blockQ, r.config.blockKv, 64), limit);
 }
+
+// The cost model counts padded work and per-tile overhead: tiny tiles pay
+// overhead, tiles larger than a short sequence pay padding, causal halves
+// the work, and the order it gives is by cost.
+TEST(TuneSpace, CpuCostModel) {
+  using tune::cpuTileCost;
+  EXPECT_GT(cpuTileCost({16, 16, 1, 1}, 1024, 64, false), cpuTileCost({64, 64, 1, 1}, 1024, 64, false));
+  EXPECT_GT(cpuTileCost({128, 128, 1, 1}, 40, 64, false), cpuTileCost({32, 32, 1, 1}, 40, 64, false));
+  const double full = cpuTileCost({64, 64, 1, 1}, 4096, 64, false);
+  const double half = cpuTileCost({64, 64, 1, 1}, 4096, 64, true);
+  EXPECT_NEAR(half / full, 0.5, 0.02);
+  tune::TileSpace s = tune::cpuTileSpace(64);
+  tune::orderByCpuCost(s, 512, 64, true);
+  for (size_t i = 1; i < s.candidates.size(); ++i)
+    EXPECT_LE(cpuTileCost(s.candidates[i - 1], 512, 64, true),
+              cpuTileCost(s.candidates[i], 512, 64, true));
+}

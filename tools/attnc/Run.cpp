@@ -18,12 +18,14 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 using namespace mlir;
 
@@ -100,15 +102,55 @@ int compileCudaAttention(ModuleOp module, attn::VariantOp variant,
   return kExitOk;
 }
 
-int compileCpuAttention(ModuleOp module, attn::VariantOp variant,
-                        const codegen::AttentionShape &shape, std::optional<CpuAttention> &out) {
+int emitCpuAttention(ModuleOp module, attn::VariantOp variant,
+                     const codegen::AttentionShape &shape, EmittedKernels &out) {
   CompiledKernels compiled;
   std::optional<KernelDesc> fwd, bwd;
   if (int rc = emitVariant(module, variant, shape, "cpu", "sm_80", compiled, fwd, bwd))
     return rc;
+  out.source = std::move(compiled.source), out.fwd = *fwd, out.bwd = bwd;
+  return kExitOk;
+}
+
+static HostCompiler &hostCompiler() {
   static HostCompiler compiler(&KernelCache::processDefault());
+  return compiler;
+}
+
+std::vector<std::string> buildCpuAttentions(const std::vector<EmittedKernels> &emitted,
+                                            int threads,
+                                            std::vector<std::optional<CpuAttention>> &out) {
+  out.clear();
+  out.resize(emitted.size());
+  std::vector<std::string> errors(emitted.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < emitted.size(); i = next++) {
+      const EmittedKernels &e = emitted[i];
+      Expected<CpuAttention> k = CpuAttention::compile(e.source, e.fwd, e.bwd,
+                                                       defaultKernelIncludeDirs(), hostCompiler());
+      if (k)
+        out[i].emplace(std::move(k).take());
+      else
+        errors[i] = k.error();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::min<int>(threads, int(emitted.size())); ++t)
+    pool.emplace_back(worker);
+  worker();
+  for (std::thread &t : pool)
+    t.join();
+  return errors;
+}
+
+int compileCpuAttention(ModuleOp module, attn::VariantOp variant,
+                        const codegen::AttentionShape &shape, std::optional<CpuAttention> &out) {
+  EmittedKernels e;
+  if (int rc = emitCpuAttention(module, variant, shape, e))
+    return rc;
   Expected<CpuAttention> kernels =
-      CpuAttention::compile(compiled.source, *fwd, bwd, defaultKernelIncludeDirs(), compiler);
+      CpuAttention::compile(e.source, e.fwd, e.bwd, defaultKernelIncludeDirs(), hostCompiler());
   if (!kernels) {
     std::cerr << "attnc: error: " << kernels.error() << "\n";
     return kExitInput;

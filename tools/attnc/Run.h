@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace attnc::driver {
 
@@ -30,6 +31,24 @@ int runAttention(const RunOptions &options);
 /// the C++). On failure prints the error and returns an exit code.
 int compileCpuAttention(mlir::ModuleOp module, attn::VariantOp variant,
                         const codegen::AttentionShape &shape, std::optional<CpuAttention> &out);
+
+/// A variant's emitted kernels (the MLIR half of compileCpuAttention), not
+/// yet through the host compiler.
+struct EmittedKernels {
+  std::string source;
+  KernelDesc fwd;
+  std::optional<KernelDesc> bwd;
+};
+int emitCpuAttention(mlir::ModuleOp module, attn::VariantOp variant,
+                     const codegen::AttentionShape &shape, EmittedKernels &out);
+
+/// Host-compiles and loads every emitted set on up to `threads` threads
+/// (the kernel cache is shared and locked; each compile is its own
+/// process): out[i] holds the kernels, or the returned errors[i] says why
+/// not. What attnc tune uses to compile its candidates in parallel.
+std::vector<std::string> buildCpuAttentions(const std::vector<EmittedKernels> &emitted,
+                                            int threads,
+                                            std::vector<std::optional<CpuAttention>> &out);
 
 /// The same for the GPU: NVRTC to CUBIN for `arch` (cached), the kernels'
 /// element type is shape.elementType.

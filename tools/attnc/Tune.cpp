@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <set>
+#include <thread>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -127,10 +128,48 @@ public:
     shape_.withLengths = true, shape_.differentiate = true;
   }
   const AttentionInputs &inputs() const { return in_; }
+  bool compiled(const tile::TileConfig &c) const {
+    std::string key = tune::canonicalConfig(tune::configText(c));
+    return kernels_.count(key) || errors_.count(key);
+  }
+  /// Compiles the tiles not compiled yet: the MLIR half in turn, the host
+  /// compiler on `threads` threads. A tile that fails keeps its error.
+  void precompile(const std::vector<tile::TileConfig> &configs, int threads) {
+    std::vector<EmittedKernels> emitted;
+    std::vector<std::string> keys;
+    for (const tile::TileConfig &c : configs) {
+      std::string key = tune::canonicalConfig(tune::configText(c));
+      if (kernels_.count(key) || errors_.count(key))
+        continue;
+      variant_.setTileAttr(
+          attn::TileAttr::get(module_.getContext(), c.blockQ, c.blockKv, 1, 1));
+      EmittedKernels e;
+      if (emitCpuAttention(module_, variant_, shape_, e)) {
+        errors_[key] = "the pipeline rejected the tile";
+        continue;
+      }
+      emitted.push_back(std::move(e)), keys.push_back(key);
+    }
+    std::vector<std::optional<CpuAttention>> built;
+    std::vector<std::string> errors = buildCpuAttentions(emitted, threads, built);
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (built[i])
+        kernels_[keys[i]] = std::move(built[i]);
+      else
+        errors_[keys[i]] = errors[i];
+  }
+  /// Why tile `c` did not compile ("" when it did or was not tried).
+  std::string error(const tile::TileConfig &c) const {
+    auto it = errors_.find(tune::canonicalConfig(tune::configText(c)));
+    return it == errors_.end() ? "" : it->second;
+  }
   /// The kernels with tile `c` (null when they do not compile; the error is
-  /// printed).
+  /// printed or kept by precompile).
   CpuAttention *compile(const tile::TileConfig &c) {
-    auto &slot = kernels_[tune::canonicalConfig(tune::configText(c))];
+    const std::string key = tune::canonicalConfig(tune::configText(c));
+    if (errors_.count(key))
+      return nullptr;
+    auto &slot = kernels_[key];
     if (!slot) {
       variant_.setTileAttr(
           attn::TileAttr::get(module_.getContext(), c.blockQ, c.blockKv, 1, 1));
@@ -152,6 +191,7 @@ private:
   AttentionInputs in_;
   codegen::AttentionShape shape_;
   std::map<std::string, std::optional<CpuAttention>> kernels_;
+  std::map<std::string, std::string> errors_;
 };
 
 /// The first layer's attention variant of a model.
@@ -320,12 +360,21 @@ int runTune(const TuneOptions &opt) {
     if (space.candidates.empty())
       return fail(name + ": no tile config fits (nothing compiled or run):\n" +
                   rejections(space));
+    // The promising ones first: a --budget run measures those.
+    tune::orderByCpuCost(space, int(S), int(D), variant.getCausal());
+    std::cout << name << ": cost-model order:";
+    for (const tile::TileConfig &c : space.candidates)
+      std::cout << " " << c.blockQ << "x" << c.blockKv;
+    std::cout << "\n";
     TileBench tileBench(*module, model, variant, B, opt.repeats);
+    const int threads =
+        opt.jobs > 0 ? opt.jobs : std::max(1, int(std::thread::hardware_concurrency()));
     auto compileTile = [&](const tile::TileConfig &c) { return tileBench.compile(c); };
     auto timeTile = [&](CpuAttention &a) { return tileBench.time(a); };
     // 1. Every candidate once (or what an earlier run measured).
     size_t done = 0;
     std::vector<std::pair<double, tile::TileConfig>> timed;
+    int measuredNow = 0;
     for (const tile::TileConfig &c : space.candidates) {
       std::string cfg = tune::canonicalConfig(tune::configText(c));
       if (const tune::Measurement *m = db->measured(device, key, tc, cfg)) {
@@ -334,16 +383,33 @@ int runTune(const TuneOptions &opt) {
         ++done;
         continue;
       }
-      if (elapsed() > opt.budget) {
+      // The budget stops further measurements; the most promising
+      // candidate (cost-model order) is always measured.
+      if (measuredNow > 0 && elapsed() > opt.budget) {
         outOfBudget = true;
         break;
       }
+      ++measuredNow;
       tune::Measurement m;
       m.config = cfg;
       m.repeats = opt.repeats;
+      if (!tileBench.compiled(c)) {
+        // The next `threads` unmeasured candidates, compiled together: the
+        // host compiler runs in parallel while the budget still applies.
+        std::vector<tile::TileConfig> batch;
+        for (size_t j = &c - space.candidates.data();
+             j < space.candidates.size() && int(batch.size()) < threads; ++j)
+          if (!db->measured(device, key, tc,
+                            tune::canonicalConfig(tune::configText(space.candidates[j]))))
+            batch.push_back(space.candidates[j]);
+        tileBench.precompile(batch, threads);
+      }
       CpuAttention *a = compileTile(c);
-      Expected<AttentionOutputs> check = a ? a->run(tileBench.inputs()) : Expected<AttentionOutputs>(
-                                                              makeError("did not compile"));
+      Expected<AttentionOutputs> check =
+          a ? a->run(tileBench.inputs())
+            : Expected<AttentionOutputs>(makeError(tileBench.error(c).empty()
+                                                       ? "did not compile"
+                                                       : tileBench.error(c)));
       if (!check) {
         m.error = check.error();
       } else {

@@ -37,6 +37,7 @@ struct TuneOptions {
   /// fastest whose relative output error against exact attention is at
   /// most this, on calibration inputs.
   double maxError = 0;
+  int jobs = 0; ///< host compilers in parallel; 0: one per CPU
   /// With --max-error on LSH: calibrate on layer 0's attention inputs of
   /// this trained run directory (attnc train --out) on --data.
   std::string checkpoint, data;

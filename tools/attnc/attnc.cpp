@@ -375,7 +375,7 @@ int main(int argc, char **argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   tuneCmd->add_option("--db", tuneOpts.db,
                       "tuning database (default: $ATTNC_TUNING_DB, else the user cache)");
-  tuneCmd->add_option("--budget", tuneOpts.budget, "seconds of measuring (a rerun continues)")
+  tuneCmd->add_option("--budget", tuneOpts.budget, "seconds of measuring (a rerun continues; the cost model's first candidate is always measured)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   tuneCmd->add_option("--batch", tuneOpts.batch, "batch of the measured shape")
       ->check(CLI::Range(1, 4096))->capture_default_str();
@@ -384,6 +384,9 @@ int main(int argc, char **argv) {
   tuneCmd->add_flag("--show", tuneOpts.show, "list the database instead of tuning");
   tuneCmd->add_option("--max-workspace-kib", tuneOpts.maxWorkspaceKib,
                       "CPU: drop tiles whose per-thread workspace exceeds this (KiB)")
+      ->check(CLI::NonNegativeNumber);
+  tuneCmd->add_option("-j,--jobs", tuneOpts.jobs,
+                      "candidates compiled in parallel (default: one per CPU)")
       ->check(CLI::NonNegativeNumber);
   tuneCmd->add_option("--max-error", tuneOpts.maxError,
                       "choose k / LSH rounds and chunk: the fastest whose relative error "
