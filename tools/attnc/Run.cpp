@@ -83,6 +83,19 @@ int emitVariant(ModuleOp module, attn::VariantOp variant, const codegen::Attenti
 
 } // namespace
 
+int emitCudaAttention(ModuleOp module, attn::VariantOp variant,
+                      const codegen::AttentionShape &shape, const std::string &arch,
+                      std::string &source, std::string &dtype, KernelDesc &fwd) {
+  CompiledKernels compiled;
+  std::optional<KernelDesc> f, bwd;
+  codegen::AttentionShape forwardOnly = shape;
+  forwardOnly.differentiate = false;
+  if (int rc = emitVariant(module, variant, forwardOnly, "cuda", arch, compiled, f, bwd))
+    return rc;
+  source = std::move(compiled.source), dtype = compiled.kernels.front().dtype, fwd = *f;
+  return kExitOk;
+}
+
 int compileCudaAttention(ModuleOp module, attn::VariantOp variant,
                          const codegen::AttentionShape &shape, const std::string &arch,
                          std::optional<CudaAttention> &out) {

@@ -50,6 +50,12 @@ std::vector<std::string> buildCpuAttentions(const std::vector<EmittedKernels> &e
                                             int threads,
                                             std::vector<std::optional<CpuAttention>> &out);
 
+/// The forward kernel of a variant for CUDA `arch`, emitted (no NVRTC yet):
+/// the translation unit, the element type and the kernel's description.
+int emitCudaAttention(mlir::ModuleOp module, attn::VariantOp variant,
+                      const codegen::AttentionShape &shape, const std::string &arch,
+                      std::string &source, std::string &dtype, KernelDesc &fwd);
+
 /// The same for the GPU: NVRTC to CUBIN for `arch` (cached), the kernels'
 /// element type is shape.elementType.
 int compileCudaAttention(mlir::ModuleOp module, attn::VariantOp variant,

@@ -42,12 +42,14 @@ using namespace mlir;
 
 namespace attnc::driver {
 
-namespace {
-
-int fail(const std::string &msg) {
+int tuneFail(const std::string &msg) {
   std::cerr << "attnc tune: error: " << msg << "\n";
   return kExitInput;
 }
+
+namespace {
+
+int fail(const std::string &msg) { return tuneFail(msg); }
 
 std::string dbPath(const std::string &given) {
   return given.empty() ? tune::TuningDb::defaultPath() : given;
@@ -96,38 +98,51 @@ std::string rejections(const tune::TileSpace &space) {
   return text;
 }
 
+} // namespace
+
+RandomAttentionInputs::RandomAttentionInputs(attn::VariantOp variant, int64_t B, int64_t H,
+                                             int64_t S, int64_t D, bool withDout) {
+  std::mt19937 rng(7);
+  q_ = bench::randomTensor({B, H, S, D}, rng, 1.f), k_ = bench::randomTensor({B, H, S, D}, rng, 1.f);
+  v_ = bench::randomTensor({B, H, S, D}, rng, 1.f);
+  lengths_ = st::Tensor::i32({B}, std::vector<int32_t>(size_t(B), int32_t(S)));
+  in.q = &q_, in.k = &k_, in.v = &v_, in.lengths = &lengths_;
+  if (withDout) {
+    dout_ = bench::randomTensor({B, H, S, D}, rng, 1.f);
+    in.dout = &dout_;
+  }
+  if (auto lr = variant.getLowrankAttr()) {
+    std::vector<int64_t> shape = {lr.getK(), S};
+    if (lr.getShare() == attn::ShareMode::none)
+      shape.insert(shape.begin(), H);
+    E_ = bench::randomTensor(shape, rng, 0.05f), F_ = bench::randomTensor(shape, rng, 0.05f);
+    in.E = &E_;
+    if (lr.getShare() == attn::ShareMode::none || lr.getShare() == attn::ShareMode::headwise)
+      in.F = &F_;
+  }
+  if (auto decls = variant.getParams()) {
+    P_ = bench::randomTensor({int64_t(decls->size()), H}, rng, 0.1f);
+    in.params = &P_;
+  }
+}
+
+namespace {
+
 /// A model's attention at its shape (batch B), ready to compile and time
 /// any CPU tile: random inputs (E/F for low-rank, per-head parameters),
 /// forward + backward per timing, compiled tiles cached.
 class TileBench {
 public:
   TileBench(ModuleOp module, attn::ModelOp model, attn::VariantOp variant, int B, int repeats)
-      : module_(module), variant_(variant), repeats_(repeats) {
+      : module_(module), variant_(variant), repeats_(repeats),
+        inputs_(variant, B, model.getHeads(), model.getSeq(),
+                model.getDModel() / model.getHeads(), /*withDout=*/true) {
     const int64_t H = model.getHeads(), D = model.getDModel() / H, S = model.getSeq();
-    std::mt19937 rng(7);
-    q_ = bench::randomTensor({B, H, S, D}, rng, 1.f), k_ = bench::randomTensor({B, H, S, D}, rng, 1.f);
-    v_ = bench::randomTensor({B, H, S, D}, rng, 1.f);
-    dout_ = bench::randomTensor({B, H, S, D}, rng, 1.f);
-    lengths_ = st::Tensor::i32({B}, std::vector<int32_t>(size_t(B), int32_t(S)));
-    in_.q = &q_, in_.k = &k_, in_.v = &v_, in_.dout = &dout_, in_.lengths = &lengths_;
-    if (auto lr = variant.getLowrankAttr()) {
-      std::vector<int64_t> shape = {lr.getK(), S};
-      if (lr.getShare() == attn::ShareMode::none)
-        shape.insert(shape.begin(), H);
-      E_ = bench::randomTensor(shape, rng, 0.05f), F_ = bench::randomTensor(shape, rng, 0.05f);
-      in_.E = &E_;
-      if (lr.getShare() == attn::ShareMode::none || lr.getShare() == attn::ShareMode::headwise)
-        in_.F = &F_;
-    }
-    if (auto decls = variant.getParams()) {
-      P_ = bench::randomTensor({int64_t(decls->size()), H}, rng, 0.1f);
-      in_.params = &P_;
-    }
     shape_.batch = B, shape_.heads = H, shape_.seq = S, shape_.headDim = D, shape_.maxSeq = S;
     shape_.elementType = FloatType::getF32(module.getContext());
     shape_.withLengths = true, shape_.differentiate = true;
   }
-  const AttentionInputs &inputs() const { return in_; }
+  const AttentionInputs &inputs() const { return inputs_.in; }
   bool compiled(const tile::TileConfig &c) const {
     std::string key = tune::canonicalConfig(tune::configText(c));
     return kernels_.count(key) || errors_.count(key);
@@ -180,15 +195,14 @@ public:
   }
   /// Median forward + backward time in ms.
   double time(CpuAttention &a) {
-    return bench::medianMs(repeats_, [&] { (void)a.run(in_); });
+    return bench::medianMs(repeats_, [&] { (void)a.run(inputs_.in); });
   }
 
 private:
   ModuleOp module_;
   attn::VariantOp variant_;
   int repeats_;
-  st::Tensor q_, k_, v_, dout_, lengths_, E_, F_, P_;
-  AttentionInputs in_;
+  RandomAttentionInputs inputs_;
   codegen::AttentionShape shape_;
   std::map<std::string, std::optional<CpuAttention>> kernels_;
   std::map<std::string, std::string> errors_;
@@ -198,48 +212,6 @@ private:
 attn::VariantOp variantOf(attn::ModelOp model) {
   auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
   return SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
-}
-
-/// --target cuda: the search space against the arch's limits, every dropped
-/// config's reason, before anything is compiled. Timing needs a GPU, which
-/// this build does not drive yet.
-int planCuda(ModuleOp module, const TuneOptions &opt) {
-  if (opt.target != "cuda")
-    return fail("--target must be cpu or cuda, found '" + opt.target + "'");
-  StringRef archName(opt.arch);
-  int sm = 0;
-  if (!archName.consume_front("sm_") || archName.getAsInteger(10, sm) || sm < 75)
-    return fail("--arch must be sm_75 or newer, found '" + opt.arch + "'");
-  int fits = 0;
-  for (attn::ModelOp model : module.getOps<attn::ModelOp>()) {
-    if (!opt.model.empty() && model.getSymName() != opt.model)
-      continue;
-    attn::VariantOp variant = variantOf(model);
-    const std::string name = model.getSymName().str();
-    if (variant.getLsh()) {
-      std::cout << name << ": LSH kernels take their tile from the chunk (attn-tile)\n";
-      continue;
-    }
-    const int D = int(model.getDModel() / model.getHeads());
-    const int bytes = model.getDtype() == attn::DType::fp32 ? 4 : 2;
-    tune::CudaLimits lim;
-    lim.sm = sm, lim.smemBytes = opt.smemLimit;
-    for (bool backward : {false, true}) {
-      tune::TileSpace space = tune::cudaTileSpace(bytes, D, backward, lim);
-      const char *which = backward ? "backward" : "forward";
-      if (space.candidates.empty())
-        return fail(name + ": no " + which + " tile config fits " + opt.arch +
-                    " (nothing compiled or launched):\n" + rejections(space));
-      std::cout << name << " " << which << " (" << stringifyDType(model.getDtype()).str()
-                << ", d" << D << ", " << opt.arch << "): " << space.candidates.size()
-                << " configs fit, " << space.rejected.size() << " dropped before compiling\n"
-                << tune::summarizeRejections(space);
-      fits += int(space.candidates.size());
-    }
-  }
-  std::cerr << "attnc tune: measuring on the GPU is not implemented yet (" << fits
-            << " candidate configs listed above; this build tunes the CPU kernels)\n";
-  return kExitNotImplemented;
 }
 
 } // namespace
@@ -314,14 +286,16 @@ int runTune(const TuneOptions &opt) {
   OwningOpRef<ModuleOp> module = loadSpecModule(opt.spec, "tune", context);
   if (!module)
     return kExitInput;
-  if (opt.target != "cpu")
-    return planCuda(*module, opt);
   // Models whose FFN chunk the spec left to the tuner (before resolving).
   const std::set<std::string> autoFfn = modelsWithAutoFfnChunk(*module);
   PassManager resolve(&context);
   resolve.addPass(createResolveTunables());
   if (failed(resolve.run(*module)))
     return kExitInput;
+  if (opt.target == "cuda")
+    return tuneCuda(*module, opt, path);
+  if (opt.target != "cpu")
+    return fail("--target must be cpu or cuda, found '" + opt.target + "'");
   if (opt.maxError > 0) { // k / LSH rounds against the error budget
     double budgetLeft = opt.budget;
     for (attn::ModelOp model : module->getOps<attn::ModelOp>())

@@ -56,6 +56,24 @@ int tuneAccuracy(mlir::ModuleOp module, attn::ModelOp model, attn::VariantOp var
                  const TuneOptions &options, const std::string &dbPath,
                  const std::string &toolchain, double &budgetLeft);
 
+/// Random inputs of a model's attention at [B, H, S, D] (E and F for a
+/// low-rank variant, per-head parameters, dout when `withDout`): what the
+/// tuners time. Owns the tensors `in` points to (not copyable).
+class RandomAttentionInputs {
+public:
+  RandomAttentionInputs(attn::VariantOp variant, int64_t B, int64_t H, int64_t S, int64_t D,
+                        bool withDout);
+  RandomAttentionInputs(const RandomAttentionInputs &) = delete;
+  RandomAttentionInputs &operator=(const RandomAttentionInputs &) = delete;
+  AttentionInputs in;
+
+private:
+  st::Tensor q_, k_, v_, dout_, lengths_, E_, F_, P_;
+};
+
+/// Prints "attnc tune: error: MSG"; returns the input-error exit code.
+int tuneFail(const std::string &msg);
+
 /// This CPU's host compiler, as the tuning database's toolchain key.
 std::string cpuToolchain();
 
@@ -108,6 +126,11 @@ int tuneFfnChunk(mlir::ModuleOp module, attn::ModelOp model, const TuneOptions &
 /// entry, -1 for all rows at once, else the chunk; says which entry it used
 /// on `log`. attnc train calls it when the spec left the chunk `auto`.
 int tunedFfnChunk(const train::ModelConfig &config, std::ostream &log);
+
+/// attnc tune --target cuda: the forward tile space for --arch, compiled
+/// with NVRTC on --jobs threads and filtered by ptxas's report, then timed
+/// on the GPU when there is one (exit 2 when there is not).
+int tuneCuda(mlir::ModuleOp module, const TuneOptions &options, const std::string &dbPath);
 
 /// attnc bench --tuned: every kernel of the spec's models that has a tuning
 /// entry, timed with the heuristic config and with the tuned one

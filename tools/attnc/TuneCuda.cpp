@@ -1,0 +1,267 @@
+//===- TuneCuda.cpp - attnc tune --target cuda: forward tiles on the GPU --===//
+//
+// The forward kernel's tile (block sizes, warps, pipeline stages) on a GPU.
+// Three filters before anything runs: the tile model drops configs over the
+// arch's shared memory, registers, threads or pipelining rules (TuneSpace.h,
+// each with its reason); every survivor is compiled with NVRTC, on --jobs
+// threads, and ptxas's report drops those that spill, exceed 255 registers
+// or the shared memory; only then are the rest timed on the device (CUDA
+// events, median of --repeats, the interleaved final round against the
+// heuristic). The backward keeps the heuristic tile (attn-derive-backward
+// gives it `auto`).
+//
+// Compiling and checking runs anywhere (NVRTC needs no GPU); timing needs
+// one. Without a driver the command lists what it would time and exits 2.
+//
+//===----------------------------------------------------------------------===//
+#include "tools/attnc/BenchCommon.h"
+#include "tools/attnc/Compile.h"
+#include "tools/attnc/Run.h"
+#include "tools/attnc/Tune.h"
+
+#include "codegen/TuneSpace.h"
+#include "runtime/CudaAttention.h"
+#include "runtime/CudaDriver.h"
+#include "runtime/KernelCache.h"
+#include "runtime/NvrtcCompiler.h"
+#include "runtime/tune/TuningDb.h"
+
+#include "mlir/IR/Builders.h"
+
+#include <atomic>
+#include <iostream>
+#include <thread>
+
+using namespace mlir;
+
+namespace attnc::driver {
+
+namespace {
+
+int fail(const std::string &msg) { return tuneFail(msg); }
+
+/// One forward tile candidate through emission and NVRTC.
+struct CudaCandidate {
+  tile::TileConfig tile;
+  std::string source, dtype, reason;
+  KernelDesc fwd;
+  bool passed = false;
+};
+
+} // namespace
+
+int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath) {
+  Expected<GpuArch> gpu = parseGpuArch(opt.arch);
+  if (!gpu || gpu->sm < 75)
+    return fail("--arch must be sm_75 or newer, found '" + opt.arch + "'");
+  if (Status ok = checkGpuArchSupported(opt.arch); !ok)
+    return fail(ok.error());
+  const int sm = gpu->sm;
+  const int threads =
+      opt.jobs > 0 ? opt.jobs : std::max(1, int(std::thread::hardware_concurrency()));
+  Status driver = cuda::Driver::available();
+  int ready = 0;
+  for (attn::ModelOp model : module.getOps<attn::ModelOp>()) {
+    if (!opt.model.empty() && model.getSymName() != opt.model)
+      continue;
+    auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
+    auto variant =
+        SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
+    const std::string name = model.getSymName().str();
+    if (variant.getLsh()) {
+      std::cout << name << ": LSH kernels take their tile from the chunk (attn-tile)\n";
+      continue;
+    }
+    const int D = int(model.getDModel() / model.getHeads());
+    const int bytes = model.getDtype() == attn::DType::fp32 ? 4 : 2;
+    tune::CudaLimits lim;
+    lim.sm = sm, lim.smemBytes = opt.smemLimit;
+    const int smemLimit = opt.smemLimit > 0 ? opt.smemLimit : tile::smemLimitBytes(sm);
+    tune::TileSpace space;
+    for (bool backward : {false, true}) {
+      tune::TileSpace s = tune::cudaTileSpace(bytes, D, backward, lim);
+      const char *which = backward ? "backward" : "forward";
+      std::string why = tune::summarizeRejections(s);
+      if (s.candidates.empty())
+        return fail(name + ": no " + which + " tile config fits " + opt.arch +
+                    " (nothing compiled or launched):\n" + why.substr(0, why.size() - 1));
+      std::cout << name << " " << which << " (" << stringifyDType(model.getDtype()).str()
+                << ", d" << D << ", " << opt.arch << "): " << s.candidates.size()
+                << " configs fit, " << s.rejected.size() << " dropped before compiling\n"
+                << why;
+      if (!backward)
+        space = std::move(s);
+    }
+
+    // Emit every forward candidate (the MLIR half, in turn), then NVRTC on
+    // `threads` threads, then ptxas's report.
+    codegen::AttentionShape shape;
+    shape.batch = opt.batch, shape.heads = model.getHeads(), shape.seq = model.getSeq();
+    shape.headDim = D, shape.maxSeq = model.getSeq(), shape.withLengths = true;
+    Builder b(module.getContext());
+    shape.elementType = bytes == 4                                   ? Type(b.getF32Type())
+                        : model.getDtype() == attn::DType::bf16 ? Type(b.getBF16Type())
+                                                                     : Type(b.getF16Type());
+    const attn::TileAttr original = variant.getTile();
+    std::vector<CudaCandidate> cands;
+    for (const tile::TileConfig &c : space.candidates) {
+      CudaCandidate cand;
+      cand.tile = c;
+      variant.setTileAttr(
+          attn::TileAttr::get(module.getContext(), c.blockQ, c.blockKv, c.warps, c.stages));
+      if (emitCudaAttention(module, variant, shape, opt.arch, cand.source, cand.dtype,
+                            cand.fwd)) {
+        cand.reason = "the pipeline rejected it";
+      }
+      cands.push_back(std::move(cand));
+    }
+    variant.setTileAttr(original);
+    NvrtcCompiler nvrtc(&KernelCache::processDefault());
+    NvrtcOptions options;
+    options.arch = opt.arch;
+    options.includeDirs = defaultCudaKernelIncludeDirs();
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      for (size_t i = next++; i < cands.size(); i = next++) {
+        CudaCandidate &c = cands[i];
+        if (!c.reason.empty())
+          continue;
+        Expected<Cubin> cubin = nvrtc.compile("attnc_tune.cu", c.source, options);
+        if (!cubin) {
+          c.reason = "NVRTC failed";
+          continue;
+        }
+        for (const std::string &entry : c.fwd.entryPoints) {
+          const KernelResources *r = cubin->kernel(entry);
+          if (!r) {
+            c.reason = entry + " missing from the ptxas report";
+            break;
+          }
+          const int smem = r->staticSmemBytes + c.fwd.smemBytes;
+          if (r->spills())
+            c.reason = std::to_string(r->spillStoreBytes + r->spillLoadBytes) + " bytes spilled";
+          else if (r->registers > tile::kMaxRegsPerThread)
+            c.reason = std::to_string(r->registers) + " registers";
+          else if (smem > smemLimit)
+            c.reason = std::to_string(smem) + " bytes of shared memory > " +
+                       std::to_string(smemLimit);
+          if (!c.reason.empty())
+            break;
+        }
+        c.passed = c.reason.empty();
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t)
+      pool.emplace_back(worker);
+    worker();
+    for (std::thread &t : pool)
+      t.join();
+    tune::TileSpace ptxas;
+    std::vector<CudaCandidate *> passed;
+    for (CudaCandidate &c : cands)
+      if (c.passed)
+        passed.push_back(&c);
+      else
+        ptxas.rejected.push_back({c.tile, "ptxas", c.reason});
+    std::cout << name << " forward: " << cands.size() << " compiled with NVRTC "
+              << NvrtcCompiler::version() << " on " << threads << " thread(s), "
+              << passed.size() << " pass ptxas's check\n"
+              << tune::summarizeRejections(ptxas);
+    if (passed.empty())
+      return fail(name + ": every forward config failed ptxas's check (nothing launched)");
+    ready += int(passed.size());
+    if (!driver)
+      continue;
+
+    // Timing on the device: random inputs of the model's shape, the
+    // forward kernels' CUDA-event time, the interleaved final round.
+    Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0);
+    if (!dev)
+      return fail(dev.error());
+    if (dev->arch() != opt.arch)
+      return fail("the GPU is " + dev->arch() + " (" + dev->name + "), not --arch " + opt.arch);
+    const int64_t B = opt.batch, H = model.getHeads(), S = model.getSeq();
+    RandomAttentionInputs inputs(variant, B, H, S, D, /*withDout=*/false);
+    const AttentionInputs &in = inputs.in;
+    std::vector<std::optional<CudaAttention>> kernels(passed.size());
+    auto timeOne = [&](size_t i) -> double {
+      if (!kernels[i]) {
+        Expected<CudaAttention> a =
+            CudaAttention::compile(passed[i]->source, opt.arch, passed[i]->dtype, passed[i]->fwd,
+                                   std::nullopt, defaultCudaKernelIncludeDirs(), nvrtc);
+        if (!a)
+          return -1;
+        kernels[i].emplace(std::move(a).take());
+      }
+      std::vector<double> ms;
+      for (int r = 0; r <= opt.repeats; ++r) { // the first is the warm-up
+        if (!kernels[i]->run(in))
+          return -1;
+        if (r)
+          ms.push_back(kernels[i]->forwardMs());
+      }
+      std::sort(ms.begin(), ms.end());
+      return ms[ms.size() / 2];
+    };
+    Expected<tune::TuningDb> db = tune::TuningDb::open(dbPath);
+    if (!db)
+      return fail(db.error());
+    db->setAutosave(std::chrono::milliseconds(0));
+    const tune::DeviceKey device = tune::cudaDevice(*dev);
+    const std::string tc = tune::toolchainId("NVRTC " + NvrtcCompiler::version());
+    const tune::KernelKey key{"cuda attention " + passed.front()->dtype + " d" +
+                                  std::to_string(D) + " fwd " + variant.getSymName().str(),
+                              tune::shapeBucket(S, H)};
+    std::vector<std::pair<double, size_t>> timed;
+    for (size_t i = 0; i < passed.size(); ++i) {
+      tune::Measurement m;
+      m.config = tune::canonicalConfig(tune::configText(passed[i]->tile));
+      m.repeats = opt.repeats;
+      m.medianMs = timeOne(i);
+      if (m.medianMs < 0)
+        m.error = "did not run";
+      else
+        timed.push_back({m.medianMs, i});
+      if (Status s = db->recordMeasurement(device, key, tc, m); !s)
+        return fail(s.error());
+    }
+    if (timed.empty())
+      return fail(name + ": no forward config ran on " + dev->name);
+    std::sort(timed.begin(), timed.end());
+    const tile::TileConfig heuristic = tile::defaultTile(bytes, D, sm, false);
+    std::vector<size_t> finalists;
+    for (size_t i = 0; i < passed.size(); ++i)
+      if (passed[i]->tile.blockQ == heuristic.blockQ &&
+          passed[i]->tile.blockKv == heuristic.blockKv &&
+          passed[i]->tile.warps == heuristic.warps && passed[i]->tile.stages == heuristic.stages)
+        finalists.push_back(i);
+    if (finalists.empty())
+      finalists.push_back(timed.front().second); // no heuristic among them: the best leads
+    for (size_t t = 0; t < timed.size() && finalists.size() < 4; ++t)
+      if (timed[t].second != finalists.front())
+        finalists.push_back(timed[t].second);
+    std::optional<Finalists> pick =
+        chooseAmongFinalists(finalists.size(), [&](size_t i) { return timeOne(finalists[i]); });
+    if (!pick)
+      return fail(name + ": a finalist stopped running");
+    const CudaCandidate &best = *passed[finalists[pick->best]];
+    const std::string cfg = tune::canonicalConfig(tune::configText(best.tile));
+    db->choose(device, key, tc, cfg, pick->med[pick->best], pick->spread[pick->best]);
+    if (Status s = db->save(); !s)
+      return fail(s.error());
+    std::cout << name << " forward on " << dev->name << ": " << cfg << " "
+              << bench::fmt(pick->med[pick->best], 4) << " ms (heuristic "
+              << bench::fmt(pick->med[0], 4) << " ms, "
+              << bench::fmt(pick->med[0] / pick->med[pick->best]) << "x)\n";
+  }
+  if (!driver) {
+    std::cerr << "attnc tune: no GPU to time on here (" << driver.error() << "); " << ready
+              << " forward config(s) compiled and passed ptxas's check, rerun on a GPU\n";
+    return kExitNotImplemented;
+  }
+  std::cout << "tuning database: " << dbPath << "\n";
+  return kExitOk;
+}
+
+} // namespace attnc::driver
