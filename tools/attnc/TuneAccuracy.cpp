@@ -206,6 +206,38 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
                                               lsh.getBefore(), lsh.getAfter(), lsh.getSeed(),
                                               false)});
   }
+  // A candidate's own inputs. Low-rank: E = F = mean pooling over k equal
+  // segments of the sequence (one of the projections the Linformer paper
+  // names; untrained random ones do not approximate attention at all, and a
+  // checkpoint's learned ones fix k; see docs/tuning.md). LSH: the spec's
+  // seed draws the rotations, as attnc run does.
+  auto candidateInputs = [&](Attribute attr, AttentionInputs &in, st::Tensor &E, st::Tensor &F,
+                             st::Tensor &rotations) {
+    if (auto cl = llvm::dyn_cast<attn::LowRankAttr>(attr)) {
+      const int64_t k = cl.getK();
+      const bool perHead = cl.getShare() == attn::ShareMode::none;
+      std::vector<float> pool(size_t(perHead ? H : 1) * k * N, 0.f);
+      for (int64_t r = 0; r < k * (perHead ? H : 1); ++r) {
+        const int64_t row = r % k, begin = row * N / k, end = (row + 1) * N / k;
+        for (int64_t t = begin; t < end; ++t)
+          pool[size_t(r) * N + t] = 1.f / float(std::max<int64_t>(1, end - begin));
+      }
+      std::vector<int64_t> eShape = {k, N};
+      if (perHead)
+        eShape.insert(eShape.begin(), H);
+      E = st::Tensor::f32(eShape, pool), F = st::Tensor::f32(eShape, pool);
+      in.E = &E;
+      in.F = cl.getShare() == attn::ShareMode::none || cl.getShare() == attn::ShareMode::headwise
+                 ? &F
+                 : nullptr;
+    }
+    if (auto cl = llvm::dyn_cast<attn::LshAttr>(attr)) {
+      std::vector<float> r(size_t(cl.getRounds()) * D * (cl.getBuckets() / 2));
+      philox::lshRotations(uint64_t(cl.getSeed()), /*stream=*/0, r);
+      rotations = st::Tensor::f32({cl.getRounds(), D, cl.getBuckets() / 2}, r);
+      in.rotations = &rotations;
+    }
+  };
   Expected<tune::TuningDb> db = tune::TuningDb::open(dbPath);
   if (!db) {
     std::cerr << "attnc tune: error: " << db.error() << "\n";
@@ -226,37 +258,8 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
                 << " candidates\n";
       break;
     }
-    // Low-rank: E = F = mean pooling over k equal segments of the sequence
-    // (one of the projections the Linformer paper names; untrained random
-    // ones do not approximate attention at all, and a checkpoint's learned
-    // ones fix k; see docs/tuning.md).
-    st::Tensor E, F;
-    if (auto cl = llvm::dyn_cast<attn::LowRankAttr>(c.attr)) {
-      const int64_t k = cl.getK();
-      const bool perHead = cl.getShare() == attn::ShareMode::none;
-      std::vector<float> pool(size_t(perHead ? H : 1) * k * N, 0.f);
-      for (int64_t r = 0; r < k * (perHead ? H : 1); ++r) {
-        const int64_t row = r % k, begin = row * N / k, end = (row + 1) * N / k;
-        for (int64_t t = begin; t < end; ++t)
-          pool[size_t(r) * N + t] = 1.f / float(std::max<int64_t>(1, end - begin));
-      }
-      std::vector<int64_t> eShape = {k, N};
-      if (perHead)
-        eShape.insert(eShape.begin(), H);
-      E = st::Tensor::f32(eShape, pool), F = st::Tensor::f32(eShape, pool);
-      in.E = &E;
-      in.F = cl.getShare() == attn::ShareMode::none || cl.getShare() == attn::ShareMode::headwise
-                 ? &F
-                 : nullptr;
-    }
-    // LSH: the spec's seed draws the rotations, as attnc run does.
-    st::Tensor rotations;
-    if (auto cl = llvm::dyn_cast<attn::LshAttr>(c.attr)) {
-      std::vector<float> r(size_t(cl.getRounds()) * D * (cl.getBuckets() / 2));
-      philox::lshRotations(uint64_t(cl.getSeed()), /*stream=*/0, r);
-      rotations = st::Tensor::f32({cl.getRounds(), D, cl.getBuckets() / 2}, r);
-      in.rotations = &rotations;
-    }
+    st::Tensor E, F, rotations;
+    candidateInputs(c.attr, in, E, F, rotations);
     std::optional<CpuAttention> kernel;
     setAttr(c.attr);
     rc = compileCpuAttention(module, variant, shape, kernel);
@@ -322,6 +325,51 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
               << ", " << bench::fmt(best->ms, 3) << " ms, " << bench::fmt(exactMs / best->ms)
               << "x faster than exact attention)\n";
     db->choose(device, key, toolchain, best->config, best->ms, 0);
+  }
+  // The automatic variant choice by length: exact attention against the
+  // choice at N = 256, 512, ... up to the model's length (same batch; the
+  // kernels take any N up to it): from which length on the approximation
+  // pays, the threshold users otherwise set by hand.
+  if (best) {
+    std::optional<CpuAttention> chosen;
+    setAttr(best->attr);
+    rc = compileCpuAttention(module, variant, shape, chosen);
+    setAttr(original);
+    if (rc)
+      return rc;
+    std::vector<int> lengths;
+    for (int n = 256; n < N; n *= 2)
+      lengths.push_back(n);
+    lengths.push_back(N);
+    int threshold = -1; // the shortest N from which the choice stays faster
+    std::cout << name << ": exact attention vs " << best->config << " by length (B " << B
+              << ")\n    N   exact ms  chosen ms  exact/chosen\n";
+    for (int n : lengths) {
+      Calibration c = calibrationInputs(B, H, n, D, sharedQk, bool(lr), 11);
+      AttentionInputs at;
+      at.q = &c.q, at.k = sharedQk ? &c.q : &c.k, at.v = &c.v, at.lengths = &c.lengths;
+      at.params = in.params;
+      const double e = bench::medianMs(opt.repeats, [&] { (void)exactKernel->run(at); });
+      st::Tensor E, F, rotations;
+      candidateInputs(best->attr, at, E, F, rotations);
+      const double a = bench::medianMs(opt.repeats, [&] { (void)chosen->run(at); });
+      if (a < e && threshold < 0)
+        threshold = n;
+      else if (a >= e)
+        threshold = -1;
+      std::cout << "  " << std::string(n < 10000 ? 5 - std::to_string(n).size() : 0, ' ') << n
+                << "   " << bench::fmt(e, 3) << "      " << bench::fmt(a, 3) << "      "
+                << bench::fmt(e / a) << "\n";
+    }
+    const tune::KernelKey crossKey{signature + " crossover", key.shapeBucket};
+    const std::string cfg = threshold < 0 ? "exact_below=none" : "exact_below=" + std::to_string(threshold);
+    db->choose(device, crossKey, toolchain, cfg, best->ms, 0);
+    std::cout << name << ": "
+              << (threshold < 0 ? "exact attention is as fast at every length measured"
+                                : best->config + " is faster from N = " +
+                                      std::to_string(threshold) +
+                                      " on; below it, exact attention")
+              << " (" << cfg << ")\n";
   }
   if (Status s = db->save(); !s) {
     std::cerr << "attnc tune: error: " << s.error() << "\n";
