@@ -76,6 +76,10 @@ int compileFunctions(ModuleOp module, const std::string &target, const std::stri
 
 int compileModels(ModuleOp module, const std::string &target, const std::string &arch,
                   CompiledKernels &out) {
+  // k / LSH rounds measured by attnc tune --max-error, where the spec left
+  // them auto (CPU measurements: the CPU target).
+  if (target == "cpu")
+    applyTunedAccuracy(module, std::cerr);
   PassManager resolve(module.getContext());
   ResolveTunablesOptions options;
   options.report = true;

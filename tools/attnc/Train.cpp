@@ -80,12 +80,33 @@ int pinRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Pr
                               "to); remove it to choose again");
     if (j["spec_hash"] == p.specHash && j["model"] == p.name) {
       const int64_t bq = j["block_q"], bkv = j["block_kv"], chunk = j["ffn_chunk"];
-      if (bq != tile.getBlockQ() || bkv != tile.getBlockKv() || chunk != c.ffnChunk)
+      // k and LSH rounds/chunk shape the weights: the run's own values.
+      const int64_t k = j.value("k", int64_t(c.lowrankK));
+      const int64_t rounds = j.value("lsh_rounds", int64_t(c.lshRounds));
+      auto lsh = variant.getLshAttr();
+      const int64_t lshChunk = j.value("lsh_chunk", lsh ? int64_t(lsh.getChunk()) : 0);
+      if (bq != tile.getBlockQ() || bkv != tile.getBlockKv() || chunk != c.ffnChunk ||
+          k != c.lowrankK || rounds != c.lshRounds || (lsh && lshChunk != lsh.getChunk()))
         std::cerr << "attnc " << cmd << ": using this run's kernel choices from " << path
-                  << " (tile " << bq << "x" << bkv << ", ffn chunk " << chunk << ")\n";
+                  << " (tile " << bq << "x" << bkv << ", ffn chunk " << chunk
+                  << (c.lowrank ? ", k " + std::to_string(k) : "")
+                  << (lsh ? ", LSH rounds " + std::to_string(rounds) + " chunk " +
+                                std::to_string(lshChunk)
+                          : "")
+                  << ")\n";
       variant.setTileAttr(attn::TileAttr::get(variant.getContext(), bq, bkv, tile.getWarps(),
                                               tile.getStages()));
       c.ffnChunk = int(chunk);
+      if (auto lr = variant.getLowrankAttr()) {
+        variant.setLowrankAttr(attn::LowRankAttr::get(variant.getContext(), k, lr.getShare()));
+        c.lowrankK = int(k);
+      }
+      if (lsh) {
+        variant.setLshAttr(attn::LshAttr::get(variant.getContext(), lsh.getBuckets(), rounds,
+                                              lshChunk, lsh.getBefore(), lsh.getAfter(),
+                                              lsh.getSeed(), lsh.getDenseFallback()));
+        c.lshRounds = int(rounds);
+      }
       return kExitOk;
     }
   }
@@ -98,6 +119,10 @@ int pinRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Pr
   nlohmann::json j = {{"spec_hash", p.specHash},     {"model", p.name},
                       {"block_q", tile.getBlockQ()}, {"block_kv", tile.getBlockKv()},
                       {"ffn_chunk", c.ffnChunk}};
+  if (c.lowrank)
+    j["k"] = c.lowrankK;
+  if (auto lsh = variant.getLshAttr())
+    j["lsh_rounds"] = lsh.getRounds(), j["lsh_chunk"] = lsh.getChunk();
   if (Status st = fs::createDirectories(opt.out); !st)
     return fail(cmd, st.error());
   if (Status st = fs::writeFileAtomic(path, j.dump(2) + "\n"); !st)
@@ -117,6 +142,7 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = 
     return kExitInput;
   p.specHash = sha256Hex(text);
   const std::set<std::string> autoFfn = modelsWithAutoFfnChunk(*p.module);
+  applyTunedAccuracy(*p.module, std::cerr);
   PassManager resolve(&p.context);
   ResolveTunablesOptions ro;
   ro.report = true;

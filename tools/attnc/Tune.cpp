@@ -248,6 +248,71 @@ std::optional<Finalists> chooseAmongFinalists(size_t n,
   return f;
 }
 
+void applyTunedAccuracy(ModuleOp module, std::ostream &log) {
+  const std::string path = tune::TuningDb::defaultPath();
+  Expected<tune::TuningDb> db = tune::TuningDb::open(path);
+  if (!db)
+    return; // applyTunedCpuTile reports an unreadable database
+  const std::string device = tune::cpuDevice().id(), tc = cpuToolchain();
+  for (attn::ModelOp model : module.getOps<attn::ModelOp>()) {
+    attn::VariantOp variant = variantOf(model);
+    auto lr = variant.getLowrankAttr();
+    auto lsh = variant.getLshAttr();
+    const bool autoK = lr && lr.isAutoK();
+    const bool autoLsh = lsh && (lsh.getRounds() == attn::kAuto || lsh.getChunk() == attn::kAuto);
+    if (!autoK && !autoLsh)
+      continue;
+    const int64_t H = model.getHeads(), D = model.getDModel() / H;
+    const std::string prefix = std::string("cpu accuracy ") + (lr ? "lowrank " : "lsh ") +
+                               variant.getSymName().str() + " d" + std::to_string(D) +
+                               " max_error=";
+    const std::string bucket = tune::shapeBucket(model.getSeq(), H);
+    // The tightest error budget measured for this variant and shape wins.
+    const tune::Entry *best = nullptr;
+    double bestBudget = 0;
+    for (const tune::Entry *e : db->entries()) {
+      if (e->device.id() != device || e->toolchain != tc ||
+          e->kernel.shapeBucket != bucket || !e->chosen() ||
+          e->kernel.signature.rfind(prefix, 0) != 0 ||
+          e->kernel.signature.find(" crossover") != std::string::npos)
+        continue;
+      double budget = std::atof(e->kernel.signature.c_str() + prefix.size());
+      if (!best || budget < bestBudget)
+        best = e, bestBudget = budget;
+    }
+    const std::string name = variant.getSymName().str();
+    if (!best) {
+      log << "attnc: note: " << name << " leaves " << (lr ? "k" : "LSH rounds/chunk")
+          << " auto and " << path << " has no accuracy entry for it (attnc tune --max-error "
+          << "measures one); using the heuristic\n";
+      continue;
+    }
+    std::map<std::string, int64_t> values;
+    for (llvm::StringRef part : llvm::split(llvm::StringRef(best->config), ',')) {
+      auto [k, v] = part.split('=');
+      int64_t n = 0;
+      if (!v.getAsInteger(10, n))
+        values[k.str()] = n;
+    }
+    MLIRContext *ctx = module.getContext();
+    if (autoK && values.count("k")) {
+      variant.setLowrankAttr(attn::LowRankAttr::get(ctx, values["k"], lr.getShare()));
+    } else if (autoLsh && values.count("rounds") && values.count("chunk")) {
+      variant.setLshAttr(attn::LshAttr::get(
+          ctx, lsh.getBuckets(), lsh.getRounds() == attn::kAuto ? values["rounds"] : lsh.getRounds(),
+          lsh.getChunk() == attn::kAuto ? values["chunk"] : lsh.getChunk(), lsh.getBefore(),
+          lsh.getAfter(), lsh.getSeed(), lsh.getDenseFallback()));
+    } else {
+      log << "attnc: note: the tuner found exact attention as fast for " << name
+          << " at this length (max_error " << bestBudget << "); the spec's variant stays, with "
+          << "the heuristic\n";
+      continue;
+    }
+    log << "attnc: " << name << ": " << best->config << " from " << path << " (max_error "
+        << bestBudget << ", " << best->medianMs << " ms)\n";
+  }
+}
+
 void applyTunedCpuTile(attn::VariantOp variant, int64_t headDim, int64_t seq, int64_t heads,
                        std::ostream &log) {
   if (variant.getLsh() || !tileIsAuto(variant.getTile()))

@@ -138,6 +138,13 @@ int tuneCuda(mlir::ModuleOp module, const TuneOptions &options, const std::strin
 int compareTuned(const TuneOptions &options, const std::string &csvPath,
                  const std::string &svgPath);
 
+/// Gives every variant of `module` that leaves k (low-rank) or LSH rounds /
+/// chunk `auto` the choice of `attnc tune --max-error` for its model's
+/// shape on this CPU (the tightest error budget measured), saying which on
+/// `log`; call before attn-resolve-tunables. attnc compile (CPU) and attnc
+/// train use it.
+void applyTunedAccuracy(mlir::ModuleOp module, std::ostream &log);
+
 /// Gives `variant` the tuned tile for a model shape from the tuning database
 /// ($ATTNC_TUNING_DB or the user's), when the spec left its tile `auto` and
 /// an entry exists for this CPU and toolchain; says which entry it used, or
