@@ -20,6 +20,10 @@ cases=(
   "lowrank_f16_d64|attention a { kv lowrank(k = 128, share = headwise) mask padding }|fp16|2 4 768 64"
   "lsh_f16_d64|attention a { qk shared bucket lsh(buckets = 32, rounds = 4, chunk = 64) mask causal }|fp16|2 4 1000 64"
   "lsh_f32_d128|attention a { qk shared bucket lsh(buckets = 16, rounds = 2, chunk = 32, before = 1, after = 1) mask padding }|fp32|1 2 333 128"
+  # Causal fp16 at head dim 256 (spilled before the forward's mask rewrite).
+  "causal_f16_d256|attention a { mask causal }|fp16|1 2 700 256"
+  # A narrow window: attn-key-band's block skipping in all three kernels.
+  "window_f16_d64|attention a { mask causal mask q - kv < 128 }|fp16|2 4 1500 64"
 )
 for c in "${cases[@]}"; do
   IFS='|' read -r name spec dtype shape <<<"$c"
