@@ -595,6 +595,11 @@ int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::
       rows.push_back(row);
     }
   }
+  if (rows.empty()) {
+    std::cout << "no tunable kernel in " << opt.spec
+              << " (a model whose attention leaves its tile auto, or an FFN chunk left auto)\n";
+    return kExitOk;
+  }
   std::cout << "tuned vs heuristic configs from " << path << " (batch " << opt.batch
             << ", median of " << opt.repeats << ", heuristic and tuned re-timed interleaved)\n";
   std::cout << "  model                kernel              heuristic        ms   tuned"
