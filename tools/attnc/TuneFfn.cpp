@@ -19,7 +19,9 @@
 
 #include "mlir/IR/Builders.h"
 
+#include <algorithm>
 #include <iostream>
+#include <unistd.h>
 
 using namespace mlir;
 
@@ -101,6 +103,7 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
   auto spent = [&] { return std::chrono::duration<double>(bench::Clock::now() - t0).count(); };
   std::vector<std::pair<double, int>> timed;
   size_t done = 0;
+  const bool tty = isatty(STDERR_FILENO);
   for (int chunk : candidates) {
     const std::string config = ffnChunkConfig(chunk);
     if (const tune::Measurement *m = db->measured(device, key, toolchain, config)) {
@@ -123,7 +126,16 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
       return kExitInput;
     }
     ++done;
+    if (tty) { // the live line: done/total, best so far, ETA
+      double best = timed.empty() ? 0 : std::min_element(timed.begin(), timed.end())->first;
+      std::cerr << "\r  " << name << " ffn: " << done << "/" << candidates.size()
+                << " chunks, best " << bench::fmt(best, 3) << " ms, ETA "
+                << bench::fmt(spent() / double(done) * double(candidates.size() - done), 0)
+                << " s      " << std::flush;
+    }
   }
+  if (tty)
+    std::cerr << "\r" << std::string(70, ' ') << "\r";
   if (done < candidates.size() || timed.empty()) {
     budgetLeft -= spent();
     std::cout << name << " ffn: " << done << " of " << candidates.size()
