@@ -57,6 +57,10 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
   if (Status ok = checkGpuArchSupported(opt.arch); !ok)
     return fail(ok.error());
   const int sm = gpu->sm;
+  if (opt.smemLimit > tile::smemLimitBytes(sm))
+    return fail("--smem-limit " + std::to_string(opt.smemLimit) + " is above " + opt.arch +
+                "'s " + std::to_string(tile::smemLimitBytes(sm)) +
+                " bytes per block; it can only lower the limit");
   const int threads =
       opt.jobs > 0 ? opt.jobs : std::max(1, int(std::thread::hardware_concurrency()));
   Status driver = cuda::Driver::available();
@@ -110,9 +114,8 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
       variant.setTileAttr(
           attn::TileAttr::get(module.getContext(), c.blockQ, c.blockKv, c.warps, c.stages));
       if (emitCudaAttention(module, variant, shape, opt.arch, cand.source, cand.dtype,
-                            cand.fwd)) {
-        cand.reason = "the pipeline rejected it";
-      }
+                            cand.fwd))
+        cand.reason = "attn-tile rejected it (its error above)";
       cands.push_back(std::move(cand));
     }
     variant.setTileAttr(original);
@@ -163,7 +166,8 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
       if (c.passed)
         passed.push_back(&c);
       else
-        ptxas.rejected.push_back({c.tile, "ptxas", c.reason});
+        ptxas.rejected.push_back(
+            {c.tile, c.source.empty() ? "pipeline" : "ptxas", c.reason});
     std::cout << name << " forward: " << cands.size() << " compiled with NVRTC "
               << NvrtcCompiler::version() << " on " << threads << " thread(s), "
               << passed.size() << " pass ptxas's check\n"
