@@ -1,12 +1,14 @@
 //===- KernelArgs.h - Arguments of generated attention kernels --*- C++ -*-===//
 //
 // Shared, byte for byte, by the CUDA kernel headers (compiled by NVRTC), the
-// CPU kernel headers and the runtime that fills them in. Includes no headers
-// so NVRTC can compile it. See docs/kernels.md.
+// CPU kernel headers and the runtime that fills them in. Includes nothing
+// but Philox.h (itself include-free) so NVRTC can compile it. See docs/kernels.md.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_CODEGEN_KERNELARGS_H
 #define ATTNC_CODEGEN_KERNELARGS_H
+
+#include "Philox.h" // attention dropout masks (no includes of its own)
 
 namespace attnc {
 
@@ -19,6 +21,12 @@ struct AttnFwdArgs {
   const float *params;   ///< per-head parameters [P * H], or nullptr
   int B, H, Nq, Nk;
   float scale;
+  /// Attention dropout (variants with kDropout): drop probability (0: off,
+  /// as in evaluation), and the Philox seed and offset of this call
+  /// (codegen/Philox.h attentionKeep).
+  float dropout;
+  unsigned int dropout_offset;
+  unsigned long long dropout_seed;
 };
 
 /// Backward attention (FlashAttention-2 style, recomputing from lse).
@@ -33,6 +41,9 @@ struct AttnBwdArgs {
   float *dparams_partial; ///< workspace for a deterministic reduction
   int B, H, Nq, Nk;
   float scale;
+  float dropout; ///< as in AttnFwdArgs: the forward's, so the masks agree
+  unsigned int dropout_offset;
+  unsigned long long dropout_seed;
 };
 
 

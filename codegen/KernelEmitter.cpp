@@ -64,6 +64,15 @@ LogicalResult describe(OpTy op, bool backward, Target target, KernelInfo &info) 
   info.sharedQk = op.getSharedQk();
   if (auto self = op.getSelfScore())
     info.selfScore = self->convertToDouble();
+  if (auto p = op.getDropout(); p && p->convertToDouble() > 0) {
+    // The masks are drawn inside the dense CPU kernels so far.
+    if (target == Target::Cuda)
+      return op.emitOpError("attention dropout is not implemented in the CUDA kernels yet "
+                            "(the CPU kernels apply it)");
+    if (op.getKvSource() != KvSource::direct)
+      return op.emitOpError("attention dropout is not implemented for low-rank K/V yet");
+    info.dropout = p->convertToDouble();
+  }
   if (Value e = op.getProjE()) {
     auto t = llvm::cast<RankedTensorType>(e.getType());
     info.lowrankK = t.getDimSize(t.getRank() - 2);

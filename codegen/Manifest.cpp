@@ -43,6 +43,8 @@ void writeManifest(const ManifestInfo &info, llvm::raw_ostream &os) {
     };
     if (k.selfScore)
       kernel["self_score"] = *k.selfScore;
+    if (k.dropout > 0)
+      kernel["dropout"] = k.dropout;
     if (k.lsh)
       kernel["lsh"] = llvm::json::Object{{"num_buckets", k.lsh->numBuckets},
                                          {"rounds", k.lsh->rounds},

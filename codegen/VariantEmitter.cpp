@@ -305,6 +305,10 @@ LogicalResult emitVariantStruct(Operation *fusedOp, StringRef structName,
        << "  static constexpr int k" << name << " = " << (v ? v.getInt() : 0) << "; // " << what
        << "\n";
   };
+  auto dropout = fusedOp->getAttrOfType<FloatAttr>("dropout");
+  os << "  static constexpr bool kDropout = "
+     << (dropout && dropout.getValueAsDouble() > 0 ? "true" : "false")
+     << "; // attention dropout while training (AttnFwdArgs::dropout)\n";
   band("max_back", "MaxBack", "keys with q - kv > it are masked");
   band("max_ahead", "MaxAhead", "keys with kv - q > it are masked");
   os << "\n";

@@ -308,13 +308,15 @@ def Attn_SoftmaxOp : Attn_Op<"softmax", [Pure]> {
   let summary = "row softmax of scores with its log-sum-exp";
   let description = [{
     `p = softmax(s)` over the last axis and `lse = log Σ exp(s)`; a row of only
-    `-inf` gives `p = 0` and `lse = -inf`.
+    `-inf` gives `p = 0` and `lse = -inf`. With `dropout = P` (training),
+    each probability is then dropped with probability P and the rest scaled
+    by 1/(1 − P); `lse` is the undropped one.
 
     ```mlir
     %p, %lse = attn.softmax %s : (tensor<1x2x7x7xf32>) -> (tensor<1x2x7x7xf32>, tensor<1x2x7xf32>)
     ```
   }];
-  let arguments = (ins AnyRankedTensor:$scores);
+  let arguments = (ins AnyRankedTensor:$scores, OptionalAttr<F64Attr>:$dropout);
   let results = (outs AnyRankedTensor:$probs, AnyRankedTensor:$lse);
   let assemblyFormat = "$scores attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -373,8 +375,10 @@ def Attn_FusedAttentionOp : Attn_FusedOpBase<"fused_attention", [Pure]> {
     `kernel` names the generated entry points. `shared_qk` (the dense
     fallback of LSH attention) means the keys are the normalised queries
     (the key operand is the query) and `self_score` replaces the score of
-    a query with its own position. `max_back` / `max_ahead` (set by
-    `attn-key-band` from the mask region) promise that every key with
+    a query with its own position. `dropout` (the variant's) drops attention
+    probabilities while training, with counter-based masks the backward
+    redraws. `max_back` / `max_ahead` (set by `attn-key-band` from the mask
+    region) promise that every key with
     `q - kv > max_back` / `kv - q > max_ahead` is masked, so the kernels skip
     whole key blocks outside the band; the mask still decides inside it.
 
@@ -402,7 +406,8 @@ def Attn_FusedAttentionOp : Attn_FusedOpBase<"fused_attention", [Pure]> {
                        Attn_TileAttr:$tile,
                        OptionalAttr<StrAttr>:$kernel,
                        OptionalAttr<TypedArrayAttrBase<Attn_HeadParamAttr,
-                                    "per-head parameters">>:$param_decls);
+                                    "per-head parameters">>:$param_decls,
+                       OptionalAttr<F64Attr>:$dropout);
   let results = (outs AnyRankedTensor:$out, AnyRankedTensor:$lse);
   let assemblyFormat = [{
     $kv_source (`(` $share^ `)`)? $query `,` $key `,` $value
@@ -450,7 +455,8 @@ def Attn_FusedAttentionGradOp : Attn_FusedOpBase<"fused_attention_grad",
                        Attn_TileAttr:$tile,
                        OptionalAttr<StrAttr>:$kernel,
                        OptionalAttr<TypedArrayAttrBase<Attn_HeadParamAttr,
-                                    "per-head parameters">>:$param_decls);
+                                    "per-head parameters">>:$param_decls,
+                       OptionalAttr<F64Attr>:$dropout);
   let results = (outs AnyRankedTensor:$dquery, AnyRankedTensor:$dkey, AnyRankedTensor:$dvalue,
                       Optional<AnyRankedTensor>:$dproj_e,
                       Optional<AnyRankedTensor>:$dproj_f,

@@ -82,7 +82,8 @@ struct DeriveBackwardPass : public attnc::impl::DeriveBackwardBase<DeriveBackwar
           op.getLse(), dout, op.getLengths(), op.getProjE(), op.getProjF(), op.getParams(),
           op.getKvSourceAttr(), op.getShareAttr(), op.getScaleAttr(), op.getCausalAttr(),
           op.getKeyPaddingAttr(), op.getSharedQkAttr(), op.getSelfScoreAttr(), det,
-          op.getMaxBackAttr(), op.getMaxAheadAttr(), TileAttr::getAuto(b.getContext()), StringAttr(), op.getParamDeclsAttr());
+          op.getMaxBackAttr(), op.getMaxAheadAttr(), TileAttr::getAuto(b.getContext()), StringAttr(), op.getParamDeclsAttr(),
+          op.getDropoutAttr());
       IRMapping map;
       op.getScore().cloneInto(&grad.getScore(), map);
       op.getMask().cloneInto(&grad.getMask(), map);

@@ -125,8 +125,8 @@ struct FuseAttentionPass : public attnc::impl::FuseAttentionBase<FuseAttentionPa
         c.mask && variant && variant.getCausal() ? b.getUnitAttr() : UnitAttr(),
         lengths ? b.getUnitAttr() : UnitAttr(), c.keys ? b.getUnitAttr() : UnitAttr(),
         c.self ? c.self.getValueAttr() : FloatAttr(), IntegerAttr(), IntegerAttr(), tile,
-        StringAttr(),
-        variant ? variant.getParamsAttr() : ArrayAttr());
+        StringAttr(), variant ? variant.getParamsAttr() : ArrayAttr(),
+        c.softmax.getDropoutAttr());
     if (variant && c.scoreMod && !variant.getScore().empty()) {
       IRMapping map;
       variant.getScore().cloneInto(&fused.getScore(), map);

@@ -70,7 +70,8 @@ struct LowerAttentionPass : public attnc::impl::LowerAttentionBase<LowerAttentio
     if (variant.getCausal() || padding || !variant.getMask().empty())
       s = b.create<MaskOp>(loc, scoresType, ref, s, padding ? lengths : Value(),
                            op.getParams());
-    auto softmax = b.create<SoftmaxOp>(loc, scoresType, op.getLse().getType(), s);
+    auto softmax = b.create<SoftmaxOp>(loc, scoresType, op.getLse().getType(), s,
+                                       variant.getDropoutAttr());
     Value out = b.create<WeightedSumOp>(loc, op.getOut().getType(), softmax.getProbs(), value);
     op.getOut().replaceAllUsesWith(out);
     op.getLse().replaceAllUsesWith(softmax.getLse());

@@ -92,6 +92,11 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &pat
     double scale = 0;
     if (auto qk = k.find("shared_qk"); qk != k.end() && qk->is_boolean())
       d.sharedQk = qk->get<bool>();
+    if (auto p = k.find("dropout"); p != k.end()) {
+      if (!p->is_number() || p->get<double>() < 0 || p->get<double>() >= 1)
+        return makeError(path + ": " + where + ".dropout: expected a number in [0, 1)");
+      d.dropout = float(p->get<double>());
+    }
     if (auto it = k.find("lsh"); it != k.end()) {
       const json *lsh = &*it;
       KernelDesc::Lsh l;

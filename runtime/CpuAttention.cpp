@@ -127,6 +127,8 @@ Expected<AttentionOutputs> CpuAttention::run(const AttentionInputs &in) const {
     a.out = f32(out.out), a.lse = f32(out.lse);
     a.lengths = lengths, a.params = f32(in.params);
     a.B = B, a.H = H, a.Nq = Nq, a.Nk = N, a.scale = fwd_.scale;
+    if (in.dropout) // training: the kernels' attention dropout
+      a.dropout = fwd_.dropout, a.dropout_seed = in.dropoutSeed, a.dropout_offset = in.dropoutOffset;
     if (int rc = reinterpret_cast<int (*)(const AttnFwdArgs *)>(fwdFn_)(&a))
       return makeError("kernel " + fwd_.name + " failed: " + kernelError(rc));
   }
@@ -172,6 +174,8 @@ Expected<AttentionOutputs> CpuAttention::run(const AttentionInputs &in) const {
     g.dq = f32(*out.dq), g.dk = f32(*out.dk), g.dv = f32(*out.dv);
     g.dparams = dparams, g.dparams_partial = P ? partial.data() : nullptr;
     g.B = B, g.H = H, g.Nq = Nq, g.Nk = N, g.scale = bwd_->scale;
+    if (in.dropout) // the forward's masks, redrawn
+      g.dropout = fwd_.dropout, g.dropout_seed = in.dropoutSeed, g.dropout_offset = in.dropoutOffset;
     if (int rc = reinterpret_cast<int (*)(const AttnBwdArgs *)>(bwdFn_)(&g))
       return makeError("kernel " + bwd_->name + " failed: " + kernelError(rc));
   }

@@ -39,6 +39,7 @@ struct KernelDesc {
   };
   std::optional<Lsh> lsh; ///< LSH kernels (AttnLshArgs entry points)
   float scale = 1;
+  float dropout = 0; ///< attention dropout while training (kDropout kernels)
   std::vector<std::string> entryPoints;
 };
 
@@ -51,6 +52,11 @@ struct AttentionInputs {
   const st::Tensor *params = nullptr;  ///< [P, H]
   const st::Tensor *rotations = nullptr; ///< LSH: [rounds, Dh, buckets/2]
   const st::Tensor *dout = nullptr;    ///< cotangent of out: run the backward too
+  /// Training: apply the kernels' attention dropout with these Philox seed
+  /// and offset (the same for the forward and its backward).
+  bool dropout = false;
+  uint64_t dropoutSeed = 0;
+  uint32_t dropoutOffset = 0;
 };
 
 struct AttentionOutputs {

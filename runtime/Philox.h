@@ -17,6 +17,8 @@
 #ifndef ATTNC_RUNTIME_PHILOX_H
 #define ATTNC_RUNTIME_PHILOX_H
 
+#include "codegen/Philox.h"
+
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -25,18 +27,10 @@ namespace attnc::philox {
 
 using Block = std::array<uint32_t, 4>;
 
-/// Philox4x32 with 10 rounds.
+/// Philox4x32 with 10 rounds (codegen/Philox.h, shared with the kernels).
 inline Block philox4x32(Block ctr, uint64_t seed) {
-  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-    uint64_t p0 = uint64_t(0xD2511F53u) * ctr[0];
-    uint64_t p1 = uint64_t(0xCD9E8D57u) * ctr[2];
-    ctr = {uint32_t(p1 >> 32) ^ ctr[1] ^ k0, uint32_t(p1), uint32_t(p0 >> 32) ^ ctr[3] ^ k1,
-           uint32_t(p0)};
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  return ctr;
+  Counter r = philox4x32(Counter{{ctr[0], ctr[1], ctr[2], ctr[3]}}, seed);
+  return {r.w[0], r.w[1], r.w[2], r.w[3]};
 }
 
 /// A standard normal sample from (seed, stream, index).

@@ -228,6 +228,12 @@ Status Model::attention(int l, const float *z, float *a, int B, const float *dA,
   st::Tensor tE, tF, tP, tdOut;
   AttentionInputs in;
   in.q = &tq, in.k = cfg_.sharedQk ? &tq : &tk, in.v = &tv, in.lengths = &lengths;
+  // The kernels' attention dropout (if the variant has one): a pure
+  // function of (seed, step, layer, position), so the backward and a
+  // reversible rebuild redraw the forward's masks.
+  in.dropout = training_;
+  in.dropoutSeed = cfg_.dropoutSeed;
+  in.dropoutOffset = uint32_t(dropoutStep_) * 4096u + uint32_t(l);
   Param *E = sharedE_ ? sharedE_ : L.E;
   if (E) {
     tE = asTensor(E->shape, E->value);

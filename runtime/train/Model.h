@@ -57,6 +57,9 @@ struct ModelConfig {
   /// step, element), so a reversible backward replays them exactly.
   float dropout = 0;
   uint64_t dropoutSeed = 0;
+  /// The attention variant's own dropout (applied by its kernels while
+  /// training; their Philox offset is step * 4096 + layer).
+  float attentionDropout = 0;
   /// Testing aid: reversible layers also store their inputs and the
   /// backward uses them instead of the rebuilt ones (the gradients must
   /// agree; memory then grows with depth like standard layers).
@@ -89,6 +92,7 @@ public:
   /// Dropout for the following run()s: the masks of training step `step`,
   /// or none (evaluation, generation; the default).
   void setDropout(bool on, int64_t step = 0) {
+    training_ = on;
     dropoutOn_ = on && cfg_.dropout > 0;
     dropoutStep_ = step;
   }
@@ -173,7 +177,7 @@ private:
   Param *tok_, *pos_, *lnfG_, *lnfB_, *wout_, *bout_;
   Param *sharedE_ = nullptr; ///< layerwise low-rank
   std::vector<float> logits_;
-  bool dropoutOn_ = false;
+  bool dropoutOn_ = false, training_ = false;
   int64_t dropoutStep_ = 0;
   std::vector<std::vector<float>> savedX_, savedH_; ///< standard layers' inputs and midpoints
 };

@@ -70,3 +70,16 @@ func.func @test_escaping(%q: tensor<1x1x8x32xf32>) -> (tensor<1x1x8x32xf32>, ten
   %o = attn.weighted_sum %p, %q : (tensor<1x1x8x8xf32>, tensor<1x1x8x32xf32>) -> tensor<1x1x8x32xf32>
   return %o, %p : tensor<1x1x8x32xf32>, tensor<1x1x8x8xf32>
 }
+
+// -----
+
+// Attention dropout (a variant with no mask or score to carry it): lowering
+// puts it on attn.softmax, fusion onto the kernel op.
+attn.variant @drop attributes {dropout = 1.000000e-01 : f64, tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto>}
+// CHECK-LABEL: func.func @test_dropout
+// CHECK: attn.fused_attention direct
+// CHECK-SAME: dropout = 1.000000e-01 : f64
+func.func @test_dropout(%q: tensor<1x2x9x32xf32>, %k: tensor<1x2x9x32xf32>, %v: tensor<1x2x9x32xf32>) -> (tensor<1x2x9x32xf32>, tensor<1x2x9xf32>) {
+  %o, %lse = attn.attention @drop(%q, %k, %v) : (tensor<1x2x9x32xf32>, tensor<1x2x9x32xf32>, tensor<1x2x9x32xf32>) -> (tensor<1x2x9x32xf32>, tensor<1x2x9xf32>)
+  return %o, %lse : tensor<1x2x9x32xf32>, tensor<1x2x9xf32>
+}

@@ -75,3 +75,14 @@ func.func @test_lsh(%q: tensor<1x1x8x32xf32>) -> tensor<1x1x8x32xf32> {
   %o, %lse = attn.attention @lsh(%q, %q, %q) : (tensor<1x1x8x32xf32>, tensor<1x1x8x32xf32>, tensor<1x1x8x32xf32>) -> (tensor<1x1x8x32xf32>, tensor<1x1x8xf32>)
   return %o : tensor<1x1x8x32xf32>
 }
+
+// -----
+
+// The variant's attention dropout goes onto the softmax.
+attn.variant @drop attributes {dropout = 1.000000e-01 : f64, tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto>}
+// CHECK-LABEL: func.func @test_dropout
+// CHECK: attn.softmax %{{.+}} {dropout = 1.000000e-01 : f64}
+func.func @test_dropout(%q: tensor<1x2x9x32xf32>, %k: tensor<1x2x9x32xf32>, %v: tensor<1x2x9x32xf32>) -> (tensor<1x2x9x32xf32>, tensor<1x2x9xf32>) {
+  %o, %lse = attn.attention @drop(%q, %k, %v) : (tensor<1x2x9x32xf32>, tensor<1x2x9x32xf32>, tensor<1x2x9x32xf32>) -> (tensor<1x2x9x32xf32>, tensor<1x2x9xf32>)
+  return %o, %lse : tensor<1x2x9x32xf32>, tensor<1x2x9xf32>
+}

@@ -58,8 +58,13 @@ constexpr double kTol = 1e-4;
 /// (kNoBand: none) add the band q − kv ≤ BACK, kv − q ≤ AHEAD to the mask,
 /// declared as attn-key-band would, so the kernels skip blocks outside it.
 constexpr int kNoBand = std::numeric_limits<int>::min();
-template <bool CAUSAL, bool PAD, bool MASK, bool MOD, int BACK = kNoBand, int AHEAD = kNoBand>
+template <bool CAUSAL, bool PAD, bool MASK, bool MOD, int BACK = kNoBand, int AHEAD = kNoBand,
+          int DROP_PERMIL = 0>
 struct TV {
+  /// Attention dropout (per mille): the kernels and the reference draw the
+  /// same Philox masks (codegen/Philox.h).
+  static constexpr bool kDropout = DROP_PERMIL > 0;
+  static constexpr float kDropP = DROP_PERMIL / 1000.0f;
   static constexpr bool kCausal = CAUSAL;
   static constexpr bool kKeyPadding = PAD;
   static constexpr bool kHasScoreMod = MOD;
@@ -99,6 +104,8 @@ using All = TV<true, true, true, true>;
 using Window = TV<true, false, false, false, 20>;           // causal, 21 keys back
 using BandAll = TV<false, true, true, true, 30, 5>;         // band plus everything
 using PastBand = TV<false, false, false, false, 40, -10>;   // 10..40 keys back only
+using Drop = TV<true, true, true, true, kNoBand, kNoBand, 250>; // everything + 25 % dropout
+using DropWindow = TV<true, false, false, false, 20, kNoBand, 100>;
 
 //===----------------------------------------------------------------------===//
 // Double-precision reference
@@ -108,10 +115,13 @@ struct RefSpec {
   bool causal = false, padding = false, mask = false, mod = false;
   bool hasBack = false, hasAhead = false;
   int back = 0, ahead = 0;
+  float dropout = 0; ///< with kDropoutSeed / kDropoutOffset
 };
+constexpr unsigned long long kDropoutSeed = 0x5eedull;
+constexpr unsigned kDropoutOffset = 7;
 template <class V> RefSpec specOf() {
-  return {V::kCausal,      V::kKeyPadding,   V::kPatternMask, V::kHasScoreMod,
-          V::kHasMaxBack,  V::kHasMaxAhead,  V::kMaxBack,     V::kMaxAhead};
+  return {V::kCausal,     V::kKeyPadding,  V::kPatternMask, V::kHasScoreMod, V::kHasMaxBack,
+          V::kHasMaxAhead, V::kMaxBack,     V::kMaxAhead,    V::kDropP};
 }
 
 struct RefInputs {
@@ -153,7 +163,7 @@ RefResult refAttention(const RefSpec &sp, const RefInputs &in, bool grad) {
     r.dparams.assign(in.params.size(), 0.0);
     r.dparamsMag.assign(in.params.size(), 0.0);
   }
-  DVec raw(Nk), s(Nk), p(Nk), dp(Nk);
+  DVec raw(Nk), s(Nk), p(Nk), dp(Nk), drop(Nk);
   std::vector<char> kept(Nk);
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < H; ++h) {
@@ -182,10 +192,17 @@ RefResult refAttention(const RefSpec &sp, const RefInputs &in, bool grad) {
           z += kept[j] ? std::exp(s[j] - m) : 0.0;
         const std::size_t row = (std::size_t(b) * H + h) * Nq + i;
         r.lse[row] = m + std::log(z);
+        // Dropout: the weights of V are p·mask/(1 − p_drop); lse is not.
+        for (int j = 0; j < Nk; ++j)
+          drop[j] = sp.dropout <= 0 ? 1.0
+                    : attnc::philox::attentionKeep(kDropoutSeed, kDropoutOffset, b * H + h, i, j,
+                                                   sp.dropout)
+                        ? 1.0 / (1.0 - double(sp.dropout))
+                        : 0.0;
         for (int j = 0; j < Nk; ++j) {
           p[j] = kept[j] ? std::exp(s[j] - m) / z : 0.0;
           for (int d = 0; d < D; ++d)
-            r.out[row * D + d] += p[j] * Vv(j, d);
+            r.out[row * D + d] += p[j] * drop[j] * Vv(j, d);
         }
         if (!grad)
           continue;
@@ -195,18 +212,18 @@ RefResult refAttention(const RefSpec &sp, const RefInputs &in, bool grad) {
           for (int d = 0; d < D; ++d)
             acc += in.dout[row * D + d] * Vv(j, d);
           dp[j] = acc;
-          c += p[j] * dp[j];
+          c += p[j] * drop[j] * dp[j];
         }
         for (int j = 0; j < Nk; ++j) {
           if (!kept[j])
             continue;
-          const double ds = p[j] * (dp[j] - c); // d loss / d (modified score)
+          const double ds = p[j] * (drop[j] * dp[j] - c); // d loss / d (modified score)
           const double dsRaw = ds * (sp.mod ? in.params[h] : 1.0);
           const std::size_t krow = (std::size_t(b) * H + h) * Nk + j;
           for (int d = 0; d < D; ++d) {
             r.dq[row * D + d] += in.scale * dsRaw * K(j, d);
             r.dk[krow * D + d] += in.scale * dsRaw * Q(i, d);
-            r.dv[krow * D + d] += p[j] * in.dout[row * D + d];
+            r.dv[krow * D + d] += p[j] * drop[j] * in.dout[row * D + d];
           }
           if (sp.mod) {
             r.dparams[h] += ds * raw[j];
@@ -430,6 +447,8 @@ template <> const char *variantName<All>() { return "All"; }
 template <> const char *variantName<Window>() { return "Window"; }
 template <> const char *variantName<BandAll>() { return "BandAll"; }
 template <> const char *variantName<PastBand>() { return "PastBand"; }
+template <> const char *variantName<Drop>() { return "Drop"; }
+template <> const char *variantName<DropWindow>() { return "DropWindow"; }
 
 struct KernelOutputs {
   Vec out, lse, dq, dk, dv, dparams;
@@ -451,6 +470,7 @@ KernelOutputs runFlash(const AttnCase &c, const AttnData &x, float scale) {
   f.lengths = V::kKeyPadding ? x.lengths.data() : nullptr;
   f.params = P ? x.params.data() : nullptr;
   f.B = c.B, f.H = c.H, f.Nq = c.Nq, f.Nk = c.Nk, f.scale = scale;
+  f.dropout = V::kDropP, f.dropout_seed = kDropoutSeed, f.dropout_offset = kDropoutOffset;
   EXPECT_EQ((attnc::cpu::flash_fwd<BQ, BKV, D, V>(f)), 0);
 
   Vec delta(nq, nan);
@@ -468,6 +488,7 @@ KernelOutputs runFlash(const AttnCase &c, const AttnData &x, float scale) {
   g.dparams = P ? o.dparams.data() : nullptr;
   g.dparams_partial = (P && !c.ownPartials) ? partial.data() : nullptr;
   g.B = c.B, g.H = c.H, g.Nq = c.Nq, g.Nk = c.Nk, g.scale = scale;
+  g.dropout = f.dropout, g.dropout_seed = f.dropout_seed, g.dropout_offset = f.dropout_offset;
   EXPECT_EQ((attnc::cpu::flash_bwd<BQ, BKV, D, V>(g)), 0);
   return o;
 }
@@ -569,12 +590,17 @@ std::vector<NamedCase> flashGrid() {
   addFlash<16, 32, 80, BandAll>(cs, {7, 257});
   addFlash<32, 16, 64, PastBand>(cs, {7, 257});
   addFlash<24, 40, 96, BandAll>(cs, {257});
+  // Attention dropout: the kernels' masks are the reference's.
+  addFlash<16, 32, 32, Drop>(cs, {7, 257});
+  addFlash<64, 64, 64, Drop>(cs, {257});
+  addFlash<32, 16, 80, DropWindow>(cs, {257});
 #else
   // Secondary builds (no OpenMP / portable / loop GEMMs): a smaller grid.
   addAllVariants<16, 32, 80>(cs, {1, 7, 257});
   addFlash<64, 64, 64, Causal>(cs, {7, 257});
   addFlash<64, 64, 64, All>(cs, {7, 257});
   addFlash<16, 32, 80, BandAll>(cs, {257});
+  addFlash<16, 32, 32, Drop>(cs, {257});
 #endif
   return cs;
 }
@@ -619,7 +645,10 @@ TEST(CpuFlashShapes, ZeroLengthsGiveZeroGradients) {
 //===----------------------------------------------------------------------===//
 
 TEST(CpuReference, AttentionBackwardMatchesFiniteDifferences) {
-  for (RefSpec sp : {RefSpec{}, RefSpec{true, true, true, true}, RefSpec{false, true, false, true}}) {
+  RefSpec dropped{true, true, true, true};
+  dropped.dropout = 0.3f; // fixed masks: the loss is a function of q, k, v
+  for (RefSpec sp : {RefSpec{}, RefSpec{true, true, true, true}, RefSpec{false, true, false, true},
+                     dropped}) {
     RefInputs in;
     in.B = 2, in.H = 2, in.Nq = 6, in.Nk = 5, in.D = 3, in.scale = 0.7;
     in.lengths = {4, 5};
@@ -818,12 +847,14 @@ template <int D, class V> void checkUnfused(const AttnCase &c) {
   f.lengths = V::kKeyPadding ? x.lengths.data() : nullptr;
   f.params = P ? x.params.data() : nullptr;
   f.B = c.B, f.H = c.H, f.Nq = c.Nq, f.Nk = c.Nk, f.scale = scale;
+  f.dropout = V::kDropP, f.dropout_seed = kDropoutSeed, f.dropout_offset = kDropoutOffset;
   ASSERT_EQ((attnc::cpu::unfused_fwd<D, V>(f)), 0);
   attnc::AttnBwdArgs g{};
   g.q = f.q, g.k = f.k, g.v = f.v, g.out = out.data(), g.dout = x.dout.data(), g.lse = lse.data();
   g.lengths = f.lengths, g.params = f.params, g.delta = delta.data();
   g.dq = dq.data(), g.dk = dk.data(), g.dv = dv.data(), g.dparams = P ? dp.data() : nullptr;
   g.B = c.B, g.H = c.H, g.Nq = c.Nq, g.Nk = c.Nk, g.scale = scale;
+  g.dropout = f.dropout, g.dropout_seed = f.dropout_seed, g.dropout_offset = f.dropout_offset;
   ASSERT_EQ((attnc::cpu::unfused_bwd<D, V>(g)), 0);
   EXPECT_TRUE(close("out", out.data(), ref.out, nullptr));
   EXPECT_TRUE(close("lse", lse.data(), ref.lse, nullptr));

@@ -70,6 +70,7 @@ template <bool CAUSAL, bool PAD> struct Plain {
   static constexpr bool kHasMask = false;
   static constexpr int kNumParams = 0;
   static constexpr bool kHasMaxBack = false, kHasMaxAhead = false;
+  static constexpr bool kDropout = false;
   static constexpr int kMaxBack = 0, kMaxAhead = 0;
   ATTNC_HD static float score(float s, int, int, int, int, const float *, int) { return s; }
   ATTNC_HD static float score_grad(float, int, int, int, int, const float *, int, float *) {
@@ -90,6 +91,7 @@ template <bool CAUSAL, bool PAD> struct Alibi {
   static constexpr bool kHasMask = true;
   static constexpr int kNumParams = 2;
   static constexpr bool kHasMaxBack = false, kHasMaxAhead = false;
+  static constexpr bool kDropout = false;
   static constexpr int kMaxBack = 0, kMaxAhead = 0;
   ATTNC_HD static int clampHead(int h, int H) { return h < 0 ? 0 : (h >= H ? H - 1 : h); }
   ATTNC_HD static float score(float s, int, int h, int q, int kv, const float *params, int H) {
@@ -126,6 +128,7 @@ struct RowMask {
   static constexpr bool kHasMask = true;
   static constexpr int kNumParams = 0;
   static constexpr bool kHasMaxBack = false, kHasMaxAhead = false;
+  static constexpr bool kDropout = false;
   static constexpr int kMaxBack = 0, kMaxAhead = 0;
   ATTNC_HD static float score(float s, int, int, int, int, const float *, int) { return s; }
   ATTNC_HD static float score_grad(float, int, int, int, int, const float *, int, float *) {

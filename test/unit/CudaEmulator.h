@@ -325,6 +325,7 @@ struct DenseVariant {
   static constexpr bool kHasMask = false;
   static constexpr int kNumParams = 0;
   static constexpr bool kHasMaxBack = false, kHasMaxAhead = false;
+  static constexpr bool kDropout = false;
   static constexpr int kMaxBack = 0, kMaxAhead = 0;
   static float score(float s, int, int, int, int, const float *, int) { return s; }
   static float score_grad(float, int, int, int, int, const float *, int, float *) {
@@ -344,6 +345,7 @@ template <int kWindow> struct ModVariant {
   static constexpr int kNumParams = 2;
   // The band attn-key-band proves for the window: blocks outside are skipped.
   static constexpr bool kHasMaxBack = true, kHasMaxAhead = false;
+  static constexpr bool kDropout = false;
   static constexpr int kMaxBack = kWindow - 1, kMaxAhead = 0;
   static float score(float s, int, int h, int q, int kv, const float *params, int H) {
     const float cap = params[0 * H + h], slope = params[1 * H + h];

@@ -56,6 +56,7 @@ struct Dense {
   static constexpr bool kCausal = false, kKeyPadding = false, kHasScoreMod = false, kHasMask = false;
   static constexpr int kNumParams = 0;
   static constexpr bool kHasMaxBack = false, kHasMaxAhead = false;
+  static constexpr bool kDropout = false;
   static constexpr int kMaxBack = 0, kMaxAhead = 0;
   static inline float score(float s, int, int, int, int, const float *, int) { return s; }
   static inline float score_grad(float, int, int, int, int, const float *, int, float *) { return 1.0f; }

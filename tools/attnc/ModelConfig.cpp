@@ -25,6 +25,8 @@ train::ModelConfig modelConfigOf(attn::ModelOp model, attn::LayerOp layer,
                                                                      : train::Objective::CausalLm;
   if (auto p = model.getDropout())
     c.dropout = float(p->convertToDouble());
+  if (auto p = variant.getDropout())
+    c.attentionDropout = float(p->convertToDouble());
   c.sharedQk = variant.getSharedQk();
   if (auto lsh = variant.getLshAttr()) {
     c.lshRounds = int(lsh.getRounds()), c.lshBuckets = int(lsh.getBuckets());

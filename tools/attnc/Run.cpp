@@ -64,6 +64,7 @@ int emitVariant(ModuleOp module, attn::VariantOp variant, const codegen::Attenti
     d.causal = k.causal, d.keyPadding = k.keyPadding, d.numParams = int(k.numParams);
     d.lowrank = k.kvSource == "lowrank", d.share = k.share, d.scale = float(k.scale);
     d.sharedQk = k.sharedQk;
+    d.dropout = float(k.dropout);
     if (k.lsh)
       d.lsh = KernelDesc::Lsh{int(k.lsh->numBuckets), int(k.lsh->rounds), int(k.lsh->chunk),
                               int(k.lsh->before), int(k.lsh->after), uint64_t(k.lsh->seed)};

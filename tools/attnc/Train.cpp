@@ -208,13 +208,14 @@ namespace {
 int gradCheck(Prepared &p, const train::DataSource &data, const TrainCliOptions &opt) {
   train::Model model(p.config, attentionOf(p), opt.seed);
   train::Batch b = data.train(opt.seed, 0, opt.batch);
-  if (p.config.dropout > 0) { // the masks change the loss (so they are applied)
+  if (p.config.dropout > 0 || p.config.attentionDropout > 0) { // the masks change the loss
     Expected<train::StepResult> off = model.run(b, false);
     model.setDropout(true, 0);
     Expected<train::StepResult> on = model.run(b, false);
     if (!off || !on)
       return fail("train", !off ? off.error() : on.error());
-    std::cout << "dropout " << p.config.dropout << ": loss " << on->meanLoss()
+    std::cout << "dropout " << p.config.dropout << ", attention dropout "
+              << p.config.attentionDropout << ": loss " << on->meanLoss()
               << " with the masks of step 0, " << off->meanLoss() << " without\n";
   }
   model.setDropout(true, 0); // fixed masks: the loss is a function of the weights

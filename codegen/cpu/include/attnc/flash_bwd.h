@@ -45,6 +45,22 @@ inline std::size_t flash_bwd_workspace_floats(int B, int H, int Nq, int /*Nk*/) 
 
 namespace detail {
 
+/// The forward's attention dropout factor of (query i, key j): 1 without
+/// dropout, else 0 (dropped) or 1/(1 − p). With it the backward is
+/// dS = P ∘ (m/(1 − p) ∘ dP − delta), dV = (m/(1 − p) ∘ P)ᵀ dO, where
+/// delta = rowsum(dO ∘ O) of the dropped output.
+template <class Variant>
+inline float dropoutScale(const AttnBwdArgs &a, int bh, int i, int j) {
+  if constexpr (Variant::kDropout) {
+    if (a.dropout > 0.0f)
+      return philox::attentionKeep(a.dropout_seed, a.dropout_offset, bh, i, j, a.dropout)
+                 ? 1.0f / (1.0f - a.dropout)
+                 : 0.0f;
+  }
+  (void)a, (void)bh, (void)i, (void)j;
+  return 1.0f;
+}
+
 template <int BQ, int BKV, int D> struct DkDvLayout {
   static constexpr std::size_t kKt = 0;                              // [D][BKV]
   static constexpr std::size_t kVt = kKt + std::size_t(D) * BKV;     // [D][BKV]
@@ -146,15 +162,16 @@ inline void flashBwdDkDvBlock(const AttnBwdArgs &a, float *ws, int b, int h, int
         if constexpr (Variant::kHasScoreMod)
           sm = kept ? Variant::score(s, b, h, qi, kj, params, H) : 0.0f;
         const float p = expf_fast(kept ? sm - lseI : kNegInf);
-        const float ds = p * (dprow[j] - deltaI);
+        const float mscale = dropoutScale<Variant>(a, int(bh), qi, kj);
+        const float ds = p * (dprow[j] * mscale - deltaI);
         float g = ds;
         if constexpr (Variant::kHasScoreMod) {
           float dpar[Variant::kNumParams > 0 ? Variant::kNumParams : 1];
           const float dsds = kept ? Variant::score_grad(s, b, h, qi, kj, params, H, dpar) : 0.0f;
           g = ds * dsds;
         }
-        srow[j] = p;  // P
-        dprow[j] = g; // g
+        srow[j] = p * mscale; // P (dropped, as the forward weighted V)
+        dprow[j] = g;          // g
       }
     }
     gemm<true>(BKV, D, BQ, S, 1, BKV, doRow, D, dV, D); // dV += Pᵀ·dO
@@ -251,7 +268,7 @@ inline void flashBwdDqBlock(const AttnBwdArgs &a, float *ws, float *partials, in
         if constexpr (Variant::kHasScoreMod)
           sm = kept ? Variant::score(s, b, h, qi, kj, params, H) : 0.0f;
         const float p = expf_fast(kept ? sm - lseL[i] : kNegInf);
-        const float ds = p * (dprow[i] - deltaL[i]);
+        const float ds = p * (dprow[i] * dropoutScale<Variant>(a, int(bh), qi, kj) - deltaL[i]);
         float g = ds;
         if constexpr (Variant::kHasScoreMod) {
           float dpar[P1];

@@ -46,6 +46,22 @@ template <class Variant> inline int keyLimit(const int *lengths, int b, int Nk) 
   return std::min(Nk, std::max(0, lengths[b]));
 }
 
+/// Attention dropout on a transposed probability tile Sᵀ[key][query] of
+/// head row bh: entry (query q0 + i, key kv0 + j) is zeroed with
+/// probability p (codegen/Philox.h attentionKeep) and scaled by 1/(1 − p)
+/// otherwise; the backward redraws the same masks.
+template <int BQ>
+inline void dropoutTile(float *St, const AttnFwdArgs &a, int bh, int q0, int kv0, int nk) {
+  const float p = a.dropout, keepScale = 1.0f / (1.0f - p);
+  for (int j = 0; j < nk; ++j) {
+    float *ATTNC_RESTRICT row = St + std::size_t(j) * BQ;
+    for (int i = 0; i < BQ; ++i)
+      row[i] = philox::attentionKeep(a.dropout_seed, a.dropout_offset, bh, q0 + i, kv0 + j, p)
+                   ? row[i] * keepScale
+                   : 0.0f;
+  }
+}
+
 /// Keys [begin, end) that query rows [q0, q0 + rows) may keep: end is at
 /// most kvLimit, and causal and the key band (kMaxBack / kMaxAhead, proven
 /// by attn-key-band) cut both ends; keys outside are skipped, not masked.
@@ -208,6 +224,11 @@ inline void flashFwdBlock(const AttnFwdArgs &a, float *ws, int b, int h, int qb)
     for (int i = 0; i < mq; ++i)
       if (alpha[i] != 1.0f)
         scaleRow(O + std::size_t(i) * D, D, alpha[i]);
+    // Attention dropout: the row sums (l) keep every probability; only the
+    // weights of V are masked and rescaled.
+    if constexpr (Variant::kDropout)
+      if (a.dropout > 0.0f)
+        dropoutTile<BQ>(St, a, b * H + h, q0, kv0, nk);
     gemm<true>(BQ, D, BKV, St, 1, BQ, vb, D, O, D); // O += P·V, P(i, j) = Sᵀ[j][i]
   }
 

@@ -1,0 +1,58 @@
+//===- Philox.h - Counter-based random numbers for kernels and runtime -*- C++ -*-===//
+//
+// Philox4x32-10 (Salmon et al., SC'11): a value depends only on (key,
+// counter), never on what was drawn before or on which thread draws it, so
+// the forward, the backward's recomputation, the CPU and the GPU all draw
+// the same numbers. No includes and host/device functions, so the CUDA
+// kernel headers (NVRTC), the CPU kernel headers and the runtime share it.
+// runtime/Philox.h builds the LSH rotations and the residual dropout masks
+// on it; attentionKeep() is the attention dropout mask of the kernels.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_CODEGEN_PHILOX_H
+#define ATTNC_CODEGEN_PHILOX_H
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define ATTNC_PHILOX_FN __host__ __device__ inline
+#else
+#define ATTNC_PHILOX_FN inline
+#endif
+
+namespace attnc {
+namespace philox {
+
+struct Counter {
+  unsigned int w[4];
+};
+
+/// Philox4x32 with 10 rounds; key = (seed low, seed high).
+ATTNC_PHILOX_FN Counter philox4x32(Counter ctr, unsigned long long seed) {
+  unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    unsigned long long p0 = 0xD2511F53ull * ctr.w[0];
+    unsigned long long p1 = 0xCD9E8D57ull * ctr.w[2];
+    Counter next = {{(unsigned int)(p1 >> 32) ^ ctr.w[1] ^ k0, (unsigned int)p1,
+                     (unsigned int)(p0 >> 32) ^ ctr.w[3] ^ k1, (unsigned int)p0}};
+    ctr = next;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return ctr;
+}
+
+/// Attention dropout: whether score (query i, key j) of head row `bh`
+/// (b * H + h) survives, at `offset` (what the runtime derives from the
+/// training step and the layer), with drop probability p. Counter =
+/// (j / 4, i, bh, offset), key = seed ^ "attndrop"; output word j % 4 times
+/// 2^-32 against p.
+ATTNC_PHILOX_FN bool attentionKeep(unsigned long long seed, unsigned int offset, int bh, int i,
+                                   int j, float p) {
+  Counter c = {{(unsigned int)j >> 2, (unsigned int)i, (unsigned int)bh, offset}};
+  Counter r = philox4x32(c, seed ^ 0x6174746e64726f70ull);
+  return float(r.w[j & 3]) * 2.3283064365386963e-10f >= p;
+}
+
+} // namespace philox
+} // namespace attnc
+
+#endif // ATTNC_CODEGEN_PHILOX_H
