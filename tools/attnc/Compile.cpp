@@ -108,6 +108,12 @@ int compileModels(ModuleOp module, const std::string &target, const std::string 
     // A measured tile from `attnc tune` (CPU), when the spec leaves it auto.
     if (target == "cpu")
       applyTunedCpuTile(variant, shape.headDim, model.getSeq(), shape.heads, std::cerr);
+    else
+      applyTunedCudaTile(variant,
+                         model.getDtype() == attn::DType::fp32   ? "f32"
+                         : model.getDtype() == attn::DType::bf16 ? "bf16"
+                                                                 : "f16",
+                         shape.headDim, model.getSeq(), shape.heads, arch, std::cerr);
     Builder b(module.getContext());
     // The CPU backend computes in f32 whatever the model's dtype.
     attn::DType dtype = target == "cpu" ? attn::DType::fp32 : model.getDtype();

@@ -23,6 +23,7 @@
 #include "dsl/Parser.h"
 #include "passes/Passes.h"
 #include "runtime/HostCompiler.h"
+#include "runtime/NvrtcCompiler.h"
 #include "runtime/Philox.h"
 #include "runtime/tune/TuningDb.h"
 
@@ -311,6 +312,46 @@ void applyTunedAccuracy(ModuleOp module, std::ostream &log) {
     log << "attnc: " << name << ": " << best->config << " from " << path << " (max_error "
         << bestBudget << ", " << best->medianMs << " ms)\n";
   }
+}
+
+void applyTunedCudaTile(attn::VariantOp variant, const std::string &dtype, int64_t headDim,
+                        int64_t seq, int64_t heads, const std::string &arch, std::ostream &log) {
+  if (variant.getLsh() || !tileIsAuto(variant.getTile()))
+    return;
+  Expected<GpuArch> gpu = parseGpuArch(arch);
+  if (!gpu)
+    return;
+  const std::string path = tune::TuningDb::defaultPath();
+  Expected<tune::TuningDb> db = tune::TuningDb::open(path);
+  if (!db) {
+    log << "attnc: warning: " << db.error() << "; using the heuristic tile\n";
+    return;
+  }
+  // attnc tune --target cuda's key; any GPU of this arch (compiling here
+  // need not happen on the GPU), the newest entry when there are several.
+  const tune::KernelKey key{"cuda attention " + dtype + " d" + std::to_string(headDim) +
+                               " fwd " + variant.getSymName().str(),
+                           tune::shapeBucket(seq, heads)};
+  const std::string tc = tune::toolchainId("NVRTC " + NvrtcCompiler::version());
+  const tune::Entry *best = nullptr;
+  for (const tune::Entry *e : db->entries())
+    if (e->device.kind == "cuda" && e->device.ccMajor * 10 + e->device.ccMinor == gpu->sm &&
+        e->kernel.signature == key.signature && e->kernel.shapeBucket == key.shapeBucket &&
+        e->toolchain == tc && e->chosen() && (!best || e->updated > best->updated))
+      best = e;
+  tile::TileConfig c;
+  if (!best || !parseConfig(best->config, c)) {
+    if (!db->empty())
+      log << "attnc: note: no CUDA tuning entry for " << variant.getSymName().str() << " ("
+          << key.shapeBucket << ", " << arch << ") in " << path
+          << "; using the heuristic tile (attnc tune --target cuda measures one on a GPU)\n";
+    return;
+  }
+  // The forward's tile (attn-derive-backward gives the backward its own).
+  variant.setTileAttr(
+      attn::TileAttr::get(variant.getContext(), c.blockQ, c.blockKv, c.warps, c.stages));
+  log << "attnc: " << variant.getSymName().str() << ": tuned tile " << best->config << " ("
+      << best->medianMs << " ms on " << best->device.name << ") from " << path << "\n";
 }
 
 void applyTunedCpuTile(attn::VariantOp variant, int64_t headDim, int64_t seq, int64_t heads,

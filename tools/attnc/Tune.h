@@ -145,6 +145,12 @@ int compareTuned(const TuneOptions &options, const std::string &csvPath,
 /// train use it.
 void applyTunedAccuracy(mlir::ModuleOp module, std::ostream &log);
 
+/// The same for CUDA: the forward tile attnc tune --target cuda chose on a
+/// GPU of `arch` (any device of that compute capability, the newest entry)
+/// for the kernel's dtype ("f16", "bf16", "f32"), head dim and shape.
+void applyTunedCudaTile(attn::VariantOp variant, const std::string &dtype, int64_t headDim,
+                        int64_t seq, int64_t heads, const std::string &arch, std::ostream &log);
+
 /// Gives `variant` the tuned tile for a model shape from the tuning database
 /// ($ATTNC_TUNING_DB or the user's), when the spec left its tile `auto` and
 /// an entry exists for this CPU and toolchain; says which entry it used, or
