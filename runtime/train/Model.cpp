@@ -333,6 +333,15 @@ void Model::addFfn(int l, const float *z, float *y, int64_t R) {
     y[i] += f[i];
 }
 
+const float *Model::maskedCotangent(int layer, int branch, const float *d, int64_t n,
+                                    std::vector<float> &buffer) const {
+  if (!dropoutOn_)
+    return d;
+  buffer.assign(d, d + n);
+  dropoutMask(layer, branch, buffer.data(), n);
+  return buffer.data();
+}
+
 void Model::dropoutMask(int layer, int branch, float *v, int64_t n) const {
   if (!dropoutOn_)
     return;
@@ -357,15 +366,11 @@ Status Model::standardBackward(int l, const float *dy, float *dx, int B) {
       rstd(R), a(size_t(R) * D), dln(size_t(R) * D);
   // y = h + FFN(LN2(h)) (y = h for an attention-only layer)
   // Dropout masks replayed: the branch's cotangent is the masked one.
-  std::vector<float> dyMasked;
-  if (dropoutOn_ && L.w1) {
-    dyMasked.assign(dy, dy + size_t(R) * D);
-    dropoutMask(l, 1, dyMasked.data(), R * D);
-  }
+  std::vector<float> masked;
   if (L.w1) {
     layerNormForward(h.data(), L.ln2g->value.data(), L.ln2b->value.data(), z.data(), mean.data(),
                      rstd.data(), R, D);
-    ffnBackward(dropoutOn_ ? dyMasked.data() : dy, z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
+    ffnBackward(maskedCotangent(l, 1, dy, R * D, masked), z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
                 dz.data(), L.w1->grad.data(), L.b1->grad.data(), L.w2->grad.data(),
                 L.b2->grad.data(), R, D, cfg_.dff, chunk, cfg_.act);
     layerNormBackward(dz.data(), h.data(), L.ln2g->value.data(), mean.data(), rstd.data(),
@@ -376,13 +381,8 @@ Status Model::standardBackward(int l, const float *dy, float *dx, int B) {
   // h = x + Attn(LN1(x))
   layerNormForward(x.data(), L.ln1g->value.data(), L.ln1b->value.data(), z.data(), mean.data(),
                    rstd.data(), R, D);
-  std::vector<float> da;
-  if (dropoutOn_) {
-    da = dh;
-    dropoutMask(l, 0, da.data(), R * D);
-  }
-  if (Status s = attention(l, z.data(), a.data(), B, dropoutOn_ ? da.data() : dh.data(),
-                           dz.data());
+  if (Status s = attention(l, z.data(), a.data(), B,
+                           maskedCotangent(l, 0, dh.data(), R * D, masked), dz.data());
       !s)
     return s;
   layerNormBackward(dz.data(), x.data(), L.ln1g->value.data(), mean.data(), rstd.data(),
@@ -429,12 +429,8 @@ Status Model::reversibleBackward(int l, float *y1, float *y2, float *dy1, float 
     y2[i] -= f[i]; // now x2
   if (cfg_.storeReversibleInputs)
     std::memcpy(y2, savedH_[l].data(), f.size() * sizeof(float));
-  std::vector<float> dMasked;
-  if (dropoutOn_) {
-    dMasked.assign(dy2, dy2 + f.size());
-    dropoutMask(l, 1, dMasked.data(), R * D);
-  }
-  ffnBackward(dropoutOn_ ? dMasked.data() : dy2, z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
+  std::vector<float> masked;
+  ffnBackward(maskedCotangent(l, 1, dy2, R * D, masked), z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
               dz.data(), L.w1->grad.data(), L.b1->grad.data(), L.w2->grad.data(),
               L.b2->grad.data(), R, D, cfg_.dff, chunk, cfg_.act);
   layerNormBackward(dz.data(), y1, L.ln2g->value.data(), mean.data(), rstd.data(), dln.data(),
@@ -444,11 +440,7 @@ Status Model::reversibleBackward(int l, float *y1, float *y2, float *dy1, float 
   // Undo y1 = x1 + Attn(LN(x2)): x1 = y1 − Attn(LN(x2)); dx2 = dy2 + ∂/∂x2.
   layerNormForward(y2, L.ln1g->value.data(), L.ln1b->value.data(), z.data(), mean.data(),
                    rstd.data(), R, D);
-  if (dropoutOn_) {
-    dMasked.assign(dy1, dy1 + f.size());
-    dropoutMask(l, 0, dMasked.data(), R * D);
-  }
-  if (Status s = attention(l, z.data(), f.data(), B, dropoutOn_ ? dMasked.data() : dy1,
+  if (Status s = attention(l, z.data(), f.data(), B, maskedCotangent(l, 0, dy1, R * D, masked),
                            dz.data());
       !s)
     return s;

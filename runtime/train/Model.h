@@ -158,6 +158,10 @@ private:
   /// v *= the dropout mask of (layer, branch 0 attention / 1 FFN) / (1 − p),
   /// when dropout is on; the same call on a gradient applies the same mask.
   void dropoutMask(int layer, int branch, float *v, int64_t n) const;
+  /// The cotangent of a dropped branch output: `d` itself without dropout,
+  /// else `d` through the same mask, in `buffer`.
+  const float *maskedCotangent(int layer, int branch, const float *d, int64_t n,
+                               std::vector<float> &buffer) const;
   void init(uint64_t seed);
 
   // One attention block a = Attn(z) (+ its backward when dA is non-null:

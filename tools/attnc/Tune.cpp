@@ -91,6 +91,22 @@ bool parseConfig(const std::string &cfg, tile::TileConfig &c) {
   return c.blockQ > 0 && c.blockKv > 0;
 }
 
+/// The spec's module with its tunables resolved; `autoFfn` receives the
+/// models whose FFN chunk the spec left to the tuner (known only before
+/// resolving). Null on failure (errors printed).
+OwningOpRef<ModuleOp> loadResolvedSpec(const std::string &spec, const char *cmd,
+                                       MLIRContext &context, std::set<std::string> &autoFfn) {
+  OwningOpRef<ModuleOp> module = loadSpecModule(spec, cmd, context);
+  if (!module)
+    return nullptr;
+  autoFfn = modelsWithAutoFfnChunk(*module);
+  PassManager resolve(&context);
+  resolve.addPass(createResolveTunables());
+  if (failed(resolve.run(*module)))
+    return nullptr;
+  return module;
+}
+
 /// Why each family of configs was dropped, one line each.
 std::string rejections(const tune::TileSpace &space) {
   std::string text = tune::summarizeRejections(space);
@@ -389,14 +405,9 @@ int runTune(const TuneOptions &opt) {
     return kExitOk;
   }
   MLIRContext context;
-  OwningOpRef<ModuleOp> module = loadSpecModule(opt.spec, "tune", context);
+  std::set<std::string> autoFfn;
+  OwningOpRef<ModuleOp> module = loadResolvedSpec(opt.spec, "tune", context, autoFfn);
   if (!module)
-    return kExitInput;
-  // Models whose FFN chunk the spec left to the tuner (before resolving).
-  const std::set<std::string> autoFfn = modelsWithAutoFfnChunk(*module);
-  PassManager resolve(&context);
-  resolve.addPass(createResolveTunables());
-  if (failed(resolve.run(*module)))
     return kExitInput;
   if (opt.target == "cuda")
     return tuneCuda(*module, opt, path);
@@ -565,13 +576,9 @@ int runTune(const TuneOptions &opt) {
 
 int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::string &svgPath) {
   MLIRContext context;
-  OwningOpRef<ModuleOp> module = loadSpecModule(opt.spec, "bench", context);
+  std::set<std::string> autoFfn;
+  OwningOpRef<ModuleOp> module = loadResolvedSpec(opt.spec, "bench", context, autoFfn);
   if (!module)
-    return kExitInput;
-  const std::set<std::string> autoFfn = modelsWithAutoFfnChunk(*module);
-  PassManager resolve(&context);
-  resolve.addPass(createResolveTunables());
-  if (failed(resolve.run(*module)))
     return kExitInput;
   const std::string path = dbPath(opt.db);
   Expected<tune::TuningDb> db = tune::TuningDb::open(path);
@@ -622,12 +629,11 @@ int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::
       FfnBench ffn(model, opt.batch, opt.repeats);
       Row row{name, "ffn layer step", ffnChunkConfig(ffn.config().ffnChunk), "-", ""};
       const tune::Entry *e = db->find(device, ffnKey(ffn.config()), tc);
-      if (!e || e->config.rfind("chunk=", 0) != 0) {
+      if (!e || !parseFfnChunkConfig(e->config)) {
         row.note = "no entry (attnc tune measures one)";
       } else {
         row.tuned = e->config;
-        const int chunks[2] = {ffn.config().ffnChunk,
-                               e->config == "chunk=all" ? 0 : std::atoi(e->config.c_str() + 6)};
+        const int chunks[2] = {ffn.config().ffnChunk, *parseFfnChunkConfig(e->config)};
         if (int rc = ffn.compile(*module))
           return rc;
         if (!measure(row, [&](size_t i) { return ffn.time(chunks[i]); }))

@@ -113,8 +113,9 @@ private:
 
 /// The database key of a model's FFN chunk.
 tune::KernelKey ffnKey(const train::ModelConfig &config);
-/// "chunk=128" / "chunk=all" (0).
+/// "chunk=128" / "chunk=all" (0), and back (nullopt: not an FFN config).
 std::string ffnChunkConfig(int chunk);
+std::optional<int> parseFfnChunkConfig(const std::string &config);
 
 /// attnc tune for the FFN row chunk of one model whose spec left it `auto`
 /// (chunking never changes the result): one layer's training step timed

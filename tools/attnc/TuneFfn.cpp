@@ -75,6 +75,15 @@ std::string ffnChunkConfig(int chunk) {
   return chunk > 0 ? "chunk=" + std::to_string(chunk) : "chunk=all";
 }
 
+std::optional<int> parseFfnChunkConfig(const std::string &config) {
+  if (config == "chunk=all")
+    return 0;
+  if (config.rfind("chunk=", 0) != 0)
+    return std::nullopt;
+  int chunk = std::atoi(config.c_str() + 6);
+  return chunk > 0 ? std::optional<int>(chunk) : std::nullopt;
+}
+
 int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
                  const std::string &dbPath, const std::string &toolchain, double &budgetLeft) {
   const std::string name = model.getSymName().str();
@@ -180,10 +189,10 @@ int tunedFfnChunk(const train::ModelConfig &config, std::ostream &log) {
   }
   const tune::KernelKey key = ffnKey(config);
   const tune::Entry *e = db->find(tune::cpuDevice(), key, cpuToolchain());
-  if (!e || e->config.rfind("chunk=", 0) != 0)
+  std::optional<int> parsed = e ? parseFfnChunkConfig(e->config) : std::nullopt;
+  if (!parsed)
     return 0;
-  const std::string value = e->config.substr(6);
-  const int chunk = value == "all" ? 0 : std::atoi(value.c_str());
+  const int chunk = *parsed;
   log << "attnc: ffn: tuned " << e->config << " (" << e->medianMs << " ms per layer step) from "
       << path << "\n";
   return chunk > 0 ? chunk : -1; // -1: all rows at once
