@@ -475,5 +475,6 @@ def Attn_FusedAttentionGradOp : Attn_FusedOpBase<"fused_attention_grad",
 }
 
 include "dsl/AttnLshOps.td"
+include "dsl/AttnGraphOps.td"
 
 #endif // ATTNC_ATTN_OPS_TD

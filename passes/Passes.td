@@ -277,4 +277,188 @@ def DeriveBackward : Pass<"attn-derive-backward", "::mlir::func::FuncOp"> {
   ];
 }
 
+//===----------------------------------------------------------------------===//
+// Whole-model compilation
+//===----------------------------------------------------------------------===//
+
+def ExpandModel : Pass<"attn-expand-model", "::mlir::ModuleOp"> {
+  let summary = "Expand every attn.model into its forward graph and loss";
+  let description = [{
+    For each `attn.model` (its tunables resolved), adds
+    `func.func @train_<model>(tokens, targets, parameters...) -> loss`: the
+    byte embedding plus positions, `layers` copies of the layer template
+    (pre-norm standard layers, or RevNet layers whose two streams are
+    concatenated before the final norm), the final layer norm, the head and
+    the mean cross-entropy, on `batch · seq` flattened rows. Linear maps are
+    `attn.matmul` + `attn.bias_add`; attention is an `attn.attention` of the
+    layer's variant; the feed-forward block is an `attn.row_chunks` over
+    `ffn_chunk` rows when that is smaller than the row count; residual
+    dropout is `attn.dropout` keyed by (layer, branch). Every op of layer
+    `l` carries `attn.layer = l`, and a reversible layer's two residual sums
+    carry `attn.rev = "y1"` / `"y2"` for `attn-derive-model-backward`.
+
+    Arguments carry `attn.input` (tokens, targets) or `attn.param` with the
+    training runtime's parameter names; LSH rotations are `attn.constant`.
+
+    Before:
+    ```mlir
+    attn.model @m dtype fp32 objective causal_lm attributes {d_ff = 128 : i64, d_model = 32 : i64, heads = 2 : i64, layers = 1 : i64, seq = 16 : i64, vocab = 256 : i64} {
+      attn.layer @dense ffn(gelu, chunk = 8)
+    }
+    ```
+    After (batch = 2; abridged):
+    ```mlir
+    func.func @train_m(%tokens: tensor<32xi32>, %targets: tensor<32xi32>, %tok_emb: tensor<256x32xf32>, ...) -> tensor<f32> {
+      %x = attn.embed %tokens, %tok_emb, %pos_emb ...
+      %z, %mean, %rstd = attn.layer_norm %x, %g, %b {attn.layer = 0 : i64} ...
+      ...
+      %loss, %count = attn.cross_entropy %logits, %targets ...
+      return %loss : tensor<f32>
+    }
+    ```
+  }];
+  let dependentDialects = ["::attnc::attn::AttnDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"batch", "batch", "int64_t", /*default=*/"1", "sequences per training step">,
+  ];
+}
+
+def DeriveModelBackward : Pass<"attn-derive-model-backward", "::mlir::ModuleOp"> {
+  let summary = "Append the backward graph of every @train_<model> function";
+  let description = [{
+    Reverse-mode differentiation of the forward graph `attn-expand-model`
+    wrote: the loss is seeded with 1, each graph op contributes its
+    derivative ops (`attn.matmul` gives two transposed GEMMs, `attn.bias_add`
+    an `attn.column_sum`, `attn.layer_norm` an `attn.layer_norm_grad` and an
+    `attn.layer_norm_param_grad`, `attn.attention` an `attn.attention_grad`,
+    `attn.dropout` the same mask on the cotangent, ...), and cotangents of a
+    value used twice are summed with `attn.add`. An `attn.row_chunks` body
+    is differentiated chunk by chunk in a new `attn.row_chunks` that
+    recomputes the chunk, so the chunked feed-forward's backward also keeps
+    `chunk × d_ff` intermediates; weight gradients are summed over chunks.
+
+    Reversible layers (their sums tagged `attn.rev`) are not differentiated
+    from their stored forward values: the backward clones the FFN branch to
+    rebuild `x2 = y2 − FFN(LN(y1))`, the attention branch to rebuild
+    `x1 = y1 − Attn(LN(x2))`, and differentiates the clones; the next layer
+    down rebuilds from these rebuilt values. No forward activation of a
+    reversible layer outlives the forward, so `attn-plan-memory` shows
+    activation memory that does not grow with depth. Dropout ops cloned into
+    the rebuild replay the forward's masks (counter-based RNG).
+
+    The function then returns the loss followed by the gradient of every
+    argument marked `attn.param` (not `attn.constant`), and records their
+    argument numbers in `attn.grad_of`.
+
+    Before:
+    ```mlir
+    func.func @train_m(...) -> tensor<f32> attributes {attn.model = @m} {
+      ...
+      return %loss : tensor<f32>
+    }
+    ```
+    After:
+    ```mlir
+    func.func @train_m(...) -> (tensor<f32>, tensor<256x32xf32>, ...) attributes {attn.grad_of = [2, 3, ...], attn.model = @m} {
+      ...
+      %one = attn.constant 1.0 : tensor<f32>
+      %dlogits = attn.cross_entropy_grad %logits, %targets, %count, %one ...
+      ...
+      return %loss, %dtok_emb, ... : ...
+    }
+    ```
+  }];
+  let dependentDialects = ["::attnc::attn::AttnDialect", "::mlir::func::FuncDialect"];
+}
+
+def FuseRows : Pass<"attn-fuse-rows", "::mlir::ModuleOp"> {
+  let summary = "Fuse chains of row-local graph ops into attn.fused_rows kernels";
+  let description = [{
+    In every `@train_<model>` function, groups producer–consumer chains of
+    row-local ops (`attn.embed`, `attn.layer_norm`, `attn.layer_norm_grad`,
+    `attn.bias_add`, `attn.add`, `attn.sub`, `attn.activation`,
+    `attn.activation_grad`, `attn.dropout`, `attn.concat_cols`,
+    `attn.slice_cols`) with the same row count into one `attn.fused_rows`
+    op: residual + layer norm, bias + activation, the gradient sums feeding
+    a layer norm's backward. Codegen evaluates a group one row at a time, so
+    only the values used outside the group are written to memory. An op
+    joins the group of one of its producers when no op outside that group
+    uses a group value before it; every row-local op ends up in a group
+    (possibly of one), so codegen has one path for them. GEMMs, attention,
+    reductions over rows and `attn.row_chunks` stay separate kernels.
+
+    Before:
+    ```mlir
+    %h = attn.add %x, %a : tensor<32x32xf32>
+    %z, %mean, %rstd = attn.layer_norm %h, %g, %b : ...
+    ```
+    After:
+    ```mlir
+    %h, %z, %mean, %rstd = attn.fused_rows rows 32 (%x, %a, %g, %b) kernel "rows0" {
+    ^bb0(...):
+      %h0 = attn.add %x0, %a0 : tensor<32x32xf32>
+      %z0, %m0, %r0 = attn.layer_norm %h0, %g0, %b0 : ...
+      attn.rows_yield %h0, %z0, %m0, %r0 : ...
+    } : (...) -> (...)
+    ```
+  }];
+  let dependentDialects = ["::attnc::attn::AttnDialect", "::mlir::func::FuncDialect"];
+}
+
+def PlanMemory : Pass<"attn-plan-memory", "::mlir::ModuleOp"> {
+  let summary = "Assign every activation of a @train_<model> function an arena offset";
+  let description = [{
+    Plans the memory of every function carrying `attn.model` (one block):
+    each tensor result of a top-level op is a buffer (function arguments
+    belong to the runtime, `attn.constant` scalars are materialised by it,
+    and the intermediates inside an `attn.row_chunks` or `attn.fused_rows`
+    body are the kernel's own). A buffer takes its element count × element
+    width bytes, rounded up to 64, and is live from its defining op to its
+    last use among the top-level ops (a use inside a region counts for the
+    enclosing op; the returned loss lives to the end; an unused result only
+    at its op). Returned gradients (every return operand after the loss) take
+    no arena space: the generated step writes them straight into the
+    runtime's gradient buffers. An `attn.row_chunks` op also gets a scratch buffer, live only at
+    that op, sized by the sum of its body's tensor results (an upper bound).
+
+    Offsets come from the greedy heuristic: buffers by size, largest first
+    (ties: earlier definition), each at the lowest 64-byte-aligned offset
+    that overlaps no placed buffer live at the same time. The results are
+    attributes: `attn.arena_offsets` on every top-level op with results (one
+    entry per result, -1 for those not in the arena), `attn.scratch_offset`
+    and `attn.scratch_bytes` on `attn.row_chunks` ops, and on the function
+    `attn.arena_bytes`, `attn.peak_live_bytes` (the most bytes live at one op,
+    a lower bound on any arena) and `attn.kept_bytes`: the bytes of buffers
+    defined before the backward starts (the first `attn.constant`, the loss
+    seed `attn-derive-model-backward` inserts) and still live there, 0 for a
+    forward-only function. Reversible layers keep that number flat as depth
+    grows; standard layers add their activations per layer. With `report`, a
+    remark gives the totals.
+
+    Before:
+    ```mlir
+    func.func @train_m(%x: tensor<16x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32>) -> tensor<16x16xf32> attributes {attn.model = @m} {
+      %0 = attn.matmul %x, %w : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+      %1 = attn.bias_add %0, %b : (tensor<16x16xf32>, tensor<16xf32>) -> tensor<16x16xf32>
+      %2 = attn.add %1, %x : tensor<16x16xf32>
+      return %2 : tensor<16x16xf32>
+    }
+    ```
+    After (%2 reuses the bytes of %0, dead after %1):
+    ```mlir
+    func.func @train_m(...) -> tensor<16x16xf32> attributes {attn.arena_bytes = 2048 : i64, attn.kept_bytes = 0 : i64, attn.model = @m, attn.peak_live_bytes = 2048 : i64} {
+      %0 = attn.matmul %x, %w {attn.arena_offsets = array<i64: 0>} : ...
+      %1 = attn.bias_add %0, %b {attn.arena_offsets = array<i64: 1024>} : ...
+      %2 = attn.add %1, %x {attn.arena_offsets = array<i64: 0>} : tensor<16x16xf32>
+      return %2 : tensor<16x16xf32>
+    }
+    ```
+  }];
+  let dependentDialects = ["::attnc::attn::AttnDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"report", "report", "bool", /*default=*/"false",
+           "emit a remark with each function's arena, peak live and kept bytes">,
+  ];
+}
+
 #endif // ATTNC_PASSES_TD
