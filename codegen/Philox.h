@@ -52,6 +52,17 @@ ATTNC_PHILOX_FN bool attentionKeep(unsigned long long seed, unsigned int offset,
   return float(r.w[j & 3]) * 2.3283064365386963e-10f >= p;
 }
 
+/// Residual dropout: a uniform [0, 1) value per element from (seed, stream,
+/// step, index): counter = (index / 4, step, stream, 0x64726f70 "drop"),
+/// output word index % 4, times 2^-32. The tag word keeps these counters
+/// apart from the LSH rotations' (whose fourth word is 0).
+ATTNC_PHILOX_FN float dropoutUniform(unsigned long long seed, unsigned int stream,
+                                     unsigned int step, unsigned long long index) {
+  Counter c = {{(unsigned int)(index >> 2), step, stream, 0x64726f70u}};
+  Counter r = philox4x32(c, seed);
+  return float(double(r.w[index & 3]) / 4294967296.0);
+}
+
 } // namespace philox
 } // namespace attnc
 

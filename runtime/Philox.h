@@ -41,14 +41,8 @@ inline float normal(uint64_t seed, uint32_t stream, uint64_t index) {
   return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586476925 * u2));
 }
 
-/// Dropout: a uniform [0, 1) value per element from (seed, stream, step,
-/// index): counter = (index / 4, step, stream, 0x64726f70 "drop"), output
-/// word index % 4, times 2^-32. The tag word keeps these counters apart
-/// from the rotations' (whose fourth word is 0).
-inline float dropoutUniform(uint64_t seed, uint32_t stream, uint32_t step, uint64_t index) {
-  Block r = philox4x32({uint32_t(index >> 2), step, stream, 0x64726f70u}, seed);
-  return float(double(r[index & 3]) / 4294967296.0);
-}
+// dropoutUniform (residual dropout) is in codegen/Philox.h, which the
+// generated model step shares.
 
 /// Rotations [rounds, headDim, buckets/2] of LSH attention, row-major.
 template <class Vec> void lshRotations(uint64_t seed, uint32_t stream, Vec &out) {

@@ -543,6 +543,27 @@ void layerNormBackward(const float *dy, const float *x, const float *gamma, cons
 // Linear.
 //===----------------------------------------------------------------------===//
 
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
+          float *C) {
+  if (!ta && !tb)
+    return gemmNN(A, B, C, M, int(K), int(N), false);
+  if (!ta && tb) // C[M, N] = A[M, K]·B[N, K]ᵀ
+    return gemmNT(A, B, C, M, int(N), int(K), false);
+  if (ta && !tb) { // C[M, N] = A[K, M]ᵀ·B[K, N], summed over K in order
+    std::fill(C, C + M * N, 0.0f);
+    return gemmTN(A, B, C, K, int(M), int(N));
+  }
+  // Both transposed: C = (B·A)ᵀ, rare enough for a plain loop.
+#pragma omp parallel for schedule(static) if (M * N * K > 32768)
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float s = 0;
+      for (int64_t k = 0; k < K; ++k)
+        s += A[k * M + i] * B[j * K + k];
+      C[i * N + j] = s;
+    }
+}
+
 void linearForward(const float *x, const float *w, const float *b, float *y, int64_t rows,
                    int in, int out, bool accumulate) {
   if (rows <= 0 || out <= 0)

@@ -38,6 +38,11 @@ void layerNormBackward(const float *dy, const float *x, const float *gamma, cons
                        const float *rstd, float *dx, float *dgamma, float *dbeta, int64_t rows,
                        int dim);
 
+/// C[M, N] = op(A)·op(B), row-major, op transposing when ta / tb is set
+/// (the compiled model step's GEMM; the same loops as the layers use).
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
+          float *C);
+
 /// y = x·w + b, x [rows, in], w [in, out], b [out] or null. `accumulate`
 /// adds into y instead of overwriting it.
 void linearForward(const float *x, const float *w, const float *b, float *y, int64_t rows,

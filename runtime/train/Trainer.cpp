@@ -329,10 +329,18 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
     Batch b = data.train(opt.seed, step, opt.batch);
     model.zeroGrads();
     model.setDropout(true, step); // the step's masks, the same on a resumed run
-    Expected<StepResult> r = model.run(b, /*backward=*/true);
-    if (!r)
-      return makeError("step " + std::to_string(step) + ": " + r.error());
-    double loss = r->meanLoss();
+    double loss = 0;
+    if (opt.stepFn) {
+      Expected<double> r = opt.stepFn(b, step);
+      if (!r)
+        return makeError("step " + std::to_string(step) + ": " + r.error());
+      loss = *r;
+    } else {
+      Expected<StepResult> r = model.run(b, /*backward=*/true);
+      if (!r)
+        return makeError("step " + std::to_string(step) + ": " + r.error());
+      loss = r->meanLoss();
+    }
     if (!std::isfinite(loss))
       return makeError("step " + std::to_string(step) + ": the loss is " +
                        (std::isnan(loss) ? "NaN" : "infinite") +

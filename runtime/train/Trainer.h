@@ -13,6 +13,7 @@
 
 #include "runtime/train/Model.h"
 
+#include <functional>
 #include <iosfwd>
 #include <optional>
 
@@ -34,6 +35,10 @@ struct TrainOptions {
   int64_t stopAfter = 0;        ///< > 0: stop after this many steps (checkpointed); the
                                 ///< schedule still spans `steps`
   bool progress = true;         ///< live line when stderr is a terminal
+  /// The training step's forward and backward (mean loss; gradients in the
+  /// model's buffers, which the trainer zeroes first): a compiled whole-model step (CompiledStep) when set,
+  /// else Model::run.
+  std::function<Expected<double>(const Batch &batch, int64_t step)> stepFn;
 };
 
 /// Evaluation: the objective's metric on held-out (or fixed synthetic) data.

@@ -9,10 +9,12 @@
 #include "tools/attnc/Train.h"
 #include "tools/attnc/Compile.h"
 #include "tools/attnc/ModelConfig.h"
+#include "tools/attnc/ModelGraph.h"
 #include "tools/attnc/Run.h"
 #include "tools/attnc/Tune.h"
 
 #include "runtime/FileSystem.h"
+#include "runtime/KernelCache.h"
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +23,7 @@
 #include "passes/Passes.h"
 #include "runtime/Philox.h"
 #include "runtime/train/Checkpoint.h"
+#include "runtime/train/CompiledStep.h"
 #include "runtime/train/Trainer.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -279,9 +282,79 @@ int checkReversible(Prepared &p, const train::DataSource &data, const TrainCliOp
 
 } // namespace
 
+namespace {
+
+/// The compiled whole-model step of the prepared model for `batch`.
+Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::Model &model,
+                                                            int batch) {
+  attn::ModelOp m;
+  for (attn::ModelOp op : p.module->getOps<attn::ModelOp>())
+    if (op.getSymName() == p.name)
+      m = op;
+  ModelGraph g;
+  if (!compileModelGraph(*p.module, m, batch, 0, /*emitSource=*/true, g))
+    return makeError("whole-model compilation of " + p.name + " failed (see the diagnostics)");
+  // The FFN chunk the run uses (tuned or pinned) may differ from the spec's.
+  std::cerr << "attnc train: compiled step of " << p.name << ": arena "
+            << g.arenaBytes / 1024 << " KiB, " << g.fusedKernels << " fused row kernels, "
+            << g.gemms << " GEMMs, " << g.attentionCalls << " attention calls\n";
+  return train::CompiledStep::create(std::move(g.step), model, attentionOf(p),
+                                     defaultKernelIncludeDirs(),
+                                     HostCompiler(&KernelCache::processDefault()));
+}
+
+/// --compare-engines: the runtime's and the compiled step on one batch.
+int compareEngines(Prepared &p, const train::DataSource &data, const TrainCliOptions &opt) {
+  train::Model model(p.config, attentionOf(p), opt.seed);
+  Expected<std::unique_ptr<train::CompiledStep>> step = compiledStep(p, model, opt.batch);
+  if (!step)
+    return fail("train", step.error());
+  train::Batch batch = data.train(opt.seed, 0, opt.batch);
+  model.zeroGrads();
+  model.setDropout(true, 0);
+  Expected<train::StepResult> r = model.run(batch, true);
+  if (!r)
+    return fail("train", r.error());
+  std::vector<train::ParamRef> params = model.params();
+  std::vector<std::vector<float>> runtimeGrads;
+  for (const train::ParamRef &pr : params)
+    runtimeGrads.emplace_back(pr.grad, pr.grad + pr.size);
+  model.zeroGrads();
+  Expected<double> loss = (*step)->run(batch, true, 0);
+  if (!loss)
+    return fail("train", loss.error());
+  // Per tensor: max |difference| relative to the tensor's largest gradient,
+  // or to 1e-4 of the largest of all when the tensor's is tiny (the key
+  // bias's gradient is zero in exact arithmetic: softmax ignores a shift).
+  double global = 0;
+  for (const std::vector<float> &g : runtimeGrads)
+    for (float x : g)
+      global = std::max(global, std::abs(double(x)));
+  double worst = 0;
+  std::string where;
+  for (size_t i = 0; i < params.size(); ++i) {
+    double diff = 0, scale = std::max(1e-4 * global, 1e-30);
+    for (int64_t j = 0; j < params[i].size; ++j) {
+      diff = std::max(diff, std::abs(double(params[i].grad[j]) - runtimeGrads[i][size_t(j)]));
+      scale = std::max(scale, std::abs(double(runtimeGrads[i][size_t(j)])));
+    }
+    if (diff / scale > worst)
+      worst = diff / scale, where = params[i].name;
+  }
+  double lossDiff = std::abs(*loss - r->meanLoss());
+  bool ok = worst <= 1e-3 && lossDiff <= 1e-4 * std::max(1.0, std::abs(r->meanLoss()));
+  std::cout << "loss: runtime " << r->meanLoss() << ", compiled " << *loss << "\n"
+            << "gradients: worst max|difference|/max|gradient| " << worst << " (" << where
+            << ") over " << params.size() << " tensors" << (ok ? "" : "  > 1e-3: FAILED")
+            << "\n";
+  return ok ? kExitOk : kExitInput;
+}
+
+} // namespace
+
 int runTrain(const TrainCliOptions &opt) {
   Prepared p;
-  const bool check = opt.gradCheck > 0 || opt.checkReversible;
+  const bool check = opt.gradCheck > 0 || opt.checkReversible || opt.compareEngines;
   if (int rc = prepare("train", opt, p, check ? Pin::None : Pin::ReadWrite))
     return rc;
   Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);
@@ -291,7 +364,16 @@ int runTrain(const TrainCliOptions &opt) {
     return gradCheck(p, *data, opt);
   if (opt.checkReversible)
     return checkReversible(p, *data, opt);
+  if (opt.compareEngines)
+    return compareEngines(p, *data, opt);
   train::Model model(p.config, attentionOf(p), opt.seed);
+  std::unique_ptr<train::CompiledStep> compiled;
+  if (opt.engine == "compiled") {
+    Expected<std::unique_ptr<train::CompiledStep>> step = compiledStep(p, model, opt.batch);
+    if (!step)
+      return fail("train", step.error());
+    compiled = std::move(*step);
+  }
   train::TrainOptions to;
   to.outDir = opt.out, to.data = opt.data, to.steps = opt.steps, to.batch = opt.batch;
   to.seed = opt.seed, to.evalEvery = opt.evalEvery, to.evalBatches = opt.evalBatches;
@@ -299,6 +381,8 @@ int runTrain(const TrainCliOptions &opt) {
   to.adam.lr = opt.lr, to.adam.weightDecay = opt.weightDecay, to.adam.clipNorm = opt.clip;
   to.adam.warmupSteps = opt.warmup;
   to.stopAfter = opt.stopAfter;
+  if (compiled)
+    to.stepFn = [&](const train::Batch &b, int64_t step) { return compiled->run(b, true, step); };
   std::cerr << "attnc train: " << p.name << " (" << model.numParams() << " parameters, "
             << p.config.layers << (p.config.reversible ? " reversible" : "") << " layer(s)) on "
             << data->describe() << "\n";

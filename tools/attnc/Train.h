@@ -27,6 +27,10 @@ struct TrainCliOptions {
   float gradCheckEps = 1e-2f;
   double gradCheckTol = 2e-2; ///< max relative error
   bool checkReversible = false; ///< rebuilt vs stored reversible inputs
+  /// "runtime": Model::run assembles the step; "compiled": the step the
+  /// whole-model passes compiled (docs/model-compilation.md).
+  std::string engine = "runtime";
+  bool compareEngines = false; ///< one batch through both engines, gradients compared
   // generate / fill
   std::string prompt, text;
   int bytes = 64;

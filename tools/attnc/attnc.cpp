@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "tools/attnc/Compile.h"
 #include "tools/attnc/ModelConfig.h"
+#include "tools/attnc/ModelGraph.h"
 #include "tools/attnc/Bench.h"
 #include "tools/attnc/Run.h"
 #include "tools/attnc/Train.h"
@@ -148,6 +149,21 @@ int runCompile(const CompileOptions &opts) {
   if (!module)
     return kExitInput;
 
+  if (opts.emit == "graph" || opts.emit == "model-cpp") {
+    // Whole-model compilation: each model's planned training step.
+    mlir::PassManager pm(&context);
+    pm.addPass(attnc::createResolveTunables());
+    if (mlir::failed(pm.run(*module)))
+      return kExitInput;
+    for (attnc::attn::ModelOp model : module->getOps<attnc::attn::ModelOp>()) {
+      attnc::driver::ModelGraph g;
+      if (!attnc::driver::compileModelGraph(*module, model, opts.planBatch, 0, true, g))
+        return kExitInput;
+      *os << (opts.emit == "graph" ? g.ir + "\n" : g.step.source);
+    }
+    return 0;
+  }
+
   if (opts.emit == "cuda" || opts.emit == "cpp" || opts.checkNvrtc ||
       (opts.emit.empty() && !opts.output.empty())) {
     std::string target = opts.emit == "cpp" ? "cpu" : opts.emit == "cuda" ? "cuda" : opts.target;
@@ -171,6 +187,7 @@ int runCompile(const CompileOptions &opts) {
                                                compiled))
       return rc2;
     attnc::driver::reportMemoryPlans(*module, opts.planBatch, std::cout);
+    attnc::driver::reportCompiledPlans(*module, opts.planBatch, std::cout);
     return 0;
   }
 
@@ -191,8 +208,10 @@ int runCompile(const CompileOptions &opts) {
   }
   std::cout << opts.spec << ": ok (" << spec->attentions.size()
             << " attention variant(s), " << spec->models.size() << " model(s))\n";
-  if (opts.memoryPlan)
+  if (opts.memoryPlan) {
     attnc::driver::reportMemoryPlans(*module, opts.planBatch, std::cout);
+    attnc::driver::reportCompiledPlans(*module, opts.planBatch, std::cout);
+  }
   return 0;
 }
 
@@ -215,15 +234,17 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   compile->add_option("--emit", copts.emit,
                       "print one stage instead of writing an artifact: ast, mlir "
-                      "(attn dialect), lowered (after the pass pipeline), cuda, cpp")
-      ->check(CLI::IsMember({"ast", "mlir", "lowered", "cuda", "cpp"}));
+                      "(attn dialect), lowered (after the pass pipeline), cuda, cpp, graph "
+                      "(each model's planned training step), model-cpp (its C++)")
+      ->check(CLI::IsMember({"ast", "mlir", "lowered", "cuda", "cpp", "graph", "model-cpp"}));
   compile->add_flag("--check-nvrtc", copts.checkNvrtc,
                     "compile the CUDA kernels with NVRTC for --arch and check registers, "
                     "spills and shared memory (no GPU needed)");
   compile->add_flag("--memory-plan", copts.memoryPlan,
                     "print each model's training and inference memory plan (always printed "
                     "with an artifact)");
-  compile->add_option("--plan-batch", copts.planBatch, "batch of the memory plan")
+  compile->add_option("--plan-batch", copts.planBatch,
+                      "batch of the memory plans and of --emit graph/model-cpp")
       ->check(CLI::PositiveNumber)->capture_default_str();
   compile->add_option("-o,--output", copts.output,
                       "with --emit: the file to write (default stdout); without: "
@@ -347,6 +368,15 @@ int main(int argc, char **argv) {
   trainCmd->add_flag("--check-reversible", topts.checkReversible,
                      "instead of training: compare the reversible backward with one from "
                      "stored inputs, and print the activation plans for 2, 6, 12 layers");
+
+  trainCmd->add_option("--engine", topts.engine,
+                       "runtime: the runtime assembles each step around the generated "
+                       "attention; compiled: the step compiled by the whole-model passes")
+      ->check(CLI::IsMember({"runtime", "compiled"}))
+      ->capture_default_str();
+  trainCmd->add_flag("--compare-engines", topts.compareEngines,
+                     "instead of training: one batch through both engines; compare the "
+                     "losses and every parameter gradient");
 
   CLI::App *generateCmd = app.add_subcommand("generate", "Continue a prompt with a trained causal model");
   CLI::App *fillCmd = app.add_subcommand("fill", "Fill masked bytes with a trained masked model");

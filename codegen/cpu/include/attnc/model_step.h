@@ -1,0 +1,202 @@
+//===- model_step.h - Skeleton of a generated whole-model step --*- C++ -*-===//
+//
+// What a generated `attnc_step_<model>` (codegen/ModelEmitter.cpp) calls
+// besides its own fused row kernels: the runtime's GEMM and attention
+// (through attnc_model_env), and the fixed reductions over rows, written
+// once here. Every reduction over rows runs rows in order (columns in
+// parallel), so a step is bit-identical across runs and thread counts.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_CPU_MODEL_STEP_H
+#define ATTNC_CPU_MODEL_STEP_H
+
+#if defined(__has_include)
+#if __has_include("codegen/Philox.h")
+#include "codegen/Philox.h"
+#else
+#include "../../../Philox.h"
+#endif
+#else
+#include "../../../Philox.h"
+#endif
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+/// What the runtime lends a generated step. Attention operands are in the
+/// order q, k, v, E, F, rotations, params (absent ones null); the gradient
+/// call's inputs are q, k, v, out, lse, dout, E, F, rotations, params and
+/// its outputs dq, dk, dv, dE, dF, dparams (written, not accumulated).
+struct attnc_model_env {
+  void *ctx;
+  /// C[M, N] = op(A)·op(B), row-major; op transposes when ta / tb is set.
+  void (*gemm)(void *ctx, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+               const float *B, float *C);
+  int (*attention)(void *ctx, int64_t layer, const float *const *in, float *out, float *lse);
+  int (*attention_grad)(void *ctx, int64_t layer, const float *const *in, float *const *out);
+  unsigned long long dropout_seed;
+  unsigned int step;
+  int dropout_on; ///< 0: dropout ops are the identity (evaluation)
+};
+
+namespace attnc {
+namespace model {
+
+// Activations: 0 gelu (tanh form), 1 relu, 2 silu (Attn_Activation's order).
+inline float activation(int kind, float x) {
+  if (kind == 1)
+    return x > 0 ? x : 0.0f;
+  if (kind == 2)
+    return x / (1.0f + std::exp(-x));
+  const float c = 0.7978845608028654f, a = 0.044715f;
+  return 0.5f * x * (1.0f + std::tanh(c * (x + a * x * x * x)));
+}
+inline float activationGrad(int kind, float x) {
+  if (kind == 1)
+    return x > 0 ? 1.0f : 0.0f;
+  if (kind == 2) {
+    float s = 1.0f / (1.0f + std::exp(-x));
+    return s * (1.0f + x * (1.0f - s));
+  }
+  const float c = 0.7978845608028654f, a = 0.044715f;
+  float t = std::tanh(c * (x + a * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * a * x * x);
+}
+
+/// y = (x − mean)·rstd·gamma + beta over one row (sums in double).
+inline void layerNormRow(const float *x, const float *gamma, const float *beta, float *y,
+                         float *mean, float *rstd, int64_t C, double eps) {
+  double s = 0;
+  for (int64_t j = 0; j < C; ++j)
+    s += x[j];
+  double m = s / double(C), v = 0;
+  for (int64_t j = 0; j < C; ++j)
+    v += (x[j] - m) * (x[j] - m);
+  float mf = float(m), rs = float(1.0 / std::sqrt(v / double(C) + eps));
+  *mean = mf, *rstd = rs;
+  for (int64_t j = 0; j < C; ++j)
+    y[j] = (x[j] - mf) * rs * gamma[j] + beta[j];
+}
+
+/// dx of a layer norm over one row.
+inline void layerNormGradRow(const float *dy, const float *x, const float *gamma, float mean,
+                             float rstd, float *dx, int64_t C) {
+  double sg = 0, sgx = 0;
+  for (int64_t j = 0; j < C; ++j) {
+    float g = dy[j] * gamma[j], xh = (x[j] - mean) * rstd;
+    sg += g, sgx += double(g) * xh;
+  }
+  float mg = float(sg / double(C)), mgx = float(sgx / double(C));
+  for (int64_t j = 0; j < C; ++j) {
+    float xh = (x[j] - mean) * rstd;
+    dx[j] = rstd * (dy[j] * gamma[j] - mg - xh * mgx);
+  }
+}
+
+/// out[c] = Σ_r x[r, c], rows in order.
+inline void columnSum(const float *x, float *out, int64_t R, int64_t C) {
+#pragma omp parallel for schedule(static) if (R * C > 32768)
+  for (int64_t c = 0; c < C; ++c) {
+    double s = 0;
+    for (int64_t r = 0; r < R; ++r)
+      s += x[r * C + c];
+    out[c] = float(s);
+  }
+}
+
+/// dgamma = Σ_r dy·x̂, dbeta = Σ_r dy, rows in order.
+inline void layerNormParamGrad(const float *dy, const float *x, const float *mean,
+                               const float *rstd, float *dgamma, float *dbeta, int64_t R,
+                               int64_t C) {
+#pragma omp parallel for schedule(static) if (R * C > 32768)
+  for (int64_t c = 0; c < C; ++c) {
+    double sg = 0, sb = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      float d = dy[r * C + c];
+      sg += double(d) * ((x[r * C + c] - mean[r]) * rstd[r]);
+      sb += d;
+    }
+    dgamma[c] = float(sg), dbeta[c] = float(sb);
+  }
+}
+
+/// dtable[tokens[r]] += dy[r], dpos[r mod S] += dy[r] (written from zero).
+inline void embedGrad(const int32_t *tokens, const float *dy, float *dtable, float *dpos,
+                      int64_t R, int64_t V, int64_t S, int64_t C) {
+  std::memset(dtable, 0, sizeof(float) * size_t(V * C));
+  std::memset(dpos, 0, sizeof(float) * size_t(S * C));
+#pragma omp parallel for schedule(static) if (R * C > 32768)
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t r = 0; r < R; ++r) {
+      dtable[int64_t(tokens[r]) * C + c] += dy[r * C + c];
+      dpos[(r % S) * C + c] += dy[r * C + c];
+    }
+}
+
+/// [B·S, H·D] ↔ [B, H, S, D].
+inline void splitHeads(const float *x, float *y, int64_t B, int64_t H, int64_t S, int64_t D) {
+#pragma omp parallel for schedule(static) if (B * H * S * D > 32768)
+  for (int64_t r = 0; r < B * S; ++r)
+    for (int64_t h = 0; h < H; ++h)
+      std::memcpy(y + (((r / S) * H + h) * S + r % S) * D, x + (r * H + h) * D,
+                  sizeof(float) * size_t(D));
+}
+inline void mergeHeads(const float *x, float *y, int64_t B, int64_t H, int64_t S, int64_t D) {
+#pragma omp parallel for schedule(static) if (B * H * S * D > 32768)
+  for (int64_t r = 0; r < B * S; ++r)
+    for (int64_t h = 0; h < H; ++h)
+      std::memcpy(y + (r * H + h) * D, x + (((r / S) * H + h) * S + r % S) * D,
+                  sizeof(float) * size_t(D));
+}
+
+/// Mean cross-entropy over rows with a target (≥ 0); writes loss and count.
+inline void crossEntropy(const float *logits, const int32_t *targets, float *loss, float *count,
+                         int64_t R, int64_t V) {
+  double sum = 0;
+  int64_t n = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    if (targets[r] < 0)
+      continue;
+    const float *l = logits + r * V;
+    float mx = l[0];
+    for (int64_t j = 1; j < V; ++j)
+      mx = l[j] > mx ? l[j] : mx;
+    double s = 0;
+    for (int64_t j = 0; j < V; ++j)
+      s += std::exp(double(l[j] - mx));
+    sum += std::log(s) + mx - l[targets[r]];
+    ++n;
+  }
+  *loss = n ? float(sum / double(n)) : 0.0f;
+  *count = float(n);
+}
+
+/// dlogits = dloss·(softmax − onehot)/count on rows with a target.
+inline void crossEntropyGrad(const float *logits, const int32_t *targets, const float *count,
+                             const float *dloss, float *dl, int64_t R, int64_t V) {
+  const float scale = *count > 0 ? *dloss / *count : 0.0f;
+#pragma omp parallel for schedule(static) if (R * V > 32768)
+  for (int64_t r = 0; r < R; ++r) {
+    const float *l = logits + r * V;
+    float *d = dl + r * V;
+    if (targets[r] < 0) {
+      std::memset(d, 0, sizeof(float) * size_t(V));
+      continue;
+    }
+    float mx = l[0];
+    for (int64_t j = 1; j < V; ++j)
+      mx = l[j] > mx ? l[j] : mx;
+    double s = 0;
+    for (int64_t j = 0; j < V; ++j)
+      s += std::exp(double(l[j] - mx));
+    for (int64_t j = 0; j < V; ++j)
+      d[j] = float(std::exp(double(l[j] - mx)) / s) * scale;
+    d[targets[r]] -= scale;
+  }
+}
+
+} // namespace model
+} // namespace attnc
+
+#endif // ATTNC_CPU_MODEL_STEP_H

@@ -1,0 +1,214 @@
+//===- CompiledStep.cpp - Running a compiled whole-model step -------------===//
+#include "runtime/train/CompiledStep.h"
+
+#include "codegen/cpu/include/attnc/model_step.h"
+#include "runtime/Philox.h"
+
+#include <cstring>
+#include <map>
+
+namespace attnc::train {
+
+namespace {
+
+void gemmCallback(void *, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                  const float *B, float *C) {
+  gemm(ta != 0, tb != 0, M, N, K, A, B, C);
+}
+
+st::Tensor tensorOf(const float *p, std::vector<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return st::Tensor::f32(std::move(shape), std::vector<float>(p, p + n));
+}
+
+void copyOut(const st::Tensor &t, float *dst) {
+  std::memcpy(dst, t.data.data(), t.data.size());
+}
+
+} // namespace
+
+CompiledStep::CompiledStep(CompiledStepDesc desc, Model &model, AttentionFn attention,
+                           SharedObject so)
+    : desc_(std::move(desc)), model_(model), attention_(std::move(attention)), so_(std::move(so)) {}
+
+Expected<std::unique_ptr<CompiledStep>>
+CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
+                     const std::vector<std::string> &includeDirs, const HostCompiler &compiler) {
+  HostCompileOptions options;
+  options.includeDirs = includeDirs;
+  Expected<SharedObjectImage> image =
+      compiler.compile(desc.symbol + ".cpp", desc.source, options);
+  if (!image)
+    return image.takeError();
+  Expected<SharedObject> so = SharedObject::load(image->image, image->programName);
+  if (!so)
+    return so.takeError();
+  std::unique_ptr<CompiledStep> step(
+      new CompiledStep(std::move(desc), model, std::move(attention), std::move(so).take()));
+  step->fromCache_ = image->fromCache;
+  Expected<StepFn *> fn = step->so_.function<StepFn>(step->desc_.symbol);
+  if (!fn)
+    return fn.takeError();
+  step->fn_ = *fn;
+  if (step->desc_.arenaBytes < 0)
+    return makeError("compiled step: negative arena size");
+  step->arena_.assign(size_t(step->desc_.arenaBytes + 3) / 4, 0.0f);
+
+  // Bind the arguments by name to the model's parameters.
+  std::map<std::string, ParamRef> byName;
+  for (const ParamRef &p : model.params())
+    byName[p.name] = p;
+  const ModelConfig &cfg = model.config();
+  step->args_.assign(step->desc_.args.size(), nullptr);
+  for (size_t i = 2; i < step->desc_.args.size(); ++i) {
+    const std::string &name = step->desc_.args[i];
+    if (auto it = byName.find(name); it != byName.end()) {
+      step->args_[i] = it->second.value;
+      continue;
+    }
+    // LSH rotations: drawn like the model's (Philox stream = layer).
+    const std::string suffix = ".attn.lsh_rotations";
+    if (name.size() > suffix.size() && name.compare(0, 7, "layers.") == 0 &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 && cfg.lshRounds > 0) {
+      int layer = std::stoi(name.substr(7));
+      std::vector<float> r(size_t(cfg.lshRounds) * (cfg.dModel / cfg.heads) * (cfg.lshBuckets / 2));
+      philox::lshRotations(cfg.lshSeed, uint32_t(layer), r);
+      step->constants_.push_back(std::move(r));
+      step->args_[i] = step->constants_.back().data();
+      continue;
+    }
+    return makeError("compiled step: argument '" + name + "' is not a parameter of the model");
+  }
+  for (int a : step->desc_.gradArgs) {
+    if (a < 2 || size_t(a) >= step->desc_.args.size())
+      return makeError("compiled step: gradient of argument #" + std::to_string(a) +
+                       " is out of range");
+    auto it = byName.find(step->desc_.args[size_t(a)]);
+    if (it == byName.end())
+      return makeError("compiled step: gradient of '" + step->desc_.args[size_t(a)] +
+                       "', which the model does not train");
+    step->grads_.push_back(it->second.grad);
+  }
+  return step;
+}
+
+int CompiledStep::attend(int64_t layer, const float *const *in, const float *dout,
+                         float *const *out) {
+  const ModelConfig &c = model_.config();
+  const int B = desc_.batch, S = c.seq, H = c.heads, Dh = c.dModel / c.heads;
+  const std::vector<int64_t> bhsd = {B, H, S, Dh};
+  // in: q, k, v, E, F, rotations, params
+  st::Tensor q = tensorOf(in[0], bhsd), k = tensorOf(in[1], bhsd), v = tensorOf(in[2], bhsd);
+  st::Tensor lengths = st::Tensor::i32({B}, std::vector<int32_t>(size_t(B), S));
+  st::Tensor E, F, rot, params, dO;
+  AttentionInputs ai;
+  ai.q = &q, ai.k = c.sharedQk ? &q : &k, ai.v = &v, ai.lengths = &lengths;
+  std::vector<int64_t> eShape = {c.lowrankK, S};
+  if (c.share == "none")
+    eShape.insert(eShape.begin(), H);
+  if (in[3]) {
+    E = tensorOf(in[3], eShape);
+    ai.E = &E;
+  }
+  if (in[4]) {
+    F = tensorOf(in[4], eShape);
+    ai.F = &F;
+  }
+  if (in[5]) {
+    rot = tensorOf(in[5], {c.lshRounds, Dh, c.lshBuckets / 2});
+    ai.rotations = &rot;
+  }
+  if (in[6]) {
+    params = tensorOf(in[6], {int64_t(c.headParams.size()), H});
+    ai.params = &params;
+  }
+  if (dout) {
+    dO = tensorOf(dout, bhsd);
+    ai.dout = &dO;
+  }
+  ai.dropout = training_;
+  ai.dropoutSeed = c.dropoutSeed;
+  ai.dropoutOffset = uint32_t(step_) * 4096u + uint32_t(layer);
+  Expected<AttentionOutputs> r = attention_(ai);
+  if (!r) {
+    error_ = "layer " + std::to_string(layer) + " attention: " + r.error();
+    return 1;
+  }
+  if (!dout) { // out, lse
+    copyOut(r->out, out[0]);
+    copyOut(r->lse, out[1]);
+    return 0;
+  }
+  // dq, dk, dv, dE, dF, dparams
+  copyOut(*r->dq, out[0]);
+  if (c.sharedQk) // the key path is folded into dq
+    std::memset(out[1], 0, size_t(B) * H * S * Dh * sizeof(float));
+  else
+    copyOut(*r->dk, out[1]);
+  copyOut(*r->dv, out[2]);
+  if (out[3] && r->dE)
+    copyOut(*r->dE, out[3]);
+  if (out[4] && r->dF)
+    copyOut(*r->dF, out[4]);
+  if (out[5] && r->dparams) {
+    copyOut(*r->dparams, out[5]);
+    // Constant per-head parameters stay constant (as in Model).
+    for (size_t p = 0; p < c.headParams.size(); ++p)
+      if (!c.headParams[p].learned)
+        std::memset(out[5] + p * size_t(H), 0, sizeof(float) * size_t(H));
+  }
+  return 0;
+}
+
+int CompiledStep::attentionCallback(void *ctx, int64_t layer, const float *const *in, float *out,
+                                    float *lse) {
+  float *outs[2] = {out, lse};
+  return static_cast<CompiledStep *>(ctx)->attend(layer, in, nullptr, outs);
+}
+
+int CompiledStep::attentionGradCallback(void *ctx, int64_t layer, const float *const *in,
+                                        float *const *out) {
+  // in: q, k, v, out, lse, dout, E, F, rotations, params
+  const float *fwdIn[7] = {in[0], in[1], in[2], in[6], in[7], in[8], in[9]};
+  return static_cast<CompiledStep *>(ctx)->attend(layer, fwdIn, in[5], out);
+}
+
+Expected<double> CompiledStep::run(const Batch &batch, bool training, int64_t step) {
+  const ModelConfig &c = model_.config();
+  if (batch.B != desc_.batch || batch.S != c.seq)
+    return makeError("compiled step: batch [" + std::to_string(batch.B) + ", " +
+                     std::to_string(batch.S) + "] does not match the compiled [" +
+                     std::to_string(desc_.batch) + ", " + std::to_string(c.seq) + "]");
+  const int vocabRows = c.vocab + (c.objective == Objective::Mlm ? 1 : 0);
+  for (int32_t t : batch.inputs)
+    if (t < 0 || t >= vocabRows)
+      return makeError("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                       std::to_string(vocabRows) + ")");
+  for (int32_t t : batch.targets)
+    if (t >= c.vocab)
+      return makeError("target id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                       std::to_string(c.vocab) + ")");
+  training_ = training;
+  step_ = step;
+  args_[0] = const_cast<int32_t *>(batch.inputs.data());
+  args_[1] = const_cast<int32_t *>(batch.targets.data());
+  attnc_model_env env{};
+  env.ctx = this;
+  env.gemm = gemmCallback;
+  env.attention = attentionCallback;
+  env.attention_grad = attentionGradCallback;
+  env.dropout_seed = c.dropoutSeed;
+  env.step = uint32_t(step);
+  env.dropout_on = training && c.dropout > 0;
+  float loss = 0;
+  error_.clear();
+  int rc = fn_(&env, reinterpret_cast<char *>(arena_.data()), args_.data(), grads_.data(), &loss);
+  if (rc != 0)
+    return makeError(error_.empty() ? "compiled step failed with code " + std::to_string(rc)
+                                    : error_);
+  return double(loss);
+}
+
+} // namespace attnc::train
