@@ -151,8 +151,27 @@ private:
     }
     if (failed(place(op, os)))
       return failure();
-    return emitOp(op, os, /*rowsOf=*/[](Value v) { return std::to_string(shapeOf(v)[0]); },
-                  "0");
+    if (failed(emitOp(op, os, /*rowsOf=*/[](Value v) { return std::to_string(shapeOf(v)[0]); },
+                      "0")))
+      return failure();
+    checkFinite(op, os);
+    return success();
+  }
+
+  /// The NaN/Inf check of the values attn-expand-model named (attn.name, or
+  /// attn.result_names once fused): the step stops at the first.
+  void checkFinite(Operation *op, llvm::raw_ostream &os) {
+    SmallVector<std::pair<Value, StringRef>> named;
+    if (auto n = op->getAttrOfType<StringAttr>("attn.name"))
+      named.push_back({op->getResult(0), n.getValue()});
+    if (auto names = op->getAttrOfType<ArrayAttr>("attn.result_names"))
+      for (auto [r, n] : llvm::zip(op->getResults(), names))
+        if (auto s = llvm::dyn_cast<StringAttr>(n); s && !s.getValue().empty())
+          named.push_back({r, s.getValue()});
+    for (auto [v, what] : named)
+      os << "  if (int64_t i = firstNonFinite(" << name(v) << ", " << numel(v)
+         << "); i >= 0)\n    return env->nonfinite(env->ctx, \"" << what << "\", i, "
+         << rowWidth(v) << ", " << name(v) << "[i]);\n";
   }
 
   /// Emits a non-fused op whose values all have names. `rows(v)` is the row

@@ -74,8 +74,13 @@ private:
   LogicalResult rule(Operation *op) {
     OpBuilder &b = g.b;
     if (auto e = llvm::dyn_cast<EmbedOp>(op)) {
+      Value dy = get(e.getResult());
+      // Checked for NaN/Inf by the generated step, like the forward's
+      // named values (a diverging backward stops here, named).
+      if (Operation *def = dy.getDefiningOp(); def && def->getNumResults() == 1)
+        def->setAttr("attn.name", g.b.getStringAttr("the gradient reaching the embeddings"));
       auto eg = g.make<EmbedGradOp>(e.getTable().getType(), e.getPositions().getType(),
-                                    e.getTokens(), get(e.getResult()));
+                                    e.getTokens(), dy);
       accumulate(e.getTable(), eg.getDtable());
       accumulate(e.getPositions(), eg.getDpositions());
       return success();
@@ -314,7 +319,7 @@ struct DeriveModelBackwardPass
         if (auto tag = op->getAttrOfType<StringAttr>("attn.rev"))
           (tag.getValue() == "y1" ? y1op : y2op) = op;
       if (!y1op || !y2op) {
-        if (failed(adj.backprop(seg)))
+        if (failed(recomputed(g, adj, seg)))
           return failure();
         continue;
       }
@@ -346,6 +351,30 @@ struct DeriveModelBackwardPass
     func.setType(b.getFunctionType(entry.getArgumentTypes(), TypeRange(ValueRange(results))));
     func->setAttr("attn.grad_of", b.getArrayAttr(gradOf));
     return success();
+  }
+
+  /// A standard layer under `recompute-layers`: its backward differentiates
+  /// a clone of the layer's forward, so of the forward's values only the
+  /// layer's inputs (and what the ops below need) stay alive. Not applied
+  /// to the ops outside layers (embedding, head, loss): those run as is.
+  LogicalResult recomputed(GraphBuilder &g, Adjoint &adj, ArrayRef<Operation *> seg) {
+    if (!recomputeLayers || layerOf(seg.front()) < 0)
+      return adj.backprop(seg);
+    IRMapping map;
+    SmallVector<Operation *> clones;
+    int64_t saved = g.layer;
+    g.layer = layerOf(seg.front());
+    for (Operation *op : seg) {
+      // Only values something outside the layer reads need a cotangent
+      // moved onto the clone; the clone is differentiated from there.
+      clones.push_back(g.b.clone(*op, map));
+    }
+    g.layer = saved;
+    for (Operation *op : seg)
+      for (Value r : op->getResults())
+        if (Value d = adj.get(r))
+          adj.set(map.lookup(r), d);
+    return adj.backprop(clones);
   }
 
   /// One reversible layer: y1 = x1 + a(x2), y2 = x2 + f(y1).

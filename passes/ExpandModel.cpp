@@ -140,6 +140,11 @@ struct ExpandModelPass : public attnc::impl::ExpandModelBase<ExpandModelPass> {
     };
 
     GraphBuilder g(b, loc);
+    // Values the generated step checks for NaN/Inf, naming them as the
+    // runtime does (the first non-finite tensor stops training).
+    auto name = [&](Value v, const std::string &what) {
+      v.getDefiningOp()->setAttr("attn.name", b.getStringAttr(what));
+    };
     const double dropout = model.getDropout() ? model.getDropout()->convertToDouble() : 0.0;
     // Residual-branch dropout, keyed like the runtime's (layer, branch).
     auto drop = [&](Value v, int64_t l, int64_t branch) -> Value {
@@ -204,11 +209,13 @@ struct ExpandModelPass : public attnc::impl::ExpandModelBase<ExpandModelPass> {
                        l, 0);
         Value y1 = g.add(x1, a);
         y1.getDefiningOp()->setAttr("attn.rev", b.getStringAttr("y1"));
+        name(y1, "the output of layer " + std::to_string(l) + " (y1)");
         Value f = drop(feedForward(l, g.layerNorm(y1, param(l, "ln2.gamma"), param(l, "ln2.beta"))
                                           .getResult()),
                        l, 1);
         Value y2 = g.add(x2, f);
         y2.getDefiningOp()->setAttr("attn.rev", b.getStringAttr("y2"));
+        name(y2, "the output of layer " + std::to_string(l) + " (y2)");
         x1 = y1, x2 = y2;
       }
       g.layer = -1;
@@ -225,12 +232,14 @@ struct ExpandModelPass : public attnc::impl::ExpandModelBase<ExpandModelPass> {
                                                        param(l, "ln2.beta"))
                                                .getResult()),
                             l, 1));
+        name(x, "the output of layer " + std::to_string(l));
       }
       g.layer = -1;
       top = x;
     }
     Value zf = g.layerNorm(top, arg["final_ln.gamma"], arg["final_ln.beta"]).getResult();
     Value logits = g.linear(zf, arg["head.w"], arg["head.b"]);
+    name(logits, "the logits");
     auto ce = b.create<CrossEntropyOp>(loc, lossType, lossType, logits, entry->getArgument(1));
     b.create<func::ReturnOp>(loc, ValueRange{ce.getLoss()});
     return success();

@@ -110,6 +110,17 @@ struct FuseRowsPass : public attnc::impl::FuseRowsBase<FuseRowsPass> {
                                        b.getStringAttr("rows" + std::to_string(index)));
     if (auto l = last->getAttr("attn.layer"))
       fused->setAttr("attn.layer", l);
+    // Names of checked values (attn-expand-model's attn.name) move onto the
+    // kernel's results.
+    SmallVector<Attribute> names;
+    bool named = false;
+    for (Value v : outputs) {
+      auto n = v.getDefiningOp()->getAttrOfType<StringAttr>("attn.name");
+      named |= bool(n);
+      names.push_back(n ? n : b.getStringAttr(""));
+    }
+    if (named)
+      fused->setAttr("attn.result_names", b.getArrayAttr(names));
     Block *body = new Block();
     fused.getBody().push_back(body);
     IRMapping map;

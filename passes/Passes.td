@@ -299,6 +299,9 @@ def ExpandModel : Pass<"attn-expand-model", "::mlir::ModuleOp"> {
 
     Arguments carry `attn.input` (tokens, targets) or `attn.param` with the
     training runtime's parameter names; LSH rotations are `attn.constant`.
+    Each layer's output and the logits carry `attn.name` (e.g. "the output
+    of layer 1"): the generated step checks them for NaN/Inf and names the
+    first non-finite one.
 
     Before:
     ```mlir
@@ -346,6 +349,11 @@ def DeriveModelBackward : Pass<"attn-derive-model-backward", "::mlir::ModuleOp">
     activation memory that does not grow with depth. Dropout ops cloned into
     the rebuild replay the forward's masks (counter-based RNG).
 
+    With `recompute-layers`, a standard layer is treated alike: its
+    backward differentiates a clone of the layer's forward computed from
+    the layer's input, so only layer inputs are kept between the passes
+    (activation checkpointing, one more forward per layer).
+
     The function then returns the loss followed by the gradient of every
     argument marked `attn.param` (not `attn.constant`), and records their
     argument numbers in `attn.grad_of`.
@@ -369,6 +377,10 @@ def DeriveModelBackward : Pass<"attn-derive-model-backward", "::mlir::ModuleOp">
     ```
   }];
   let dependentDialects = ["::attnc::attn::AttnDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"recomputeLayers", "recompute-layers", "bool", /*default=*/"false",
+           "standard layers keep only their inputs and recompute the rest in the backward">,
+  ];
 }
 
 def FuseRows : Pass<"attn-fuse-rows", "::mlir::ModuleOp"> {

@@ -4,6 +4,8 @@
 #include "codegen/cpu/include/attnc/model_step.h"
 #include "runtime/Philox.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -175,6 +177,16 @@ int CompiledStep::attentionGradCallback(void *ctx, int64_t layer, const float *c
   return static_cast<CompiledStep *>(ctx)->attend(layer, fwdIn, in[5], out);
 }
 
+int CompiledStep::nonfiniteCallback(void *ctx, const char *what, int64_t index, int64_t width,
+                                    float value) {
+  // The runtime engine's wording: the tensor, NaN or infinite, where.
+  static_cast<CompiledStep *>(ctx)->error_ =
+      std::string(what) + " is " + (std::isnan(value) ? "NaN" : "infinite") + " at row " +
+      std::to_string(index / std::max<int64_t>(1, width)) + ", column " +
+      std::to_string(index % std::max<int64_t>(1, width));
+  return 2;
+}
+
 Expected<double> CompiledStep::run(const Batch &batch, bool training, int64_t step) {
   const ModelConfig &c = model_.config();
   if (batch.B != desc_.batch || batch.S != c.seq)
@@ -199,6 +211,7 @@ Expected<double> CompiledStep::run(const Batch &batch, bool training, int64_t st
   env.gemm = gemmCallback;
   env.attention = attentionCallback;
   env.attention_grad = attentionGradCallback;
+  env.nonfinite = nonfiniteCallback;
   env.dropout_seed = c.dropoutSeed;
   env.step = uint32_t(step);
   env.dropout_on = training && c.dropout > 0;

@@ -24,6 +24,7 @@ namespace attnc::train {
 struct CompiledStepDesc {
   std::string source, symbol;
   int64_t arenaBytes = 0;
+  int64_t keptBytes = 0; ///< of the arena, what the forward keeps for the backward
   int batch = 0;
   /// The function's arguments in order: "tokens", "targets", then
   /// parameter names (Model's) or constants ("layers.L.attn.lsh_rotations").
@@ -45,6 +46,7 @@ public:
   Expected<double> run(const Batch &batch, bool training, int64_t step);
 
   int64_t arenaBytes() const { return desc_.arenaBytes; }
+  int64_t keptBytes() const { return desc_.keptBytes; }
   bool fromCache() const { return fromCache_; }
 
 private:
@@ -53,6 +55,8 @@ private:
                                float *lse);
   static int attentionGradCallback(void *ctx, int64_t layer, const float *const *in,
                                    float *const *out);
+  static int nonfiniteCallback(void *ctx, const char *what, int64_t index, int64_t width,
+                               float value);
   int attend(int64_t layer, const float *const *in, const float *dout, float *const *out);
 
   using StepFn = int(const attnc_model_env *env, char *arena, void *const *args, float *const *grads,

@@ -28,8 +28,8 @@
 // are rebuilt with the forward's dropout streams, and layer 0 rebuilds from
 // them. The bottom layer's x1 is never needed (dead, removed): 3 rebuilds.
 // CHECK-LABEL: func.func @train_rev(
-// CHECK: %[[Y1A:.*]] = attn.add %{{.*}} {attn.layer = 1 : i64, attn.rev = "y1"}
-// CHECK: %[[Y2A:.*]] = attn.add %{{.*}} {attn.layer = 1 : i64, attn.rev = "y2"}
+// CHECK: %[[Y1A:.*]] = attn.add %{{.*}} {attn.layer = 1 : i64, attn.name = "the output of layer 1 (y1)", attn.rev = "y1"}
+// CHECK: %[[Y2A:.*]] = attn.add %{{.*}} {attn.layer = 1 : i64, attn.name = "the output of layer 1 (y2)", attn.rev = "y2"}
 // CHECK: attn.constant 1.0
 // CHECK: attn.dropout {{.*}}stream = 65539
 // CHECK: %[[X2:.*]] = attn.sub %[[Y2A]], %{{.*}} {attn.layer = 1 : i64}

@@ -38,13 +38,13 @@
 // CHECK: %[[Q0:.*]] = attn.split_heads
 // CHECK: attn.attention @lsh(%[[Q0]], %[[Q0]], %{{.*}}) rotations(%arg18)
 // CHECK: attn.dropout {{.*}}stream = 65536
-// CHECK: %[[Y1:.*]] = attn.add %[[E]], %{{.*}} {attn.layer = 0 : i64, attn.rev = "y1"}
+// CHECK: %[[Y1:.*]] = attn.add %[[E]], %{{.*}} {attn.layer = 0 : i64, attn.name = "the output of layer 0 (y1)", attn.rev = "y1"}
 // CHECK-NOT: attn.row_chunks
 // CHECK: attn.dropout {{.*}}stream = 65537
-// CHECK: %[[Y2:.*]] = attn.add %[[E]], %{{.*}} {attn.layer = 0 : i64, attn.rev = "y2"}
+// CHECK: %[[Y2:.*]] = attn.add %[[E]], %{{.*}} {attn.layer = 0 : i64, attn.name = "the output of layer 0 (y2)", attn.rev = "y2"}
 // CHECK: attn.dropout {{.*}}stream = 65538
-// CHECK: %[[Z1:.*]] = attn.add %[[Y1]], %{{.*}} {attn.layer = 1 : i64, attn.rev = "y1"}
-// CHECK: %[[Z2:.*]] = attn.add %[[Y2]], %{{.*}} {attn.layer = 1 : i64, attn.rev = "y2"}
+// CHECK: %[[Z1:.*]] = attn.add %[[Y1]], %{{.*}} {attn.layer = 1 : i64, attn.name = "the output of layer 1 (y1)", attn.rev = "y1"}
+// CHECK: %[[Z2:.*]] = attn.add %[[Y2]], %{{.*}} {attn.layer = 1 : i64, attn.name = "the output of layer 1 (y2)", attn.rev = "y2"}
 // CHECK: attn.concat_cols %[[Z1]], %[[Z2]] : (tensor<32x8xf32>, tensor<32x8xf32>) -> tensor<32x16xf32>
 
 // MLM with headwise low-rank attention and no FFN: the mask token is one

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "tools/attnc/Bench.h"
+#include "tools/attnc/Train.h"
 #include "tools/attnc/BenchCommon.h"
 #include "tools/attnc/BenchLinformer.h"
 #include "tools/attnc/BenchLsh.h"
@@ -196,6 +197,12 @@ int runBench(const BenchOptions &opt) {
   }
   if (!opt.linformerTable.empty())
     return runLinformerTable(opt);
+  if (!opt.enginesSpec.empty()) {
+    TrainCliOptions t;
+    t.spec = opt.enginesSpec, t.model = opt.model, t.batch = opt.batch;
+    return benchEngines(t, opt.repeats, opt.csvGiven ? opt.csv : "attnc-engines.csv",
+                        opt.svgGiven ? opt.svg : "attnc-engines.svg");
+  }
   if (opt.lshBuckets % 2) {
     std::cerr << "attnc bench: error: --lsh-buckets must be even (the hash is an argmax over "
                  "[xR; -xR]), found "

@@ -15,7 +15,7 @@ using namespace mlir;
 namespace attnc::driver {
 
 bool compileModelGraph(ModuleOp resolved, attn::ModelOp model, int batch, int layers,
-                       bool emitSource, ModelGraph &out) {
+                       bool emitSource, ModelGraph &out, bool recomputeLayers) {
   OwningOpRef<ModuleOp> copy(resolved.clone());
   // Only this model (expand-model expands every model it finds).
   for (attn::ModelOp m : llvm::make_early_inc_range(copy->getOps<attn::ModelOp>())) {
@@ -28,7 +28,9 @@ bool compileModelGraph(ModuleOp resolved, attn::ModelOp model, int batch, int la
   ExpandModelOptions expand;
   expand.batch = batch;
   pm.addPass(createExpandModel(expand));
-  pm.addPass(createDeriveModelBackward());
+  DeriveModelBackwardOptions derive;
+  derive.recomputeLayers = recomputeLayers;
+  pm.addPass(createDeriveModelBackward(derive));
   pm.addPass(createFuseRows());
   pm.addPass(createPlanMemory());
   if (failed(pm.run(*copy)))
@@ -61,6 +63,7 @@ bool compileModelGraph(ModuleOp resolved, attn::ModelOp model, int batch, int la
   out.step.source = *src;
   out.step.symbol = codegen::modelStepSymbol(func);
   out.step.arenaBytes = out.arenaBytes;
+  out.step.keptBytes = out.keptBytes;
   out.step.batch = batch;
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
     auto name = func.getArgAttrOfType<StringAttr>(i, "attn.param");
@@ -81,25 +84,32 @@ void reportCompiledPlans(ModuleOp resolved, int batch, std::ostream &os) {
     return s.str();
   };
   for (attn::ModelOp model : resolved.getOps<attn::ModelOp>()) {
-    ModelGraph g;
-    if (!compileModelGraph(resolved, model, batch, 0, false, g)) {
-      os << "compiled training step of " << model.getSymName().str() << ": failed (see above)\n";
-      continue;
-    }
-    os << "compiled training step of " << model.getSymName().str() << " (batch " << batch
-       << "): arena " << mib(g.arenaBytes) << " (peak live " << mib(g.peakLiveBytes)
-       << "), kept for the backward " << mib(g.keptBytes) << "; " << g.fusedKernels
-       << " fused row kernels, " << g.gemms << " GEMMs, " << g.attentionCalls
-       << " attention calls\n";
-    os << "  kept for the backward by depth:";
-    for (int layers : {2, 6, 12}) {
-      ModelGraph d;
-      if (!compileModelGraph(resolved, model, batch, layers, false, d))
+    const bool reversible = (*model.getBody().getOps<attn::LayerOp>().begin()).getReversible();
+    // Reversible layers rebuild their inputs anyway: recomputation changes
+    // nothing for them.
+    for (bool recompute : reversible ? std::vector<bool>{false} : std::vector<bool>{false, true}) {
+      ModelGraph g;
+      if (!compileModelGraph(resolved, model, batch, 0, false, g, recompute)) {
+        os << "compiled training step of " << model.getSymName().str()
+           << ": failed (see above)\n";
         break;
-      os << " " << layers << ": " << mib(d.keptBytes) << " (arena " << mib(d.arenaBytes) << ")"
-         << (layers == 12 ? "" : ",");
+      }
+      os << "compiled training step of " << model.getSymName().str() << " (batch " << batch
+         << (recompute ? ", each layer recomputed in the backward" : "") << "): arena "
+         << mib(g.arenaBytes) << " (peak live " << mib(g.peakLiveBytes)
+         << "), kept for the backward " << mib(g.keptBytes) << "; " << g.fusedKernels
+         << " fused row kernels, " << g.gemms << " GEMMs, " << g.attentionCalls
+         << " attention calls\n";
+      os << "  kept for the backward by depth:";
+      for (int layers : {2, 6, 12}) {
+        ModelGraph d;
+        if (!compileModelGraph(resolved, model, batch, layers, false, d, recompute))
+          break;
+        os << " " << layers << ": " << mib(d.keptBytes) << " (arena " << mib(d.arenaBytes)
+           << ")" << (layers == 12 ? "" : ",");
+      }
+      os << "\n";
     }
-    os << "\n";
   }
 }
 

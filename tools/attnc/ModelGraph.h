@@ -28,12 +28,15 @@ struct ModelGraph {
 /// Compiles `model` (of a module after attn-resolve-tunables) for `batch`
 /// sequences; `layers` > 0 overrides the model's depth (memory plans by
 /// depth). Diagnostics go to the context's handler; failure returns false.
+/// `recomputeLayers`: standard layers keep only their inputs and recompute
+/// the rest in the backward (attn-derive-model-backward{recompute-layers}).
 bool compileModelGraph(mlir::ModuleOp resolved, attn::ModelOp model, int batch, int layers,
-                       bool emitSource, ModelGraph &out);
+                       bool emitSource, ModelGraph &out, bool recomputeLayers = false);
 
 /// attnc compile's report of the compiled plans: for every model the arena
 /// at the spec's depth (what a training step allocates besides weights,
-/// gradients and optimizer state) and at 2, 6 and 12 layers.
+/// gradients and optimizer state) and at 2, 6 and 12 layers; for standard
+/// layers also with each layer recomputed in the backward.
 void reportCompiledPlans(mlir::ModuleOp resolved, int batch, std::ostream &os);
 
 } // namespace attnc::driver

@@ -10,6 +10,7 @@
 #include "tools/attnc/Compile.h"
 #include "tools/attnc/ModelConfig.h"
 #include "tools/attnc/ModelGraph.h"
+#include "tools/attnc/BenchCommon.h"
 #include "tools/attnc/Run.h"
 #include "tools/attnc/Tune.h"
 
@@ -286,16 +287,19 @@ namespace {
 
 /// The compiled whole-model step of the prepared model for `batch`.
 Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::Model &model,
-                                                            int batch) {
+                                                            int batch, bool recomputeLayers) {
+  // Reversible layers rebuild their inputs anyway.
+  recomputeLayers = recomputeLayers && !p.config.reversible;
   attn::ModelOp m;
   for (attn::ModelOp op : p.module->getOps<attn::ModelOp>())
     if (op.getSymName() == p.name)
       m = op;
   ModelGraph g;
-  if (!compileModelGraph(*p.module, m, batch, 0, /*emitSource=*/true, g))
+  if (!compileModelGraph(*p.module, m, batch, 0, /*emitSource=*/true, g, recomputeLayers))
     return makeError("whole-model compilation of " + p.name + " failed (see the diagnostics)");
   // The FFN chunk the run uses (tuned or pinned) may differ from the spec's.
-  std::cerr << "attnc train: compiled step of " << p.name << ": arena "
+  std::cerr << "attnc train: compiled step of " << p.name
+            << (recomputeLayers ? " (layers recomputed in the backward)" : "") << ": arena "
             << g.arenaBytes / 1024 << " KiB, " << g.fusedKernels << " fused row kernels, "
             << g.gemms << " GEMMs, " << g.attentionCalls << " attention calls\n";
   return train::CompiledStep::create(std::move(g.step), model, attentionOf(p),
@@ -306,7 +310,7 @@ Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::
 /// --compare-engines: the runtime's and the compiled step on one batch.
 int compareEngines(Prepared &p, const train::DataSource &data, const TrainCliOptions &opt) {
   train::Model model(p.config, attentionOf(p), opt.seed);
-  Expected<std::unique_ptr<train::CompiledStep>> step = compiledStep(p, model, opt.batch);
+  Expected<std::unique_ptr<train::CompiledStep>> step = compiledStep(p, model, opt.batch, opt.recomputeLayers);
   if (!step)
     return fail("train", step.error());
   train::Batch batch = data.train(opt.seed, 0, opt.batch);
@@ -350,7 +354,100 @@ int compareEngines(Prepared &p, const train::DataSource &data, const TrainCliOpt
   return ok ? kExitOk : kExitInput;
 }
 
+/// The median of `v` (sorted in place).
+double median(std::vector<double> &v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 } // namespace
+
+int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csvPath,
+                 const std::string &svgPath) {
+  Prepared p;
+  if (int rc = prepare("bench", opt, p, Pin::None))
+    return rc;
+  train::Model model(p.config, attentionOf(p), opt.seed);
+  // The compiled step as planned, and (standard layers) with each layer
+  // recomputed in the backward.
+  struct Engine {
+    std::string name;
+    std::unique_ptr<train::CompiledStep> step; ///< null: the runtime engine
+    std::vector<double> ms;
+    int64_t bytes = 0;
+  };
+  std::vector<Engine> engines(1);
+  engines[0].name = "runtime";
+  const train::Model::ActivationPlan plan = model.activationPlan(opt.batch);
+  engines[0].bytes = plan.keptBytes + plan.scratchBytes;
+  for (bool recompute : p.config.reversible ? std::vector<bool>{false}
+                                            : std::vector<bool>{false, true}) {
+    Expected<std::unique_ptr<train::CompiledStep>> step =
+        compiledStep(p, model, opt.batch, recompute);
+    if (!step)
+      return fail("bench", step.error());
+    Engine e;
+    e.name = recompute ? "compiled, layers recomputed" : "compiled";
+    e.bytes = (*step)->arenaBytes();
+    e.step = std::move(*step);
+    engines.push_back(std::move(e));
+  }
+  train::Batch batch = syntheticBatch(p.config, opt.batch);
+  auto run = [&](Engine &e) -> Status {
+    model.zeroGrads();
+    if (e.step) {
+      Expected<double> r = e.step->run(batch, true, 0);
+      return r ? Status() : Status(r.takeError());
+    }
+    model.setDropout(true, 0);
+    Expected<train::StepResult> r = model.run(batch, true);
+    return r ? Status() : Status(r.takeError());
+  };
+  // One warm-up each, then the engines interleaved, so all see the same
+  // machine load; medians of the repeats.
+  for (int i = -1; i < repeats; ++i)
+    for (Engine &e : engines) {
+      auto t0 = std::chrono::steady_clock::now();
+      if (Status st = run(e); !st)
+        return fail("bench", st.error());
+      if (i >= 0)
+        e.ms.push_back(std::chrono::duration<double, std::milli>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count());
+    }
+  const double tokens = double(opt.batch) * p.config.seq;
+  std::cout << "training step of " << p.name << " (batch " << opt.batch << ", seq "
+            << p.config.seq << ", " << p.config.layers
+            << (p.config.reversible ? " reversible" : "") << " layer(s)), median of " << repeats
+            << ", interleaved:\n";
+  std::ofstream csv(csvPath, std::ios::app);
+  if (csv.tellp() == 0)
+    csv << "model,batch,seq,layers,engine,ms,activation_bytes\n";
+  std::vector<std::string> names;
+  std::vector<double> ms;
+  const double base = median(engines[0].ms);
+  for (Engine &e : engines) {
+    double m = median(e.ms);
+    std::cout << "  " << std::left << std::setw(28) << e.name << std::right << std::fixed
+              << std::setprecision(2) << std::setw(9) << m << " ms/step  " << std::setprecision(0)
+              << std::setw(7) << tokens / m * 1e3 << " tokens/s  " << std::setprecision(2)
+              << "time vs runtime " << base / m << "x  activations "
+              << double(e.bytes) / (1 << 20) << " MiB ("
+              << double(e.bytes) / double(std::max<int64_t>(1, engines[0].bytes))
+              << "x)\n";
+    csv << p.name << "," << opt.batch << "," << p.config.seq << "," << p.config.layers << ","
+        << e.name << "," << m << "," << e.bytes << "\n";
+    names.push_back(e.name);
+    ms.push_back(m);
+  }
+  std::cout << "  (runtime activations: kept + one layer's recomputation; compiled: the "
+               "planned arena)\n";
+  if (!svgPath.empty())
+    bench::writeBarPlot(svgPath, "training step of " + p.name + " (ms, median)", names,
+                        {{"ms/step", ms, 1}});
+  std::cout << "wrote " << csvPath << (svgPath.empty() ? "" : " and " + svgPath) << "\n";
+  return kExitOk;
+}
 
 int runTrain(const TrainCliOptions &opt) {
   Prepared p;
@@ -369,7 +466,7 @@ int runTrain(const TrainCliOptions &opt) {
   train::Model model(p.config, attentionOf(p), opt.seed);
   std::unique_ptr<train::CompiledStep> compiled;
   if (opt.engine == "compiled") {
-    Expected<std::unique_ptr<train::CompiledStep>> step = compiledStep(p, model, opt.batch);
+    Expected<std::unique_ptr<train::CompiledStep>> step = compiledStep(p, model, opt.batch, opt.recomputeLayers);
     if (!step)
       return fail("train", step.error());
     compiled = std::move(*step);
@@ -401,9 +498,14 @@ int runTrain(const TrainCliOptions &opt) {
             << "final training loss " << s->finalLoss << "; held-out loss " << e.loss << " ("
             << e.bitsPerByte << " bits/byte), accuracy " << e.accuracy << " over " << e.positions
             << " positions\n"
-            << "activation memory plan: " << s->plan.keptBytes / 1024 << " KiB kept for the "
-            << "backward, " << s->plan.scratchBytes / 1024 << " KiB per-layer scratch; peak "
-            << "resident memory " << peakRssMiB() << " MiB\n"
+            << (compiled ? "compiled step: arena " + std::to_string(compiled->arenaBytes() / 1024) +
+                               " KiB, of which " + std::to_string(compiled->keptBytes() / 1024) +
+                               " KiB kept for the backward"
+                         : "activation memory plan: " + std::to_string(s->plan.keptBytes / 1024) +
+                               " KiB kept for the backward, " +
+                               std::to_string(s->plan.scratchBytes / 1024) +
+                               " KiB per-layer scratch")
+            << "; peak resident memory " << peakRssMiB() << " MiB\n"
             << "wrote " << opt.out << "/{latest.json,train.csv,loss.svg}\n";
   return kExitOk;
 }

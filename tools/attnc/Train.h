@@ -27,10 +27,13 @@ struct TrainCliOptions {
   float gradCheckEps = 1e-2f;
   double gradCheckTol = 2e-2; ///< max relative error
   bool checkReversible = false; ///< rebuilt vs stored reversible inputs
-  /// "runtime": Model::run assembles the step; "compiled": the step the
-  /// whole-model passes compiled (docs/model-compilation.md).
-  std::string engine = "runtime";
+  /// "compiled" (default): the step the whole-model passes compiled
+  /// (docs/model-compilation.md); "runtime": Model::run assembles it.
+  std::string engine = "compiled";
   bool compareEngines = false; ///< one batch through both engines, gradients compared
+  /// Compiled engine: standard layers keep only their inputs and are
+  /// recomputed in the backward (less memory, one more forward per layer).
+  bool recomputeLayers = true;
   // generate / fill
   std::string prompt, text;
   int bytes = 64;
@@ -41,6 +44,11 @@ struct TrainCliOptions {
 /// attnc train: compiles the model's attention kernels, trains, writes
 /// checkpoints, train.csv and loss.svg under --out, prints a report.
 int runTrain(const TrainCliOptions &options);
+/// attnc bench --engines SPEC: one training step of the model on the
+/// runtime engine and on the compiled one, interleaved, `repeats` times;
+/// prints the medians and memory, appends a CSV row and draws a bar chart.
+int benchEngines(const TrainCliOptions &options, int repeats, const std::string &csvPath,
+                 const std::string &svgPath);
 /// attnc eval: the objective's metric of --out's latest checkpoint.
 int runEval(const TrainCliOptions &options);
 /// attnc generate: continue --prompt by --bytes bytes with a causal model.

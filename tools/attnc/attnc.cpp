@@ -275,6 +275,10 @@ int main(int argc, char **argv) {
                     "(the tuning database: $ATTNC_TUNING_DB or the user cache)");
   bench->add_option("--linformer-table", bopts.linformerTable,
                     "only the Linformer paper's inference table for this spec's low-rank model");
+  bench->add_option("--engines", bopts.enginesSpec,
+                    "only one training step of this spec's model on the runtime engine and "
+                    "on the compiled one (time, memory)");
+  bench->add_option("--model", bopts.model, "--engines: which model of the spec");
   bench->add_option("--layers", bopts.layers, "--linformer-table: layers of the models")
       ->check(CLI::PositiveNumber)->capture_default_str();
   bench->add_option("--memory-gib", bopts.memoryGiB,
@@ -370,10 +374,14 @@ int main(int argc, char **argv) {
                      "stored inputs, and print the activation plans for 2, 6, 12 layers");
 
   trainCmd->add_option("--engine", topts.engine,
-                       "runtime: the runtime assembles each step around the generated "
-                       "attention; compiled: the step compiled by the whole-model passes")
+                       "compiled: the training step compiled by the whole-model passes; "
+                       "runtime: the runtime assembles each step around the generated attention")
       ->check(CLI::IsMember({"runtime", "compiled"}))
       ->capture_default_str();
+  trainCmd->add_flag("!--no-recompute", topts.recomputeLayers,
+                     "compiled engine: keep every standard layer's activations for the "
+                     "backward instead of recomputing each layer from its input (faster, "
+                     "more memory)");
   trainCmd->add_flag("--compare-engines", topts.compareEngines,
                      "instead of training: one batch through both engines; compare the "
                      "losses and every parameter gradient");

@@ -20,6 +20,9 @@
 #include "../../../Philox.h"
 #endif
 
+#include "common.h" // expf_fast
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -35,6 +38,10 @@ struct attnc_model_env {
                const float *B, float *C);
   int (*attention)(void *ctx, int64_t layer, const float *const *in, float *out, float *lse);
   int (*attention_grad)(void *ctx, int64_t layer, const float *const *in, float *const *out);
+  /// A checked value (a layer's output, the logits) holds a NaN or Inf at
+  /// `index` (rows of `width`): the runtime records the error; the step
+  /// returns its non-zero result.
+  int (*nonfinite)(void *ctx, const char *what, int64_t index, int64_t width, float value);
   unsigned long long dropout_seed;
   unsigned int step;
   int dropout_on; ///< 0: dropout ops are the identity (evaluation)
@@ -44,24 +51,35 @@ namespace attnc {
 namespace model {
 
 // Activations: 0 gelu (tanh form), 1 relu, 2 silu (Attn_Activation's order).
-inline float activation(int kind, float x) {
+// tanh and the sigmoid go through the kernels' branch-free expf_fast, so
+// the row loops vectorise.
+ATTNC_ALWAYS_INLINE float tanhFast(float u) { return 1.0f - 2.0f / (cpu::expf_fast(2.0f * u) + 1.0f); }
+ATTNC_ALWAYS_INLINE float activation(int kind, float x) {
   if (kind == 1)
     return x > 0 ? x : 0.0f;
   if (kind == 2)
-    return x / (1.0f + std::exp(-x));
+    return x / (1.0f + cpu::expf_fast(-x));
   const float c = 0.7978845608028654f, a = 0.044715f;
-  return 0.5f * x * (1.0f + std::tanh(c * (x + a * x * x * x)));
+  return 0.5f * x * (1.0f + tanhFast(c * (x + a * x * x * x)));
 }
-inline float activationGrad(int kind, float x) {
+ATTNC_ALWAYS_INLINE float activationGrad(int kind, float x) {
   if (kind == 1)
     return x > 0 ? 1.0f : 0.0f;
   if (kind == 2) {
-    float s = 1.0f / (1.0f + std::exp(-x));
+    float s = 1.0f / (1.0f + cpu::expf_fast(-x));
     return s * (1.0f + x * (1.0f - s));
   }
   const float c = 0.7978845608028654f, a = 0.044715f;
-  float t = std::tanh(c * (x + a * x * x * x));
+  float t = tanhFast(c * (x + a * x * x * x));
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * a * x * x);
+}
+
+/// The first NaN or Inf of x[0, n), or -1.
+inline int64_t firstNonFinite(const float *x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i]))
+      return i;
+  return -1;
 }
 
 /// y = (x − mean)·rstd·gamma + beta over one row (sums in double).
@@ -94,14 +112,25 @@ inline void layerNormGradRow(const float *dy, const float *x, const float *gamma
   }
 }
 
+// Reductions over rows go by blocks of columns: each thread owns a block
+// and walks the rows in order over its contiguous columns (cache-friendly,
+// and the sum order is fixed, so results do not depend on the threads).
+constexpr int64_t kColumnBlock = 64;
+
 /// out[c] = Σ_r x[r, c], rows in order.
 inline void columnSum(const float *x, float *out, int64_t R, int64_t C) {
+  const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static) if (R * C > 32768)
-  for (int64_t c = 0; c < C; ++c) {
-    double s = 0;
-    for (int64_t r = 0; r < R; ++r)
-      s += x[r * C + c];
-    out[c] = float(s);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t c0 = b * kColumnBlock, n = std::min(kColumnBlock, C - c0);
+    double acc[kColumnBlock] = {};
+    for (int64_t r = 0; r < R; ++r) {
+      const float *row = x + r * C + c0;
+      for (int64_t j = 0; j < n; ++j)
+        acc[j] += row[j];
+    }
+    for (int64_t j = 0; j < n; ++j)
+      out[c0 + j] = float(acc[j]);
   }
 }
 
@@ -109,15 +138,21 @@ inline void columnSum(const float *x, float *out, int64_t R, int64_t C) {
 inline void layerNormParamGrad(const float *dy, const float *x, const float *mean,
                                const float *rstd, float *dgamma, float *dbeta, int64_t R,
                                int64_t C) {
+  const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static) if (R * C > 32768)
-  for (int64_t c = 0; c < C; ++c) {
-    double sg = 0, sb = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t c0 = b * kColumnBlock, n = std::min(kColumnBlock, C - c0);
+    double sg[kColumnBlock] = {}, sb[kColumnBlock] = {};
     for (int64_t r = 0; r < R; ++r) {
-      float d = dy[r * C + c];
-      sg += double(d) * ((x[r * C + c] - mean[r]) * rstd[r]);
-      sb += d;
+      const float *d = dy + r * C + c0, *xr = x + r * C + c0;
+      const float m = mean[r], rs = rstd[r];
+      for (int64_t j = 0; j < n; ++j) {
+        sg[j] += double(d[j]) * ((xr[j] - m) * rs);
+        sb[j] += d[j];
+      }
     }
-    dgamma[c] = float(sg), dbeta[c] = float(sb);
+    for (int64_t j = 0; j < n; ++j)
+      dgamma[c0 + j] = float(sg[j]), dbeta[c0 + j] = float(sb[j]);
   }
 }
 
@@ -126,12 +161,17 @@ inline void embedGrad(const int32_t *tokens, const float *dy, float *dtable, flo
                       int64_t R, int64_t V, int64_t S, int64_t C) {
   std::memset(dtable, 0, sizeof(float) * size_t(V * C));
   std::memset(dpos, 0, sizeof(float) * size_t(S * C));
+  const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static) if (R * C > 32768)
-  for (int64_t c = 0; c < C; ++c)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t c0 = b * kColumnBlock, n = std::min(kColumnBlock, C - c0);
     for (int64_t r = 0; r < R; ++r) {
-      dtable[int64_t(tokens[r]) * C + c] += dy[r * C + c];
-      dpos[(r % S) * C + c] += dy[r * C + c];
+      const float *g = dy + r * C + c0;
+      float *t = dtable + int64_t(tokens[r]) * C + c0, *p = dpos + (r % S) * C + c0;
+      for (int64_t j = 0; j < n; ++j)
+        t[j] += g[j], p[j] += g[j];
     }
+  }
 }
 
 /// [B·S, H·D] ↔ [B, H, S, D].
