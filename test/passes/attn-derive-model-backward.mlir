@@ -1,5 +1,24 @@
 // RUN: attnc compile %S/Inputs/model-graph.attn --emit=mlir | attnc-opt --attn-resolve-tunables --attn-expand-model=batch=2 --attn-derive-model-backward | FileCheck %s
 // RUN: attnc-opt %s -split-input-file --attn-derive-model-backward -verify-diagnostics
+// RUN: attnc compile %S/Inputs/model-graph.attn --emit=mlir | attnc-opt --attn-resolve-tunables --attn-expand-model=batch=2 --attn-derive-model-backward=recompute-layers=true | FileCheck %s --check-prefix=RECOMP
+
+// recompute-layers: the standard layer's backward differentiates a clone
+// of its forward from the layer input (the embedding here), so its
+// attention runs again after the loss seed and the gradient uses the
+// clone's out and lse; the embedding and head are not recomputed.
+// RECOMP-LABEL: func.func @train_m(
+// RECOMP: %[[X:.*]] = attn.embed
+// RECOMP: %[[O1:.*]], %[[L1:.*]] = attn.attention @dense(
+// RECOMP: attn.constant 1.0
+// RECOMP-NOT: attn.embed
+// RECOMP: attn.layer_norm %[[X]],
+// RECOMP: %[[O2:.*]], %[[L2:.*]] = attn.attention @dense(
+// RECOMP: attn.attention_grad @dense(%{{.*}}, %{{.*}}, %{{.*}}, %[[O2]], %[[L2]],
+// RECOMP: attn.embed_grad
+// Reversible layers are unchanged by the option: one rebuild per layer.
+// RECOMP-LABEL: func.func @train_rev(
+// RECOMP-COUNT-4: attn.attention @lsh(
+// RECOMP-NOT: attn.attention @lsh(
 
 // Standard layer: the loss is seeded with 1; a linear map's backward is two
 // transposed GEMMs and a column sum; the chunked FFN's backward is a chunked
