@@ -1033,20 +1033,23 @@ LogicalResult MatmulOp::verify() {
   return success();
 }
 
+/// Whether `rows` [B·S, H·D] and `heads` [B, H, S, D] hold the same values.
+static bool sameHeadLayout(RankedTensorType rows, RankedTensorType heads) {
+  return rows.getRank() == 2 && heads.getRank() == 4 &&
+         heads.getDimSize(0) * heads.getDimSize(2) == rows.getDimSize(0) &&
+         heads.getDimSize(1) * heads.getDimSize(3) == rows.getDimSize(1);
+}
+
 LogicalResult SplitHeadsOp::verify() {
   auto x = rankedOf(getInput()), y = rankedOf(getResult());
-  if (x.getRank() != 2 || y.getRank() != 4 ||
-      y.getDimSize(0) * y.getDimSize(2) != x.getDimSize(0) ||
-      y.getDimSize(1) * y.getDimSize(3) != x.getDimSize(1))
+  if (!sameHeadLayout(x, y))
     return emitOpError("cannot split ") << x << " into " << y;
   return success();
 }
 
 LogicalResult MergeHeadsOp::verify() {
   auto x = rankedOf(getInput()), y = rankedOf(getResult());
-  if (x.getRank() != 4 || y.getRank() != 2 ||
-      x.getDimSize(0) * x.getDimSize(2) != y.getDimSize(0) ||
-      x.getDimSize(1) * x.getDimSize(3) != y.getDimSize(1))
+  if (!sameHeadLayout(y, x))
     return emitOpError("cannot merge ") << x << " into " << y;
   return success();
 }

@@ -203,20 +203,21 @@ struct ExpandModelPass : public attnc::impl::ExpandModelBase<ExpandModelPass> {
       Value x1 = x, x2 = x;
       for (int64_t l = 0; l < L; ++l) {
         g.layer = l;
-        // y1 = x1 + Attn(LN(x2)); y2 = x2 + FFN(LN(y1))
-        Value a = drop(attention(l, g.layerNorm(x2, param(l, "ln1.gamma"), param(l, "ln1.beta"))
-                                        .getResult()),
-                       l, 0);
-        Value y1 = g.add(x1, a);
-        y1.getDefiningOp()->setAttr("attn.rev", b.getStringAttr("y1"));
-        name(y1, "the output of layer " + std::to_string(l) + " (y1)");
-        Value f = drop(feedForward(l, g.layerNorm(y1, param(l, "ln2.gamma"), param(l, "ln2.beta"))
-                                          .getResult()),
-                       l, 1);
-        Value y2 = g.add(x2, f);
-        y2.getDefiningOp()->setAttr("attn.rev", b.getStringAttr("y2"));
-        name(y2, "the output of layer " + std::to_string(l) + " (y2)");
-        x1 = y1, x2 = y2;
+        // y1 = x1 + Attn(LN(x2)); y2 = x2 + FFN(LN(y1)); the sums tagged
+        // for the backward's rebuild.
+        auto stream = [&](Value x, Value branch, const char *tag) {
+          Value y = g.add(x, branch);
+          y.getDefiningOp()->setAttr("attn.rev", b.getStringAttr(tag));
+          name(y, "the output of layer " + std::to_string(l) + " (" + tag + ")");
+          return y;
+        };
+        Value a = attention(l, g.layerNorm(x2, param(l, "ln1.gamma"), param(l, "ln1.beta"))
+                                   .getResult());
+        Value y1 = stream(x1, drop(a, l, 0), "y1");
+        Value f = feedForward(l, g.layerNorm(y1, param(l, "ln2.gamma"), param(l, "ln2.beta"))
+                                     .getResult());
+        x2 = stream(x2, drop(f, l, 1), "y2");
+        x1 = y1;
       }
       g.layer = -1;
       top = g.make<ConcatColsOp>(g.f32({R, 2 * D}), x1, x2);

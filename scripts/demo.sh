@@ -5,8 +5,11 @@
 #      (examples/reformer_duplicate.attn): accuracy on the second half;
 #   2. a Linformer masked LM (examples/linformer_tiny.attn) on the license
 #      texts every Debian machine has: held-out bits per byte.
-# Then the compiler side: every example compiled, and the LSH kernels
-# checked with NVRTC. `attnc bench` (not run here, ~2 min) times the kernels.
+# Both train with the step the whole-model passes compile (expanded graph,
+# derived backward, fused row kernels, one planned arena). Then the
+# compiler side: every example compiled, the LSH kernels checked with
+# NVRTC, and the compiled step's memory plan by depth. `attnc bench` (not
+# run here, ~2 min) times the kernels.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/build.sh" "$root/build" >/dev/null
@@ -30,6 +33,13 @@ for spec in "$root"/examples/*.attn; do
 done
 "$attnc" compile "$root/examples/reformer_lm.attn" --check-nvrtc --arch sm_90 2>/dev/null |
   grep -E "NVRTC|lsh_(hash|fwd|combine)_lsh0"
+echo
+echo "=== 4. Whole-model compilation: activation memory of the planned training step by depth"
+echo "    (reversible layers: flat; standard layers, each recomputed from its input: grows slowly)"
+for spec in reformer_lm dense_encoder; do
+  "$attnc" compile "$root/examples/$spec.attn" --memory-plan 2>/dev/null |
+    grep -A1 "^compiled training step of $spec (batch 1\(, each\|)\)" || true
+done
 echo
 echo "Loss curves: $out/reformer_duplicate/loss.svg, $out/linformer_tiny/loss.svg"
 echo "Training logs: train.csv in the same directories; checkpoints: latest.json there."

@@ -294,10 +294,17 @@ Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::
   for (attn::ModelOp op : p.module->getOps<attn::ModelOp>())
     if (op.getSymName() == p.name)
       m = op;
+  // The FFN chunk the run uses (tuned, or pinned by kernel-choices.json)
+  // may differ from the spec's resolved one: the compiled step uses it too.
+  attn::LayerOp layer = *m.getBody().getOps<attn::LayerOp>().begin();
+  if (layer.getFfnChunk()) {
+    const int64_t rows = int64_t(batch) * p.config.seq;
+    layer.setFfnChunkAttr(mlir::Builder(m).getI64IntegerAttr(
+        p.config.ffnChunk > 0 ? p.config.ffnChunk : rows));
+  }
   ModelGraph g;
   if (!compileModelGraph(*p.module, m, batch, 0, /*emitSource=*/true, g, recomputeLayers))
     return makeError("whole-model compilation of " + p.name + " failed (see the diagnostics)");
-  // The FFN chunk the run uses (tuned or pinned) may differ from the spec's.
   std::cerr << "attnc train: compiled step of " << p.name
             << (recomputeLayers ? " (layers recomputed in the backward)" : "") << ": arena "
             << g.arenaBytes / 1024 << " KiB, " << g.fusedKernels << " fused row kernels, "

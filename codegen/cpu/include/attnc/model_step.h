@@ -190,6 +190,17 @@ inline void mergeHeads(const float *x, float *y, int64_t B, int64_t H, int64_t S
                   sizeof(float) * size_t(D));
 }
 
+/// Σ_j exp(l[j] − max) over a row of logits, with the max in `mx`.
+inline double sumExp(const float *l, int64_t V, float &mx) {
+  mx = l[0];
+  for (int64_t j = 1; j < V; ++j)
+    mx = l[j] > mx ? l[j] : mx;
+  double s = 0;
+  for (int64_t j = 0; j < V; ++j)
+    s += std::exp(double(l[j] - mx));
+  return s;
+}
+
 /// Mean cross-entropy over rows with a target (≥ 0); writes loss and count.
 inline void crossEntropy(const float *logits, const int32_t *targets, float *loss, float *count,
                          int64_t R, int64_t V) {
@@ -199,12 +210,8 @@ inline void crossEntropy(const float *logits, const int32_t *targets, float *los
     if (targets[r] < 0)
       continue;
     const float *l = logits + r * V;
-    float mx = l[0];
-    for (int64_t j = 1; j < V; ++j)
-      mx = l[j] > mx ? l[j] : mx;
-    double s = 0;
-    for (int64_t j = 0; j < V; ++j)
-      s += std::exp(double(l[j] - mx));
+    float mx;
+    double s = sumExp(l, V, mx);
     sum += std::log(s) + mx - l[targets[r]];
     ++n;
   }
@@ -224,12 +231,8 @@ inline void crossEntropyGrad(const float *logits, const int32_t *targets, const 
       std::memset(d, 0, sizeof(float) * size_t(V));
       continue;
     }
-    float mx = l[0];
-    for (int64_t j = 1; j < V; ++j)
-      mx = l[j] > mx ? l[j] : mx;
-    double s = 0;
-    for (int64_t j = 0; j < V; ++j)
-      s += std::exp(double(l[j] - mx));
+    float mx;
+    double s = sumExp(l, V, mx);
     for (int64_t j = 0; j < V; ++j)
       d[j] = float(std::exp(double(l[j] - mx)) / s) * scale;
     d[targets[r]] -= scale;
