@@ -477,12 +477,24 @@ private:
         names[r] = n;
         offset += (numel(r) * 4 + 63) / 64 * 64;
       }
-      // Which results are rows of the chunk.
+      // Which results are rows of the chunk. Only ops whose row handling
+      // is known here may appear in a chunked body (the FFN and its
+      // backward): elementwise ones keep their operands' rows, a GEMM's
+      // result has the chunk's rows when its lhs does untransposed, a
+      // column sum reduces them.
       bool rowsIn = llvm::any_of(op.getOperands(), [&](Value v) { return split.contains(v); });
-      if (auto mm = llvm::dyn_cast<MatmulOp>(&op))
+      if (auto mm = llvm::dyn_cast<MatmulOp>(&op)) {
+        if (mm.getTransposeB() && split.contains(mm.getRhs()))
+          return mm.emitOpError("with a chunk-split transposed rhs cannot be emitted in a "
+                                "chunked body");
         rowsIn = split.contains(mm.getLhs()) && !mm.getTransposeA();
-      else if (llvm::isa<ColumnSumOp>(op))
+      } else if (llvm::isa<ColumnSumOp>(op)) {
         rowsIn = false;
+      } else if (!llvm::isa<BiasAddOp, AddOp, SubOp, ActivationOp, ActivationGradOp, DropoutOp>(
+                     op)) {
+        return op.emitOpError("cannot be emitted inside attn.row_chunks (only GEMMs, column sums "
+                              "and elementwise ops are)");
+      }
       if (rowsIn)
         for (Value r : op.getResults())
           split.insert(r);

@@ -1098,19 +1098,33 @@ LogicalResult RowChunksOp::verify() {
   if (yield.getValues().size() != getNumResults())
     return emitOpError("body yields ") << yield.getValues().size() << " values for "
                                        << getNumResults() << " results";
+  // Every split input has the same rows R, cut into chunks of `chunk` rows
+  // (the body's types); concatenated results have R rows again.
+  std::optional<int64_t> rows;
   for (auto [i, arg] : llvm::enumerate(body.getArguments())) {
     auto in = rankedOf(getInputs()[i]), a = rankedOf(arg);
     bool ok = getSplit()[i] ? (in.getRank() >= 1 && a.getRank() == in.getRank() &&
                                a.getShape().drop_front() == in.getShape().drop_front() &&
-                               a.getDimSize(0) <= in.getDimSize(0))
+                               a.getDimSize(0) == getChunk())
                             : a == in;
     if (!ok)
-      return emitOpError("body argument #") << i << " " << a << " does not fit input " << in;
+      return emitOpError("body argument #") << i << " " << a << " does not fit input " << in
+                                            << " (split inputs are chunks of " << getChunk()
+                                            << " rows)";
+    if (getSplit()[i]) {
+      if (rows && *rows != in.getDimSize(0))
+        return emitOpError("split inputs have different row counts: ")
+               << *rows << " and " << in.getDimSize(0);
+      rows = in.getDimSize(0);
+    }
   }
+  if (!rows)
+    return emitOpError("needs at least one split input");
   for (auto [i, v] : llvm::enumerate(yield.getValues())) {
     auto r = rankedOf(getResult(i)), c = rankedOf(v);
     bool ok = getSums()[i] ? r == c
-                           : r.getRank() == c.getRank() &&
+                           : r.getRank() == c.getRank() && r.getDimSize(0) == *rows &&
+                                 c.getDimSize(0) == getChunk() &&
                                  r.getShape().drop_front() == c.getShape().drop_front();
     if (!ok)
       return emitOpError("result #") << i << " " << r << " does not fit the chunk value " << c;

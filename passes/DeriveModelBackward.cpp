@@ -345,9 +345,16 @@ struct DeriveModelBackwardPass
     ret.erase();
     // The bottom layer's rebuilt inputs (and forward values only the loss
     // needed) may be dead; drop them so no kernel computes them.
-    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(entry)))
-      if (op.use_empty() && !op.hasTrait<OpTrait::IsTerminator>() && isPure(&op))
-        op.erase();
+    auto eraseDead = [](Block &block) {
+      for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
+        if (op.use_empty() && !op.hasTrait<OpTrait::IsTerminator>() && isPure(&op))
+          op.erase();
+    };
+    eraseDead(entry);
+    // A chunked backward recomputes its chunk's forward; what the gradient
+    // does not read (the last GEMM and bias of the FFN) goes too.
+    for (auto rc : func.getOps<RowChunksOp>())
+      eraseDead(rc.getBody().front());
     func.setType(b.getFunctionType(entry.getArgumentTypes(), TypeRange(ValueRange(results))));
     func->setAttr("attn.grad_of", b.getArrayAttr(gradOf));
     return success();

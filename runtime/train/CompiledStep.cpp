@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
 
 namespace attnc::train {
 
@@ -83,6 +84,15 @@ CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
     }
     return makeError("compiled step: argument '" + name + "' is not a parameter of the model");
   }
+  // Every trained parameter must get its gradient from the step: one left
+  // out would silently stay at zero.
+  std::set<std::string> withGrad;
+  for (int a : step->desc_.gradArgs)
+    if (a >= 0 && size_t(a) < step->desc_.args.size())
+      withGrad.insert(step->desc_.args[size_t(a)]);
+  for (const ParamRef &p : model.params())
+    if (!withGrad.count(p.name))
+      return makeError("compiled step: no gradient for the model's parameter '" + p.name + "'");
   for (int a : step->desc_.gradArgs) {
     if (a < 2 || size_t(a) >= step->desc_.args.size())
       return makeError("compiled step: gradient of argument #" + std::to_string(a) +
@@ -150,17 +160,24 @@ int CompiledStep::attend(int64_t layer, const float *const *in, const float *dou
   else
     copyOut(*r->dk, out[1]);
   copyOut(*r->dv, out[2]);
-  if (out[3] && r->dE)
-    copyOut(*r->dE, out[3]);
-  if (out[4] && r->dF)
-    copyOut(*r->dF, out[4]);
-  if (out[5] && r->dparams) {
-    copyOut(*r->dparams, out[5]);
-    // Constant per-head parameters stay constant (as in Model).
+  // A kernel without a gradient for E, F or the per-head parameters (LSH
+  // has none for the parameters) still writes zeros: the step's outputs
+  // are always complete.
+  auto paramGrad = [&](float *dst, const std::optional<st::Tensor> &g, const st::Tensor &like) {
+    if (!dst)
+      return;
+    if (g)
+      copyOut(*g, dst);
+    else
+      std::memset(dst, 0, like.data.size());
+  };
+  paramGrad(out[3], r->dE, E);
+  paramGrad(out[4], r->dF, F);
+  paramGrad(out[5], r->dparams, params);
+  if (out[5]) // constant per-head parameters stay constant (as in Model)
     for (size_t p = 0; p < c.headParams.size(); ++p)
       if (!c.headParams[p].learned)
         std::memset(out[5] + p * size_t(H), 0, sizeof(float) * size_t(H));
-  }
   return 0;
 }
 

@@ -78,8 +78,10 @@ int compileModels(ModuleOp module, const std::string &target, const std::string 
                   CompiledKernels &out) {
   // k / LSH rounds measured by attnc tune --max-error, where the spec left
   // them auto (CPU measurements: the CPU target).
+  // The tuning database, read once for every choice below.
+  const TuningLookup tuned = TuningLookup::open();
   if (target == "cpu")
-    applyTunedAccuracy(module, std::cerr);
+    applyTunedAccuracy(tuned, module, std::cerr);
   PassManager resolve(module.getContext());
   ResolveTunablesOptions options;
   options.report = true;
@@ -107,9 +109,9 @@ int compileModels(ModuleOp module, const std::string &target, const std::string 
     shape.headDim = model.getDModel() / model.getHeads();
     // A measured tile from `attnc tune` (CPU), when the spec leaves it auto.
     if (target == "cpu")
-      applyTunedCpuTile(variant, shape.headDim, model.getSeq(), shape.heads, std::cerr);
+      applyTunedCpuTile(tuned, variant, shape.headDim, model.getSeq(), shape.heads, std::cerr);
     else
-      applyTunedCudaTile(variant,
+      applyTunedCudaTile(tuned, variant,
                          model.getDtype() == attn::DType::fp32   ? "f32"
                          : model.getDtype() == attn::DType::bf16 ? "bf16"
                                                                  : "f16",

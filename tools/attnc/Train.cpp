@@ -146,7 +146,9 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = 
     return kExitInput;
   p.specHash = sha256Hex(text);
   const std::set<std::string> autoFfn = modelsWithAutoFfnChunk(*p.module);
-  applyTunedAccuracy(*p.module, std::cerr);
+  // The tuning database, read once for the accuracy, tile and FFN choices.
+  const TuningLookup tuned = TuningLookup::open();
+  applyTunedAccuracy(tuned, *p.module, std::cerr);
   PassManager resolve(&p.context);
   ResolveTunablesOptions ro;
   ro.report = true;
@@ -178,9 +180,9 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = 
   if (c.dModel % c.heads)
     return fail(cmd, "d_model " + std::to_string(c.dModel) + " is not a multiple of heads " +
                          std::to_string(c.heads));
-  applyTunedCpuTile(variant, c.dModel / c.heads, c.seq, c.heads, std::cerr);
+  applyTunedCpuTile(tuned, variant, c.dModel / c.heads, c.seq, c.heads, std::cerr);
   if (autoFfn.count(p.name))
-    if (int chunk = tunedFfnChunk(c, std::cerr))
+    if (int chunk = tunedFfnChunk(tuned, c, std::cerr))
       c.ffnChunk = chunk > 0 ? chunk : 0;
   if (int rc = pinRunChoices(cmd, opt, pin, p, variant, c))
     return rc;
@@ -394,7 +396,7 @@ int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csv
     if (!step)
       return fail("bench", step.error());
     Engine e;
-    e.name = recompute ? "compiled, layers recomputed" : "compiled";
+    e.name = recompute ? "compiled (layers recomputed)" : "compiled";
     e.bytes = (*step)->arenaBytes();
     e.step = std::move(*step);
     engines.push_back(std::move(e));

@@ -265,9 +265,20 @@ std::optional<Finalists> chooseAmongFinalists(size_t n,
   return f;
 }
 
-void applyTunedAccuracy(ModuleOp module, std::ostream &log) {
-  const std::string path = tune::TuningDb::defaultPath();
-  Expected<tune::TuningDb> db = tune::TuningDb::open(path);
+TuningLookup TuningLookup::open() {
+  TuningLookup t;
+  t.path = tune::TuningDb::defaultPath();
+  Expected<tune::TuningDb> db = tune::TuningDb::open(t.path);
+  if (db)
+    t.db = std::move(*db);
+  else
+    t.error = db.error();
+  return t;
+}
+
+void applyTunedAccuracy(const TuningLookup &tuned, ModuleOp module, std::ostream &log) {
+  const std::string &path = tuned.path;
+  const std::optional<tune::TuningDb> &db = tuned.db;
   if (!db)
     return; // applyTunedCpuTile reports an unreadable database
   const std::string device = tune::cpuDevice().id(), tc = cpuToolchain();
@@ -330,17 +341,18 @@ void applyTunedAccuracy(ModuleOp module, std::ostream &log) {
   }
 }
 
-void applyTunedCudaTile(attn::VariantOp variant, const std::string &dtype, int64_t headDim,
-                        int64_t seq, int64_t heads, const std::string &arch, std::ostream &log) {
+void applyTunedCudaTile(const TuningLookup &tuned, attn::VariantOp variant,
+                        const std::string &dtype, int64_t headDim, int64_t seq, int64_t heads,
+                        const std::string &arch, std::ostream &log) {
   if (variant.getLsh() || !tileIsAuto(variant.getTile()))
     return;
   Expected<GpuArch> gpu = parseGpuArch(arch);
   if (!gpu)
     return;
-  const std::string path = tune::TuningDb::defaultPath();
-  Expected<tune::TuningDb> db = tune::TuningDb::open(path);
+  const std::string &path = tuned.path;
+  const std::optional<tune::TuningDb> &db = tuned.db;
   if (!db) {
-    log << "attnc: warning: " << db.error() << "; using the heuristic tile\n";
+    log << "attnc: warning: " << tuned.error << "; using the heuristic tile\n";
     return;
   }
   // attnc tune --target cuda's key; any GPU of this arch (compiling here
@@ -370,14 +382,14 @@ void applyTunedCudaTile(attn::VariantOp variant, const std::string &dtype, int64
       << best->medianMs << " ms on " << best->device.name << ") from " << path << "\n";
 }
 
-void applyTunedCpuTile(attn::VariantOp variant, int64_t headDim, int64_t seq, int64_t heads,
-                       std::ostream &log) {
+void applyTunedCpuTile(const TuningLookup &tuned, attn::VariantOp variant, int64_t headDim,
+                       int64_t seq, int64_t heads, std::ostream &log) {
   if (variant.getLsh() || !tileIsAuto(variant.getTile()))
     return; // LSH: one chunk per task on the CPU; an explicit tile wins
-  std::string path = tune::TuningDb::defaultPath();
-  Expected<tune::TuningDb> db = tune::TuningDb::open(path);
+  const std::string &path = tuned.path;
+  const std::optional<tune::TuningDb> &db = tuned.db;
   if (!db) {
-    log << "attnc: warning: " << db.error() << "; using the heuristic tile\n";
+    log << "attnc: warning: " << tuned.error << "; using the heuristic tile\n";
     return;
   }
   tune::KernelKey key{signatureOf(variant, headDim), tune::shapeBucket(seq, heads)};

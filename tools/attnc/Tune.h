@@ -123,10 +123,19 @@ std::optional<int> parseFfnChunkConfig(const std::string &config);
 int tuneFfnChunk(mlir::ModuleOp module, attn::ModelOp model, const TuneOptions &options,
                  const std::string &dbPath, const std::string &toolchain, double &budgetLeft);
 
+/// The tuning database as attnc compile and attnc train consult it: read
+/// once per command ($ATTNC_TUNING_DB or the user's), or why it could not be.
+struct TuningLookup {
+  std::string path;
+  std::optional<tune::TuningDb> db; ///< empty: unreadable (see `error`)
+  std::string error;
+  static TuningLookup open();
+};
+
 /// The FFN chunk measured for `config` on this CPU: 0 when there is no
 /// entry, -1 for all rows at once, else the chunk; says which entry it used
 /// on `log`. attnc train calls it when the spec left the chunk `auto`.
-int tunedFfnChunk(const train::ModelConfig &config, std::ostream &log);
+int tunedFfnChunk(const TuningLookup &tuned, const train::ModelConfig &config, std::ostream &log);
 
 /// attnc tune --target cuda: the forward tile space for --arch, compiled
 /// with NVRTC on --jobs threads and filtered by ptxas's report, then timed
@@ -144,20 +153,21 @@ int compareTuned(const TuneOptions &options, const std::string &csvPath,
 /// shape on this CPU (the tightest error budget measured), saying which on
 /// `log`; call before attn-resolve-tunables. attnc compile (CPU) and attnc
 /// train use it.
-void applyTunedAccuracy(mlir::ModuleOp module, std::ostream &log);
+void applyTunedAccuracy(const TuningLookup &tuned, mlir::ModuleOp module, std::ostream &log);
 
 /// The same for CUDA: the forward tile attnc tune --target cuda chose on a
 /// GPU of `arch` (any device of that compute capability, the newest entry)
 /// for the kernel's dtype ("f16", "bf16", "f32"), head dim and shape.
-void applyTunedCudaTile(attn::VariantOp variant, const std::string &dtype, int64_t headDim,
-                        int64_t seq, int64_t heads, const std::string &arch, std::ostream &log);
+void applyTunedCudaTile(const TuningLookup &tuned, attn::VariantOp variant,
+                        const std::string &dtype, int64_t headDim, int64_t seq, int64_t heads,
+                        const std::string &arch, std::ostream &log);
 
 /// Gives `variant` the tuned tile for a model shape from the tuning database
 /// ($ATTNC_TUNING_DB or the user's), when the spec left its tile `auto` and
 /// an entry exists for this CPU and toolchain; says which entry it used, or
 /// that it fell back to the heuristic, on `log`.
-void applyTunedCpuTile(attn::VariantOp variant, int64_t headDim, int64_t seq, int64_t heads,
-                       std::ostream &log);
+void applyTunedCpuTile(const TuningLookup &tuned, attn::VariantOp variant, int64_t headDim,
+                       int64_t seq, int64_t heads, std::ostream &log);
 
 } // namespace attnc::driver
 

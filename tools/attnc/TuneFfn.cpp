@@ -180,11 +180,11 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
   return kExitOk;
 }
 
-int tunedFfnChunk(const train::ModelConfig &config, std::ostream &log) {
-  const std::string path = tune::TuningDb::defaultPath();
-  Expected<tune::TuningDb> db = tune::TuningDb::open(path);
+int tunedFfnChunk(const TuningLookup &tuned, const train::ModelConfig &config, std::ostream &log) {
+  const std::string &path = tuned.path;
+  const std::optional<tune::TuningDb> &db = tuned.db;
   if (!db) {
-    log << "attnc: warning: " << db.error() << "; using the heuristic FFN chunk\n";
+    log << "attnc: warning: " << tuned.error << "; using the heuristic FFN chunk\n";
     return 0;
   }
   const tune::KernelKey key = ffnKey(config);

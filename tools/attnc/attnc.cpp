@@ -157,7 +157,9 @@ int runCompile(const CompileOptions &opts) {
       return kExitInput;
     for (attnc::attn::ModelOp model : module->getOps<attnc::attn::ModelOp>()) {
       attnc::driver::ModelGraph g;
-      if (!attnc::driver::compileModelGraph(*module, model, opts.planBatch, 0, true, g))
+      // As attnc train runs it by default: standard layers recomputed.
+      if (!attnc::driver::compileModelGraph(*module, model, opts.planBatch, 0, true, g,
+                                            /*recomputeLayers=*/true))
         return kExitInput;
       *os << (opts.emit == "graph" ? g.ir + "\n" : g.step.source);
     }
