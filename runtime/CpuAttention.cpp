@@ -121,6 +121,14 @@ Expected<AttentionOutputs> CpuAttention::run(const AttentionInputs &in) const {
     a.perHead = perHead, a.scale = fwd_.scale;
     if (int rc = reinterpret_cast<int (*)(const cpu::LowRankFwdArgs *)>(fwdFn_)(&a))
       return makeError("kernel " + fwd_.name + " failed: " + kernelError(rc));
+  } else if (in.dout && in.forwardOut && in.forwardLse) {
+    // The caller kept the forward: the backward reads it as is.
+    if (in.forwardOut->shape != out.out.shape || in.forwardLse->shape != out.lse.shape)
+      return makeError("kernel " + fwd_.name + ": the kept forward results are " +
+                       in.forwardOut->shapeStr() + " and " + in.forwardLse->shapeStr() +
+                       "; expected " + out.out.shapeStr() + " and " + out.lse.shapeStr());
+    out.out = *in.forwardOut;
+    out.lse = *in.forwardLse;
   } else {
     AttnFwdArgs a{};
     a.q = f32(in.q), a.k = f32(in.k), a.v = f32(in.v);

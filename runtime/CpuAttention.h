@@ -52,6 +52,11 @@ struct AttentionInputs {
   const st::Tensor *params = nullptr;  ///< [P, H]
   const st::Tensor *rotations = nullptr; ///< LSH: [rounds, Dh, buckets/2]
   const st::Tensor *dout = nullptr;    ///< cotangent of out: run the backward too
+  /// With dout: this call's forward results, already computed (a compiled
+  /// step keeps them), so a dense kernel runs the backward only. Low-rank
+  /// and LSH kernels recompute the forward (their backward also needs the
+  /// projected K/V or the per-round lse, which are not kept).
+  const st::Tensor *forwardOut = nullptr, *forwardLse = nullptr;
   /// Training: apply the kernels' attention dropout with these Philox seed
   /// and offset (the same for the forward and its backward).
   bool dropout = false;

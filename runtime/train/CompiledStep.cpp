@@ -107,7 +107,7 @@ CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
 }
 
 int CompiledStep::attend(int64_t layer, const float *const *in, const float *dout,
-                         float *const *out) {
+                         float *const *out, const float *forwardOut, const float *forwardLse) {
   const ModelConfig &c = model_.config();
   const int B = desc_.batch, S = c.seq, H = c.heads, Dh = c.dModel / c.heads;
   const std::vector<int64_t> bhsd = {B, H, S, Dh};
@@ -136,9 +136,17 @@ int CompiledStep::attend(int64_t layer, const float *const *in, const float *dou
     params = tensorOf(in[6], {int64_t(c.headParams.size()), H});
     ai.params = &params;
   }
+  st::Tensor fwdOut, fwdLse;
   if (dout) {
     dO = tensorOf(dout, bhsd);
     ai.dout = &dO;
+    // The forward's out and lse, which the graph kept: a dense kernel then
+    // runs only its backward.
+    if (forwardOut && forwardLse) {
+      fwdOut = tensorOf(forwardOut, bhsd);
+      fwdLse = tensorOf(forwardLse, {B, H, S});
+      ai.forwardOut = &fwdOut, ai.forwardLse = &fwdLse;
+    }
   }
   ai.dropout = training_;
   ai.dropoutSeed = c.dropoutSeed;
@@ -184,14 +192,14 @@ int CompiledStep::attend(int64_t layer, const float *const *in, const float *dou
 int CompiledStep::attentionCallback(void *ctx, int64_t layer, const float *const *in, float *out,
                                     float *lse) {
   float *outs[2] = {out, lse};
-  return static_cast<CompiledStep *>(ctx)->attend(layer, in, nullptr, outs);
+  return static_cast<CompiledStep *>(ctx)->attend(layer, in, nullptr, outs, nullptr, nullptr);
 }
 
 int CompiledStep::attentionGradCallback(void *ctx, int64_t layer, const float *const *in,
                                         float *const *out) {
   // in: q, k, v, out, lse, dout, E, F, rotations, params
   const float *fwdIn[7] = {in[0], in[1], in[2], in[6], in[7], in[8], in[9]};
-  return static_cast<CompiledStep *>(ctx)->attend(layer, fwdIn, in[5], out);
+  return static_cast<CompiledStep *>(ctx)->attend(layer, fwdIn, in[5], out, in[3], in[4]);
 }
 
 int CompiledStep::nonfiniteCallback(void *ctx, const char *what, int64_t index, int64_t width,

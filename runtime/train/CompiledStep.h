@@ -57,7 +57,8 @@ private:
                                    float *const *out);
   static int nonfiniteCallback(void *ctx, const char *what, int64_t index, int64_t width,
                                float value);
-  int attend(int64_t layer, const float *const *in, const float *dout, float *const *out);
+  int attend(int64_t layer, const float *const *in, const float *dout, float *const *out,
+             const float *forwardOut, const float *forwardLse);
 
   using StepFn = int(const attnc_model_env *env, char *arena, void *const *args, float *const *grads,
                      float *loss);
