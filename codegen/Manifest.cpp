@@ -61,6 +61,15 @@ void writeManifest(const ManifestInfo &info, llvm::raw_ostream &os) {
                           {"arch", info.arch},
                           {"source", info.source},
                           {"kernels", std::move(kernels)}};
+  if (!info.models.empty()) {
+    llvm::json::Array models;
+    for (const std::string &m : info.models)
+      if (llvm::Expected<llvm::json::Value> v = llvm::json::parse(m))
+        models.push_back(std::move(*v));
+      else
+        llvm::consumeError(v.takeError()); // the driver wrote it: cannot happen
+    root["models"] = std::move(models);
+  }
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
 }
 

@@ -17,6 +17,9 @@ struct ManifestInfo {
   std::string arch;     ///< sm_XX for cuda, "host" for cpu
   std::string source;   ///< file name of the kernel source in the artifact
   std::vector<KernelInfo> kernels;
+  /// The compiled training steps ("models"), each a JSON object the driver
+  /// serialised (runtime/Artifact.h ManifestModel reads them back).
+  std::vector<std::string> models;
 };
 
 /// Writes manifest.json (pretty-printed, stable key order).

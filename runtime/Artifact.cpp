@@ -181,6 +181,47 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &pat
     d.scale = float(scale);
     m.kernels.push_back(std::move(mk));
   }
+  if (root.contains("models")) {
+    const json &models = root["models"];
+    if (!models.is_array())
+      return makeError(path + ": models: expected an array");
+    for (size_t i = 0; i < models.size(); ++i) {
+      const json &e = models[i];
+      const std::string where = "models[" + std::to_string(i) + "]";
+      ManifestModel mm;
+      r.get(e, where, "name", mm.name);
+      r.get(e, where, "batch", mm.batch);
+      r.get(e, where, "step_source", mm.stepSource);
+      r.get(e, where, "step_symbol", mm.stepSymbol);
+      r.get(e, where, "attention_function", mm.attentionFunction);
+      r.get(e, where, "arena_bytes", mm.arenaBytes);
+      r.get(e, where, "kept_bytes", mm.keptBytes);
+      const json *args = r.field(e, where, "args");
+      const json *grads = r.field(e, where, "grad_args");
+      const json *config = r.field(e, where, "config");
+      if (!r.error.empty())
+        return makeError(r.error);
+      if (!args->is_array() || !grads->is_array() || !config->is_object())
+        return makeError(path + ": " + where +
+                         ": args and grad_args must be arrays, config an object");
+      for (const json &a : *args) {
+        if (!a.is_string())
+          return makeError(path + ": " + where + ".args: expected strings, found " + a.dump());
+        mm.args.push_back(a.get<std::string>());
+      }
+      for (const json &g : *grads) {
+        if (!g.is_number_integer() || g.get<int64_t>() < 0 ||
+            g.get<int64_t>() >= int64_t(mm.args.size()))
+          return makeError(path + ": " + where + ".grad_args: " + g.dump() +
+                           " is not an argument number");
+        mm.gradArgs.push_back(g.get<int>());
+      }
+      if (mm.batch <= 0 || mm.arenaBytes < 0)
+        return makeError(path + ": " + where + ": batch must be positive, arena_bytes not negative");
+      mm.configJson = config->dump();
+      m.models.push_back(std::move(mm));
+    }
+  }
   return m;
 }
 

@@ -26,10 +26,23 @@ struct ManifestKernel {
   std::vector<ParamDecl> params;
 };
 
+/// One "models" entry: a compiled whole-model training step (CPU target):
+/// its C++ source in the artifact, how it binds, and the model's training
+/// configuration as JSON (runtime/train/ModelConfigJson.h reads it).
+struct ManifestModel {
+  std::string name, stepSource, stepSymbol, attentionFunction;
+  int batch = 0;
+  int64_t arenaBytes = 0, keptBytes = 0;
+  std::vector<std::string> args;
+  std::vector<int> gradArgs;
+  std::string configJson;
+};
+
 struct Manifest {
   int formatVersion = 0;
   std::string target, arch, source, specHash;
   std::vector<ManifestKernel> kernels;
+  std::vector<ManifestModel> models; ///< absent in artifacts without models
 };
 
 /// Parses manifest.json; errors name the file and the offending field

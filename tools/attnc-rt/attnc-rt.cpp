@@ -10,6 +10,7 @@
 #include "runtime/KernelCache.h"
 #include "runtime/NvrtcCompiler.h"
 #include "runtime/Version.h"
+#include "runtime/train/ArtifactTrain.h"
 
 #include <CLI/CLI.hpp>
 
@@ -34,6 +35,30 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   run->add_option("--seed", opts.seed, "seed of weights the weights file lacks")
       ->capture_default_str();
+  attnc::train::ArtifactTrainOptions topts;
+  CLI::App *train = app.add_subcommand(
+      "train", "Train the compiled model of an artifact (attnc compile --target cpu -o DIR)");
+  train->add_option("dir", topts.dir, "artifact directory")->required();
+  train->add_option("--model", topts.model, "which compiled model (default: the only one)");
+  train->add_option("--data", topts.data, "text file(s) or directory, or synthetic:duplicate")
+      ->required();
+  train->add_option("--steps", topts.steps, "total optimizer steps")->capture_default_str();
+  train->add_option("--batch", topts.batch,
+                    "sequences per step (must be the artifact's; default: it)");
+  train->add_option("--lr", topts.lr, "peak learning rate")->capture_default_str();
+  train->add_option("--weight-decay", topts.weightDecay, "AdamW weight decay")
+      ->capture_default_str();
+  train->add_option("--clip", topts.clip, "gradient norm clip (0: off)")->capture_default_str();
+  train->add_option("--warmup", topts.warmup, "warm-up steps")->capture_default_str();
+  train->add_option("--seed", topts.seed, "initialisation, data and dropout seed")
+      ->capture_default_str();
+  train->add_option("--eval-every", topts.evalEvery, "evaluate every N steps (0: at the end)")
+      ->capture_default_str();
+  train->add_option("--checkpoint-every", topts.checkpointEvery, "checkpoint every N steps")
+      ->capture_default_str();
+  train->add_option("--out", topts.out, "run directory")->capture_default_str();
+  train->add_flag("!--no-resume", topts.resume, "start afresh even if --out has a checkpoint");
+
   CLI::App *info = app.add_subcommand("info", "Print the toolchain, cache and GPU of this machine");
 
   try {
@@ -49,6 +74,14 @@ int main(int argc, char **argv) {
     if (!s) {
       std::cerr << "attnc-rt run: error: " << s.error() << "\n";
       return s.error().find("not implemented yet") != std::string::npos ? 2 : 1;
+    }
+    return 0;
+  }
+  if (train->parsed()) {
+    attnc::Status s = attnc::train::trainArtifact(topts, std::cout);
+    if (!s) {
+      std::cerr << "attnc-rt train: error: " << s.error() << "\n";
+      return 1;
     }
     return 0;
   }

@@ -1,5 +1,7 @@
 //===- Compile.cpp - Spec to kernels and artifacts ------------------------===//
 #include "tools/attnc/Compile.h"
+#include "tools/attnc/ModelConfig.h"
+#include "tools/attnc/ModelGraph.h"
 #include "tools/attnc/Tune.h"
 
 #include "codegen/Manifest.h"
@@ -12,6 +14,9 @@
 #include "runtime/FileSystem.h"
 #include "runtime/KernelCache.h"
 #include "runtime/NvrtcCompiler.h"
+#include "runtime/train/ModelConfigJson.h"
+
+#include <nlohmann/json.hpp>
 
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/SHA256.h"
@@ -190,7 +195,7 @@ static bool writeAtomically(const std::filesystem::path &path, const std::string
 
 int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp module,
                   const std::string &target, const std::string &arch,
-                  const CompiledKernels &compiled) {
+                  const CompiledKernels &compiled, int batch) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir)) {
@@ -199,6 +204,33 @@ int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp 
     return kExitInput;
   }
   codegen::ManifestInfo info;
+  // The compiled training step of every model (CPU: the step's C++ runs
+  // where the artifact is trained, attnc-rt train).
+  std::vector<std::pair<std::string, std::string>> stepFiles;
+  if (target == "cpu")
+    for (attn::ModelOp model : module.getOps<attn::ModelOp>()) {
+      ModelGraph g;
+      if (!compileModelGraph(module, model, batch, 0, /*emitSource=*/true, g,
+                             /*recomputeLayers=*/true))
+        return kExitInput;
+      auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
+      auto variant =
+          SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
+      const std::string file = "model_" + model.getSymName().str() + ".cpp";
+      nlohmann::json m = {{"name", model.getSymName().str()},
+                          {"batch", batch},
+                          {"step_source", file},
+                          {"step_symbol", g.step.symbol},
+                          {"attention_function", (model.getSymName() + "_attention").str()},
+                          {"arena_bytes", g.arenaBytes},
+                          {"kept_bytes", g.keptBytes},
+                          {"args", g.step.args},
+                          {"grad_args", g.step.gradArgs},
+                          {"config", nlohmann::json::parse(train::modelConfigToJson(
+                                         modelConfigOf(model, layer, variant)))}};
+      info.models.push_back(m.dump());
+      stepFiles.push_back({file, g.step.source});
+    }
   info.specHash = sha256Hex(specText);
   info.target = target;
   info.arch = target == "cpu" ? "host" : arch;
@@ -211,6 +243,11 @@ int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp 
   std::string err;
   std::filesystem::path root(dir);
   // The manifest goes last: a directory with a manifest is complete.
+  for (auto &[file, source] : stepFiles)
+    if (!writeAtomically(root / file, source, err)) {
+      std::cerr << "attnc: error: " << err << "\n";
+      return kExitInput;
+    }
   if (!writeAtomically(root / info.source, compiled.source, err) ||
       !writeAtomically(root / "attn.mlir", ir + "\n", err) ||
       !writeAtomically(root / "manifest.json", manifest, err)) {
@@ -220,6 +257,9 @@ int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp 
   std::cout << "wrote " << dir << "/{manifest.json," << info.source << ",attn.mlir}: "
             << compiled.kernels.size() << " kernel(s) for " << info.target << " "
             << info.arch << "\n";
+  for (auto &[file, source] : stepFiles)
+    std::cout << "wrote " << dir << "/" << file << ": the compiled training step (batch "
+              << batch << "; attnc-rt train " << dir << " trains it)\n";
   return kExitOk;
 }
 

@@ -34,10 +34,12 @@ int compileModels(mlir::ModuleOp module, const std::string &target, const std::s
                   CompiledKernels &out);
 
 /// Writes DIR/manifest.json, DIR/kernels.{cu,cpp} and DIR/attn.mlir, each
-/// atomically (a reader never sees a partial file).
+/// atomically (a reader never sees a partial file); for the CPU target also
+/// each model's compiled training step for `batch` (DIR/model_NAME.cpp,
+/// described in the manifest's "models").
 int writeArtifact(const std::string &dir, const std::string &specText, mlir::ModuleOp module,
                   const std::string &target, const std::string &arch,
-                  const CompiledKernels &compiled);
+                  const CompiledKernels &compiled, int batch);
 
 /// Compiles the CUDA source with NVRTC for `arch` and checks every entry
 /// point: it compiles, spills no registers, and its static plus dynamic

@@ -186,7 +186,7 @@ int runCompile(const CompileOptions &opts) {
       return 0;
     }
     if (int rc2 = attnc::driver::writeArtifact(opts.output, buffer, *module, target, opts.arch,
-                                               compiled))
+                                               compiled, opts.planBatch))
       return rc2;
     attnc::driver::reportMemoryPlans(*module, opts.planBatch, std::cout);
     attnc::driver::reportCompiledPlans(*module, opts.planBatch, std::cout);

@@ -1,0 +1,117 @@
+//===- ArtifactTrain.cpp - Training a compiled model from an artifact -----===//
+#include "runtime/train/ArtifactTrain.h"
+
+#include "runtime/Artifact.h"
+#include "runtime/CpuAttention.h"
+#include "runtime/FileSystem.h"
+#include "runtime/HostCompiler.h"
+#include "runtime/KernelCache.h"
+#include "runtime/train/CompiledStep.h"
+#include "runtime/train/ModelConfigJson.h"
+#include "runtime/train/Trainer.h"
+
+#include <iostream>
+#include <memory>
+
+namespace attnc::train {
+
+Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
+  const std::string manifestPath = opt.dir + "/manifest.json";
+  Expected<std::string> text = fs::readFile(manifestPath);
+  if (!text)
+    return makeError("'" + opt.dir + "' is not an attnc artifact: " + text.error());
+  Expected<Manifest> manifest = parseManifest(*text, manifestPath);
+  if (!manifest)
+    return manifest.takeError();
+  if (manifest->target != "cpu")
+    return makeError(opt.dir + " was compiled for " + manifest->target +
+                     "; training runs the compiled step on the CPU (attnc compile --target cpu)");
+  // The model.
+  const ManifestModel *mm = nullptr;
+  std::string names;
+  for (const ManifestModel &m : manifest->models) {
+    names += (names.empty() ? "" : ", ") + m.name;
+    if (m.name == opt.model || (opt.model.empty() && !mm))
+      mm = &m;
+  }
+  if (manifest->models.empty())
+    return makeError(manifestPath + " has no compiled model (the spec has none, or the "
+                                    "artifact predates whole-model compilation)");
+  if (!mm || (opt.model.empty() && manifest->models.size() > 1))
+    return makeError(opt.model.empty()
+                         ? manifestPath + " has several models (" + names + "); name one with --model"
+                         : "no model '" + opt.model + "' in " + manifestPath + " (it has: " +
+                               names + ")");
+  if (opt.batch && opt.batch != mm->batch)
+    return makeError("--batch " + std::to_string(opt.batch) + ": " + opt.dir +
+                     " planned the step of " + mm->name + " for batch " +
+                     std::to_string(mm->batch) + " (attnc compile --plan-batch " +
+                     std::to_string(opt.batch) + " plans another)");
+  Expected<ModelConfig> config = modelConfigFromJson(mm->configJson, manifestPath + ": " + mm->name + ".config");
+  if (!config)
+    return config.takeError();
+  config->dropoutSeed = opt.seed;
+
+  // Its attention: the forward and backward kernels of its function.
+  const ManifestKernel *fwd = nullptr, *bwd = nullptr;
+  for (const ManifestKernel &k : manifest->kernels)
+    if (k.function == mm->attentionFunction)
+      (k.desc.backward ? bwd : fwd) = &k;
+  if (!fwd || !bwd)
+    return makeError(manifestPath + ": no forward and backward kernels of " +
+                     mm->attentionFunction + " for model " + mm->name);
+  Expected<std::string> kernelSource = fs::readFile(opt.dir + "/" + manifest->source);
+  if (!kernelSource)
+    return kernelSource.takeError();
+  Expected<std::string> stepSource = fs::readFile(opt.dir + "/" + mm->stepSource);
+  if (!stepSource)
+    return stepSource.takeError();
+  HostCompiler compiler(&KernelCache::processDefault());
+  Expected<CpuAttention> kernels = CpuAttention::compile(*kernelSource, fwd->desc, bwd->desc,
+                                                         defaultKernelIncludeDirs(), compiler);
+  if (!kernels)
+    return kernels.takeError();
+  auto attention = std::make_shared<CpuAttention>(std::move(*kernels));
+  AttentionFn attentionFn = [attention](const AttentionInputs &in) { return attention->run(in); };
+
+  Model model(*config, attentionFn, opt.seed);
+  CompiledStepDesc desc;
+  desc.source = std::move(*stepSource);
+  desc.symbol = mm->stepSymbol;
+  desc.arenaBytes = mm->arenaBytes;
+  desc.keptBytes = mm->keptBytes;
+  desc.batch = mm->batch;
+  desc.args = mm->args;
+  desc.gradArgs = mm->gradArgs;
+  Expected<std::unique_ptr<CompiledStep>> step =
+      CompiledStep::create(std::move(desc), model, attentionFn, defaultKernelIncludeDirs(), compiler);
+  if (!step)
+    return step.takeError();
+
+  Expected<DataSource> data = DataSource::open(opt.data, *config, 0.05);
+  if (!data)
+    return data.takeError();
+  TrainOptions to;
+  to.outDir = opt.out, to.data = opt.data, to.steps = opt.steps, to.batch = mm->batch;
+  to.seed = opt.seed, to.evalEvery = opt.evalEvery, to.evalBatches = opt.evalBatches;
+  to.checkpointEvery = opt.checkpointEvery, to.specHash = manifest->specHash;
+  to.resume = opt.resume;
+  to.adam.lr = opt.lr, to.adam.weightDecay = opt.weightDecay, to.adam.clipNorm = opt.clip;
+  to.adam.warmupSteps = opt.warmup;
+  CompiledStep *compiled = step->get();
+  to.stepFn = [compiled](const Batch &b, int64_t s) { return compiled->run(b, true, s); };
+  std::cerr << "attnc-rt train: " << mm->name << " from " << opt.dir << " (" << model.numParams()
+            << " parameters; compiled step, arena " << mm->arenaBytes / 1024 << " KiB) on "
+            << data->describe() << "\n";
+  Expected<TrainSummary> s = train(model, *data, to, std::cerr);
+  if (!s)
+    return s.takeError();
+  os << "trained " << mm->name << " for steps " << s->firstStep << ".." << s->lastStep << " in "
+     << s->seconds << " s (" << int64_t(s->tokensPerSecond) << " tokens/s)\n"
+     << "final training loss " << s->finalLoss << "; held-out loss " << s->eval.loss << " ("
+     << s->eval.bitsPerByte << " bits/byte), accuracy " << s->eval.accuracy << "\n"
+     << "wrote " << opt.out << "/{latest.json,train.csv,loss.svg}\n";
+  return {};
+}
+
+} // namespace attnc::train

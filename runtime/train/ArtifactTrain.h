@@ -1,0 +1,38 @@
+//===- ArtifactTrain.h - Training a compiled model from an artifact -*- C++ -*-===//
+//
+// attnc-rt train: the whole-model training step `attnc compile --target cpu
+// -o DIR` wrote into an artifact (its C++, arena plan and bindings in
+// manifest.json's "models"), run by the training runtime with the
+// artifact's attention kernels: no spec, no MLIR.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_TRAIN_ARTIFACTTRAIN_H
+#define ATTNC_RUNTIME_TRAIN_ARTIFACTTRAIN_H
+
+#include "runtime/Error.h"
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+namespace attnc::train {
+
+struct ArtifactTrainOptions {
+  std::string dir, model; ///< model: which compiled model (default: the only one)
+  std::string data, out = "attnc-run";
+  int64_t steps = 200;
+  int batch = 0; ///< 0: the artifact's (the plan is per batch; another is an error)
+  float lr = 1e-3f, weightDecay = 0.01f, clip = 1.0f;
+  int64_t warmup = 20;
+  uint64_t seed = 0;
+  int64_t evalEvery = 0, checkpointEvery = 50;
+  int evalBatches = 8;
+  bool resume = true;
+};
+
+/// Trains the artifact's model; the report goes to `os`, progress to stderr.
+Status trainArtifact(const ArtifactTrainOptions &options, std::ostream &os);
+
+} // namespace attnc::train
+
+#endif // ATTNC_RUNTIME_TRAIN_ARTIFACTTRAIN_H
