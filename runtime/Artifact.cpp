@@ -225,12 +225,17 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &pat
   return m;
 }
 
+Expected<Manifest> loadManifest(const std::string &dir) {
+  const std::string path = dir + "/manifest.json";
+  Expected<std::string> text = fs::readFile(path);
+  if (!text)
+    return makeError("'" + dir + "' is not an attnc artifact: " + text.error());
+  return parseManifest(*text, path);
+}
+
 Status runArtifactAttention(const ArtifactRunOptions &opt) {
   std::string manifestPath = opt.dir + "/manifest.json";
-  Expected<std::string> text = fs::readFile(manifestPath);
-  if (!text)
-    return makeError("'" + opt.dir + "' is not an attnc artifact: " + text.error());
-  Expected<Manifest> manifest = parseManifest(*text, manifestPath);
+  Expected<Manifest> manifest = loadManifest(opt.dir);
   if (!manifest)
     return manifest.takeError();
   if (opt.target != manifest->target)

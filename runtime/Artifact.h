@@ -48,6 +48,9 @@ struct Manifest {
 /// Parses manifest.json; errors name the file and the offending field
 /// ("kernels[1].tile.block_q: expected an integer").
 Expected<Manifest> parseManifest(const std::string &text, const std::string &path);
+/// Reads and parses DIR/manifest.json; the error says when DIR is not an
+/// artifact.
+Expected<Manifest> loadManifest(const std::string &dir);
 
 struct ArtifactRunOptions {
   std::string dir;

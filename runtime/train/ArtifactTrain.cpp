@@ -17,10 +17,7 @@ namespace attnc::train {
 
 Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
   const std::string manifestPath = opt.dir + "/manifest.json";
-  Expected<std::string> text = fs::readFile(manifestPath);
-  if (!text)
-    return makeError("'" + opt.dir + "' is not an attnc artifact: " + text.error());
-  Expected<Manifest> manifest = parseManifest(*text, manifestPath);
+  Expected<Manifest> manifest = loadManifest(opt.dir);
   if (!manifest)
     return manifest.takeError();
   if (manifest->target != "cpu")
