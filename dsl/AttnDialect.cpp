@@ -1017,6 +1017,8 @@ LogicalResult LayerNormOp::verify() {
   if (rankedOf(getMean()).getShape() != ArrayRef<int64_t>{R} ||
       rankedOf(getRstd()).getShape() != ArrayRef<int64_t>{R})
     return emitOpError("mean and rstd must be [") << R << "]";
+  if (getResult().getType() != x)
+    return emitOpError("result must have the input's type ") << x;
   return success();
 }
 
@@ -1059,8 +1061,16 @@ LogicalResult AttentionGradOp::verify() {
   if (getParamGrads().size() != expected)
     return emitOpError("expects ") << expected << " parameter gradients (E, F, params present), found "
                                    << getParamGrads().size();
-  if (getDquery().getType() != getQuery().getType() || getDout().getType() != getOut().getType())
-    return emitOpError("dq must have the query's type and dout the output's");
+  if (getDquery().getType() != getQuery().getType() || getDkey().getType() != getKey().getType() ||
+      getDvalue().getType() != getValue().getType() || getDout().getType() != getOut().getType())
+    return emitOpError("dq, dk and dv must have the types of q, k and v, and dout the output's");
+  // Each parameter gradient has its parameter's type, in operand order.
+  unsigned i = 0;
+  for (Value p : {getProjE(), getProjF(), getParams()})
+    if (p && getParamGrads()[i++].getType() != p.getType())
+      return emitOpError("parameter gradient #") << i - 1 << " has type "
+                                                 << getParamGrads()[i - 1].getType()
+                                                 << ", its parameter " << p.getType();
   return success();
 }
 
@@ -1075,6 +1085,12 @@ LogicalResult FusedRowsOp::verify() {
   if (body.getNumArguments() != getInputs().size())
     return emitOpError("body takes ") << body.getNumArguments() << " arguments for "
                                       << getInputs().size() << " inputs";
+  // Row-indexed values (everything codegen reads or writes per row) have
+  // `rows` rows; results always do.
+  for (Type t : getResultTypes())
+    if (llvm::cast<RankedTensorType>(t).getRank() < 1 ||
+        llvm::cast<RankedTensorType>(t).getDimSize(0) != getRows())
+      return emitOpError("result type ") << t << " does not have " << getRows() << " rows";
   for (auto [arg, in] : llvm::zip(body.getArguments(), getInputs()))
     if (arg.getType() != in.getType())
       return emitOpError("body argument type ") << arg.getType() << " differs from input "

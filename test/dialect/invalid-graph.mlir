@@ -96,3 +96,31 @@ func.func @fused_types(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   } : (tensor<4x8xf32>) -> tensor<4x8xf32>
   return %y : tensor<4x8xf32>
 }
+
+// -----
+
+func.func @fused_rows_count(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @below {{result type 'tensor<4x8xf32>' does not have 2 rows}}
+  %y = attn.fused_rows rows 2 (%x) kernel "k" {
+  ^bb0(%a: tensor<4x8xf32>):
+    attn.rows_yield %a : tensor<4x8xf32>
+  } : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @layer_norm_result(%x: tensor<4x8xf32>, %g: tensor<8xf32>) -> tensor<4x4xf32> {
+  // expected-error @below {{result must have the input's type 'tensor<4x8xf32>'}}
+  %y, %m, %r = attn.layer_norm %x, %g, %g : (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<4x4xf32>, tensor<4xf32>, tensor<4xf32>)
+  return %y : tensor<4x4xf32>
+}
+
+// -----
+
+attn.variant @lin attributes {lowrank = #attn.lowrank<k = 4, share = headwise>, tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto>}
+func.func @attention_grad_param(%q: tensor<1x2x8x4xf32>, %o: tensor<1x2x8x4xf32>, %l: tensor<1x2x8xf32>, %e: tensor<4x8xf32>) -> tensor<4x4xf32> {
+  // expected-error @below {{parameter gradient #0 has type 'tensor<4x4xf32>', its parameter 'tensor<4x8xf32>'}}
+  %dq, %dk, %dv, %de = attn.attention_grad @lin(%q, %q, %q, %o, %l, %o) E(%e) {layer = 0 : i64} : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8xf32>, tensor<1x2x8x4xf32>, tensor<4x8xf32>) -> (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<4x4xf32>)
+  return %de : tensor<4x4xf32>
+}
