@@ -19,12 +19,7 @@ namespace attnc::codegen {
 
 namespace {
 
-int64_t numel(Value v) {
-  int64_t n = 1;
-  for (int64_t d : llvm::cast<RankedTensorType>(v.getType()).getShape())
-    n *= d;
-  return n;
-}
+int64_t numel(Value v) { return llvm::cast<RankedTensorType>(v.getType()).getNumElements(); }
 llvm::ArrayRef<int64_t> shapeOf(Value v) {
   return llvm::cast<RankedTensorType>(v.getType()).getShape();
 }
@@ -184,7 +179,7 @@ private:
       return fusedRows(fr, os);
     if (auto rc = llvm::dyn_cast<RowChunksOp>(op))
       return rowChunks(rc, os);
-    if (isRowLocalOp(op))
+    if (isRowLocal(op))
       return rowLoop(op, os, rows(op->getResult(0)), row0);
     if (auto mm = llvm::dyn_cast<MatmulOp>(op)) {
       auto ls = shapeOf(mm.getLhs());
@@ -270,11 +265,6 @@ private:
       return success();
     }
     return op->emitOpError("cannot be emitted for the CPU model step");
-  }
-
-  static bool isRowLocalOp(Operation *op) {
-    return llvm::isa<EmbedOp, LayerNormOp, LayerNormGradOp, BiasAddOp, AddOp, SubOp,
-                     ActivationOp, ActivationGradOp, DropoutOp, ConcatColsOp, SliceColsOp>(op);
   }
 
   /// The statements computing one row of a row-local op. `rowPtr(v)` is the

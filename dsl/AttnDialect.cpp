@@ -989,6 +989,11 @@ void FusedLshAttentionGradOp::getAsmBlockArgumentNames(Region &region,
 
 static RankedTensorType rankedOf(Value v) { return llvm::cast<RankedTensorType>(v.getType()); }
 
+bool attnc::attn::isRowLocal(Operation *op) {
+  return llvm::isa<EmbedOp, LayerNormOp, LayerNormGradOp, BiasAddOp, AddOp, SubOp, ActivationOp,
+                   ActivationGradOp, DropoutOp, ConcatColsOp, SliceColsOp>(op);
+}
+
 LogicalResult EmbedOp::verify() {
   auto tok = rankedOf(getTokens()), table = rankedOf(getTable()), pos = rankedOf(getPositions()),
        y = rankedOf(getResult());

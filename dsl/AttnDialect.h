@@ -32,6 +32,10 @@ int paramIndex(mlir::ArrayAttr decls, llvm::StringRef name);
 /// "f32", "f16" or "bf16" for an attention element type ("unknown" else):
 /// the spelling of kernel names and manifests.
 llvm::StringRef elementTypeName(mlir::Type t);
+/// Whether `op` is a row-local graph op: each output row depends only on the
+/// same row of its row operands (plus whole parameters). attn-fuse-rows
+/// fuses exactly these, and the step emitter evaluates them row by row.
+bool isRowLocal(mlir::Operation *op);
 } // namespace attnc::attn
 
 #endif // ATTNC_DSL_ATTNDIALECT_H

@@ -24,11 +24,6 @@ using namespace attnc::attn;
 
 namespace {
 
-bool isRowLocal(Operation *op) {
-  return llvm::isa<EmbedOp, LayerNormOp, LayerNormGradOp, BiasAddOp, AddOp, SubOp, ActivationOp,
-                   ActivationGradOp, DropoutOp, ConcatColsOp, SliceColsOp>(op);
-}
-
 /// Rows of a row-local op: the first dimension of its first result.
 int64_t rowsOf(Operation *op) {
   return llvm::cast<RankedTensorType>(op->getResult(0).getType()).getDimSize(0);
