@@ -21,6 +21,12 @@ namespace attnc::driver::bench {
 
 using Clock = std::chrono::steady_clock;
 
+/// The median of `v` (the upper one of an even count); `v` is not empty.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 /// Median wall time of `repeats` calls after one warm-up, in milliseconds.
 template <typename Fn> double medianMs(int repeats, Fn &&fn) {
   fn(); // warm-up
@@ -30,8 +36,7 @@ template <typename Fn> double medianMs(int repeats, Fn &&fn) {
     fn();
     t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - a).count());
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median(std::move(t));
 }
 
 inline st::Tensor randomTensor(std::vector<int64_t> shape, std::mt19937 &rng, float scale) {

@@ -363,12 +363,6 @@ int compareEngines(Prepared &p, const train::DataSource &data, const TrainCliOpt
   return ok ? kExitOk : kExitInput;
 }
 
-/// The median of `v` (sorted in place).
-double median(std::vector<double> &v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 } // namespace
 
 int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csvPath,
@@ -434,9 +428,9 @@ int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csv
     csv << "model,batch,seq,layers,engine,ms,activation_bytes\n";
   std::vector<std::string> names;
   std::vector<double> ms;
-  const double base = median(engines[0].ms);
+  const double base = bench::median(engines[0].ms);
   for (Engine &e : engines) {
-    double m = median(e.ms);
+    double m = bench::median(e.ms);
     std::cout << "  " << std::left << std::setw(28) << e.name << std::right << std::fixed
               << std::setprecision(2) << std::setw(9) << m << " ms/step  " << std::setprecision(0)
               << std::setw(7) << tokens / m * 1e3 << " tokens/s  " << std::setprecision(2)

@@ -205,8 +205,7 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
         if (r)
           ms.push_back(kernels[i]->forwardMs());
       }
-      std::sort(ms.begin(), ms.end());
-      return ms[ms.size() / 2];
+      return bench::median(std::move(ms));
     };
     Expected<tune::TuningDb> db = tune::TuningDb::open(dbPath);
     if (!db)
