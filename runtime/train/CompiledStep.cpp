@@ -2,7 +2,6 @@
 #include "runtime/train/CompiledStep.h"
 
 #include "codegen/cpu/include/attnc/model_step.h"
-#include "runtime/Philox.h"
 
 #include <algorithm>
 #include <cmath>
@@ -63,7 +62,6 @@ CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
   std::map<std::string, ParamRef> byName;
   for (const ParamRef &p : model.params())
     byName[p.name] = p;
-  const ModelConfig &cfg = model.config();
   step->args_.assign(step->desc_.args.size(), nullptr);
   for (size_t i = 2; i < step->desc_.args.size(); ++i) {
     const std::string &name = step->desc_.args[i];
@@ -71,15 +69,9 @@ CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
       step->args_[i] = it->second.value;
       continue;
     }
-    // LSH rotations: drawn like the model's (Philox stream = layer).
-    const std::string suffix = ".attn.lsh_rotations";
-    if (name.size() > suffix.size() && name.compare(0, 7, "layers.") == 0 &&
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 && cfg.lshRounds > 0) {
-      int layer = std::stoi(name.substr(7));
-      std::vector<float> r(size_t(cfg.lshRounds) * (cfg.dModel / cfg.heads) * (cfg.lshBuckets / 2));
-      philox::lshRotations(cfg.lshSeed, uint32_t(layer), r);
-      step->constants_.push_back(std::move(r));
-      step->args_[i] = step->constants_.back().data();
+    // Constants (LSH rotations) are the model's own.
+    if (const st::Tensor *c = model.constant(name)) {
+      step->args_[i] = const_cast<void *>(static_cast<const void *>(c->data.data()));
       continue;
     }
     return makeError("compiled step: argument '" + name + "' is not a parameter of the model");

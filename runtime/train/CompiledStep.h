@@ -71,7 +71,6 @@ private:
   std::vector<float> arena_; ///< the planned arena (floats, so it is aligned)
   std::vector<void *> args_; ///< parameter pointers; tokens/targets set per run
   std::vector<float *> grads_;
-  std::vector<std::vector<float>> constants_; ///< LSH rotations
   bool training_ = false;
   int64_t step_ = 0;
   std::string error_; ///< the attention error behind a non-zero return

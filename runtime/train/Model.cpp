@@ -183,6 +183,13 @@ std::vector<ParamRef> Model::params() {
   return out;
 }
 
+const st::Tensor *Model::constant(const std::string &name) const {
+  for (size_t l = 0; l < layers_.size(); ++l)
+    if (cfg_.lshRounds > 0 && name == "layers." + std::to_string(l) + ".attn.lsh_rotations")
+      return &layers_[l].rotations;
+  return nullptr;
+}
+
 int64_t Model::numParams() const {
   int64_t n = 0;
   for (auto &p : params_)

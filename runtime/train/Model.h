@@ -106,6 +106,10 @@ public:
   void saveWeights(st::File &out) const;
   Status loadWeights(const st::File &in);
   int64_t numParams() const;
+  /// A constant input of the model by name, as a compiled step's arguments
+  /// name them: "layers.L.attn.lsh_rotations" is layer L's LSH rotations.
+  /// Null when the model has no such constant.
+  const st::Tensor *constant(const std::string &name) const;
 
   /// Bytes kept between the forward and backward passes for `batch` rows
   /// (layer inputs of standard layers, the final activations) and the peak
