@@ -104,8 +104,9 @@ private:
   std::string fresh(const char *prefix) { return prefix + std::to_string(counter++); }
   std::string name(Value v) { return names.lookup(v); }
 
-  /// Gives each result of a top-level op its planned arena pointer.
-  LogicalResult place(Operation *op, llvm::raw_ostream &os) {
+  /// Gives each result of `op` its planned arena pointer, named `prefix`N
+  /// (v: top-level values, b: a chunked body's).
+  LogicalResult place(Operation *op, llvm::raw_ostream &os, const char *prefix = "v") {
     auto offsets = op->getAttrOfType<DenseI64ArrayAttr>("attn.arena_offsets");
     if (!offsets || offsets.size() != int64_t(op->getNumResults()))
       return op->emitOpError("has no memory plan (run attn-plan-memory first)");
@@ -118,7 +119,7 @@ private:
         }
         return op->emitOpError("result #") << r.getResultNumber() << " was not placed";
       }
-      std::string n = fresh("v");
+      std::string n = fresh(prefix);
       os << "  " << (isI32(r) ? "int32_t" : "float") << " *" << n << " = ("
          << (isI32(r) ? "int32_t" : "float") << " *)(arena + " << off << ");\n";
       names[r] = n;
@@ -434,9 +435,6 @@ private:
   /// An attn.row_chunks: the body once per chunk of rows, its values in the
   /// op's planned scratch; row results copied out, sums accumulated.
   LogicalResult rowChunks(RowChunksOp rc, llvm::raw_ostream &os) {
-    auto scratch = rc->getAttrOfType<IntegerAttr>("attn.scratch_offset");
-    if (!scratch)
-      return rc.emitOpError("has no planned scratch (run attn-plan-memory first)");
     Block &body = rc.getBody().front();
     auto yield = llvm::cast<ChunksYieldOp>(body.getTerminator());
     const int64_t R = shapeOf(rc.getInputs()[0])[0], chunk = rc.getChunk();
@@ -459,14 +457,10 @@ private:
       }
       names[a] = n;
     }
-    int64_t offset = scratch.getInt();
     for (Operation &op : body.without_terminator()) {
-      for (Value r : op.getResults()) {
-        std::string n = fresh("b");
-        os << "  float *" << n << " = (float *)(arena + " << offset << ");\n";
-        names[r] = n;
-        offset += (numel(r) * 4 + 63) / 64 * 64;
-      }
+      // The body's values are in the op's planned scratch.
+      if (failed(place(&op, os, "b")))
+        return failure();
       // Which results are rows of the chunk. Only ops whose row handling
       // is known here may appear in a chunked body (the FFN and its
       // backward): elementwise ones keep their operands' rows, a GEMM's

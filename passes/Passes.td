@@ -437,8 +437,10 @@ def PlanMemory : Pass<"attn-plan-memory", "::mlir::ModuleOp"> {
     (ties: earlier definition), each at the lowest 64-byte-aligned offset
     that overlaps no placed buffer live at the same time. The results are
     attributes: `attn.arena_offsets` on every top-level op with results (one
-    entry per result, -1 for those not in the arena), `attn.scratch_offset`
-    and `attn.scratch_bytes` on `attn.row_chunks` ops, and on the function
+    entry per result, -1 for those not in the arena) and on the ops inside
+    an `attn.row_chunks` body (their values laid out one after another in
+    the op's scratch), `attn.scratch_offset` and `attn.scratch_bytes` on
+    `attn.row_chunks` ops, and on the function
     `attn.arena_bytes`, `attn.peak_live_bytes` (the most bytes live at one op,
     a lower bound on any arena) and `attn.kept_bytes`: the bytes of buffers
     defined before the backward starts (the first `attn.constant`, the loss

@@ -192,6 +192,20 @@ struct PlanMemoryPass : public attnc::impl::PlanMemoryBase<PlanMemoryPass> {
       }
       buf.op->setAttr("attn.scratch_offset", b.getI64IntegerAttr(buf.offset));
       buf.op->setAttr("attn.scratch_bytes", b.getI64IntegerAttr(buf.bytes));
+      // Inside the scratch, the body's values one after another in body
+      // order (the sizes summed above), so codegen reads every offset
+      // from the plan.
+      int64_t next = buf.offset;
+      buf.op->getRegion(0).walk([&](Operation *inner) {
+        if (!inner->getNumResults())
+          return;
+        SmallVector<int64_t> at;
+        for (Value v : inner->getResults()) {
+          at.push_back(next);
+          next += *bytesOf(inner, v); // sized without error above
+        }
+        inner->setAttr("attn.arena_offsets", b.getDenseI64ArrayAttr(at));
+      });
     }
     for (Operation &op : entry)
       if (op.getNumResults())

@@ -46,7 +46,8 @@ func.func @not_a_model(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 // The row_chunks op gets a scratch buffer (its body's two 8x16 results,
-// 512 + 512 bytes) live only at op 2; nothing inside the body is planned.
+// 512 + 512 bytes) live only at op 2; the body's values sit in it one after
+// another (3072, 3584).
 // The loss seed (op 3) is not planned and splits forward from backward:
 // %h [0,4] and %r [2,4] are kept across it, %t [1,2] and the scratch are
 // not. All buffers are 1024 bytes: %h 0, %t 1024, %r 2048, scratch 3072,
@@ -56,8 +57,10 @@ func.func @not_a_model(%x: tensor<4xf32>) -> tensor<4xf32> {
 // CHECK-NEXT: attn.matmul {{.*}}attn.arena_offsets = array<i64: 0>}
 // CHECK-NEXT: attn.bias_add {{.*}}attn.arena_offsets = array<i64: 1024>}
 // CHECK-NEXT: attn.row_chunks {{.*}}attributes {attn.arena_offsets = array<i64: 2048>, attn.scratch_bytes = 1024 : i64, attn.scratch_offset = 3072 : i64}
-// CHECK-NOT: attn.arena_offsets
-// CHECK: attn.chunks_yield
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: attn.matmul {{.*}}{attn.arena_offsets = array<i64: 3072>}
+// CHECK-NEXT: attn.activation gelu {{.*}}{attn.arena_offsets = array<i64: 3584>}
+// CHECK-NEXT: attn.chunks_yield
 // CHECK: attn.constant 1.000000e+00 {attn.arena_offsets = array<i64: -1>}
 // CHECK-NEXT: attn.add {{.*}}attn.arena_offsets = array<i64: 1024>}
 // expected-remark @+1 {{arena 4096 bytes, peak live 4096 bytes, kept for the backward 2048 bytes, 5 buffers}}
@@ -127,15 +130,16 @@ func.func @two_blocks(%x: tensor<4xf32>) -> tensor<4xf32> attributes {attn.model
 // DEPTH-NEXT: attn.model @std6
 
 // The attributes land on the generated graph: the loss seed is not in the
-// arena, the chunked feed-forward gets scratch, nothing inside a body is
-// planned.
+// arena, the chunked feed-forward gets scratch and its body's values
+// offsets inside it, from the scratch offset on.
 // GRAPH-LABEL: func.func @train_rev2
 // GRAPH-SAME: attn.arena_bytes = {{[0-9]+}} : i64
 // GRAPH-SAME: attn.kept_bytes = 107648 : i64
 // GRAPH-SAME: attn.peak_live_bytes = {{[0-9]+}} : i64
 // GRAPH: attn.embed {{.*}}attn.arena_offsets = array<i64: {{[0-9]+}}>
-// GRAPH: attn.row_chunks {{.*}}attn.scratch_bytes = {{[1-9][0-9]*}} : i64, attn.scratch_offset = {{[0-9]+}} : i64
-// GRAPH-NOT: attn.arena_offsets
+// GRAPH: attn.row_chunks {{.*}}attn.scratch_bytes = {{[1-9][0-9]*}} : i64, attn.scratch_offset = [[SCRATCH:[0-9]+]] : i64
+// GRAPH-NEXT: ^bb0
+// GRAPH-NEXT: attn.matmul {{.*}}attn.arena_offsets = array<i64: [[SCRATCH]]>
 // GRAPH: attn.chunks_yield
 // GRAPH: attn.constant 1.000000e+00 {attn.arena_offsets = array<i64: -1>}
 // GRAPH-LABEL: func.func @train_std6
