@@ -120,36 +120,43 @@ Expected<EvalResult> evaluate(Model &model, const DataSource &data, int batches,
 }
 
 Expected<GradCheckResult> gradientCheck(Model &model, const Batch &batch, int probes, float eps,
-                                        uint64_t seed, double floor) {
+                                        uint64_t seed, double floor, LossFn loss) {
+  if (!loss)
+    loss = [&](bool backward) -> Expected<double> {
+      Expected<StepResult> r = model.run(batch, backward);
+      if (!r)
+        return r.takeError();
+      return r->meanLoss();
+    };
   model.zeroGrads();
-  Expected<StepResult> base = model.run(batch, /*backward=*/true);
-  if (!base)
+  if (Expected<double> base = loss(/*backward=*/true); !base)
     return base.takeError();
   std::vector<ParamRef> params = model.params();
+  // The analytic gradients, kept: evaluating the loss again may overwrite
+  // the model's buffers.
+  std::vector<std::vector<float>> grads;
+  for (const ParamRef &pr : params)
+    grads.emplace_back(pr.grad, pr.grad + pr.size);
   GradCheckResult res;
-  auto lossAt = [&]() -> Expected<double> {
-    Expected<StepResult> r = model.run(batch, /*backward=*/false);
-    if (!r)
-      return r.takeError();
-    return r->meanLoss();
-  };
+  auto lossAt = [&] { return loss(/*backward=*/false); };
   for (size_t p = 0; p < params.size(); ++p) {
     const ParamRef &pr = params[p];
+    const std::vector<float> &grad = grads[p];
     bool anyGrad = false;
     for (int64_t i = 0; i < pr.size && !anyGrad; ++i)
-      anyGrad = pr.grad[i] != 0.0f;
+      anyGrad = grad[size_t(i)] != 0.0f;
     for (int k = 0; k < probes; ++k) {
       // Probe where the gradient lives (a zero-gradient tensor, e.g. a
       // constant parameter, is probed anywhere: its numeric slope must be 0).
       philox::Block r = philox::philox4x32({uint32_t(p), uint32_t(k), 7u, 0u}, seed);
       int64_t idx = int64_t(r[0] % uint64_t(pr.size));
-      for (int tries = 0; anyGrad && pr.grad[idx] == 0.0f && tries < 64; ++tries)
+      for (int tries = 0; anyGrad && grad[size_t(idx)] == 0.0f && tries < 64; ++tries)
         idx = (idx + 1 + int64_t(r[1] % 7)) % pr.size;
       // Constant per-head parameters share their tensor with learned ones
       // and get no gradient by design: not probed.
       const bool headParams = pr.name.size() >= 11 &&
                               pr.name.compare(pr.name.size() - 11, 11, "head_params") == 0;
-      if (headParams && pr.grad[idx] == 0.0f)
+      if (headParams && grad[size_t(idx)] == 0.0f)
         continue;
       const float orig = pr.value[idx];
       auto slope = [&](float h) -> Expected<double> {
@@ -176,7 +183,7 @@ Expected<GradCheckResult> gradientCheck(Model &model, const Batch &batch, int pr
         ++res.nonSmooth;
         continue;
       }
-      GradCheckProbe probe{pr.name, idx, double(pr.grad[idx]), *n2};
+      GradCheckProbe probe{pr.name, idx, double(grad[size_t(idx)]), *n2};
       double err = std::abs(probe.analytic - probe.numeric) / std::max(std::abs(probe.numeric), floor);
       if (err > res.worst)
         res.worst = err, res.worstParam = pr.name;

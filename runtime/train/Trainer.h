@@ -100,8 +100,12 @@ struct GradCheckResult {
   /// loss jumps inside the interval (an LSH bucket or a ReLU switched).
   int nonSmooth = 0;
 };
+/// How a gradient check evaluates the model on its batch: the mean loss and,
+/// with `backward`, the gradients in the model's buffers (Model::run by
+/// default; a compiled step writes gradients on every call).
+using LossFn = std::function<Expected<double>(bool backward)>;
 Expected<GradCheckResult> gradientCheck(Model &model, const Batch &batch, int probes, float eps,
-                                        uint64_t seed, double floor = 1e-2);
+                                        uint64_t seed, double floor = 1e-2, LossFn loss = {});
 
 /// Writes an SVG line plot of `losses` (per step, starting at `firstStep`).
 Status writeLossSvg(const std::string &path, const std::vector<double> &losses, int64_t firstStep,

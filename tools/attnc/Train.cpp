@@ -210,7 +210,11 @@ train::AttentionFn attentionOf(Prepared &p) {
 
 namespace {
 
-/// --grad-check: finite differences of the whole model on the first batch.
+Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::Model &model,
+                                                            int batch, bool recomputeLayers);
+
+/// --grad-check: finite differences of the whole model on the first batch,
+/// on the engine --engine names (the compiled step by default).
 int gradCheck(Prepared &p, const train::DataSource &data, const TrainCliOptions &opt) {
   train::Model model(p.config, attentionOf(p), opt.seed);
   train::Batch b = data.train(opt.seed, 0, opt.batch);
@@ -225,8 +229,19 @@ int gradCheck(Prepared &p, const train::DataSource &data, const TrainCliOptions 
               << " with the masks of step 0, " << off->meanLoss() << " without\n";
   }
   model.setDropout(true, 0); // fixed masks: the loss is a function of the weights
-  Expected<train::GradCheckResult> r =
-      train::gradientCheck(model, b, opt.gradCheck, opt.gradCheckEps, opt.seed);
+  train::LossFn loss; // the runtime engine: Model::run
+  std::unique_ptr<train::CompiledStep> step;
+  if (opt.engine == "compiled") {
+    Expected<std::unique_ptr<train::CompiledStep>> s =
+        compiledStep(p, model, opt.batch, opt.recomputeLayers);
+    if (!s)
+      return fail("train", s.error());
+    step = std::move(*s);
+    // Step 0's masks, like the runtime engine's above.
+    loss = [&](bool) { return step->run(b, /*training=*/true, 0); };
+  }
+  Expected<train::GradCheckResult> r = train::gradientCheck(
+      model, b, opt.gradCheck, opt.gradCheckEps, opt.seed, /*floor=*/1e-2, loss);
   if (!r)
     return fail("train", r.error());
   for (const train::GradCheckProbe &pr : r->probes)
