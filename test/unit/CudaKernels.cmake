@@ -11,6 +11,7 @@ target_compile_definitions(attnc-cuda-kernel-tests PRIVATE
 # The host-emulation half of the test compiles the kernel headers itself.
 target_include_directories(attnc-cuda-kernel-tests PRIVATE
   ${PROJECT_SOURCE_DIR}/codegen/cuda/include ${PROJECT_SOURCE_DIR}/codegen
+  ${PROJECT_SOURCE_DIR}/codegen/cuda/emulator
   ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_options(attnc-cuda-kernel-tests PRIVATE -Wall -Wextra -Wno-unknown-pragmas
   -fno-strict-aliasing) # emulated shared memory is one byte array, typed many ways

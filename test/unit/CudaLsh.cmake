@@ -11,6 +11,7 @@ target_compile_definitions(attnc-cuda-lsh-tests PRIVATE
 # The emulation half compiles the kernel headers with the host compiler.
 target_include_directories(attnc-cuda-lsh-tests PRIVATE
   ${PROJECT_SOURCE_DIR}/codegen/cuda/include ${PROJECT_SOURCE_DIR}/codegen
+  ${PROJECT_SOURCE_DIR}/codegen/cuda/emulator
   ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_options(attnc-cuda-lsh-tests PRIVATE -Wall -Wextra -Wno-unknown-pragmas
   -fno-strict-aliasing) # emulated shared memory is one byte array, typed many ways
