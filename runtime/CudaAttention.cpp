@@ -19,6 +19,14 @@ std::vector<std::string> defaultCudaKernelIncludeDirs() {
   return {ATTNC_SOURCE_DIR "/codegen", ATTNC_SOURCE_DIR "/codegen/cuda/include"};
 }
 
+std::vector<std::string> cudaEmulatorIncludeDirs() {
+  std::vector<std::string> dirs = {ATTNC_SOURCE_DIR "/codegen/cuda/emulator"};
+  for (std::string &d : defaultCudaKernelIncludeDirs())
+    dirs.push_back(std::move(d));
+  dirs.push_back(NvrtcCompiler::toolkitIncludeDir());
+  return dirs;
+}
+
 namespace {
 
 /// IEEE binary16 from float, round to nearest even (overflow to inf).

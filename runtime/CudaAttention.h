@@ -55,6 +55,11 @@ private:
 /// codegen/cuda/include.
 std::vector<std::string> defaultCudaKernelIncludeDirs();
 
+/// What the host compiler needs to run CUDA kernel code under the SIMT
+/// emulator (attnc train --engine cuda-sim): the emulator's directory, the
+/// kernel directories and the toolkit's headers (cuda_fp16.h).
+std::vector<std::string> cudaEmulatorIncludeDirs();
+
 } // namespace attnc
 
 #endif // ATTNC_RUNTIME_CUDAATTENTION_H

@@ -2,6 +2,7 @@
 #include "runtime/train/CompiledStep.h"
 
 #include "codegen/cpu/include/attnc/model_step.h"
+#include "codegen/cuda/include/attnc/model_step_env.h"
 
 #include <algorithm>
 #include <cmath>
@@ -29,6 +30,19 @@ void copyOut(const st::Tensor &t, float *dst) {
   std::memcpy(dst, t.data.data(), t.data.size());
 }
 
+/// The CUDA step's translation unit under the emulator: the emulator, the
+/// kernels, the host code, and the launch the runtime calls (the emulator's
+/// state lives in this shared object, so its launches must too).
+std::string cudaSimSource(const CompiledStepDesc &d) {
+  return "// attnc train --engine cuda-sim: the CUDA step of " + d.symbol +
+         " with its kernels on the SIMT emulator.\n#include \"attnc/simt_emulator.h\"\n\n" +
+         d.cudaDeviceSource + "\n" + d.cudaHostSource +
+         "\nextern \"C\" int attnc_simt_run(void (*kernel)(attnc_kargs), long long blocks, "
+         "int threads, const attnc_kargs *args) {\n"
+         "  const attnc_kargs a = *args;\n"
+         "  return ::emu::launch(int(blocks), 1, threads, [&] { kernel(a); }) ? 0 : 1;\n}\n";
+}
+
 } // namespace
 
 CompiledStep::CompiledStep(CompiledStepDesc desc, Model &model, AttentionFn attention,
@@ -37,11 +51,19 @@ CompiledStep::CompiledStep(CompiledStepDesc desc, Model &model, AttentionFn atte
 
 Expected<std::unique_ptr<CompiledStep>>
 CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
-                     const std::vector<std::string> &includeDirs, const HostCompiler &compiler) {
+                     const std::vector<std::string> &includeDirs, const HostCompiler &compiler,
+                     StepEngine engine) {
   HostCompileOptions options;
   options.includeDirs = includeDirs;
+  const bool sim = engine == StepEngine::CudaSim;
+  if (sim && (desc.cudaDeviceSource.empty() || desc.cudaSymbol.empty()))
+    return makeError("compiled step: no CUDA step was emitted for " + desc.symbol);
+  // Emulated shared memory is one byte array, typed many ways.
+  if (sim)
+    options.flags = {"-fno-strict-aliasing", "-w"};
   Expected<SharedObjectImage> image =
-      compiler.compile(desc.symbol + ".cpp", desc.source, options);
+      sim ? compiler.compile(desc.cudaSymbol + "_sim.cpp", cudaSimSource(desc), options)
+          : compiler.compile(desc.symbol + ".cpp", desc.source, options);
   if (!image)
     return image.takeError();
   Expected<SharedObject> so = SharedObject::load(image->image, image->programName);
@@ -50,10 +72,19 @@ CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
   std::unique_ptr<CompiledStep> step(
       new CompiledStep(std::move(desc), model, std::move(attention), std::move(so).take()));
   step->fromCache_ = image->fromCache;
-  Expected<StepFn *> fn = step->so_.function<StepFn>(step->desc_.symbol);
-  if (!fn)
-    return fn.takeError();
-  step->fn_ = *fn;
+  step->engine_ = engine;
+  if (sim) {
+    Expected<CudaStepFn *> fn = step->so_.function<CudaStepFn>(step->desc_.cudaSymbol);
+    Expected<SimtRunFn *> runFn = step->so_.function<SimtRunFn>("attnc_simt_run");
+    if (!fn || !runFn)
+      return makeError(!fn ? fn.error() : runFn.error());
+    step->cudaFn_ = *fn, step->simtRun_ = *runFn;
+  } else {
+    Expected<StepFn *> fn = step->so_.function<StepFn>(step->desc_.symbol);
+    if (!fn)
+      return fn.takeError();
+    step->fn_ = *fn;
+  }
   if (step->desc_.arenaBytes < 0)
     return makeError("compiled step: negative arena size");
   step->arena_.assign(size_t(step->desc_.arenaBytes + 3) / 4, 0.0f);
@@ -223,6 +254,8 @@ Expected<double> CompiledStep::run(const Batch &batch, bool training, int64_t st
   step_ = step;
   args_[0] = const_cast<int32_t *>(batch.inputs.data());
   args_[1] = const_cast<int32_t *>(batch.targets.data());
+  if (engine_ == StepEngine::CudaSim)
+    return runCudaSim();
   attnc_model_env env{};
   env.ctx = this;
   env.gemm = gemmCallback;
@@ -237,6 +270,100 @@ Expected<double> CompiledStep::run(const Batch &batch, bool training, int64_t st
   int rc = fn_(&env, reinterpret_cast<char *>(arena_.data()), args_.data(), grads_.data(), &loss);
   if (rc != 0)
     return makeError(error_.empty() ? "compiled step failed with code " + std::to_string(rc)
+                                    : error_);
+  return double(loss);
+}
+
+} // namespace attnc::train
+
+namespace attnc::train {
+
+/// The CUDA step with host memory standing in for device memory: kernels
+/// on the emulator, GEMMs and attention as the CPU step runs them.
+Expected<double> CompiledStep::runCudaSim() {
+  struct Env {
+    static CompiledStep &self(void *ctx) { return *static_cast<CompiledStep *>(ctx); }
+    static int launch(void *ctx, const char *name, long long blocks, int threads,
+                      const attnc_kargs *args) {
+      CompiledStep &s = self(ctx);
+      auto it = s.kernels_.find(name);
+      if (it == s.kernels_.end()) {
+        Expected<KernelFn *> fn = s.so_.function<KernelFn>(name);
+        if (!fn) {
+          s.error_ = "cuda-sim: " + fn.error();
+          return 4;
+        }
+        it = s.kernels_.emplace(name, *fn).first;
+      }
+      if (threads <= 0 || threads > 1024 || threads % 32 || blocks < 0 || blocks > (1LL << 31) - 1) {
+        s.error_ = "cuda-sim: kernel " + std::string(name) + " launched with " +
+                   std::to_string(blocks) + " blocks of " + std::to_string(threads) + " threads";
+        return 5;
+      }
+      if (s.simtRun_(it->second, blocks, threads, args)) {
+        s.error_ = "cuda-sim: kernel " + std::string(name) +
+                   " deadlocked (a barrier not reached by every thread)";
+        return 3;
+      }
+      return 0;
+    }
+    static int gemm(void *, int ta, int tb, long long M, long long N, long long K,
+                    const float *A, const float *B, float *C) {
+      train::gemm(ta != 0, tb != 0, M, N, K, A, B, C);
+      return 0;
+    }
+    static int attention(void *ctx, long long layer, const float *const *in, float *out,
+                         float *lse) {
+      return attentionCallback(ctx, layer, in, out, lse);
+    }
+    static int attentionGrad(void *ctx, long long layer, const float *const *in,
+                             float *const *out) {
+      return attentionGradCallback(ctx, layer, in, out);
+    }
+    static int checkFinite(void *ctx, const char *what, const float *x, long long n,
+                           long long width) {
+      for (long long i = 0; i < n; ++i)
+        if (!std::isfinite(x[i]))
+          return nonfiniteCallback(ctx, what, i, width, x[i]);
+      return 0;
+    }
+    static int copy(void *, void *dst, const void *src, unsigned long long bytes) {
+      std::memmove(dst, src, bytes);
+      return 0;
+    }
+    static int zero(void *, void *dst, unsigned long long bytes) {
+      std::memset(dst, 0, bytes);
+      return 0;
+    }
+    static void *scratch(void *ctx, unsigned long long bytes) {
+      std::vector<float> &buf = self(ctx).scratch_;
+      if (buf.size() < (bytes + 3) / 4)
+        buf.resize((bytes + 3) / 4);
+      return buf.data();
+    }
+  };
+  const ModelConfig &c = model_.config();
+  attnc_cuda_env env{};
+  env.ctx = this;
+  env.launch = Env::launch;
+  env.gemm = Env::gemm;
+  env.attention = Env::attention;
+  env.attention_grad = Env::attentionGrad;
+  env.check_finite = Env::checkFinite;
+  env.copy = Env::copy;
+  env.zero = Env::zero;
+  env.read = Env::copy;
+  env.scratch = Env::scratch;
+  env.dropout_seed = c.dropoutSeed;
+  env.step = uint32_t(step_);
+  env.dropout_on = training_ && c.dropout > 0;
+  env.loss_scale = 1.0f;
+  float loss = 0;
+  error_.clear();
+  int rc = cudaFn_(&env, reinterpret_cast<char *>(arena_.data()), args_.data(), grads_.data(),
+                   &loss);
+  if (rc != 0)
+    return makeError(error_.empty() ? "compiled CUDA step failed with code " + std::to_string(rc)
                                     : error_);
   return double(loss);
 }

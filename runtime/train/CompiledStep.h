@@ -14,9 +14,12 @@
 #include "runtime/HostCompiler.h"
 #include "runtime/train/Model.h"
 
+#include <map>
 #include <memory>
 
 struct attnc_model_env; // codegen/cpu/include/attnc/model_step.h
+struct attnc_kargs;     // codegen/cuda/include/attnc/model_step_env.h
+struct attnc_cuda_env;
 
 namespace attnc::train {
 
@@ -31,14 +34,24 @@ struct CompiledStepDesc {
   std::vector<std::string> args;
   /// The argument numbers whose gradients the step returns, in order.
   std::vector<int> gradArgs;
+  /// The same step for CUDA (codegen's CudaModelStep): kernels, host code
+  /// and its entry point; empty when not emitted.
+  std::string cudaDeviceSource, cudaHostSource, cudaSymbol;
 };
+
+/// How a compiled step runs: its C++ on the CPU, or its CUDA step (kernels
+/// and host code) with the kernels under the SIMT emulator on the CPU,
+/// which checks the generated CUDA without a GPU.
+enum class StepEngine { Cpu, CudaSim };
 
 class CompiledStep {
 public:
   /// Compiles the step and binds it to `model` (which must outlive it).
+  /// CudaSim needs the desc's CUDA sources and cudaEmulatorIncludeDirs().
   static Expected<std::unique_ptr<CompiledStep>>
   create(CompiledStepDesc desc, Model &model, AttentionFn attention,
-         const std::vector<std::string> &includeDirs, const HostCompiler &compiler);
+         const std::vector<std::string> &includeDirs, const HostCompiler &compiler,
+         StepEngine engine = StepEngine::Cpu);
 
   /// One step on `batch` (its B must be the compiled batch): returns the
   /// loss and writes the gradients into the model's gradient buffers. `step` keys the
@@ -57,18 +70,28 @@ private:
                                    float *const *out);
   static int nonfiniteCallback(void *ctx, const char *what, int64_t index, int64_t width,
                                float value);
+  Expected<double> runCudaSim();
   int attend(int64_t layer, const float *const *in, const float *dout, float *const *out,
              const float *forwardOut, const float *forwardLse);
 
   using StepFn = int(const attnc_model_env *env, char *arena, void *const *args, float *const *grads,
                      float *loss);
+  using KernelFn = void(attnc_kargs);
+  using SimtRunFn = int(KernelFn *kernel, long long blocks, int threads, const attnc_kargs *args);
   CompiledStepDesc desc_;
+  StepEngine engine_ = StepEngine::Cpu;
+  SimtRunFn *simtRun_ = nullptr;        ///< CudaSim: the emulator's launch
+  std::map<std::string, KernelFn *> kernels_; ///< CudaSim: resolved by name
   Model &model_;
   AttentionFn attention_;
   SharedObject so_;
   StepFn *fn_ = nullptr;
+  using CudaStepFn = int(const attnc_cuda_env *env, char *arena, void *const *args,
+                         float *const *grads, float *loss);
+  CudaStepFn *cudaFn_ = nullptr;
   bool fromCache_ = false;
   std::vector<float> arena_; ///< the planned arena (floats, so it is aligned)
+  std::vector<float> scratch_; ///< CudaSim: the env's scratch
   std::vector<void *> args_; ///< parameter pointers; tokens/targets set per run
   std::vector<float *> grads_;
   bool training_ = false;

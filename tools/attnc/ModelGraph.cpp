@@ -2,13 +2,19 @@
 #include "tools/attnc/ModelGraph.h"
 
 #include "codegen/ModelEmitter.h"
+#include "codegen/TileModel.h"
 #include "passes/Passes.h"
+#include "runtime/CudaAttention.h"
+#include "runtime/KernelCache.h"
+#include "runtime/NvrtcCompiler.h"
 
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdlib>
 #include <iomanip>
+#include <iostream>
 
 using namespace mlir;
 
@@ -62,6 +68,17 @@ bool compileModelGraph(ModuleOp resolved, attn::ModelOp model, int batch, int la
     return false;
   out.step.source = *src;
   out.step.symbol = codegen::modelStepSymbol(func);
+  // ATTNC_CUDA_ROW_SMEM_BYTES lowers the row kernels' shared memory so the
+  // tests reach the scratch path on small models.
+  int64_t rowSmem = 48 * 1024;
+  if (const char *e = std::getenv("ATTNC_CUDA_ROW_SMEM_BYTES"); e && *e)
+    rowSmem = std::max<int64_t>(256, std::atoll(e));
+  FailureOr<codegen::CudaModelStep> cuda = codegen::emitModelStepCuda(func, rowSmem);
+  if (failed(cuda))
+    return false;
+  out.step.cudaDeviceSource = std::move(cuda->deviceSource);
+  out.step.cudaHostSource = std::move(cuda->hostSource);
+  out.step.cudaSymbol = std::move(cuda->symbol);
   out.step.arenaBytes = out.arenaBytes;
   out.step.keptBytes = out.keptBytes;
   out.step.batch = batch;
@@ -75,6 +92,53 @@ bool compileModelGraph(ModuleOp resolved, attn::ModelOp model, int batch, int la
     for (Attribute a : gradOf)
       out.step.gradArgs.push_back(int(llvm::cast<IntegerAttr>(a).getInt()));
   return true;
+}
+
+int checkModelStepsWithNvrtc(ModuleOp resolved, const std::string &arch, int batch,
+                             std::ostream &os) {
+  Expected<GpuArch> gpu = parseGpuArch(arch);
+  if (!gpu) {
+    std::cerr << "attnc: error: " << gpu.error() << "\n";
+    return 1;
+  }
+  NvrtcCompiler nvrtc(&KernelCache::processDefault());
+  NvrtcOptions options;
+  options.arch = arch;
+  options.includeDirs = defaultCudaKernelIncludeDirs();
+  // The step's kernels use static __shared__ storage only: 48 KiB on every arch.
+  const int limit = std::min(attnc::tile::smemLimitBytes(gpu->sm), 48 * 1024);
+  int failures = 0;
+  for (attn::ModelOp model : resolved.getOps<attn::ModelOp>()) {
+    ModelGraph g;
+    if (!compileModelGraph(resolved, model, batch, 0, /*emitSource=*/true, g,
+                           /*recomputeLayers=*/true))
+      return 1;
+    Expected<Cubin> cubin = nvrtc.compile(g.step.cudaSymbol + ".cu", g.step.cudaDeviceSource,
+                                          options);
+    if (!cubin) {
+      std::cerr << "attnc: error: the CUDA step of " << model.getSymName().str() << ": "
+                << cubin.error() << "\n";
+      return 1;
+    }
+    os << "CUDA training step of " << model.getSymName().str() << " (batch " << batch << ", "
+       << arch << "): " << cubin->kernels.size() << " kernels\n";
+    // Every kernel of the module: the generated row kernels and the fixed ones.
+    for (const KernelResources &r : cubin->kernels) {
+      bool ok = !r.spills() && r.registers <= attnc::tile::kMaxRegsPerThread &&
+                r.staticSmemBytes <= limit;
+      os << "  " << (ok ? "ok  " : "FAIL") << " " << r.name << ": " << r.registers
+         << " registers, " << r.spillStoreBytes << "+" << r.spillLoadBytes
+         << " bytes spilled, " << r.staticSmemBytes << " of " << limit
+         << " bytes shared memory\n";
+      failures += !ok;
+    }
+  }
+  if (failures) {
+    std::cerr << "attnc: error: " << failures << " training-step kernel(s) failed the " << arch
+              << " resource check\n";
+    return 1;
+  }
+  return 0;
 }
 
 void reportCompiledPlans(ModuleOp resolved, int batch, std::ostream &os) {

@@ -37,6 +37,13 @@ bool compileModelGraph(mlir::ModuleOp resolved, attn::ModelOp model, int batch, 
 /// at the spec's depth (what a training step allocates besides weights,
 /// gradients and optimizer state) and at 2, 6 and 12 layers; for standard
 /// layers also with each layer recomputed in the backward.
+/// `attnc compile --check-nvrtc`, training steps: compiles each model's
+/// CUDA step kernels with NVRTC for `arch` and checks every kernel's ptxas
+/// report (no spills, shared memory within the arch's limit). Non-zero on
+/// failure.
+int checkModelStepsWithNvrtc(mlir::ModuleOp resolved, const std::string &arch, int batch,
+                             std::ostream &os);
+
 void reportCompiledPlans(mlir::ModuleOp resolved, int batch, std::ostream &os);
 
 } // namespace attnc::driver

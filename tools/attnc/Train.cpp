@@ -14,6 +14,7 @@
 #include "tools/attnc/Run.h"
 #include "tools/attnc/Tune.h"
 
+#include "runtime/CudaAttention.h"
 #include "runtime/FileSystem.h"
 #include "runtime/KernelCache.h"
 
@@ -211,7 +212,8 @@ train::AttentionFn attentionOf(Prepared &p) {
 namespace {
 
 Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::Model &model,
-                                                            int batch, bool recomputeLayers);
+                                                            int batch, bool recomputeLayers,
+                                                            const std::string &engine = "compiled");
 
 /// --grad-check: finite differences of the whole model on the first batch,
 /// on the engine --engine names (the compiled step by default).
@@ -231,9 +233,9 @@ int gradCheck(Prepared &p, const train::DataSource &data, const TrainCliOptions 
   model.setDropout(true, 0); // fixed masks: the loss is a function of the weights
   train::LossFn loss; // the runtime engine: Model::run
   std::unique_ptr<train::CompiledStep> step;
-  if (opt.engine == "compiled") {
+  if (opt.engine != "runtime") {
     Expected<std::unique_ptr<train::CompiledStep>> s =
-        compiledStep(p, model, opt.batch, opt.recomputeLayers);
+        compiledStep(p, model, opt.batch, opt.recomputeLayers, opt.engine);
     if (!s)
       return fail("train", s.error());
     step = std::move(*s);
@@ -304,7 +306,8 @@ namespace {
 
 /// The compiled whole-model step of the prepared model for `batch`.
 Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::Model &model,
-                                                            int batch, bool recomputeLayers) {
+                                                            int batch, bool recomputeLayers,
+                                                            const std::string &engine) {
   // Reversible layers rebuild their inputs anyway.
   recomputeLayers = recomputeLayers && !p.config.reversible;
   attn::ModelOp m;
@@ -326,6 +329,16 @@ Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::
             << (recomputeLayers ? " (layers recomputed in the backward)" : "") << ": arena "
             << g.arenaBytes / 1024 << " KiB, " << g.fusedKernels << " fused row kernels, "
             << g.gemms << " GEMMs, " << g.attentionCalls << " attention calls\n";
+  if (engine == "cuda-sim") {
+    std::cerr << "attnc train: cuda-sim: the CUDA step's kernels (" << g.step.cudaSymbol
+              << ") run on the SIMT emulator\n";
+    std::vector<std::string> dirs = defaultKernelIncludeDirs();
+    for (std::string &d : cudaEmulatorIncludeDirs())
+      dirs.push_back(std::move(d));
+    return train::CompiledStep::create(std::move(g.step), model, attentionOf(p), dirs,
+                                       HostCompiler(&KernelCache::processDefault()),
+                                       train::StepEngine::CudaSim);
+  }
   return train::CompiledStep::create(std::move(g.step), model, attentionOf(p),
                                      defaultKernelIncludeDirs(),
                                      HostCompiler(&KernelCache::processDefault()));
@@ -334,7 +347,8 @@ Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::
 /// --compare-engines: the runtime's and the compiled step on one batch.
 int compareEngines(Prepared &p, const train::DataSource &data, const TrainCliOptions &opt) {
   train::Model model(p.config, attentionOf(p), opt.seed);
-  Expected<std::unique_ptr<train::CompiledStep>> step = compiledStep(p, model, opt.batch, opt.recomputeLayers);
+  Expected<std::unique_ptr<train::CompiledStep>> step = compiledStep(
+      p, model, opt.batch, opt.recomputeLayers, opt.engine == "runtime" ? "compiled" : opt.engine);
   if (!step)
     return fail("train", step.error());
   train::Batch batch = data.train(opt.seed, 0, opt.batch);
@@ -371,7 +385,8 @@ int compareEngines(Prepared &p, const train::DataSource &data, const TrainCliOpt
   }
   double lossDiff = std::abs(*loss - r->meanLoss());
   bool ok = worst <= 1e-3 && lossDiff <= 1e-4 * std::max(1.0, std::abs(r->meanLoss()));
-  std::cout << "loss: runtime " << r->meanLoss() << ", compiled " << *loss << "\n"
+  std::cout << "loss: runtime " << r->meanLoss() << ", "
+            << (opt.engine == "cuda-sim" ? "cuda-sim " : "compiled ") << *loss << "\n"
             << "gradients: worst max|difference|/max|gradient| " << worst << " (" << where
             << ") over " << params.size() << " tensors" << (ok ? "" : "  > 1e-3: FAILED")
             << "\n";
@@ -483,8 +498,9 @@ int runTrain(const TrainCliOptions &opt) {
     return compareEngines(p, *data, opt);
   train::Model model(p.config, attentionOf(p), opt.seed);
   std::unique_ptr<train::CompiledStep> compiled;
-  if (opt.engine == "compiled") {
-    Expected<std::unique_ptr<train::CompiledStep>> step = compiledStep(p, model, opt.batch, opt.recomputeLayers);
+  if (opt.engine != "runtime") {
+    Expected<std::unique_ptr<train::CompiledStep>> step =
+        compiledStep(p, model, opt.batch, opt.recomputeLayers, opt.engine);
     if (!step)
       return fail("train", step.error());
     compiled = std::move(*step);

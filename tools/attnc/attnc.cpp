@@ -149,7 +149,7 @@ int runCompile(const CompileOptions &opts) {
   if (!module)
     return kExitInput;
 
-  if (opts.emit == "graph" || opts.emit == "model-cpp") {
+  if (opts.emit == "graph" || opts.emit == "model-cpp" || opts.emit == "model-cuda") {
     // Whole-model compilation: each model's planned training step.
     mlir::PassManager pm(&context);
     pm.addPass(attnc::createResolveTunables());
@@ -161,7 +161,10 @@ int runCompile(const CompileOptions &opts) {
       if (!attnc::driver::compileModelGraph(*module, model, opts.planBatch, 0, true, g,
                                             /*recomputeLayers=*/true))
         return kExitInput;
-      *os << (opts.emit == "graph" ? g.ir + "\n" : g.step.source);
+      if (opts.emit == "model-cuda")
+        *os << g.step.cudaDeviceSource << "\n// ---- host side ----\n" << g.step.cudaHostSource;
+      else
+        *os << (opts.emit == "graph" ? g.ir + "\n" : g.step.source);
     }
     return 0;
   }
@@ -178,6 +181,8 @@ int runCompile(const CompileOptions &opts) {
         return fail("--check-nvrtc needs the cuda target");
       if (int rc2 = attnc::driver::checkWithNvrtc(compiled, opts.arch, std::cout))
         return rc2;
+      if (attnc::driver::checkModelStepsWithNvrtc(*module, opts.arch, opts.planBatch, std::cout))
+        return kExitInput;
       if (opts.emit.empty() && opts.output.empty())
         return 0;
     }
@@ -237,8 +242,10 @@ int main(int argc, char **argv) {
   compile->add_option("--emit", copts.emit,
                       "print one stage instead of writing an artifact: ast, mlir "
                       "(attn dialect), lowered (after the pass pipeline), cuda, cpp, graph "
-                      "(each model's planned training step), model-cpp (its C++)")
-      ->check(CLI::IsMember({"ast", "mlir", "lowered", "cuda", "cpp", "graph", "model-cpp"}));
+                      "(each model's planned training step), model-cpp (its C++), model-cuda (its CUDA "
+                      "kernels, then the host code ordering them)")
+      ->check(CLI::IsMember(
+          {"ast", "mlir", "lowered", "cuda", "cpp", "graph", "model-cpp", "model-cuda"}));
   compile->add_flag("--check-nvrtc", copts.checkNvrtc,
                     "compile the CUDA kernels with NVRTC for --arch and check registers, "
                     "spills and shared memory (no GPU needed)");
@@ -377,8 +384,10 @@ int main(int argc, char **argv) {
 
   trainCmd->add_option("--engine", topts.engine,
                        "compiled: the training step compiled by the whole-model passes; "
-                       "runtime: the runtime assembles each step around the generated attention")
-      ->check(CLI::IsMember({"runtime", "compiled"}))
+                       "runtime: the runtime assembles each step around the generated attention; "
+                       "cuda-sim: the compiled CUDA step with its kernels on a SIMT emulator "
+                       "on the CPU (slow: checks the generated CUDA without a GPU)")
+      ->check(CLI::IsMember({"runtime", "compiled", "cuda-sim"}))
       ->capture_default_str();
   trainCmd->add_flag("!--no-recompute", topts.recomputeLayers,
                      "compiled engine: keep every standard layer's activations for the "

@@ -1,0 +1,294 @@
+//===- model_step.cuh - Device side of a generated CUDA training step -----===//
+//
+// What the kernels of a generated `model_<name>.cu` share: block-wide row
+// helpers (each row-local kernel is one block per row, its threads striding
+// the columns) and the fixed kernels of the step (reductions over rows,
+// head layout, cross-entropy). NVRTC-safe (no includes but the project's
+// no-include headers); also compiles on the host under the SIMT emulator
+// (codegen/cuda/emulator/attnc/simt_emulator.h), which is how the test
+// suite runs these kernels without a GPU.
+//
+// Every reduction has a fixed order: a row's sums go lane → warp → block
+// in thread order, and sums over rows are one thread per column walking
+// the rows in order. So a step is bit-identical run to run, with no float
+// atomics. Blocks are a multiple of 32 threads.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_CUDA_MODEL_STEP_CUH
+#define ATTNC_CUDA_MODEL_STEP_CUH
+
+#include "Philox.h"
+#include "attnc/model_step_env.h"
+
+#ifdef ATTNC_CUDA_SIMT_EMULATOR_H
+/// Under the emulator a block's shared storage is the emulator's.
+#define ATTNC_STEP_SHARED(Type, name) Type &name = ::emu::shared<Type>()
+#define ATTNC_STEP_FN inline
+#else
+#define ATTNC_STEP_SHARED(Type, name) __shared__ Type name
+#define ATTNC_STEP_FN __device__ __forceinline__
+#endif
+
+namespace attnc {
+namespace step {
+
+/// Scratch of the block reductions: one slot per warp.
+constexpr int kMaxWarps = 32;
+
+/// Σ v over the block, the same value in every thread. Lane sums go down
+/// a butterfly, lane 0's is the warp's, warps add in order.
+template <class T> ATTNC_STEP_FN T blockSum(T v, T *red) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  if (lane == 0)
+    red[warp] = v;
+  __syncthreads();
+  T s = 0;
+  for (int w = 0; w < int(blockDim.x + 31) / 32; ++w)
+    s += red[w];
+  __syncthreads(); // red is reused by the next reduction
+  return s;
+}
+
+template <class T> ATTNC_STEP_FN T blockMax(T v, T *red) {
+  for (int o = 16; o > 0; o >>= 1) {
+    T u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = u > v ? u : v;
+  }
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  if (lane == 0)
+    red[warp] = v;
+  __syncthreads();
+  T m = red[0];
+  for (int w = 1; w < int(blockDim.x + 31) / 32; ++w)
+    m = red[w] > m ? red[w] : m;
+  __syncthreads();
+  return m;
+}
+
+// Activations: 0 gelu (tanh form), 1 relu, 2 silu (Attn_Activation's order,
+// the CPU step's formulas).
+ATTNC_STEP_FN float tanhApprox(float u) { return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f); }
+ATTNC_STEP_FN float activation(int kind, float x) {
+  if (kind == 1)
+    return x > 0 ? x : 0.0f;
+  if (kind == 2)
+    return x / (1.0f + expf(-x));
+  const float c = 0.7978845608028654f, a = 0.044715f;
+  return 0.5f * x * (1.0f + tanhApprox(c * (x + a * x * x * x)));
+}
+ATTNC_STEP_FN float activationGrad(int kind, float x) {
+  if (kind == 1)
+    return x > 0 ? 1.0f : 0.0f;
+  if (kind == 2) {
+    float s = 1.0f / (1.0f + expf(-x));
+    return s * (1.0f + x * (1.0f - s));
+  }
+  const float c = 0.7978845608028654f, a = 0.044715f;
+  float t = tanhApprox(c * (x + a * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * a * x * x);
+}
+
+/// y = (x − mean)·rstd·gamma + beta over one row of C, two passes (mean,
+/// then the centred variance). Every thread calls it.
+ATTNC_STEP_FN void layerNormRow(const float *x, const float *gamma, const float *beta, float *y,
+                                float *mean, float *rstd, int C, float eps, float *red) {
+  float s = 0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    s += x[c];
+  const float m = blockSum(s, red) / float(C);
+  float v = 0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    v += (x[c] - m) * (x[c] - m);
+  const float rs = 1.0f / sqrtf(blockSum(v, red) / float(C) + eps);
+  if (threadIdx.x == 0)
+    *mean = m, *rstd = rs;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    y[c] = (x[c] - m) * rs * gamma[c] + beta[c];
+}
+
+/// dx of a layer norm over one row of C.
+ATTNC_STEP_FN void layerNormGradRow(const float *dy, const float *x, const float *gamma,
+                                    float mean, float rstd, float *dx, int C, float *red) {
+  float sg = 0, sgx = 0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float g = dy[c] * gamma[c];
+    sg += g, sgx += g * ((x[c] - mean) * rstd);
+  }
+  const float mg = blockSum(sg, red) / float(C), mgx = blockSum(sgx, red) / float(C);
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    dx[c] = rstd * (dy[c] * gamma[c] - mg - ((x[c] - mean) * rstd) * mgx);
+}
+
+/// The residual dropout of element `index` (the CPU step's mask).
+ATTNC_STEP_FN float dropout(float x, const attnc_kargs &a, unsigned stream,
+                            unsigned long long index, float p, float keepScale) {
+  if (!a.flag)
+    return x;
+  return philox::dropoutUniform(a.seed, stream, a.step, index) < p ? 0.0f : x * keepScale;
+}
+
+ATTNC_STEP_FN long long globalThread() {
+  return (long long)blockIdx.x * blockDim.x + threadIdx.x;
+}
+
+} // namespace step
+} // namespace attnc
+
+//===-- The fixed kernels (attnc_kargs layouts as documented) -------------===//
+
+/// out[c] = Σ_r x[r, c], rows in order. p: x, out; n: R, C. One thread per
+/// column.
+extern "C" __global__ void attnc_step_column_sum(attnc_kargs a) {
+  const long long c = attnc::step::globalThread(), R = a.n[0], C = a.n[1];
+  if (c >= C)
+    return;
+  const float *x = (const float *)a.p[0];
+  float s = 0;
+  for (long long r = 0; r < R; ++r)
+    s += x[r * C + c];
+  ((float *)a.p[1])[c] = s;
+}
+
+/// dgamma = Σ_r dy·x̂, dbeta = Σ_r dy. p: dy, x, mean, rstd, dgamma, dbeta;
+/// n: R, C.
+extern "C" __global__ void attnc_step_layer_norm_param_grad(attnc_kargs a) {
+  const long long c = attnc::step::globalThread(), R = a.n[0], C = a.n[1];
+  if (c >= C)
+    return;
+  const float *dy = (const float *)a.p[0], *x = (const float *)a.p[1];
+  const float *mean = (const float *)a.p[2], *rstd = (const float *)a.p[3];
+  float sg = 0, sb = 0;
+  for (long long r = 0; r < R; ++r) {
+    const float d = dy[r * C + c];
+    sg += d * ((x[r * C + c] - mean[r]) * rstd[r]);
+    sb += d;
+  }
+  ((float *)a.p[4])[c] = sg;
+  ((float *)a.p[5])[c] = sb;
+}
+
+/// dtable[tokens[r]] += dy[r], dpos[r mod S] += dy[r], both written from
+/// zero. p: tokens, dy, dtable, dpos; n: R, V, S, C. One thread per column,
+/// rows in order: no two threads touch one element.
+extern "C" __global__ void attnc_step_embed_grad(attnc_kargs a) {
+  const long long c = attnc::step::globalThread(), R = a.n[0], V = a.n[1], S = a.n[2],
+                  C = a.n[3];
+  if (c >= C)
+    return;
+  const int *tokens = (const int *)a.p[0];
+  const float *dy = (const float *)a.p[1];
+  float *dtable = (float *)a.p[2], *dpos = (float *)a.p[3];
+  for (long long v = 0; v < V; ++v)
+    dtable[v * C + c] = 0;
+  for (long long s = 0; s < S; ++s)
+    dpos[s * C + c] = 0;
+  for (long long r = 0; r < R; ++r) {
+    const float g = dy[r * C + c];
+    dtable[(long long)tokens[r] * C + c] += g;
+    dpos[(r % S) * C + c] += g;
+  }
+}
+
+/// [B·S, H·D] → [B, H, S, D] (flag 0) or back (flag 1). p: x, y;
+/// n: B, H, S, D. One thread per element of y.
+extern "C" __global__ void attnc_step_heads(attnc_kargs a) {
+  const long long i = attnc::step::globalThread(), B = a.n[0], H = a.n[1], S = a.n[2],
+                  D = a.n[3];
+  if (i >= B * H * S * D)
+    return;
+  const float *x = (const float *)a.p[0];
+  float *y = (float *)a.p[1];
+  const long long d = i % D, rest = i / D;
+  if (!a.flag) { // i indexes [B, H, S, D]
+    const long long s = rest % S, h = (rest / S) % H, b = rest / (S * H);
+    y[i] = x[((b * S + s) * H + h) * D + d];
+  } else { // i indexes [B·S, H·D]
+    const long long h = rest % H, r = rest / H, b = r / S, s = r % S;
+    y[i] = x[((b * H + h) * S + s) * D + d];
+  }
+}
+
+/// Mean cross-entropy over rows with a target (≥ 0): loss[0] and count[0].
+/// p: logits, targets, loss, count; n: R, V. One block; thread t takes rows
+/// t, t + threads, …; the block sums in thread order.
+extern "C" __global__ void attnc_step_cross_entropy(attnc_kargs a) {
+  struct Shared {
+    double red[attnc::step::kMaxWarps];
+  };
+  ATTNC_STEP_SHARED(Shared, sm);
+  const long long R = a.n[0], V = a.n[1];
+  const float *logits = (const float *)a.p[0];
+  const int *targets = (const int *)a.p[1];
+  double sum = 0, count = 0;
+  for (long long r = threadIdx.x; r < R; r += blockDim.x) {
+    if (targets[r] < 0)
+      continue;
+    const float *l = logits + r * V;
+    float mx = l[0];
+    for (long long j = 1; j < V; ++j)
+      mx = l[j] > mx ? l[j] : mx;
+    double s = 0;
+    for (long long j = 0; j < V; ++j)
+      s += exp(double(l[j] - mx));
+    sum += log(s) + mx - l[targets[r]];
+    count += 1;
+  }
+  sum = attnc::step::blockSum(sum, sm.red);
+  count = attnc::step::blockSum(count, sm.red);
+  if (threadIdx.x == 0) {
+    ((float *)a.p[2])[0] = count > 0 ? float(sum / count) : 0.0f;
+    ((float *)a.p[3])[0] = float(count);
+  }
+}
+
+/// dlogits = f[0]·(softmax − onehot)/count on rows with a target, 0 on the
+/// others (f[0]: the loss's gradient, the loss scale under fp16).
+/// p: logits, targets, count, dlogits; n: R, V. One block per row.
+extern "C" __global__ void attnc_step_cross_entropy_grad(attnc_kargs a) {
+  struct Shared {
+    float red[attnc::step::kMaxWarps];
+  };
+  ATTNC_STEP_SHARED(Shared, sm);
+  const long long r = blockIdx.x, V = a.n[1];
+  const float *l = (const float *)a.p[0] + r * V;
+  const int t = ((const int *)a.p[1])[r];
+  const float count = ((const float *)a.p[2])[0];
+  float *d = (float *)a.p[3] + r * V;
+  if (t < 0) {
+    for (long long j = threadIdx.x; j < V; j += blockDim.x)
+      d[j] = 0;
+    return;
+  }
+  float mx = l[0];
+  for (long long j = threadIdx.x; j < V; j += blockDim.x)
+    mx = l[j] > mx ? l[j] : mx;
+  mx = attnc::step::blockMax(mx, sm.red);
+  float s = 0;
+  for (long long j = threadIdx.x; j < V; j += blockDim.x)
+    s += expf(l[j] - mx);
+  s = attnc::step::blockSum(s, sm.red);
+  const float scale = count > 0 ? a.f[0] / count : 0.0f;
+  for (long long j = threadIdx.x; j < V; j += blockDim.x)
+    d[j] = expf(l[j] - mx) / s * scale - (j == t ? scale : 0.0f);
+}
+
+/// y[i] += x[i]. p: y, x; n: count.
+extern "C" __global__ void attnc_step_accumulate(attnc_kargs a) {
+  const long long i = attnc::step::globalThread();
+  if (i < a.n[0])
+    ((float *)a.p[0])[i] += ((const float *)a.p[1])[i];
+}
+
+/// The fixed kernels, for the emulator's launch table.
+#define ATTNC_STEP_FIXED_KERNELS(X)                                                        \
+  X(attnc_step_column_sum)                                                                 \
+  X(attnc_step_layer_norm_param_grad)                                                      \
+  X(attnc_step_embed_grad)                                                                 \
+  X(attnc_step_heads)                                                                      \
+  X(attnc_step_cross_entropy)                                                              \
+  X(attnc_step_cross_entropy_grad)                                                         \
+  X(attnc_step_accumulate)
+
+#endif // ATTNC_CUDA_MODEL_STEP_CUH
