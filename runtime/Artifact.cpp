@@ -194,6 +194,8 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &pat
       r.get(e, where, "step_source", mm.stepSource);
       r.get(e, where, "step_symbol", mm.stepSymbol);
       r.get(e, where, "attention_function", mm.attentionFunction);
+      if (e.contains("step_kernels"))
+        r.get(e, where, "step_kernels", mm.stepKernels);
       r.get(e, where, "arena_bytes", mm.arenaBytes);
       r.get(e, where, "kept_bytes", mm.keptBytes);
       const json *args = r.field(e, where, "args");

@@ -26,11 +26,13 @@ struct ManifestKernel {
   std::vector<ParamDecl> params;
 };
 
-/// One "models" entry: a compiled whole-model training step (CPU target):
-/// its C++ source in the artifact, how it binds, and the model's training
-/// configuration as JSON (runtime/train/ModelConfigJson.h reads it).
+/// One "models" entry: a compiled whole-model training step: its source in
+/// the artifact (CPU: the step's C++; CUDA: the host code, with the kernels
+/// in `stepKernels`), how it binds, and the model's training configuration
+/// as JSON (runtime/train/ModelConfigJson.h reads it).
 struct ManifestModel {
   std::string name, stepSource, stepSymbol, attentionFunction;
+  std::string stepKernels; ///< CUDA target: the step's kernels (.cu)
   int batch = 0;
   int64_t arenaBytes = 0, keptBytes = 0;
   std::vector<std::string> args;

@@ -62,6 +62,7 @@ namespace attnc::cuda {
   X(cuMemFree)                                                                 \
   X(cuMemcpyHtoD)                                                              \
   X(cuMemcpyDtoH)                                                              \
+  X(cuMemcpyDtoD)                                                              \
   X(cuMemsetD8)                                                                \
   X(cuMemGetInfo)                                                              \
   X(cuStreamCreate)                                                            \

@@ -34,6 +34,31 @@ for c in "$d"/cases/*/; do
   fi
   python3 "$root/scripts/device_compare.py" "$c/cpu.safetensors" "$out/$name.gpu.safetensors" "$name" || status=1
 done
+echo "=== GPU training: the compiled CUDA step of dup64 (attnc-rt train)"
+t="$d/train"
+if [ -d "$t/cuda" ]; then
+  # The first 10 steps against the CPU's losses (same data, weights, schedule).
+  if "$b/bin/attnc-rt" train "$t/cuda" --data synthetic:duplicate --steps 10 --lr 3e-3 --warmup 20 \
+      --checkpoint-every 10 --out "$out/gpu-f32"; then
+    python3 - "$t/cpu-run/train.csv" "$out/gpu-f32/train.csv" <<'PY' || status=1
+import sys
+rows = lambda p: [l.split(',') for l in open(p).read().split()[1:]]
+cpu, gpu = rows(sys.argv[1]), rows(sys.argv[2])
+worst = max(abs(float(a[1]) - float(b[1])) / abs(float(a[1])) for a, b in zip(cpu, gpu))
+print(f"GPU f32 vs CPU losses over {min(len(cpu), len(gpu))} steps: worst relative difference {worst:.2e}",
+      "ok" if worst < 1e-3 else "FAIL")
+sys.exit(0 if worst < 1e-3 and len(gpu) == 10 else 1)
+PY
+  else
+    echo "FAIL gpu-f32: attnc-rt train exited non-zero"; status=1
+  fi
+  # Whole runs in each precision: accuracy on the duplication task, speed.
+  for p in f32 bf16 fp16; do
+    echo "--- dup64, 150 steps, GEMMs in $p"
+    "$b/bin/attnc-rt" train "$t/cuda" --data synthetic:duplicate --steps 150 --lr 3e-3 --warmup 20 \
+      --checkpoint-every 150 --precision "$p" --out "$out/gpu-$p-150" 2>&1 | tail -3 || status=1
+  done
+fi
 echo "=== PyTorch SDPA on the same inputs (where torch is present)"
 python3 "$root/scripts/device_compare.py" --torch "$d/cases" 2>&1 | tail -20 || true
 exit $status

@@ -42,4 +42,13 @@ for c in "${cases[@]}"; do
   "$attnc" run "$dir/spec.attn" --inputs "$dir/in.safetensors" "${w[@]}" \
     --grad "$dir/dout.safetensors" --output "$dir/cpu.safetensors" 2>&1 | tail -1
 done
+
+# GPU training: dup64's compiled CUDA step (batch 16) and, as the reference,
+# the CPU artifact's losses over the same first steps.
+t="$d/train"
+mkdir -p "$t"
+"$attnc" compile "$root/test/train/Inputs/dup64.attn" --target cuda --arch sm_90 --plan-batch 16 -o "$t/cuda" >/dev/null
+"$attnc" compile "$root/test/train/Inputs/dup64.attn" --target cpu --plan-batch 16 -o "$t/cpu" >/dev/null
+"$root/build/bin/attnc-rt" train "$t/cpu" --data synthetic:duplicate --steps 10 --lr 3e-3 --warmup 20 \
+  --checkpoint-every 10 --out "$t/cpu-run" 2>/dev/null | tail -1
 du -sh "$d"

@@ -3,6 +3,9 @@
 
 #include "runtime/Artifact.h"
 #include "runtime/CpuAttention.h"
+#include "runtime/CudaAttention.h"
+#include "runtime/CudaDriver.h"
+#include "runtime/NvrtcCompiler.h"
 #include "runtime/FileSystem.h"
 #include "runtime/HostCompiler.h"
 #include "runtime/KernelCache.h"
@@ -20,9 +23,16 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
   Expected<Manifest> manifest = loadManifest(opt.dir);
   if (!manifest)
     return manifest.takeError();
-  if (manifest->target != "cpu")
+  const bool gpu = manifest->target == "cuda";
+  if (manifest->target != "cpu" && !gpu)
     return makeError(opt.dir + " was compiled for " + manifest->target +
-                     "; training runs the compiled step on the CPU (attnc compile --target cpu)");
+                     "; training runs compiled steps for cpu and cuda");
+  if (gpu)
+    if (Status driver = cuda::Driver::available(); !driver)
+      return makeError(opt.dir + " was compiled for cuda: " + driver.error());
+  if (!gpu && opt.precision != "f32")
+    return makeError("--precision " + opt.precision + ": " + opt.dir +
+                     " was compiled for the CPU, which trains in fp32");
   // The model.
   const ManifestModel *mm = nullptr;
   std::string names;
@@ -63,25 +73,61 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
   Expected<std::string> stepSource = fs::readFile(opt.dir + "/" + mm->stepSource);
   if (!stepSource)
     return stepSource.takeError();
+  if (gpu && mm->stepKernels.empty())
+    return makeError(manifestPath + ": " + mm->name +
+                     " has no step_kernels (recompile with this attnc)");
+  Expected<std::string> stepKernels =
+      gpu ? fs::readFile(opt.dir + "/" + mm->stepKernels) : Expected<std::string>(std::string());
+  if (!stepKernels)
+    return stepKernels.takeError();
   HostCompiler compiler(&KernelCache::processDefault());
-  Expected<CpuAttention> kernels = CpuAttention::compile(*kernelSource, fwd->desc, bwd->desc,
-                                                         defaultKernelIncludeDirs(), compiler);
-  if (!kernels)
-    return kernels.takeError();
-  auto attention = std::make_shared<CpuAttention>(std::move(*kernels));
-  AttentionFn attentionFn = [attention](const AttentionInputs &in) { return attention->run(in); };
+  AttentionFn attentionFn;
+  if (gpu) {
+    Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0);
+    if (!dev)
+      return dev.takeError();
+    NvrtcCompiler nvrtc(&KernelCache::processDefault());
+    Expected<CudaAttention> kernels =
+        CudaAttention::compile(*kernelSource, dev->arch(), fwd->dtype, fwd->desc, bwd->desc,
+                               defaultCudaKernelIncludeDirs(), nvrtc);
+    if (!kernels)
+      return kernels.takeError();
+    auto attention = std::make_shared<CudaAttention>(std::move(*kernels));
+    attentionFn = [attention](const AttentionInputs &in) { return attention->run(in); };
+    std::cerr << "attnc-rt train: on " << dev->describe() << ", GEMMs in " << opt.precision
+              << "\n";
+  } else {
+    Expected<CpuAttention> kernels = CpuAttention::compile(*kernelSource, fwd->desc, bwd->desc,
+                                                           defaultKernelIncludeDirs(), compiler);
+    if (!kernels)
+      return kernels.takeError();
+    auto attention = std::make_shared<CpuAttention>(std::move(*kernels));
+    attentionFn = [attention](const AttentionInputs &in) { return attention->run(in); };
+  }
 
   Model model(*config, attentionFn, opt.seed);
   CompiledStepDesc desc;
-  desc.source = std::move(*stepSource);
+  if (gpu) {
+    desc.cudaHostSource = std::move(*stepSource);
+    desc.cudaDeviceSource = std::move(*stepKernels);
+    desc.cudaSymbol = mm->stepSymbol;
+  } else {
+    desc.source = std::move(*stepSource);
+  }
   desc.symbol = mm->stepSymbol;
   desc.arenaBytes = mm->arenaBytes;
   desc.keptBytes = mm->keptBytes;
   desc.batch = mm->batch;
   desc.args = mm->args;
   desc.gradArgs = mm->gradArgs;
+  StepPrecision precision;
+  precision.gemm = opt.precision;
   Expected<std::unique_ptr<CompiledStep>> step =
-      CompiledStep::create(std::move(desc), model, attentionFn, defaultKernelIncludeDirs(), compiler);
+      gpu ? CompiledStep::create(std::move(desc), model, attentionFn,
+                                 defaultCudaKernelIncludeDirs(), compiler, StepEngine::Cuda,
+                                 precision)
+          : CompiledStep::create(std::move(desc), model, attentionFn, defaultKernelIncludeDirs(),
+                                 compiler);
   if (!step)
     return step.takeError();
 
@@ -98,7 +144,7 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
   CompiledStep *compiled = step->get();
   to.stepFn = [compiled](const Batch &b, int64_t s) { return compiled->run(b, true, s); };
   std::cerr << "attnc-rt train: " << mm->name << " from " << opt.dir << " (" << model.numParams()
-            << " parameters; compiled step, arena " << mm->arenaBytes / 1024 << " KiB) on "
+            << " parameters; compiled " << (gpu ? "CUDA " : "") << "step, arena " << mm->arenaBytes / 1024 << " KiB) on "
             << data->describe() << "\n";
   Expected<TrainSummary> s = train(model, *data, to, std::cerr);
   if (!s)

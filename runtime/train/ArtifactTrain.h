@@ -28,6 +28,7 @@ struct ArtifactTrainOptions {
   int64_t evalEvery = 0, checkpointEvery = 50;
   int evalBatches = 8;
   bool resume = true;
+  std::string precision = "f32"; ///< CUDA artifacts: the GEMMs' (StepPrecision)
 };
 
 /// Trains the artifact's model; the report goes to `os`, progress to stderr.

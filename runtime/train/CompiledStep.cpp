@@ -2,7 +2,7 @@
 #include "runtime/train/CompiledStep.h"
 
 #include "codegen/cpu/include/attnc/model_step.h"
-#include "codegen/cuda/include/attnc/model_step_env.h"
+#include "runtime/train/CudaStepEnv.h"
 
 #include <algorithm>
 #include <cmath>
@@ -52,18 +52,19 @@ CompiledStep::CompiledStep(CompiledStepDesc desc, Model &model, AttentionFn atte
 Expected<std::unique_ptr<CompiledStep>>
 CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
                      const std::vector<std::string> &includeDirs, const HostCompiler &compiler,
-                     StepEngine engine) {
+                     StepEngine engine, const StepPrecision &precision) {
   HostCompileOptions options;
   options.includeDirs = includeDirs;
-  const bool sim = engine == StepEngine::CudaSim;
-  if (sim && (desc.cudaDeviceSource.empty() || desc.cudaSymbol.empty()))
+  const bool sim = engine == StepEngine::CudaSim, gpu = engine == StepEngine::Cuda;
+  if ((sim || gpu) && (desc.cudaDeviceSource.empty() || desc.cudaSymbol.empty()))
     return makeError("compiled step: no CUDA step was emitted for " + desc.symbol);
   // Emulated shared memory is one byte array, typed many ways.
   if (sim)
     options.flags = {"-fno-strict-aliasing", "-w"};
   Expected<SharedObjectImage> image =
-      sim ? compiler.compile(desc.cudaSymbol + "_sim.cpp", cudaSimSource(desc), options)
-          : compiler.compile(desc.symbol + ".cpp", desc.source, options);
+      sim   ? compiler.compile(desc.cudaSymbol + "_sim.cpp", cudaSimSource(desc), options)
+      : gpu ? compiler.compile(desc.cudaSymbol + ".cpp", desc.cudaHostSource, options)
+            : compiler.compile(desc.symbol + ".cpp", desc.source, options);
   if (!image)
     return image.takeError();
   Expected<SharedObject> so = SharedObject::load(image->image, image->programName);
@@ -73,7 +74,12 @@ CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
       new CompiledStep(std::move(desc), model, std::move(attention), std::move(so).take()));
   step->fromCache_ = image->fromCache;
   step->engine_ = engine;
-  if (sim) {
+  if (gpu) {
+    Expected<CudaStepFn *> fn = step->so_.function<CudaStepFn>(step->desc_.cudaSymbol);
+    if (!fn)
+      return fn.takeError();
+    step->cudaFn_ = *fn;
+  } else if (sim) {
     Expected<CudaStepFn *> fn = step->so_.function<CudaStepFn>(step->desc_.cudaSymbol);
     Expected<SimtRunFn *> runFn = step->so_.function<SimtRunFn>("attnc_simt_run");
     if (!fn || !runFn)
@@ -126,6 +132,9 @@ CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
                        "', which the model does not train");
     step->grads_.push_back(it->second.grad);
   }
+  if (gpu)
+    if (Status s = step->initCuda(includeDirs, precision); !s)
+      return s.takeError();
   return step;
 }
 
@@ -256,6 +265,8 @@ Expected<double> CompiledStep::run(const Batch &batch, bool training, int64_t st
   args_[1] = const_cast<int32_t *>(batch.targets.data());
   if (engine_ == StepEngine::CudaSim)
     return runCudaSim();
+  if (engine_ == StepEngine::Cuda)
+    return runCuda();
   attnc_model_env env{};
   env.ctx = this;
   env.gemm = gemmCallback;
@@ -335,6 +346,9 @@ Expected<double> CompiledStep::runCudaSim() {
       std::memset(dst, 0, bytes);
       return 0;
     }
+    static int read(void *ctx, void *host, const void *src, unsigned long long bytes) {
+      return copy(ctx, host, src, bytes);
+    }
     static void *scratch(void *ctx, unsigned long long bytes) {
       std::vector<float> &buf = self(ctx).scratch_;
       if (buf.size() < (bytes + 3) / 4)
@@ -342,26 +356,25 @@ Expected<double> CompiledStep::runCudaSim() {
       return buf.data();
     }
   };
+  attnc_cuda_env env = cudaStepEnv<Env>(this);
+  return callCudaStep(env, 1.0f, reinterpret_cast<char *>(arena_.data()), args_.data(),
+                      grads_.data(), nullptr);
+}
+
+Expected<double> CompiledStep::callCudaStep(attnc_cuda_env &env, float lossScale, char *arena,
+                                            void *const *args, float *const *grads,
+                                            Status (*sync)()) {
   const ModelConfig &c = model_.config();
-  attnc_cuda_env env{};
-  env.ctx = this;
-  env.launch = Env::launch;
-  env.gemm = Env::gemm;
-  env.attention = Env::attention;
-  env.attention_grad = Env::attentionGrad;
-  env.check_finite = Env::checkFinite;
-  env.copy = Env::copy;
-  env.zero = Env::zero;
-  env.read = Env::copy;
-  env.scratch = Env::scratch;
   env.dropout_seed = c.dropoutSeed;
   env.step = uint32_t(step_);
   env.dropout_on = training_ && c.dropout > 0;
-  env.loss_scale = 1.0f;
+  env.loss_scale = lossScale;
   float loss = 0;
   error_.clear();
-  int rc = cudaFn_(&env, reinterpret_cast<char *>(arena_.data()), args_.data(), grads_.data(),
-                   &loss);
+  int rc = cudaFn_(&env, arena, args, grads, &loss);
+  if (rc == 0 && sync)
+    if (Status st = sync(); !st)
+      return st.takeError();
   if (rc != 0)
     return makeError(error_.empty() ? "compiled CUDA step failed with code " + std::to_string(rc)
                                     : error_);

@@ -39,19 +39,28 @@ struct CompiledStepDesc {
   std::string cudaDeviceSource, cudaHostSource, cudaSymbol;
 };
 
-/// How a compiled step runs: its C++ on the CPU, or its CUDA step (kernels
-/// and host code) with the kernels under the SIMT emulator on the CPU,
-/// which checks the generated CUDA without a GPU.
-enum class StepEngine { Cpu, CudaSim };
+/// How a compiled step runs: its C++ on the CPU; its CUDA step (kernels
+/// and host code) on a GPU; or the CUDA step with the kernels under the
+/// SIMT emulator on the CPU, which checks the generated CUDA without a GPU.
+enum class StepEngine { Cpu, Cuda, CudaSim };
+
+/// The GPU step's arithmetic: GEMM inner products in f32, tf32, bf16 or
+/// fp16 (cuBLAS compute types; storage and master weights stay fp32), and
+/// dynamic loss scaling with fp16 (docs/mixed-precision.md).
+struct StepPrecision {
+  std::string gemm = "f32";
+};
 
 class CompiledStep {
 public:
   /// Compiles the step and binds it to `model` (which must outlive it).
-  /// CudaSim needs the desc's CUDA sources and cudaEmulatorIncludeDirs().
+  /// CudaSim needs the desc's CUDA sources and cudaEmulatorIncludeDirs();
+  /// Cuda the CUDA sources, defaultCudaKernelIncludeDirs() and a GPU.
   static Expected<std::unique_ptr<CompiledStep>>
   create(CompiledStepDesc desc, Model &model, AttentionFn attention,
          const std::vector<std::string> &includeDirs, const HostCompiler &compiler,
-         StepEngine engine = StepEngine::Cpu);
+         StepEngine engine = StepEngine::Cpu, const StepPrecision &precision = {});
+  ~CompiledStep();
 
   /// One step on `batch` (its B must be the compiled batch): returns the
   /// loss and writes the gradients into the model's gradient buffers. `step` keys the
@@ -71,6 +80,18 @@ private:
   static int nonfiniteCallback(void *ctx, const char *what, int64_t index, int64_t width,
                                float value);
   Expected<double> runCudaSim();
+  /// Runs the CUDA step with `env`'s services; `sync` (when given) waits
+  /// for its device work.
+  Expected<double> callCudaStep(attnc_cuda_env &env, float lossScale, char *arena,
+                                void *const *args, float *const *grads, Status (*sync)());
+  // The GPU engine (CompiledStepCuda.cpp).
+  struct CudaState;
+  Status initCuda(const std::vector<std::string> &includeDirs, const StepPrecision &precision);
+  Expected<double> runCuda();
+  Expected<double> runCudaOnce(float lossScale);
+  int attendOnDevice(int64_t layer, const float *const *in, const float *dout,
+                     float *const *out, const float *forwardOut, const float *forwardLse);
+  std::shared_ptr<CudaState> cuda_; ///< shared_ptr: CudaState is complete in one file only
   int attend(int64_t layer, const float *const *in, const float *dout, float *const *out,
              const float *forwardOut, const float *forwardLse);
 

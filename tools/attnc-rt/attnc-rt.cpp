@@ -37,7 +37,8 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   attnc::train::ArtifactTrainOptions topts;
   CLI::App *train = app.add_subcommand(
-      "train", "Train the compiled model of an artifact (attnc compile --target cpu -o DIR)");
+      "train", "Train the compiled model of an artifact (attnc compile --target cpu|cuda -o DIR; "
+      "a CUDA artifact trains on the GPU)");
   train->add_option("dir", topts.dir, "artifact directory")->required();
   train->add_option("--model", topts.model, "which compiled model (default: the only one)");
   train->add_option("--data", topts.data, "text file(s) or directory, or synthetic:duplicate")
@@ -57,6 +58,11 @@ int main(int argc, char **argv) {
   train->add_option("--checkpoint-every", topts.checkpointEvery, "checkpoint every N steps")
       ->capture_default_str();
   train->add_option("--out", topts.out, "run directory")->capture_default_str();
+  train->add_option("--precision", topts.precision,
+                    "CUDA artifacts: the GEMMs' compute precision (fp32 storage and master "
+                    "weights; fp16 with dynamic loss scaling)")
+      ->check(CLI::IsMember({"f32", "tf32", "bf16", "fp16"}))
+      ->capture_default_str();
   train->add_flag("!--no-resume", topts.resume, "start afresh even if --out has a checkpoint");
 
   CLI::App *info = app.add_subcommand("info", "Print the toolchain, cache and GPU of this machine");

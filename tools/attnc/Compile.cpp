@@ -204,10 +204,11 @@ int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp 
     return kExitInput;
   }
   codegen::ManifestInfo info;
-  // The compiled training step of every model (CPU: the step's C++ runs
-  // where the artifact is trained, attnc-rt train).
+  // The compiled training step of every model, built where the artifact is
+  // trained (attnc-rt train): CPU, the step's C++; CUDA, its kernels (NVRTC
+  // for the device's arch) and host code.
   std::vector<std::pair<std::string, std::string>> stepFiles;
-  if (target == "cpu")
+  if (target == "cpu" || target == "cuda")
     for (attn::ModelOp model : module.getOps<attn::ModelOp>()) {
       ModelGraph g;
       if (!compileModelGraph(module, model, batch, 0, /*emitSource=*/true, g,
@@ -216,11 +217,13 @@ int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp 
       auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
       auto variant =
           SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
-      const std::string file = "model_" + model.getSymName().str() + ".cpp";
+      const bool cuda = target == "cuda";
+      const std::string stem = "model_" + model.getSymName().str();
+      const std::string file = stem + (cuda ? "_host.cpp" : ".cpp");
       nlohmann::json m = {{"name", model.getSymName().str()},
                           {"batch", batch},
                           {"step_source", file},
-                          {"step_symbol", g.step.symbol},
+                          {"step_symbol", cuda ? g.step.cudaSymbol : g.step.symbol},
                           {"attention_function", (model.getSymName() + "_attention").str()},
                           {"arena_bytes", g.arenaBytes},
                           {"kept_bytes", g.keptBytes},
@@ -228,8 +231,12 @@ int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp 
                           {"grad_args", g.step.gradArgs},
                           {"config", nlohmann::json::parse(train::modelConfigToJson(
                                          modelConfigOf(model, layer, variant)))}};
+      if (cuda) {
+        m["step_kernels"] = stem + ".cu";
+        stepFiles.push_back({stem + ".cu", g.step.cudaDeviceSource});
+      }
       info.models.push_back(m.dump());
-      stepFiles.push_back({file, g.step.source});
+      stepFiles.push_back({file, cuda ? g.step.cudaHostSource : g.step.source});
     }
   info.specHash = sha256Hex(specText);
   info.target = target;

@@ -15,6 +15,7 @@
 #include "tools/attnc/Tune.h"
 
 #include "runtime/CudaAttention.h"
+#include "runtime/CudaDriver.h"
 #include "runtime/FileSystem.h"
 #include "runtime/KernelCache.h"
 
@@ -53,6 +54,10 @@ struct Prepared {
   MLIRContext context;
   OwningOpRef<ModuleOp> module;
   std::optional<CpuAttention> kernels;
+  /// --target cuda: the attention on the GPU (host in, host out), which the
+  /// model and the compiled CUDA step call instead of `kernels`.
+  std::shared_ptr<CudaAttention> cudaKernels;
+  std::string target = "cpu", precision = "f32";
   train::ModelConfig config;
   std::string specHash, name;
 };
@@ -136,11 +141,23 @@ int pinRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Pr
 }
 
 int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = Pin::Read) {
-  if (opt.target != "cpu") {
-    std::cerr << "attnc " << cmd << ": --target " << opt.target
-              << " is not implemented yet (training runs on the CPU)\n";
-    return kExitNotImplemented;
+  if (opt.target != "cpu" && opt.target != "cuda")
+    return fail(cmd, "--target " + opt.target + ": targets are cpu and cuda");
+  if (opt.target == "cuda") {
+    if (std::string(cmd) != "train")
+      return fail(cmd, "--target cuda: only attnc train runs on the GPU so far (eval, "
+                       "generate and fill run on the CPU: leave --target out)");
+    if (opt.engine == "cuda-sim")
+      return fail(cmd, "--engine cuda-sim emulates the CUDA step on the CPU; it does not "
+                       "take --target cuda");
+    if (Status driver = cuda::Driver::available(); !driver)
+      return fail(cmd, "--target cuda: " + driver.error() +
+                           " (--engine cuda-sim checks the CUDA step on the CPU)");
+  } else if (opt.precision != "f32") {
+    return fail(cmd, "--precision " + opt.precision + " needs --target cuda (the CPU trains "
+                     "in fp32)");
   }
+  p.target = opt.target, p.precision = opt.precision;
   std::string text;
   p.module = loadSpecModule(opt.spec, cmd, p.context, &text);
   if (!p.module)
@@ -193,6 +210,16 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = 
   shape.elementType = FloatType::getF32(&p.context);
   shape.withLengths = true;
   shape.differentiate = true;
+  if (p.target == "cuda") {
+    Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0);
+    if (!dev)
+      return fail(cmd, dev.error());
+    std::optional<CudaAttention> kernels;
+    if (int rc = compileCudaAttention(*p.module, variant, shape, dev->arch(), kernels))
+      return rc;
+    p.cudaKernels = std::make_shared<CudaAttention>(std::move(*kernels));
+    std::cerr << "attnc " << cmd << ": on " << dev->describe() << "\n";
+  }
   return compileCpuAttention(*p.module, variant, shape, p.kernels);
 }
 
@@ -204,6 +231,8 @@ long peakRssMiB() {
 }
 
 train::AttentionFn attentionOf(Prepared &p) {
+  if (p.cudaKernels)
+    return [k = p.cudaKernels](const AttentionInputs &in) { return k->run(in); };
   return [&p](const AttentionInputs &in) { return p.kernels->run(in); };
 }
 
@@ -329,6 +358,16 @@ Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::
             << (recomputeLayers ? " (layers recomputed in the backward)" : "") << ": arena "
             << g.arenaBytes / 1024 << " KiB, " << g.fusedKernels << " fused row kernels, "
             << g.gemms << " GEMMs, " << g.attentionCalls << " attention calls\n";
+  if (p.target == "cuda") {
+    std::cerr << "attnc train: the CUDA step (" << g.step.cudaSymbol << ") on the GPU, GEMMs in "
+              << p.precision << "\n";
+    train::StepPrecision precision;
+    precision.gemm = p.precision;
+    return train::CompiledStep::create(std::move(g.step), model, attentionOf(p),
+                                       defaultCudaKernelIncludeDirs(),
+                                       HostCompiler(&KernelCache::processDefault()),
+                                       train::StepEngine::Cuda, precision);
+  }
   if (engine == "cuda-sim") {
     std::cerr << "attnc train: cuda-sim: the CUDA step's kernels (" << g.step.cudaSymbol
               << ") run on the SIMT emulator\n";

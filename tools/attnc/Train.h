@@ -30,6 +30,9 @@ struct TrainCliOptions {
   /// "compiled" (default): the step the whole-model passes compiled
   /// (docs/model-compilation.md); "runtime": Model::run assembles it.
   std::string engine = "compiled";
+  /// --target cuda: the GEMMs' compute precision (f32, tf32, bf16, fp16; fp16
+  /// with dynamic loss scaling).
+  std::string precision = "f32";
   bool compareEngines = false; ///< one batch through both engines, gradients compared
   /// Compiled engine: standard layers keep only their inputs and are
   /// recomputed in the backward (less memory, one more forward per layer).

@@ -351,6 +351,11 @@ int main(int argc, char **argv) {
   }
   trainCmd->add_option("--steps", topts.steps, "optimizer steps in all (a resumed run continues)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 40))->capture_default_str();
+  trainCmd->add_option("--precision", topts.precision,
+                       "--target cuda: the GEMMs' compute precision (fp32 storage and master "
+                       "weights; fp16 with dynamic loss scaling)")
+      ->check(CLI::IsMember({"f32", "tf32", "bf16", "fp16"}))
+      ->capture_default_str();
   trainCmd->add_option("--lr", topts.lr, "peak learning rate (AdamW)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   trainCmd->add_option("--warmup", topts.warmup, "linear warm-up steps, then cosine decay")
