@@ -117,7 +117,9 @@ private:
   bool cuda; ///< host code of the CUDA step, kernels into deviceKernels
   int64_t rowSmemLimit; ///< CUDA: shared memory a row kernel may use
   llvm::DenseMap<Value, std::string> names; ///< pointer expression of values in memory
-  llvm::DenseMap<Value, double> constants;  ///< the CUDA step's scalar constants
+  /// The CUDA step's scalar constants; the loss seed is the first, so a
+  /// value checked after it is a backward one.
+  llvm::DenseMap<Value, double> constants;
   std::string kernels;                      ///< the static row kernels
   int counter = 0;
 
@@ -232,7 +234,8 @@ private:
     for (auto [v, what] : named) {
       if (cuda) {
         os << "  if (int e = env->check_finite(env->ctx, \"" << what << "\", " << name(v) << ", "
-           << numel(v) << ", " << rowWidth(v) << ")) return e;\n";
+           << numel(v) << ", " << rowWidth(v) << ", " << int(!constants.empty())
+           << ")) return e;\n";
         continue;
       }
       os << "  if (int64_t i = firstNonFinite(" << name(v) << ", " << numel(v)

@@ -153,6 +153,11 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
      << s->seconds << " s (" << int64_t(s->tokensPerSecond) << " tokens/s)\n"
      << "final training loss " << s->finalLoss << "; held-out loss " << s->eval.loss << " ("
      << s->eval.bitsPerByte << " bits/byte), accuracy " << s->eval.accuracy << "\n"
+     << (gpu && opt.precision == "fp16"
+             ? "fp16 loss scale " + std::to_string(compiled->lossScale()) + ", " +
+                   std::to_string(compiled->overflowReruns()) +
+                   " step(s) rerun after an overflow\n"
+             : std::string())
      << "wrote " << opt.out << "/{latest.json,train.csv,loss.svg}\n";
   return {};
 }

@@ -2,7 +2,7 @@
 #include "runtime/train/CompiledStep.h"
 
 #include "codegen/cpu/include/attnc/model_step.h"
-#include "runtime/train/CudaStepEnv.h"
+#include "runtime/train/StepDevice.h"
 
 #include <algorithm>
 #include <cmath>
@@ -74,17 +74,11 @@ CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
       new CompiledStep(std::move(desc), model, std::move(attention), std::move(so).take()));
   step->fromCache_ = image->fromCache;
   step->engine_ = engine;
-  if (gpu) {
+  if (gpu || sim) {
     Expected<CudaStepFn *> fn = step->so_.function<CudaStepFn>(step->desc_.cudaSymbol);
     if (!fn)
       return fn.takeError();
     step->cudaFn_ = *fn;
-  } else if (sim) {
-    Expected<CudaStepFn *> fn = step->so_.function<CudaStepFn>(step->desc_.cudaSymbol);
-    Expected<SimtRunFn *> runFn = step->so_.function<SimtRunFn>("attnc_simt_run");
-    if (!fn || !runFn)
-      return makeError(!fn ? fn.error() : runFn.error());
-    step->cudaFn_ = *fn, step->simtRun_ = *runFn;
   } else {
     Expected<StepFn *> fn = step->so_.function<StepFn>(step->desc_.symbol);
     if (!fn)
@@ -132,9 +126,23 @@ CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
                        "', which the model does not train");
     step->grads_.push_back(it->second.grad);
   }
-  if (gpu)
-    if (Status s = step->initCuda(includeDirs, precision); !s)
+  if (gpu || sim) {
+    Expected<GemmMode> mode = parseGemmMode(precision.gemm);
+    if (!mode)
+      return mode.takeError();
+    std::unique_ptr<StepDevice> device;
+    if (sim) {
+      device = createEmulatedStepDevice(step->so_, *mode);
+    } else {
+      Expected<std::unique_ptr<StepDevice>> gpuDevice = createGpuStepDevice(
+          step->desc_.cudaDeviceSource, step->desc_.cudaSymbol + ".cu", includeDirs, *mode);
+      if (!gpuDevice)
+        return gpuDevice.takeError();
+      device = std::move(*gpuDevice);
+    }
+    if (Status s = step->initDevice(std::move(device), precision); !s)
       return s.takeError();
+  }
   return step;
 }
 
@@ -263,10 +271,8 @@ Expected<double> CompiledStep::run(const Batch &batch, bool training, int64_t st
   step_ = step;
   args_[0] = const_cast<int32_t *>(batch.inputs.data());
   args_[1] = const_cast<int32_t *>(batch.targets.data());
-  if (engine_ == StepEngine::CudaSim)
-    return runCudaSim();
-  if (engine_ == StepEngine::Cuda)
-    return runCuda();
+  if (engine_ != StepEngine::Cpu)
+    return runDevice();
   attnc_model_env env{};
   env.ctx = this;
   env.gemm = gemmCallback;
@@ -281,102 +287,6 @@ Expected<double> CompiledStep::run(const Batch &batch, bool training, int64_t st
   int rc = fn_(&env, reinterpret_cast<char *>(arena_.data()), args_.data(), grads_.data(), &loss);
   if (rc != 0)
     return makeError(error_.empty() ? "compiled step failed with code " + std::to_string(rc)
-                                    : error_);
-  return double(loss);
-}
-
-} // namespace attnc::train
-
-namespace attnc::train {
-
-/// The CUDA step with host memory standing in for device memory: kernels
-/// on the emulator, GEMMs and attention as the CPU step runs them.
-Expected<double> CompiledStep::runCudaSim() {
-  struct Env {
-    static CompiledStep &self(void *ctx) { return *static_cast<CompiledStep *>(ctx); }
-    static int launch(void *ctx, const char *name, long long blocks, int threads,
-                      const attnc_kargs *args) {
-      CompiledStep &s = self(ctx);
-      auto it = s.kernels_.find(name);
-      if (it == s.kernels_.end()) {
-        Expected<KernelFn *> fn = s.so_.function<KernelFn>(name);
-        if (!fn) {
-          s.error_ = "cuda-sim: " + fn.error();
-          return 4;
-        }
-        it = s.kernels_.emplace(name, *fn).first;
-      }
-      if (threads <= 0 || threads > 1024 || threads % 32 || blocks < 0 || blocks > (1LL << 31) - 1) {
-        s.error_ = "cuda-sim: kernel " + std::string(name) + " launched with " +
-                   std::to_string(blocks) + " blocks of " + std::to_string(threads) + " threads";
-        return 5;
-      }
-      if (s.simtRun_(it->second, blocks, threads, args)) {
-        s.error_ = "cuda-sim: kernel " + std::string(name) +
-                   " deadlocked (a barrier not reached by every thread)";
-        return 3;
-      }
-      return 0;
-    }
-    static int gemm(void *, int ta, int tb, long long M, long long N, long long K,
-                    const float *A, const float *B, float *C) {
-      train::gemm(ta != 0, tb != 0, M, N, K, A, B, C);
-      return 0;
-    }
-    static int attention(void *ctx, long long layer, const float *const *in, float *out,
-                         float *lse) {
-      return attentionCallback(ctx, layer, in, out, lse);
-    }
-    static int attentionGrad(void *ctx, long long layer, const float *const *in,
-                             float *const *out) {
-      return attentionGradCallback(ctx, layer, in, out);
-    }
-    static int checkFinite(void *ctx, const char *what, const float *x, long long n,
-                           long long width) {
-      for (long long i = 0; i < n; ++i)
-        if (!std::isfinite(x[i]))
-          return nonfiniteCallback(ctx, what, i, width, x[i]);
-      return 0;
-    }
-    static int copy(void *, void *dst, const void *src, unsigned long long bytes) {
-      std::memmove(dst, src, bytes);
-      return 0;
-    }
-    static int zero(void *, void *dst, unsigned long long bytes) {
-      std::memset(dst, 0, bytes);
-      return 0;
-    }
-    static int read(void *ctx, void *host, const void *src, unsigned long long bytes) {
-      return copy(ctx, host, src, bytes);
-    }
-    static void *scratch(void *ctx, unsigned long long bytes) {
-      std::vector<float> &buf = self(ctx).scratch_;
-      if (buf.size() < (bytes + 3) / 4)
-        buf.resize((bytes + 3) / 4);
-      return buf.data();
-    }
-  };
-  attnc_cuda_env env = cudaStepEnv<Env>(this);
-  return callCudaStep(env, 1.0f, reinterpret_cast<char *>(arena_.data()), args_.data(),
-                      grads_.data(), nullptr);
-}
-
-Expected<double> CompiledStep::callCudaStep(attnc_cuda_env &env, float lossScale, char *arena,
-                                            void *const *args, float *const *grads,
-                                            Status (*sync)()) {
-  const ModelConfig &c = model_.config();
-  env.dropout_seed = c.dropoutSeed;
-  env.step = uint32_t(step_);
-  env.dropout_on = training_ && c.dropout > 0;
-  env.loss_scale = lossScale;
-  float loss = 0;
-  error_.clear();
-  int rc = cudaFn_(&env, arena, args, grads, &loss);
-  if (rc == 0 && sync)
-    if (Status st = sync(); !st)
-      return st.takeError();
-  if (rc != 0)
-    return makeError(error_.empty() ? "compiled CUDA step failed with code " + std::to_string(rc)
                                     : error_);
   return double(loss);
 }

@@ -18,10 +18,11 @@
 #include <memory>
 
 struct attnc_model_env; // codegen/cpu/include/attnc/model_step.h
-struct attnc_kargs;     // codegen/cuda/include/attnc/model_step_env.h
-struct attnc_cuda_env;
+struct attnc_cuda_env; // codegen/cuda/include/attnc/model_step_env.h
 
 namespace attnc::train {
+
+class StepDevice; // runtime/train/StepDevice.h
 
 /// What the compiler says about a step besides its source.
 struct CompiledStepDesc {
@@ -49,6 +50,7 @@ enum class StepEngine { Cpu, Cuda, CudaSim };
 /// dynamic loss scaling with fp16 (docs/mixed-precision.md).
 struct StepPrecision {
   std::string gemm = "f32";
+  float initialLossScale = 0; ///< fp16: the loss scale to start from (0: LossScaler's)
 };
 
 class CompiledStep {
@@ -68,6 +70,10 @@ public:
   Expected<double> run(const Batch &batch, bool training, int64_t step);
 
   int64_t arenaBytes() const { return desc_.arenaBytes; }
+  /// CUDA engines with fp16: the current loss scale, and the steps rerun
+  /// at a lower one after their gradients overflowed (1 and 0 otherwise).
+  float lossScale() const;
+  int64_t overflowReruns() const { return overflowReruns_; }
   int64_t keptBytes() const { return desc_.keptBytes; }
   bool fromCache() const { return fromCache_; }
 
@@ -79,16 +85,11 @@ private:
                                    float *const *out);
   static int nonfiniteCallback(void *ctx, const char *what, int64_t index, int64_t width,
                                float value);
-  Expected<double> runCudaSim();
-  /// Runs the CUDA step with `env`'s services; `sync` (when given) waits
-  /// for its device work.
-  Expected<double> callCudaStep(attnc_cuda_env &env, float lossScale, char *arena,
-                                void *const *args, float *const *grads, Status (*sync)());
-  // The GPU engine (CompiledStepCuda.cpp).
+  // The CUDA step on a StepDevice (CompiledStepCuda.cpp).
   struct CudaState;
-  Status initCuda(const std::vector<std::string> &includeDirs, const StepPrecision &precision);
-  Expected<double> runCuda();
-  Expected<double> runCudaOnce(float lossScale);
+  Status initDevice(std::unique_ptr<StepDevice> device, const StepPrecision &precision);
+  Expected<double> runDevice();
+  Expected<double> runDeviceOnce(float lossScale);
   int attendOnDevice(int64_t layer, const float *const *in, const float *dout,
                      float *const *out, const float *forwardOut, const float *forwardLse);
   std::shared_ptr<CudaState> cuda_; ///< shared_ptr: CudaState is complete in one file only
@@ -97,12 +98,10 @@ private:
 
   using StepFn = int(const attnc_model_env *env, char *arena, void *const *args, float *const *grads,
                      float *loss);
-  using KernelFn = void(attnc_kargs);
-  using SimtRunFn = int(KernelFn *kernel, long long blocks, int threads, const attnc_kargs *args);
   CompiledStepDesc desc_;
   StepEngine engine_ = StepEngine::Cpu;
-  SimtRunFn *simtRun_ = nullptr;        ///< CudaSim: the emulator's launch
-  std::map<std::string, KernelFn *> kernels_; ///< CudaSim: resolved by name
+  int64_t overflowReruns_ = 0;
+  bool scaledOverflow_ = false; ///< the last device step stopped at a scaled NaN/Inf
   Model &model_;
   AttentionFn attention_;
   SharedObject so_;
@@ -112,7 +111,6 @@ private:
   CudaStepFn *cudaFn_ = nullptr;
   bool fromCache_ = false;
   std::vector<float> arena_; ///< the planned arena (floats, so it is aligned)
-  std::vector<float> scratch_; ///< CudaSim: the env's scratch
   std::vector<void *> args_; ///< parameter pointers; tokens/targets set per run
   std::vector<float *> grads_;
   bool training_ = false;

@@ -58,6 +58,7 @@ struct Prepared {
   /// model and the compiled CUDA step call instead of `kernels`.
   std::shared_ptr<CudaAttention> cudaKernels;
   std::string target = "cpu", precision = "f32";
+  float lossScale = 0;
   train::ModelConfig config;
   std::string specHash, name;
 };
@@ -153,11 +154,11 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = 
     if (Status driver = cuda::Driver::available(); !driver)
       return fail(cmd, "--target cuda: " + driver.error() +
                            " (--engine cuda-sim checks the CUDA step on the CPU)");
-  } else if (opt.precision != "f32") {
-    return fail(cmd, "--precision " + opt.precision + " needs --target cuda (the CPU trains "
-                     "in fp32)");
+  } else if (opt.precision != "f32" && opt.engine != "cuda-sim") {
+    return fail(cmd, "--precision " + opt.precision + " needs --target cuda or --engine "
+                     "cuda-sim (the CPU step trains in fp32)");
   }
-  p.target = opt.target, p.precision = opt.precision;
+  p.target = opt.target, p.precision = opt.precision, p.lossScale = opt.lossScale;
   std::string text;
   p.module = loadSpecModule(opt.spec, cmd, p.context, &text);
   if (!p.module)
@@ -362,7 +363,7 @@ Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::
     std::cerr << "attnc train: the CUDA step (" << g.step.cudaSymbol << ") on the GPU, GEMMs in "
               << p.precision << "\n";
     train::StepPrecision precision;
-    precision.gemm = p.precision;
+    precision.gemm = p.precision, precision.initialLossScale = p.lossScale;
     return train::CompiledStep::create(std::move(g.step), model, attentionOf(p),
                                        defaultCudaKernelIncludeDirs(),
                                        HostCompiler(&KernelCache::processDefault()),
@@ -370,13 +371,15 @@ Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::
   }
   if (engine == "cuda-sim") {
     std::cerr << "attnc train: cuda-sim: the CUDA step's kernels (" << g.step.cudaSymbol
-              << ") run on the SIMT emulator\n";
+              << ") run on the SIMT emulator, GEMM inputs rounded as " << p.precision << "\n";
+    train::StepPrecision precision;
+    precision.gemm = p.precision, precision.initialLossScale = p.lossScale;
     std::vector<std::string> dirs = defaultKernelIncludeDirs();
     for (std::string &d : cudaEmulatorIncludeDirs())
       dirs.push_back(std::move(d));
     return train::CompiledStep::create(std::move(g.step), model, attentionOf(p), dirs,
                                        HostCompiler(&KernelCache::processDefault()),
-                                       train::StepEngine::CudaSim);
+                                       train::StepEngine::CudaSim, precision);
   }
   return train::CompiledStep::create(std::move(g.step), model, attentionOf(p),
                                      defaultKernelIncludeDirs(),
@@ -578,8 +581,11 @@ int runTrain(const TrainCliOptions &opt) {
                                " KiB kept for the backward, " +
                                std::to_string(s->plan.scratchBytes / 1024) +
                                " KiB per-layer scratch")
-            << "; peak resident memory " << peakRssMiB() << " MiB\n"
-            << "wrote " << opt.out << "/{latest.json,train.csv,loss.svg}\n";
+            << "; peak resident memory " << peakRssMiB() << " MiB\n";
+  if (compiled && opt.precision == "fp16")
+    std::cout << "fp16 loss scale " << compiled->lossScale() << ", "
+              << compiled->overflowReruns() << " step(s) rerun after an overflow\n";
+  std::cout << "wrote " << opt.out << "/{latest.json,train.csv,loss.svg}\n";
   return kExitOk;
 }
 

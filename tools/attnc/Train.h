@@ -33,6 +33,7 @@ struct TrainCliOptions {
   /// --target cuda: the GEMMs' compute precision (f32, tf32, bf16, fp16; fp16
   /// with dynamic loss scaling).
   std::string precision = "f32";
+  float lossScale = 0; ///< fp16: the initial loss scale (0: 65536)
   bool compareEngines = false; ///< one batch through both engines, gradients compared
   /// Compiled engine: standard layers keep only their inputs and are
   /// recomputed in the backward (less memory, one more forward per layer).

@@ -356,6 +356,10 @@ int main(int argc, char **argv) {
                        "weights; fp16 with dynamic loss scaling)")
       ->check(CLI::IsMember({"f32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
+  trainCmd->add_option("--loss-scale", topts.lossScale,
+                       "--precision fp16: the initial loss scale (default 65536; halved on "
+                       "overflow, doubled after 2000 good steps, at most 2^24)")
+      ->check(CLI::PositiveNumber);
   trainCmd->add_option("--lr", topts.lr, "peak learning rate (AdamW)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   trainCmd->add_option("--warmup", topts.warmup, "linear warm-up steps, then cosine decay")

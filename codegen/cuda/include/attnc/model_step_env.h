@@ -41,9 +41,11 @@ struct attnc_cuda_env {
   /// (codegen/cpu/include/attnc/model_step.h).
   int (*attention)(void *ctx, long long layer, const float *const *in, float *out, float *lse);
   int (*attention_grad)(void *ctx, long long layer, const float *const *in, float *const *out);
-  /// Records the NaN/Inf check of `n` values (rows of `width`) named
-  /// `what`; the runtime may report it when the step ends.
-  int (*check_finite)(void *ctx, const char *what, const float *x, long long n, long long width);
+  /// The NaN/Inf check of `n` values (rows of `width`) named `what`.
+  /// `scaled`: a backward value, multiplied by loss_scale (with fp16 an
+  /// overflow there means "lower the scale", not divergence).
+  int (*check_finite)(void *ctx, const char *what, const float *x, long long n, long long width,
+                      int scaled);
   int (*copy)(void *ctx, void *dst, const void *src, unsigned long long bytes);
   int (*zero)(void *ctx, void *dst, unsigned long long bytes);
   /// Device to host (the loss).

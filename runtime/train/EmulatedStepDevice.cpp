@@ -1,0 +1,178 @@
+//===- EmulatedStepDevice.cpp - A compiled CUDA step on the CPU ----------===//
+//
+// The device of `attnc train --engine cuda-sim`: host memory filled with
+// NaNs when allocated (as uninitialised device memory is garbage, a read
+// before a write shows), the step's kernels on the SIMT emulator compiled
+// into the step's shared object, GEMMs on the CPU with their inputs
+// rounded as cuBLAS's reduced compute types round them (so fp16 overflows
+// here too, and the loss scaling is exercised).
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/train/StepDevice.h"
+
+#include "codegen/cuda/include/attnc/model_step_env.h"
+#include "runtime/HostCompiler.h"
+#include "runtime/train/Layers.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <vector>
+
+namespace attnc::train {
+
+Expected<GemmMode> parseGemmMode(const std::string &name) {
+  if (name == "f32")
+    return GemmMode::F32;
+  if (name == "tf32")
+    return GemmMode::Tf32;
+  if (name == "bf16")
+    return GemmMode::Bf16;
+  if (name == "fp16")
+    return GemmMode::Fp16;
+  return makeError("GEMM precision '" + name + "': expected f32, tf32, bf16 or fp16");
+}
+
+namespace {
+
+/// x with its mantissa rounded to `keep` bits (nearest, ties to even).
+float roundMantissa(float x, int keep) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  if ((b & 0x7f800000u) == 0x7f800000u) // Inf, NaN
+    return x;
+  const int drop = 23 - keep;
+  b += (1u << (drop - 1)) - 1 + ((b >> drop) & 1u);
+  b &= ~((1u << drop) - 1);
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+
+/// What a GEMM input becomes in `mode`: tf32 and bf16 keep fp32's range;
+/// fp16 overflows to Inf beyond 65504 and loses what is below its
+/// subnormals.
+float roundInput(float x, GemmMode mode) {
+  switch (mode) {
+  case GemmMode::F32:
+    return x;
+  case GemmMode::Tf32:
+    return roundMantissa(x, 10);
+  case GemmMode::Bf16:
+    return roundMantissa(x, 7);
+  case GemmMode::Fp16: {
+    const float r = roundMantissa(x, 10);
+    if (std::abs(r) > 65504.0f)
+      return std::copysign(std::numeric_limits<float>::infinity(), r);
+    if (std::abs(r) < 5.9604645e-8f) // half of fp16's smallest subnormal
+      return std::copysign(0.0f, r);
+    return r;
+  }
+  }
+  return x;
+}
+
+class EmulatedStepDevice final : public StepDevice {
+public:
+  using KernelFn = void(attnc_kargs);
+  using RunFn = int(KernelFn *kernel, long long blocks, int threads, const attnc_kargs *args);
+
+  EmulatedStepDevice(const SharedObject &so, GemmMode mode) : so_(so), mode_(mode) {}
+  ~EmulatedStepDevice() override {
+    for (void *p : live_)
+      std::free(p);
+  }
+
+  std::string describe() const override { return "the SIMT emulator (CPU)"; }
+
+  Expected<void *> allocate(size_t bytes, const std::string &what) override {
+    const size_t rounded = (std::max<size_t>(bytes, 4) + 63) / 64 * 64;
+    void *p = std::aligned_alloc(64, rounded);
+    if (!p)
+      return makeError("cannot allocate " + std::to_string(bytes) + " bytes for " + what);
+    std::memset(p, 0xff, rounded); // NaN floats: reading before writing shows
+    live_.push_back(p);
+    return p;
+  }
+  void release(void *p) override {
+    for (size_t i = 0; i < live_.size(); ++i)
+      if (live_[i] == p) {
+        std::free(p);
+        live_.erase(live_.begin() + long(i));
+        return;
+      }
+  }
+  Status upload(void *dst, const void *src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return {};
+  }
+  Status download(void *dst, const void *src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return {};
+  }
+  Status copy(void *dst, const void *src, size_t bytes) override {
+    std::memmove(dst, src, bytes);
+    return {};
+  }
+  Status zero(void *dst, size_t bytes) override {
+    std::memset(dst, 0, bytes);
+    return {};
+  }
+  Status launch(const std::string &name, long long blocks, int threads,
+                const attnc_kargs &args) override {
+    if (!run_) {
+      Expected<RunFn *> run = so_.function<RunFn>("attnc_simt_run");
+      if (!run)
+        return run.takeError();
+      run_ = *run;
+    }
+    auto it = kernels_.find(name);
+    if (it == kernels_.end()) {
+      Expected<KernelFn *> fn = so_.function<KernelFn>(name);
+      if (!fn)
+        return fn.takeError();
+      it = kernels_.emplace(name, *fn).first;
+    }
+    // What a GPU would refuse.
+    if (threads <= 0 || threads > 1024 || threads % 32 || blocks < 0 ||
+        blocks > (1LL << 31) - 1)
+      return makeError("kernel " + name + " launched with " + std::to_string(blocks) +
+                       " blocks of " + std::to_string(threads) + " threads");
+    if (run_(it->second, blocks, threads, &args))
+      return makeError("kernel " + name +
+                       " deadlocked on the emulator (a barrier not reached by every thread)");
+    return {};
+  }
+  Status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
+              float *C) override {
+    if (mode_ == GemmMode::F32) {
+      train::gemm(ta, tb, M, N, K, A, B, C);
+      return {};
+    }
+    a_.resize(size_t(M * K)), b_.resize(size_t(K * N));
+    for (size_t i = 0; i < a_.size(); ++i)
+      a_[i] = roundInput(A[i], mode_);
+    for (size_t i = 0; i < b_.size(); ++i)
+      b_[i] = roundInput(B[i], mode_);
+    train::gemm(ta, tb, M, N, K, a_.data(), b_.data(), C);
+    return {};
+  }
+  Status synchronize() override { return {}; }
+
+private:
+  const SharedObject &so_;
+  GemmMode mode_;
+  RunFn *run_ = nullptr;
+  std::map<std::string, KernelFn *> kernels_;
+  std::vector<void *> live_;
+  std::vector<float> a_, b_; ///< rounded GEMM inputs
+};
+
+} // namespace
+
+std::unique_ptr<StepDevice> createEmulatedStepDevice(const SharedObject &so, GemmMode mode) {
+  return std::make_unique<EmulatedStepDevice>(so, mode);
+}
+
+} // namespace attnc::train

@@ -1,0 +1,72 @@
+//===- StepDevice.h - Where a compiled CUDA step runs ------------*- C++ -*-===//
+//
+// A compiled CUDA step needs memory, kernel launches, GEMMs and copies.
+// CompiledStep drives it the same way on a GPU (runtime/train/
+// CompiledStepCuda.cpp: the driver, NVRTC, cuBLAS) and on the CPU with the
+// kernels under the SIMT emulator (host memory, CPU GEMMs): so the
+// emulator tests run every line of the GPU engine except this interface's
+// GPU implementation.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_TRAIN_STEPDEVICE_H
+#define ATTNC_RUNTIME_TRAIN_STEPDEVICE_H
+
+#include "runtime/Error.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+struct attnc_kargs; // codegen/cuda/include/attnc/model_step_env.h
+
+namespace attnc {
+class SharedObject;
+}
+
+namespace attnc::train {
+
+/// The GEMMs' inner-product precision: cuBLAS's compute types on a GPU,
+/// inputs rounded the same way on the emulated device.
+enum class GemmMode { F32, Tf32, Bf16, Fp16 };
+Expected<GemmMode> parseGemmMode(const std::string &name);
+
+class StepDevice {
+public:
+  virtual ~StepDevice() = default;
+  /// "NVIDIA H200 (sm_90, ...)" or "the SIMT emulator".
+  virtual std::string describe() const = 0;
+  /// Device memory (addresses as pointers; freed with release). The error
+  /// names `what`.
+  virtual Expected<void *> allocate(size_t bytes, const std::string &what) = 0;
+  virtual void release(void *p) = 0;
+  virtual Status upload(void *dst, const void *src, size_t bytes) = 0;
+  virtual Status download(void *dst, const void *src, size_t bytes) = 0;
+  virtual Status copy(void *dst, const void *src, size_t bytes) = 0;
+  virtual Status zero(void *dst, size_t bytes) = 0;
+  /// Kernel `name` of the step's module over `blocks` blocks of `threads`.
+  virtual Status launch(const std::string &name, long long blocks, int threads,
+                        const attnc_kargs &args) = 0;
+  /// Row-major C[M, N] = op(A)·op(B), fp32 storage.
+  virtual Status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
+                      const float *B, float *C) = 0;
+  /// Waits for the device's work (errors in kernels surface here).
+  virtual Status synchronize() = 0;
+};
+
+/// The GPU: the step's kernels (`kernelSource`) compiled by NVRTC for
+/// device 0's arch, GEMMs on cuBLAS in `mode`. Errors: no driver, NVRTC,
+/// module load, cuBLAS.
+Expected<std::unique_ptr<StepDevice>>
+createGpuStepDevice(const std::string &kernelSource, const std::string &programName,
+                    const std::vector<std::string> &includeDirs, GemmMode mode);
+
+/// The emulated device: host memory, the kernels compiled into `so` with
+/// the SIMT emulator (looked up by name, launched through its
+/// attnc_simt_run), GEMMs on the CPU with inputs rounded as `mode` says.
+/// `so` must outlive the device.
+std::unique_ptr<StepDevice> createEmulatedStepDevice(const SharedObject &so, GemmMode mode);
+
+} // namespace attnc::train
+
+#endif // ATTNC_RUNTIME_TRAIN_STEPDEVICE_H
