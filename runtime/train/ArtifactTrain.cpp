@@ -121,7 +121,7 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
   desc.args = mm->args;
   desc.gradArgs = mm->gradArgs;
   StepPrecision precision;
-  precision.gemm = opt.precision;
+  precision.gemm = opt.precision, precision.initialLossScale = opt.lossScale;
   Expected<std::unique_ptr<CompiledStep>> step =
       gpu ? CompiledStep::create(std::move(desc), model, attentionFn,
                                  defaultCudaKernelIncludeDirs(), compiler, StepEngine::Cuda,

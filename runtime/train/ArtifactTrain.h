@@ -29,6 +29,7 @@ struct ArtifactTrainOptions {
   int evalBatches = 8;
   bool resume = true;
   std::string precision = "f32"; ///< CUDA artifacts: the GEMMs' (StepPrecision)
+  float lossScale = 0;           ///< fp16: the initial loss scale (0: LossScaler's)
 };
 
 /// Trains the artifact's model; the report goes to `os`, progress to stderr.

@@ -63,6 +63,9 @@ int main(int argc, char **argv) {
                     "weights; fp16 with dynamic loss scaling)")
       ->check(CLI::IsMember({"f32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
+  train->add_option("--loss-scale", topts.lossScale,
+                    "--precision fp16: the initial loss scale (default 65536)")
+      ->check(CLI::PositiveNumber);
   train->add_flag("!--no-resume", topts.resume, "start afresh even if --out has a checkpoint");
 
   CLI::App *info = app.add_subcommand("info", "Print the toolchain, cache and GPU of this machine");
