@@ -251,7 +251,7 @@ private:
                        const std::function<std::string(Value)> &rows, const std::string &row0) {
     auto n = [&](Value v) { return name(v); };
     if (auto fr = llvm::dyn_cast<FusedRowsOp>(op))
-      return fusedRows(fr, os);
+      return fusedRows(fr, os, rows(fr.getResult(0)), row0);
     if (auto rc = llvm::dyn_cast<RowChunksOp>(op))
       return rowChunks(rc, os);
     if (isRowLocal(op))
@@ -636,8 +636,10 @@ private:
     return success();
   }
 
-  /// An attn.fused_rows: a static kernel looping over rows, and its call.
-  LogicalResult fusedRows(FusedRowsOp fr, llvm::raw_ostream &os) {
+  /// An attn.fused_rows: a static kernel looping over rows, and its call
+  /// over `rows` rows from absolute row `row0` (a chunk's inside a body).
+  LogicalResult fusedRows(FusedRowsOp fr, llvm::raw_ostream &os, const std::string &rows,
+                          const std::string &row0) {
     Block &body = fr.getBody().front();
     auto yield = llvm::cast<RowsYieldOp>(body.getTerminator());
     if (cuda) {
@@ -652,14 +654,15 @@ private:
         return failure();
       // The kernel's pointers are the op's operands and results.
       rowKernelLaunch(os, kname, threads, spill, SmallVector<Value>(fr.getInputs()),
-                      SmallVector<Value>(fr.getResults()), std::to_string(fr.getRows()), "0");
+                      SmallVector<Value>(fr.getResults()), rows, row0);
       return success();
     }
     std::string k;
     llvm::raw_string_ostream ks(k);
     std::string fn = "kernel_" + fr.getKernel().str();
     ks << "static void " << fn
-       << "(void *const *in, void *const *out, int64_t R, const attnc_model_env *env) {\n";
+       << "(void *const *in, void *const *out, int64_t R, int64_t row0, "
+          "const attnc_model_env *env) {\n";
     // Which block arguments are read whole (any use reading it whole).
     llvm::DenseSet<Value> wholeArgs;
     for (Operation &op : body.without_terminator())
@@ -703,7 +706,7 @@ private:
       return "(" + base + " + r * " + std::to_string(rowWidth(v)) + ")";
     };
     for (Operation &op : body.without_terminator())
-      if (failed(rowStatements(&op, ks, ptr, "0")))
+      if (failed(rowStatements(&op, ks, ptr, "row0")))
         return failure();
     // A yielded value that is also a block argument: copy it through.
     for (auto [i, v] : llvm::enumerate(yield.getValues()))
@@ -719,7 +722,7 @@ private:
     os << "};\n    void *out[] = {";
     for (auto [i, v] : llvm::enumerate(fr.getResults()))
       os << (i ? ", " : "") << "(void *)" << name(v);
-    os << "};\n    " << fn << "(in, out, " << fr.getRows() << ", env);\n  }\n";
+    os << "};\n    " << fn << "(in, out, " << rows << ", " << row0 << ", env);\n  }\n";
     return success();
   }
 
@@ -767,8 +770,8 @@ private:
         rowsIn = split.contains(mm.getLhs()) && !mm.getTransposeA();
       } else if (llvm::isa<ColumnSumOp>(op)) {
         rowsIn = false;
-      } else if (!llvm::isa<BiasAddOp, AddOp, SubOp, ActivationOp, ActivationGradOp, DropoutOp>(
-                     op)) {
+      } else if (!llvm::isa<BiasAddOp, AddOp, SubOp, ActivationOp, ActivationGradOp, DropoutOp,
+                           FusedRowsOp>(op)) {
         return op.emitOpError("cannot be emitted inside attn.row_chunks (only GEMMs, column sums "
                               "and elementwise ops are)");
       }

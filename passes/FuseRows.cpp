@@ -4,7 +4,9 @@
 // input gradients, embedding lookups: each output row depends only on the
 // same row of its inputs. A chain of them becomes one attn.fused_rows op,
 // which codegen emits as a single pass over the rows; the chain's inner
-// values never reach memory.
+// values never reach memory. Inside a chunked FFN body (attn.row_chunks)
+// the same holds per chunk: bias + activation become one pass over the
+// chunk's intermediate.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
@@ -38,6 +40,8 @@ struct FuseRowsPass : public attnc::impl::FuseRowsBase<FuseRowsPass> {
       if (!func->hasAttr("attn.model") || func.getBody().empty())
         continue;
       fuse(func.getBody().front(), counter);
+      for (auto rc : func.getBody().front().getOps<RowChunksOp>())
+        fuse(rc.getBody().front(), counter);
     }
   }
 

@@ -143,22 +143,19 @@ struct PlanMemoryPass : public attnc::impl::PlanMemoryBase<PlanMemoryPass> {
         buffers.push_back({&op, r.getResultNumber(), *bytes, at, end});
       }
       // A chunked body's intermediates: an upper bound, live only while the
-      // op runs (the kernel reuses them from chunk to chunk).
+      // op runs (the kernel reuses them from chunk to chunk). Values inside
+      // a fused row kernel in the body never reach memory.
       if (auto rc = llvm::dyn_cast<RowChunksOp>(op)) {
         int64_t scratch = 0;
-        WalkResult walk = rc.getBody().walk([&](Operation *inner) {
-          for (Value v : inner->getResults()) {
+        for (Operation &inner : rc.getBody().front().without_terminator())
+          for (Value v : inner.getResults()) {
             if (!llvm::isa<RankedTensorType>(v.getType()))
               continue;
-            FailureOr<int64_t> bytes = bytesOf(inner, v);
+            FailureOr<int64_t> bytes = bytesOf(&inner, v);
             if (failed(bytes))
-              return WalkResult::interrupt();
+              return failure();
             scratch += *bytes;
           }
-          return WalkResult::advance();
-        });
-        if (walk.wasInterrupted())
-          return failure();
         buffers.push_back({&op, -1, scratch, at, at});
       }
     }
@@ -196,16 +193,16 @@ struct PlanMemoryPass : public attnc::impl::PlanMemoryBase<PlanMemoryPass> {
       // order (the sizes summed above), so codegen reads every offset
       // from the plan.
       int64_t next = buf.offset;
-      buf.op->getRegion(0).walk([&](Operation *inner) {
-        if (!inner->getNumResults())
-          return;
+      for (Operation &inner : buf.op->getRegion(0).front().without_terminator()) {
+        if (!inner.getNumResults())
+          continue;
         SmallVector<int64_t> at;
-        for (Value v : inner->getResults()) {
+        for (Value v : inner.getResults()) {
           at.push_back(next);
-          next += *bytesOf(inner, v); // sized without error above
+          next += *bytesOf(&inner, v); // sized without error above
         }
-        inner->setAttr("attn.arena_offsets", b.getDenseI64ArrayAttr(at));
-      });
+        inner.setAttr("attn.arena_offsets", b.getDenseI64ArrayAttr(at));
+      }
     }
     for (Operation &op : entry)
       if (op.getNumResults())

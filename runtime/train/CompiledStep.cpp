@@ -87,7 +87,8 @@ CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
   }
   if (step->desc_.arenaBytes < 0)
     return makeError("compiled step: negative arena size");
-  step->arena_.assign(size_t(step->desc_.arenaBytes + 3) / 4, 0.0f);
+  if (engine == StepEngine::Cpu) // the device engines' arena is device memory
+    step->arena_.assign(size_t(step->desc_.arenaBytes + 3) / 4, 0.0f);
 
   // Bind the arguments by name to the model's parameters.
   std::map<std::string, ParamRef> byName;

@@ -163,6 +163,8 @@ int CompiledStep::attendOnDevice(int64_t layer, const float *const *in, const fl
 
 Expected<double> CompiledStep::runDevice() {
   CudaState &s = *cuda_;
+  if (Status st = s.device->bind(); !st)
+    return st.takeError();
   // The parameters as they are now (the optimizer ran on the host), and
   // the batch.
   for (size_t i = 0; i < desc_.args.size(); ++i)
@@ -255,8 +257,13 @@ Expected<double> CompiledStep::runDeviceOnce(float lossScale) {
     static void *scratch(void *ctx, unsigned long long bytes) {
       CudaState &s = *self(ctx).cuda_;
       if (!s.scratch || s.scratchBytes < bytes) {
-        if (s.scratch) // free first: the new one may need the room
+        // Free first (the new one may need the room), once the kernels
+        // queued on the old one are done.
+        if (s.scratch) {
+          if (check(ctx, s.device->synchronize(), 7))
+            return nullptr;
           s.device->release(s.scratch);
+        }
         s.scratch = nullptr, s.scratchBytes = 0;
         Expected<void *> b = s.device->allocate(bytes, "the row kernels' scratch");
         if (!b) {

@@ -35,6 +35,13 @@ Expected<GemmMode> parseGemmMode(const std::string &name) {
   return makeError("GEMM precision '" + name + "': expected f32, tf32, bf16 or fp16");
 }
 
+Status checkLaunchShape(const std::string &kernel, long long blocks, int threads) {
+  if (threads <= 0 || threads > 1024 || threads % 32 || blocks < 0 || blocks > (1LL << 31) - 1)
+    return makeError("kernel " + kernel + " launched with " + std::to_string(blocks) +
+                     " blocks of " + std::to_string(threads) + " threads");
+  return {};
+}
+
 namespace {
 
 /// x with its mantissa rounded to `keep` bits (nearest, ties to even).
@@ -85,6 +92,7 @@ public:
   }
 
   std::string describe() const override { return "the SIMT emulator (CPU)"; }
+  Status bind() override { return {}; }
 
   Expected<void *> allocate(size_t bytes, const std::string &what) override {
     const size_t rounded = (std::max<size_t>(bytes, 4) + 63) / 64 * 64;
@@ -134,11 +142,8 @@ public:
         return fn.takeError();
       it = kernels_.emplace(name, *fn).first;
     }
-    // What a GPU would refuse.
-    if (threads <= 0 || threads > 1024 || threads % 32 || blocks < 0 ||
-        blocks > (1LL << 31) - 1)
-      return makeError("kernel " + name + " launched with " + std::to_string(blocks) +
-                       " blocks of " + std::to_string(threads) + " threads");
+    if (Status s = checkLaunchShape(name, blocks, threads); !s)
+      return s;
     if (run_(it->second, blocks, threads, &args))
       return makeError("kernel " + name +
                        " deadlocked on the emulator (a barrier not reached by every thread)");

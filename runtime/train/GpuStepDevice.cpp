@@ -30,6 +30,7 @@ public:
         precision_(precision), d_(driver) {}
 
   std::string describe() const override { return ctx_.device().describe(); }
+  Status bind() override { return ctx_.makeCurrent(); }
 
   Expected<void *> allocate(size_t bytes, const std::string &what) override {
     CUdeviceptr p = 0;
@@ -64,6 +65,8 @@ public:
         return k.takeError();
       it = kernels_.emplace(name, *k).first;
     }
+    if (Status s = checkLaunchShape(name, blocks, threads); !s)
+      return s;
     if (blocks == 0)
       return {};
     return cuda::launch(it->second, {unsigned(blocks), 1, 1}, {unsigned(threads), 1, 1}, 0,

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 struct attnc_kargs; // codegen/cuda/include/attnc/model_step_env.h
 
@@ -31,11 +32,18 @@ namespace attnc::train {
 enum class GemmMode { F32, Tf32, Bf16, Fp16 };
 Expected<GemmMode> parseGemmMode(const std::string &name);
 
+/// Ok for a launch shape a GPU takes (1-D grid below 2^31 blocks, a
+/// multiple of 32 threads up to 1024), else an error naming the kernel.
+Status checkLaunchShape(const std::string &kernel, long long blocks, int threads);
+
 class StepDevice {
 public:
   virtual ~StepDevice() = default;
   /// "NVIDIA H200 (sm_90, ...)" or "the SIMT emulator".
   virtual std::string describe() const = 0;
+  /// Makes the device usable from the calling thread (the GPU's context
+  /// current), before each step.
+  virtual Status bind() = 0;
   /// Device memory (addresses as pointers; freed with release). The error
   /// names `what`.
   virtual Expected<void *> allocate(size_t bytes, const std::string &what) = 0;

@@ -65,4 +65,12 @@ func.func @other(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 // MODEL-NEXT: attn.rows_yield
 // MODEL-NEXT: }
 // MODEL-NEXT: attn.row_chunks chunk 8
+// Inside the chunked FFN body, bias + GELU become one kernel per chunk.
+// MODEL-NEXT: ^bb0
+// MODEL-NEXT: attn.matmul
+// MODEL-NEXT: attn.fused_rows rows 8
+// MODEL-NEXT: ^bb0
+// MODEL-NEXT: attn.bias_add
+// MODEL-NEXT: attn.activation gelu
+// MODEL-NEXT: attn.rows_yield
 // MODEL-LABEL: func.func @train_rev
