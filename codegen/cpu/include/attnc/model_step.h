@@ -12,11 +12,14 @@
 
 #if defined(__has_include)
 #if __has_include("codegen/Philox.h")
+#include "codegen/Activations.h"
 #include "codegen/Philox.h"
 #else
+#include "../../../Activations.h"
 #include "../../../Philox.h"
 #endif
 #else
+#include "../../../Activations.h"
 #include "../../../Philox.h"
 #endif
 
@@ -50,28 +53,14 @@ struct attnc_model_env {
 namespace attnc {
 namespace model {
 
-// Activations: 0 gelu (tanh form), 1 relu, 2 silu (Attn_Activation's order).
-// tanh and the sigmoid go through the kernels' branch-free expf_fast, so
-// the row loops vectorise.
-ATTNC_ALWAYS_INLINE float tanhFast(float u) { return 1.0f - 2.0f / (cpu::expf_fast(2.0f * u) + 1.0f); }
-ATTNC_ALWAYS_INLINE float activation(int kind, float x) {
-  if (kind == 1)
-    return x > 0 ? x : 0.0f;
-  if (kind == 2)
-    return x / (1.0f + cpu::expf_fast(-x));
-  const float c = 0.7978845608028654f, a = 0.044715f;
-  return 0.5f * x * (1.0f + tanhFast(c * (x + a * x * x * x)));
-}
+// Activations (codegen/Activations.h) through the kernels' branch-free
+// expf_fast, so the row loops vectorise.
+struct FastExp {
+  ATTNC_ALWAYS_INLINE float operator()(float x) const { return cpu::expf_fast(x); }
+};
+ATTNC_ALWAYS_INLINE float activation(int kind, float x) { return act::apply(kind, x, FastExp()); }
 ATTNC_ALWAYS_INLINE float activationGrad(int kind, float x) {
-  if (kind == 1)
-    return x > 0 ? 1.0f : 0.0f;
-  if (kind == 2) {
-    float s = 1.0f / (1.0f + cpu::expf_fast(-x));
-    return s * (1.0f + x * (1.0f - s));
-  }
-  const float c = 0.7978845608028654f, a = 0.044715f;
-  float t = tanhFast(c * (x + a * x * x * x));
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * a * x * x);
+  return act::derivative(kind, x, FastExp());
 }
 
 /// The first NaN or Inf of x[0, n), or -1.

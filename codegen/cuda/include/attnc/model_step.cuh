@@ -17,6 +17,7 @@
 #ifndef ATTNC_CUDA_MODEL_STEP_CUH
 #define ATTNC_CUDA_MODEL_STEP_CUH
 
+#include "Activations.h"
 #include "Philox.h"
 #include "attnc/model_step_env.h"
 
@@ -67,27 +68,13 @@ template <class T> ATTNC_STEP_FN T blockMax(T v, T *red) {
   return m;
 }
 
-// Activations: 0 gelu (tanh form), 1 relu, 2 silu (Attn_Activation's order,
-// the CPU step's formulas).
-ATTNC_STEP_FN float tanhApprox(float u) { return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f); }
-ATTNC_STEP_FN float activation(int kind, float x) {
-  if (kind == 1)
-    return x > 0 ? x : 0.0f;
-  if (kind == 2)
-    return x / (1.0f + expf(-x));
-  const float c = 0.7978845608028654f, a = 0.044715f;
-  return 0.5f * x * (1.0f + tanhApprox(c * (x + a * x * x * x)));
-}
+// Activations (codegen/Activations.h, the CPU step's formulas) with expf.
+struct DeviceExp {
+  ATTNC_STEP_FN float operator()(float x) const { return expf(x); }
+};
+ATTNC_STEP_FN float activation(int kind, float x) { return act::apply(kind, x, DeviceExp()); }
 ATTNC_STEP_FN float activationGrad(int kind, float x) {
-  if (kind == 1)
-    return x > 0 ? 1.0f : 0.0f;
-  if (kind == 2) {
-    float s = 1.0f / (1.0f + expf(-x));
-    return s * (1.0f + x * (1.0f - s));
-  }
-  const float c = 0.7978845608028654f, a = 0.044715f;
-  float t = tanhApprox(c * (x + a * x * x * x));
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * a * x * x);
+  return act::derivative(kind, x, DeviceExp());
 }
 
 /// y = (x − mean)·rstd·gamma + beta over one row of C, two passes (mean,
