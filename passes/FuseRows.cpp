@@ -40,8 +40,9 @@ struct FuseRowsPass : public attnc::impl::FuseRowsBase<FuseRowsPass> {
       if (!func->hasAttr("attn.model") || func.getBody().empty())
         continue;
       fuse(func.getBody().front(), counter);
-      for (auto rc : func.getBody().front().getOps<RowChunksOp>())
-        fuse(rc.getBody().front(), counter);
+      if (inChunks)
+        for (auto rc : func.getBody().front().getOps<RowChunksOp>())
+          fuse(rc.getBody().front(), counter);
     }
   }
 

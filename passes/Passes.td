@@ -397,7 +397,8 @@ def FuseRows : Pass<"attn-fuse-rows", "::mlir::ModuleOp"> {
     joins the group of one of its producers when no op outside that group
     uses a group value before it; every row-local op ends up in a group
     (possibly of one), so codegen has one path for them. GEMMs, attention,
-    reductions over rows and `attn.row_chunks` stay separate kernels.
+    reductions over rows and `attn.row_chunks` stay separate kernels; the
+    ops inside a chunked body are grouped the same way, per chunk.
 
     Before:
     ```mlir
@@ -415,6 +416,10 @@ def FuseRows : Pass<"attn-fuse-rows", "::mlir::ModuleOp"> {
     ```
   }];
   let dependentDialects = ["::attnc::attn::AttnDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"inChunks", "in-chunks", "bool", /*default=*/"true",
+           "also group the ops inside attn.row_chunks bodies (off: to measure what it gains)">,
+  ];
 }
 
 def PlanMemory : Pass<"attn-plan-memory", "::mlir::ModuleOp"> {

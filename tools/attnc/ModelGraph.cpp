@@ -21,7 +21,8 @@ using namespace mlir;
 namespace attnc::driver {
 
 bool compileModelGraph(ModuleOp resolved, attn::ModelOp model, int batch, int layers,
-                       bool emitSource, ModelGraph &out, bool recomputeLayers) {
+                       bool emitSource, ModelGraph &out, bool recomputeLayers,
+                       bool fuseInChunks) {
   OwningOpRef<ModuleOp> copy(resolved.clone());
   // Only this model (expand-model expands every model it finds).
   for (attn::ModelOp m : llvm::make_early_inc_range(copy->getOps<attn::ModelOp>())) {
@@ -37,7 +38,9 @@ bool compileModelGraph(ModuleOp resolved, attn::ModelOp model, int batch, int la
   DeriveModelBackwardOptions derive;
   derive.recomputeLayers = recomputeLayers;
   pm.addPass(createDeriveModelBackward(derive));
-  pm.addPass(createFuseRows());
+  FuseRowsOptions fuse;
+  fuse.inChunks = fuseInChunks;
+  pm.addPass(createFuseRows(fuse));
   pm.addPass(createPlanMemory());
   if (failed(pm.run(*copy)))
     return false;

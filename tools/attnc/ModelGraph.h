@@ -30,8 +30,11 @@ struct ModelGraph {
 /// depth). Diagnostics go to the context's handler; failure returns false.
 /// `recomputeLayers`: standard layers keep only their inputs and recompute
 /// the rest in the backward (attn-derive-model-backward{recompute-layers}).
+/// `fuseInChunks` false keeps attn-fuse-rows out of chunked FFN bodies
+/// (attnc bench --engines measures what fusing there gains).
 bool compileModelGraph(mlir::ModuleOp resolved, attn::ModelOp model, int batch, int layers,
-                       bool emitSource, ModelGraph &out, bool recomputeLayers = false);
+                       bool emitSource, ModelGraph &out, bool recomputeLayers = false,
+                       bool fuseInChunks = true);
 
 /// attnc compile's report of the compiled plans: for every model the arena
 /// at the spec's depth (what a training step allocates besides weights,

@@ -243,7 +243,8 @@ namespace {
 
 Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::Model &model,
                                                             int batch, bool recomputeLayers,
-                                                            const std::string &engine = "compiled");
+                                                            const std::string &engine = "compiled",
+                                                            bool fuseInChunks = true);
 
 /// --grad-check: finite differences of the whole model on the first batch,
 /// on the engine --engine names (the compiled step by default).
@@ -337,7 +338,8 @@ namespace {
 /// The compiled whole-model step of the prepared model for `batch`.
 Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::Model &model,
                                                             int batch, bool recomputeLayers,
-                                                            const std::string &engine) {
+                                                            const std::string &engine,
+                                                            bool fuseInChunks) {
   // Reversible layers rebuild their inputs anyway.
   recomputeLayers = recomputeLayers && !p.config.reversible;
   attn::ModelOp m;
@@ -353,7 +355,8 @@ Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::
         p.config.ffnChunk > 0 ? p.config.ffnChunk : rows));
   }
   ModelGraph g;
-  if (!compileModelGraph(*p.module, m, batch, 0, /*emitSource=*/true, g, recomputeLayers))
+  if (!compileModelGraph(*p.module, m, batch, 0, /*emitSource=*/true, g, recomputeLayers,
+                         fuseInChunks))
     return makeError("whole-model compilation of " + p.name + " failed (see the diagnostics)");
   std::cerr << "attnc train: compiled step of " << p.name
             << (recomputeLayers ? " (layers recomputed in the backward)" : "") << ": arena "
@@ -455,14 +458,24 @@ int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csv
   engines[0].name = "runtime";
   const train::Model::ActivationPlan plan = model.activationPlan(opt.batch);
   engines[0].bytes = plan.keptBytes + plan.scratchBytes;
-  for (bool recompute : p.config.reversible ? std::vector<bool>{false}
-                                            : std::vector<bool>{false, true}) {
+  // The last: as attnc train runs it, without fusion inside chunked FFN
+  // bodies (what that fusion gains; only when the FFN is chunked).
+  const bool recomputeByDefault = !p.config.reversible;
+  const bool chunked = p.config.ffnChunk > 0 && p.config.ffnChunk < opt.batch * p.config.seq;
+  std::vector<std::pair<bool, bool>> variants = {{false, true}}; // {recompute, fuse in chunks}
+  if (!p.config.reversible)
+    variants.push_back({true, true});
+  if (chunked)
+    variants.push_back({recomputeByDefault, false});
+  for (auto [recompute, fuseInChunks] : variants) {
     Expected<std::unique_ptr<train::CompiledStep>> step =
-        compiledStep(p, model, opt.batch, recompute);
+        compiledStep(p, model, opt.batch, recompute, "compiled", fuseInChunks);
     if (!step)
       return fail("bench", step.error());
     Engine e;
     e.name = recompute ? "compiled (layers recomputed)" : "compiled";
+    if (!fuseInChunks)
+      e.name += ", FFN chunks unfused";
     e.bytes = (*step)->arenaBytes();
     e.step = std::move(*step);
     engines.push_back(std::move(e));
