@@ -1,5 +1,6 @@
 // RUN: attnc-opt %s -split-input-file --attn-fuse-rows | FileCheck %s
 // RUN: attnc compile %S/Inputs/model-graph.attn --emit=mlir | attnc-opt --attn-resolve-tunables --attn-expand-model=batch=2 --attn-derive-model-backward --attn-fuse-rows | FileCheck %s --check-prefix=MODEL
+// RUN: attnc compile %S/Inputs/model-graph.attn --emit=mlir | attnc-opt --attn-resolve-tunables --attn-expand-model=batch=2 --attn-derive-model-backward --attn-fuse-rows=in-chunks=false | FileCheck %s --check-prefix=NOCHUNKS
 
 // bias + residual + layer norm: one kernel. Only values used outside it
 // (the residual sum, the norm, its mean) are results; the biased GEMM
@@ -74,3 +75,10 @@ func.func @other(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 // MODEL-NEXT: attn.activation gelu
 // MODEL-NEXT: attn.rows_yield
 // MODEL-LABEL: func.func @train_rev
+
+// With in-chunks=false the chunked body keeps its ops as they are.
+// NOCHUNKS: attn.row_chunks chunk 8
+// NOCHUNKS-NEXT: ^bb0
+// NOCHUNKS-NEXT: attn.matmul
+// NOCHUNKS-NEXT: attn.bias_add
+// NOCHUNKS-NEXT: attn.activation gelu
