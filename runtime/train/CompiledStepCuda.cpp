@@ -34,6 +34,18 @@ struct CompiledStep::CudaState {
   std::vector<void *> argPtrs;
   std::vector<float *> gradPtrs;
   std::vector<std::vector<float>> hostIn, hostOut; ///< attention's host copies
+  /// The step's NaN/Inf checks, in program order: each launches a kernel
+  /// that leaves the first bad index in its slot, read once the step is
+  /// done (past kSlots checks, the rest are checked on the spot).
+  static constexpr size_t kSlots = 256;
+  unsigned long long *slots = nullptr;
+  struct Check {
+    std::string what;
+    const float *x;
+    long long width;
+    bool scaled;
+  };
+  std::vector<Check> checks;
 
   ~CudaState() {
     for (void *p : owned)
@@ -107,6 +119,10 @@ Status CompiledStep::initDevice(std::unique_ptr<StepDevice> device,
   if (!arena)
     return arena.takeError();
   s.arena = *arena;
+  Expected<void *> slots = s.allocate(CudaState::kSlots * 8, "the NaN/Inf check slots");
+  if (!slots)
+    return slots.takeError();
+  s.slots = static_cast<unsigned long long *>(*slots);
   return {};
 }
 
@@ -234,6 +250,14 @@ Expected<double> CompiledStep::runDeviceOnce(float lossScale) {
     }
     static int checkFinite(void *ctx, const char *what, const float *x, long long n,
                            long long width, int scaled) {
+      CudaState &s = *self(ctx).cuda_;
+      if (s.checks.size() < CudaState::kSlots) { // on the device, read at the end
+        attnc_kargs k{};
+        k.p[0] = x, k.p[1] = s.slots + s.checks.size(), k.n[0] = n;
+        s.checks.push_back({what, x, width, scaled != 0});
+        const long long blocks = std::min<long long>((n + 255) / 256, 4096);
+        return check(ctx, dev(ctx).launch("attnc_step_find_nonfinite", blocks, 256, k), 5);
+      }
       std::vector<float> h(static_cast<size_t>(n));
       if (int rc = check(ctx, dev(ctx).download(h.data(), x, h.size() * sizeof(float)), 7))
         return rc;
@@ -284,6 +308,10 @@ Expected<double> CompiledStep::runDeviceOnce(float lossScale) {
   env.loss_scale = lossScale;
   float loss = 0;
   error_.clear();
+  s.checks.clear();
+  const std::vector<unsigned long long> none(CudaState::kSlots, ~0ull);
+  if (Status st = s.device->upload(s.slots, none.data(), none.size() * 8); !st)
+    return st.takeError();
   int rc = cudaFn_(&env, static_cast<char *>(s.arena), s.argPtrs.data(), s.gradPtrs.data(), &loss);
   if (rc == 0)
     if (Status st = s.device->synchronize(); !st)
@@ -291,6 +319,22 @@ Expected<double> CompiledStep::runDeviceOnce(float lossScale) {
   if (rc != 0)
     return makeError(error_.empty() ? "compiled CUDA step failed with code " + std::to_string(rc)
                                     : error_);
+  // The checks, in program order: the first that found a NaN/Inf names it.
+  std::vector<unsigned long long> found(s.checks.size());
+  if (!found.empty())
+    if (Status st = s.device->download(found.data(), s.slots, found.size() * 8); !st)
+      return st.takeError();
+  for (size_t i = 0; i < found.size(); ++i) {
+    if (found[i] == ~0ull)
+      continue;
+    const CudaState::Check &c = s.checks[i];
+    float value = 0;
+    if (Status st = s.device->download(&value, c.x + found[i], sizeof value); !st)
+      return st.takeError();
+    scaledOverflow_ = c.scaled && s.scaler.enabled();
+    nonfiniteCallback(this, c.what.c_str(), (long long)found[i], c.width, value);
+    return makeError(error_);
+  }
   return double(loss);
 }
 

@@ -242,6 +242,11 @@ inline int atomicAdd(int *p, int v) {
   *p = old + v;
   return old;
 }
+inline unsigned long long atomicMin(unsigned long long *p, unsigned long long v) {
+  const unsigned long long old = *p;
+  *p = v < old ? v : old;
+  return old;
+}
 inline float __int_as_float(int x) { return emu::fromBits<float>(std::uint32_t(x)); }
 inline float __uint_as_float(unsigned x) { return emu::fromBits<float>(x); }
 inline int __float_as_int(float x) {

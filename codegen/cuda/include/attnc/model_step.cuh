@@ -261,6 +261,21 @@ extern "C" __global__ void attnc_step_cross_entropy_grad(attnc_kargs a) {
     d[j] = expf(l[j] - mx) / s * scale - (j == t ? scale : 0.0f);
 }
 
+/// The first NaN or Inf of x[0, n) into *slot (atomicMin of the index, so
+/// the smallest wins whatever the order; *slot starts at ~0). p: x, slot;
+/// n: count. The runtime reads the slots once the step is done, instead of
+/// a copy of each checked tensor.
+extern "C" __global__ void attnc_step_find_nonfinite(attnc_kargs a) {
+  const float *x = (const float *)a.p[0];
+  unsigned long long *slot = (unsigned long long *)a.p[1];
+  const long long n = a.n[0];
+  for (long long i = attnc::step::globalThread(); i < n; i += (long long)gridDim.x * blockDim.x) {
+    const float v = x[i];
+    if ((__float_as_int(v) & 0x7f800000) == 0x7f800000) // exponent all ones: NaN or ±Inf
+      atomicMin(slot, (unsigned long long)i);
+  }
+}
+
 /// y[i] += x[i]. p: y, x; n: count.
 extern "C" __global__ void attnc_step_accumulate(attnc_kargs a) {
   const long long i = attnc::step::globalThread();
@@ -276,6 +291,7 @@ extern "C" __global__ void attnc_step_accumulate(attnc_kargs a) {
   X(attnc_step_heads)                                                                      \
   X(attnc_step_cross_entropy)                                                              \
   X(attnc_step_cross_entropy_grad)                                                         \
-  X(attnc_step_accumulate)
+  X(attnc_step_accumulate)                                                                 \
+  X(attnc_step_find_nonfinite)
 
 #endif // ATTNC_CUDA_MODEL_STEP_CUH
