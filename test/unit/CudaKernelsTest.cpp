@@ -685,3 +685,43 @@ TEST(CudaKernelsEmulated, Fp32D96ThreeStages) {
 }
 
 } // namespace
+
+// The emulator itself: barriers order shared-memory traffic across warps,
+// shuffles exchange within a warp, a barrier some threads never reach is
+// reported as a deadlock, and the launch after one runs normally (threads
+// switch by long jumps, so a deadlocked block's stacks are abandoned).
+TEST(CudaEmulator, BarriersShufflesAndDeadlocks) {
+  struct Sums {
+    float partial[4];
+  };
+  std::vector<float> out(2, 0.0f);
+  auto blockSum = [&] {
+    Sums &s = emu::shared<Sums>();
+    const int t = int(threadIdx.x);
+    float v = float(t + 1);
+    for (int o = 16; o > 0; o >>= 1)
+      v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (t % 32 == 0)
+      s.partial[t / 32] = v;
+    __syncthreads();
+    if (t == 0)
+      out[blockIdx.x] = s.partial[0] + s.partial[1] + s.partial[2] + s.partial[3];
+  };
+  ASSERT_TRUE(emu::launch(2, 1, 128, blockSum));
+  EXPECT_EQ(out[0], 128.0f * 129.0f / 2.0f);
+  EXPECT_EQ(out[1], 128.0f * 129.0f / 2.0f);
+
+  // Lane 0 waits at the block barrier, the rest of its warp at a warp
+  // barrier that needs lane 0 too: neither is ever released.
+  EXPECT_FALSE(emu::launch(1, 1, 64, [] {
+    if (threadIdx.x == 0)
+      __syncthreads();
+    else if (threadIdx.x < 32)
+      __syncwarp();
+    else
+      __syncthreads();
+  }));
+  out.assign(2, 0.0f);
+  ASSERT_TRUE(emu::launch(2, 1, 128, blockSum));
+  EXPECT_EQ(out[1], 128.0f * 129.0f / 2.0f);
+}
