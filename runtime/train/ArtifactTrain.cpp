@@ -30,7 +30,7 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
   if (gpu)
     if (Status driver = cuda::Driver::available(); !driver)
       return makeError(opt.dir + " was compiled for cuda: " + driver.error());
-  if (!gpu && opt.precision != "f32")
+  if (!gpu && opt.precision != "f32" && opt.precision != "auto")
     return makeError("--precision " + opt.precision + ": " + opt.dir +
                      " was compiled for the CPU, which trains in fp32");
   // The model.
@@ -67,6 +67,11 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
   if (!fwd || !bwd)
     return makeError(manifestPath + ": no forward and backward kernels of " +
                      mm->attentionFunction + " for model " + mm->name);
+  // auto: the GEMMs compute in the attention kernels' dtype (the model's).
+  const std::string precision = opt.precision != "auto" ? opt.precision
+                                : fwd->dtype == "f16"   ? "fp16"
+                                : fwd->dtype == "bf16"  ? "bf16"
+                                                        : "f32";
   Expected<std::string> kernelSource = fs::readFile(opt.dir + "/" + manifest->source);
   if (!kernelSource)
     return kernelSource.takeError();
@@ -94,7 +99,7 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
       return kernels.takeError();
     auto attention = std::make_shared<CudaAttention>(std::move(*kernels));
     attentionFn = [attention](const AttentionInputs &in) { return attention->run(in); };
-    std::cerr << "attnc-rt train: on " << dev->describe() << ", GEMMs in " << opt.precision
+    std::cerr << "attnc-rt train: on " << dev->describe() << ", GEMMs in " << precision
               << "\n";
   } else {
     Expected<CpuAttention> kernels = CpuAttention::compile(*kernelSource, fwd->desc, bwd->desc,
@@ -120,12 +125,12 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
   desc.batch = mm->batch;
   desc.args = mm->args;
   desc.gradArgs = mm->gradArgs;
-  StepPrecision precision;
-  precision.gemm = opt.precision, precision.initialLossScale = opt.lossScale;
+  StepPrecision stepPrecision;
+  stepPrecision.gemm = precision, stepPrecision.initialLossScale = opt.lossScale;
   Expected<std::unique_ptr<CompiledStep>> step =
       gpu ? CompiledStep::create(std::move(desc), model, attentionFn,
                                  defaultCudaKernelIncludeDirs(), compiler, StepEngine::Cuda,
-                                 precision)
+                                 stepPrecision)
           : CompiledStep::create(std::move(desc), model, attentionFn, defaultKernelIncludeDirs(),
                                  compiler);
   if (!step)
@@ -153,7 +158,7 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
      << s->seconds << " s (" << int64_t(s->tokensPerSecond) << " tokens/s)\n"
      << "final training loss " << s->finalLoss << "; held-out loss " << s->eval.loss << " ("
      << s->eval.bitsPerByte << " bits/byte), accuracy " << s->eval.accuracy << "\n"
-     << (gpu && opt.precision == "fp16"
+     << (gpu && precision == "fp16"
              ? "fp16 loss scale " + std::to_string(compiled->lossScale()) + ", " +
                    std::to_string(compiled->overflowReruns()) +
                    " step(s) rerun after an overflow\n"

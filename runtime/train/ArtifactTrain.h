@@ -28,7 +28,9 @@ struct ArtifactTrainOptions {
   int64_t evalEvery = 0, checkpointEvery = 50;
   int evalBatches = 8;
   bool resume = true;
-  std::string precision = "f32"; ///< CUDA artifacts: the GEMMs' (StepPrecision)
+  /// CUDA artifacts: the GEMMs' (StepPrecision); auto: the attention
+  /// kernels' dtype (the model's).
+  std::string precision = "auto";
   float lossScale = 0;           ///< fp16: the initial loss scale (0: LossScaler's)
 };
 

@@ -60,8 +60,9 @@ int main(int argc, char **argv) {
   train->add_option("--out", topts.out, "run directory")->capture_default_str();
   train->add_option("--precision", topts.precision,
                     "CUDA artifacts: the GEMMs' compute precision (fp32 storage and master "
-                    "weights; fp16 with dynamic loss scaling)")
-      ->check(CLI::IsMember({"f32", "tf32", "bf16", "fp16"}))
+                    "weights; fp16 with dynamic loss scaling); auto: the attention kernels' "
+                    "dtype (the model's)")
+      ->check(CLI::IsMember({"auto", "f32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
   train->add_option("--loss-scale", topts.lossScale,
                     "--precision fp16: the initial loss scale (default 65536)")

@@ -154,7 +154,7 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = 
     if (Status driver = cuda::Driver::available(); !driver)
       return fail(cmd, "--target cuda: " + driver.error() +
                            " (--engine cuda-sim checks the CUDA step on the CPU)");
-  } else if (opt.precision != "f32" && opt.engine != "cuda-sim") {
+  } else if (opt.precision != "auto" && opt.precision != "f32" && opt.engine != "cuda-sim") {
     return fail(cmd, "--precision " + opt.precision + " needs --target cuda or --engine "
                      "cuda-sim (the CPU step trains in fp32)");
   }
@@ -190,6 +190,13 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = 
                                    : "no model '" + opt.model + "' in " + opt.spec +
                                          " (it has: " + names + ")");
   p.name = model.getSymName().str();
+  // The model's dtype is the GPU step's compute precision unless
+  // --precision names one (the CPU trains in fp32 either way).
+  const std::string dtype = attn::stringifyDType(model.getDtype()).str();
+  if (p.precision == "auto")
+    p.precision = p.target == "cpu" && opt.engine != "cuda-sim" ? "f32"
+                  : dtype == "fp32"                           ? "f32"
+                                                              : dtype;
   auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
   auto variant =
       SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
@@ -215,8 +222,15 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = 
     Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0);
     if (!dev)
       return fail(cmd, dev.error());
+    // On the GPU the attention computes in the model's dtype (inputs and
+    // outputs stay fp32 in the step; CudaAttention converts).
+    codegen::AttentionShape gpuShape = shape;
+    Builder bld(&p.context);
+    gpuShape.elementType = dtype == "fp16"   ? Type(bld.getF16Type())
+                           : dtype == "bf16" ? Type(bld.getBF16Type())
+                                             : Type(bld.getF32Type());
     std::optional<CudaAttention> kernels;
-    if (int rc = compileCudaAttention(*p.module, variant, shape, dev->arch(), kernels))
+    if (int rc = compileCudaAttention(*p.module, variant, gpuShape, dev->arch(), kernels))
       return rc;
     p.cudaKernels = std::make_shared<CudaAttention>(std::move(*kernels));
     std::cerr << "attnc " << cmd << ": on " << dev->describe() << "\n";
@@ -595,7 +609,7 @@ int runTrain(const TrainCliOptions &opt) {
                                std::to_string(s->plan.scratchBytes / 1024) +
                                " KiB per-layer scratch")
             << "; peak resident memory " << peakRssMiB() << " MiB\n";
-  if (compiled && opt.precision == "fp16")
+  if (compiled && p.precision == "fp16")
     std::cout << "fp16 loss scale " << compiled->lossScale() << ", "
               << compiled->overflowReruns() << " step(s) rerun after an overflow\n";
   std::cout << "wrote " << opt.out << "/{latest.json,train.csv,loss.svg}\n";

@@ -31,8 +31,8 @@ struct TrainCliOptions {
   /// (docs/model-compilation.md); "runtime": Model::run assembles it.
   std::string engine = "compiled";
   /// --target cuda: the GEMMs' compute precision (f32, tf32, bf16, fp16; fp16
-  /// with dynamic loss scaling).
-  std::string precision = "f32";
+  /// with dynamic loss scaling); auto: the model's dtype.
+  std::string precision = "auto";
   float lossScale = 0; ///< fp16: the initial loss scale (0: 65536)
   bool compareEngines = false; ///< one batch through both engines, gradients compared
   /// Compiled engine: standard layers keep only their inputs and are

@@ -353,8 +353,9 @@ int main(int argc, char **argv) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 40))->capture_default_str();
   trainCmd->add_option("--precision", topts.precision,
                        "--target cuda: the GEMMs' compute precision (fp32 storage and master "
-                       "weights; fp16 with dynamic loss scaling)")
-      ->check(CLI::IsMember({"f32", "tf32", "bf16", "fp16"}))
+                       "weights; fp16 with dynamic loss scaling); auto: the model's dtype, "
+                       "which the GPU's attention kernels use too")
+      ->check(CLI::IsMember({"auto", "f32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
   trainCmd->add_option("--loss-scale", topts.lossScale,
                        "--precision fp16: the initial loss scale (default 65536; halved on "
