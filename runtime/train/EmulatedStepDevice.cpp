@@ -11,13 +11,13 @@
 #include "runtime/train/StepDevice.h"
 
 #include "codegen/cuda/include/attnc/model_step_env.h"
+#include "runtime/HalfFloat.h"
 #include "runtime/HostCompiler.h"
 #include "runtime/train/Layers.h"
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <vector>
 
@@ -57,28 +57,23 @@ float roundMantissa(float x, int keep) {
   return x;
 }
 
-/// What a GEMM input becomes in `mode`: tf32 and bf16 keep fp32's range;
-/// fp16 overflows to Inf beyond 65504 and loses what is below its
-/// subnormals.
-float roundInput(float x, GemmMode mode) {
+} // namespace
+
+float roundGemmInput(float x, GemmMode mode) {
   switch (mode) {
   case GemmMode::F32:
     return x;
-  case GemmMode::Tf32:
+  case GemmMode::Tf32: // fp32's range, 10 mantissa bits
     return roundMantissa(x, 10);
   case GemmMode::Bf16:
-    return roundMantissa(x, 7);
-  case GemmMode::Fp16: {
-    const float r = roundMantissa(x, 10);
-    if (std::abs(r) > 65504.0f)
-      return std::copysign(std::numeric_limits<float>::infinity(), r);
-    if (std::abs(r) < 5.9604645e-8f) // half of fp16's smallest subnormal
-      return std::copysign(0.0f, r);
-    return r;
-  }
+    return half::fromBf16(half::toBf16(x));
+  case GemmMode::Fp16: // overflows to Inf past 65504, subnormals below 2^-14
+    return half::fromHalf(half::toHalf(x));
   }
   return x;
 }
+
+namespace {
 
 class EmulatedStepDevice final : public StepDevice {
 public:
@@ -157,9 +152,9 @@ public:
     }
     a_.resize(size_t(M * K)), b_.resize(size_t(K * N));
     for (size_t i = 0; i < a_.size(); ++i)
-      a_[i] = roundInput(A[i], mode_);
+      a_[i] = roundGemmInput(A[i], mode_);
     for (size_t i = 0; i < b_.size(); ++i)
-      b_[i] = roundInput(B[i], mode_);
+      b_[i] = roundGemmInput(B[i], mode_);
     train::gemm(ta, tb, M, N, K, a_.data(), b_.data(), C);
     return {};
   }

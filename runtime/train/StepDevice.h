@@ -32,6 +32,10 @@ namespace attnc::train {
 enum class GemmMode { F32, Tf32, Bf16, Fp16 };
 Expected<GemmMode> parseGemmMode(const std::string &name);
 
+/// What a GEMM input becomes in `mode` on the emulated device: the value
+/// the 16-bit type (or tf32) holds, rounded to nearest even.
+float roundGemmInput(float x, GemmMode mode);
+
 /// Ok for a launch shape a GPU takes (1-D grid below 2^31 blocks, a
 /// multiple of 32 threads up to 1024), else an error naming the kernel.
 Status checkLaunchShape(const std::string &kernel, long long blocks, int threads);
