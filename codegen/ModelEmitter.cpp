@@ -352,19 +352,37 @@ private:
     auto n = [&](Value v) { return "(const void *)" + name(v); };
     auto str = [](int64_t v) { return std::to_string(v); };
     constexpr int kColumnThreads = 128, kElementThreads = 256;
+    // Sums over rows: partial sums per (column tile, row segment) in the
+    // runtime's scratch, then one pass adding each column's partials in
+    // order (model_step.cuh's kColumnTile = 128, kRowSegment = 256).
+    auto rowSums = [&](const std::string &R, int64_t width, int outputs,
+                       const std::string &partialKernel, SmallVector<std::string> inputs,
+                       SmallVector<std::string> results) {
+      const std::string C = str(width), tiles = blocksFor(C, kColumnThreads);
+      os << "  {\n  const long long segs = (" << R << " + 255) / 256;\n"
+         << "  float *partial = (float *)env->scratch(env->ctx, sizeof(float) * " << outputs
+         << " * segs * " << C << ");\n  if (!partial) return 6;\n";
+      for (int k = 0; k < outputs; ++k)
+        inputs.push_back("(const void *)(partial + " + std::to_string(k) + " * segs * " + C + ")");
+      launch(os, partialKernel, tiles + " * segs", kColumnThreads, inputs, {R, C});
+      SmallVector<std::string> finish;
+      for (int k = 0; k < outputs; ++k) {
+        finish.push_back("(const void *)(partial + " + std::to_string(k) + " * segs * " + C + ")");
+        finish.push_back(results[k]);
+      }
+      launch(os, "attnc_step_column_sum_finish", tiles, kColumnThreads, finish, {"segs", C},
+             {outputs == 2 ? "k.flag = 1" : "k.flag = 0"});
+      os << "  }\n";
+    };
     if (auto cs = llvm::dyn_cast<ColumnSumOp>(op)) {
-      std::string C = str(rowWidth(cs.getInput()));
-      launch(os, "attnc_step_column_sum", blocksFor(C, kColumnThreads), kColumnThreads,
-             {n(cs.getInput()), n(cs.getResult())}, {rows(cs.getInput()), C});
+      rowSums(rows(cs.getInput()), rowWidth(cs.getInput()), 1, "attnc_step_column_sum_partial",
+              {n(cs.getInput())}, {n(cs.getResult())});
       return success();
     }
     if (auto pg = llvm::dyn_cast<LayerNormParamGradOp>(op)) {
-      std::string C = str(rowWidth(pg.getDy()));
-      launch(os, "attnc_step_layer_norm_param_grad", blocksFor(C, kColumnThreads),
-             kColumnThreads,
-             {n(pg.getDy()), n(pg.getInput()), n(pg.getMean()), n(pg.getRstd()),
-              n(pg.getDgamma()), n(pg.getDbeta())},
-             {rows(pg.getDy()), C});
+      rowSums(rows(pg.getDy()), rowWidth(pg.getDy()), 2, "attnc_step_layer_norm_param_grad_partial",
+              {n(pg.getDy()), n(pg.getInput()), n(pg.getMean()), n(pg.getRstd())},
+              {n(pg.getDgamma()), n(pg.getDbeta())});
       return success();
     }
     if (auto eg = llvm::dyn_cast<EmbedGradOp>(op)) {

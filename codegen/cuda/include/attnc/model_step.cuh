@@ -125,35 +125,69 @@ ATTNC_STEP_FN long long globalThread() {
 
 //===-- The fixed kernels (attnc_kargs layouts as documented) -------------===//
 
-/// out[c] = Σ_r x[r, c], rows in order. p: x, out; n: R, C. One thread per
-/// column.
-extern "C" __global__ void attnc_step_column_sum(attnc_kargs a) {
-  const long long c = attnc::step::globalThread(), R = a.n[0], C = a.n[1];
+// Sums over rows go in two stages with a fixed split, so they use the
+// whole GPU and still add in one order: stage 1 gives each block a tile of
+// kColumnTile columns and a segment of kRowSegment rows (one thread per
+// column, rows in order) and writes partial sums; stage 2 adds a column's
+// partials segment by segment. The split depends only on the shape.
+namespace attnc {
+namespace step {
+constexpr int kColumnTile = 128;
+constexpr int kRowSegment = 256;
+} // namespace step
+} // namespace attnc
+
+/// Stage 1 of out[c] = Σ_r x[r, c]: partial[s][c] over segment s. p: x,
+/// partial; n: R, C. Blocks: column tiles × segments, tile fastest.
+extern "C" __global__ void attnc_step_column_sum_partial(attnc_kargs a) {
+  using namespace attnc::step;
+  const long long R = a.n[0], C = a.n[1], tiles = (C + kColumnTile - 1) / kColumnTile;
+  const long long c = (blockIdx.x % tiles) * kColumnTile + threadIdx.x, seg = blockIdx.x / tiles;
   if (c >= C)
     return;
   const float *x = (const float *)a.p[0];
+  const long long r1 = (seg + 1) * kRowSegment < R ? (seg + 1) * kRowSegment : R;
   float s = 0;
-  for (long long r = 0; r < R; ++r)
+  for (long long r = seg * kRowSegment; r < r1; ++r)
     s += x[r * C + c];
-  ((float *)a.p[1])[c] = s;
+  ((float *)a.p[1])[seg * C + c] = s;
 }
 
-/// dgamma = Σ_r dy·x̂, dbeta = Σ_r dy. p: dy, x, mean, rstd, dgamma, dbeta;
-/// n: R, C.
-extern "C" __global__ void attnc_step_layer_norm_param_grad(attnc_kargs a) {
-  const long long c = attnc::step::globalThread(), R = a.n[0], C = a.n[1];
+/// Stage 2: out[c] = Σ_s partial[s][c], segments in order; with `flag` set,
+/// also out2[c] = Σ_s partial2[s][c]. p: partial, out[, partial2, out2];
+/// n: segments, C. One thread per column.
+extern "C" __global__ void attnc_step_column_sum_finish(attnc_kargs a) {
+  const long long c = attnc::step::globalThread(), S = a.n[0], C = a.n[1];
+  if (c >= C)
+    return;
+  for (int k = 0; k < (a.flag ? 2 : 1); ++k) {
+    const float *p = (const float *)a.p[2 * k];
+    float s = 0;
+    for (long long seg = 0; seg < S; ++seg)
+      s += p[seg * C + c];
+    ((float *)a.p[2 * k + 1])[c] = s;
+  }
+}
+
+/// Stage 1 of dgamma = Σ_r dy·x̂ and dbeta = Σ_r dy: partials of both.
+/// p: dy, x, mean, rstd, partial dgamma, partial dbeta; n: R, C.
+extern "C" __global__ void attnc_step_layer_norm_param_grad_partial(attnc_kargs a) {
+  using namespace attnc::step;
+  const long long R = a.n[0], C = a.n[1], tiles = (C + kColumnTile - 1) / kColumnTile;
+  const long long c = (blockIdx.x % tiles) * kColumnTile + threadIdx.x, seg = blockIdx.x / tiles;
   if (c >= C)
     return;
   const float *dy = (const float *)a.p[0], *x = (const float *)a.p[1];
   const float *mean = (const float *)a.p[2], *rstd = (const float *)a.p[3];
+  const long long r1 = (seg + 1) * kRowSegment < R ? (seg + 1) * kRowSegment : R;
   float sg = 0, sb = 0;
-  for (long long r = 0; r < R; ++r) {
+  for (long long r = seg * kRowSegment; r < r1; ++r) {
     const float d = dy[r * C + c];
     sg += d * ((x[r * C + c] - mean[r]) * rstd[r]);
     sb += d;
   }
-  ((float *)a.p[4])[c] = sg;
-  ((float *)a.p[5])[c] = sb;
+  ((float *)a.p[4])[seg * C + c] = sg;
+  ((float *)a.p[5])[seg * C + c] = sb;
 }
 
 /// dtable[tokens[r]] += dy[r], dpos[r mod S] += dy[r], both written from
@@ -282,16 +316,5 @@ extern "C" __global__ void attnc_step_accumulate(attnc_kargs a) {
   if (i < a.n[0])
     ((float *)a.p[0])[i] += ((const float *)a.p[1])[i];
 }
-
-/// The fixed kernels, for the emulator's launch table.
-#define ATTNC_STEP_FIXED_KERNELS(X)                                                        \
-  X(attnc_step_column_sum)                                                                 \
-  X(attnc_step_layer_norm_param_grad)                                                      \
-  X(attnc_step_embed_grad)                                                                 \
-  X(attnc_step_heads)                                                                      \
-  X(attnc_step_cross_entropy)                                                              \
-  X(attnc_step_cross_entropy_grad)                                                         \
-  X(attnc_step_accumulate)                                                                 \
-  X(attnc_step_find_nonfinite)
 
 #endif // ATTNC_CUDA_MODEL_STEP_CUH
