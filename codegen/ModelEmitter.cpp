@@ -403,9 +403,16 @@ private:
       return success();
     }
     if (auto ce = llvm::dyn_cast<CrossEntropyOp>(op)) {
+      // Each row's loss in parallel into the scratch, then one block adds
+      // them in a fixed order.
+      const std::string R = str(shapeOf(ce.getLogits())[0]), V = str(shapeOf(ce.getLogits())[1]);
+      os << "  {\n  double *rowLoss = (double *)env->scratch(env->ctx, sizeof(double) * " << R
+         << ");\n  if (!rowLoss) return 6;\n";
+      launch(os, "attnc_step_cross_entropy_rows", blocksFor(R, kElementThreads), kElementThreads,
+             {n(ce.getLogits()), n(ce.getTargets()), "(const void *)rowLoss"}, {R, V});
       launch(os, "attnc_step_cross_entropy", "1", kElementThreads,
-             {n(ce.getLogits()), n(ce.getTargets()), n(ce.getLoss()), n(ce.getCount())},
-             {str(shapeOf(ce.getLogits())[0]), str(shapeOf(ce.getLogits())[1])});
+             {"(const void *)rowLoss", n(ce.getLoss()), n(ce.getCount())}, {R});
+      os << "  }\n";
       return success();
     }
     if (auto cg = llvm::dyn_cast<CrossEntropyGradOp>(op)) {

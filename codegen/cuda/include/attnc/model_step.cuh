@@ -231,36 +231,48 @@ extern "C" __global__ void attnc_step_heads(attnc_kargs a) {
   }
 }
 
-/// Mean cross-entropy over rows with a target (≥ 0): loss[0] and count[0].
-/// p: logits, targets, loss, count; n: R, V. One block; thread t takes rows
-/// t, t + threads, …; the block sums in thread order.
+/// Cross-entropy, stage 1: each row's loss (−1 for a row without a
+/// target), one thread per row. p: logits, targets, row losses (double);
+/// n: R, V.
+extern "C" __global__ void attnc_step_cross_entropy_rows(attnc_kargs a) {
+  const long long r = attnc::step::globalThread(), R = a.n[0], V = a.n[1];
+  if (r >= R)
+    return;
+  const int t = ((const int *)a.p[1])[r];
+  double *rowLoss = (double *)a.p[2];
+  if (t < 0) {
+    rowLoss[r] = -1;
+    return;
+  }
+  const float *l = (const float *)a.p[0] + r * V;
+  float mx = l[0];
+  for (long long j = 1; j < V; ++j)
+    mx = l[j] > mx ? l[j] : mx;
+  double s = 0;
+  for (long long j = 0; j < V; ++j)
+    s += exp(double(l[j] - mx));
+  rowLoss[r] = log(s) + mx - l[t];
+}
+
+/// Stage 2: the mean over rows with a target into loss[0], their number
+/// into count[0]. p: row losses, loss, count; n: R. One block; thread t
+/// takes rows t, t + threads, …; the block sums in thread order.
 extern "C" __global__ void attnc_step_cross_entropy(attnc_kargs a) {
   struct Shared {
     double red[attnc::step::kMaxWarps];
   };
   ATTNC_STEP_SHARED(Shared, sm);
-  const long long R = a.n[0], V = a.n[1];
-  const float *logits = (const float *)a.p[0];
-  const int *targets = (const int *)a.p[1];
+  const long long R = a.n[0];
+  const double *rowLoss = (const double *)a.p[0];
   double sum = 0, count = 0;
-  for (long long r = threadIdx.x; r < R; r += blockDim.x) {
-    if (targets[r] < 0)
-      continue;
-    const float *l = logits + r * V;
-    float mx = l[0];
-    for (long long j = 1; j < V; ++j)
-      mx = l[j] > mx ? l[j] : mx;
-    double s = 0;
-    for (long long j = 0; j < V; ++j)
-      s += exp(double(l[j] - mx));
-    sum += log(s) + mx - l[targets[r]];
-    count += 1;
-  }
+  for (long long r = threadIdx.x; r < R; r += blockDim.x)
+    if (rowLoss[r] >= 0)
+      sum += rowLoss[r], count += 1;
   sum = attnc::step::blockSum(sum, sm.red);
   count = attnc::step::blockSum(count, sm.red);
   if (threadIdx.x == 0) {
-    ((float *)a.p[2])[0] = count > 0 ? float(sum / count) : 0.0f;
-    ((float *)a.p[3])[0] = float(count);
+    ((float *)a.p[1])[0] = count > 0 ? float(sum / count) : 0.0f;
+    ((float *)a.p[2])[0] = float(count);
   }
 }
 
