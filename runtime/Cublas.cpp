@@ -2,10 +2,13 @@
 #include "runtime/Cublas.h"
 
 #include <cublas_api.h>
+#include <nvrtc.h>
 
 #include <climits>
 #include <dlfcn.h>
+#include <cstdlib>
 #include <iterator>
+#include <vector>
 
 namespace attnc::cuda {
 
@@ -201,12 +204,34 @@ Expected<std::unique_ptr<Cublas>> Cublas::load(const std::string &library) {
   return c;
 }
 
+/// Where cuBLAS may be when it is not on the loader's path: next to the
+/// NVRTC this binary links (the same toolkit), $CUDA_HOME/lib64, and the
+/// default toolkit's lib64.
+static std::vector<std::string> toolkitLibraryDirs() {
+  std::vector<std::string> dirs;
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void *>(&nvrtcVersion), &info) && info.dli_fname) {
+    std::string path = info.dli_fname;
+    if (size_t slash = path.rfind('/'); slash != std::string::npos)
+      dirs.push_back(path.substr(0, slash));
+  }
+  if (const char *home = std::getenv("CUDA_HOME"); home && *home)
+    dirs.push_back(std::string(home) + "/lib64");
+  dirs.push_back("/usr/local/cuda/lib64");
+  return dirs;
+}
+
 Expected<std::unique_ptr<Cublas>> Cublas::create() {
   // The first library that loads decides: a cuBLAS that loads but cannot
   // create a handle (no GPU) is reported as such, not masked by trying an
-  // older one.
+  // older one. Bare names first (the loader's path), then the toolkit's
+  // directories.
+  std::vector<std::string> candidates(std::begin(kLibraries), std::end(kLibraries));
+  for (const std::string &dir : toolkitLibraryDirs())
+    for (const char *lib : kLibraries)
+      candidates.push_back(dir + "/" + lib);
   std::string first;
-  for (const char *lib : kLibraries) {
+  for (const std::string &lib : candidates) {
     Status s = probe(lib);
     if (s)
       return load(lib);
@@ -214,8 +239,8 @@ Expected<std::unique_ptr<Cublas>> Cublas::create() {
       first = s.error();
   }
   std::string tried;
-  for (size_t i = 1; i < std::size(kLibraries); ++i)
-    tried += std::string(i > 1 ? ", " : "") + kLibraries[i];
+  for (size_t i = 1; i < candidates.size(); ++i)
+    tried += std::string(i > 1 ? ", " : "") + candidates[i];
   return makeError(first + "; also tried " + tried);
 }
 
