@@ -128,20 +128,20 @@ CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
     step->grads_.push_back(it->second.grad);
   }
   if (gpu || sim) {
-    Expected<GemmMode> mode = parseGemmMode(precision.gemm);
-    if (!mode)
-      return mode.takeError();
+    Expected<cuda::GemmPrecision> gemm = cuda::parseGemmPrecision(precision.gemm);
+    if (!gemm)
+      return gemm.takeError();
     std::unique_ptr<StepDevice> device;
     if (sim) {
-      device = createEmulatedStepDevice(step->so_, *mode);
+      device = createEmulatedStepDevice(step->so_, *gemm);
     } else {
       Expected<std::unique_ptr<StepDevice>> gpuDevice = createGpuStepDevice(
-          step->desc_.cudaDeviceSource, step->desc_.cudaSymbol + ".cu", includeDirs, *mode);
+          step->desc_.cudaDeviceSource, step->desc_.cudaSymbol + ".cu", includeDirs, *gemm);
       if (!gpuDevice)
         return gpuDevice.takeError();
       device = std::move(*gpuDevice);
     }
-    if (Status s = step->initDevice(std::move(device), precision); !s)
+    if (Status s = step->initDevice(std::move(device), *gemm, precision.initialLossScale); !s)
       return s.takeError();
   }
   return step;

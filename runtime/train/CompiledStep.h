@@ -11,10 +11,10 @@
 #ifndef ATTNC_RUNTIME_TRAIN_COMPILEDSTEP_H
 #define ATTNC_RUNTIME_TRAIN_COMPILEDSTEP_H
 
+#include "runtime/Cublas.h"
 #include "runtime/HostCompiler.h"
 #include "runtime/train/Model.h"
 
-#include <map>
 #include <memory>
 
 struct attnc_model_env; // codegen/cpu/include/attnc/model_step.h
@@ -87,7 +87,8 @@ private:
                                float value);
   // The CUDA step on a StepDevice (CompiledStepCuda.cpp).
   struct CudaState;
-  Status initDevice(std::unique_ptr<StepDevice> device, const StepPrecision &precision);
+  Status initDevice(std::unique_ptr<StepDevice> device, cuda::GemmPrecision gemm,
+                    float initialLossScale);
   Expected<double> runDevice();
   Expected<double> runDeviceOnce(float lossScale);
   int attendOnDevice(int64_t layer, const float *const *in, const float *dout,

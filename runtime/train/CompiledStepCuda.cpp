@@ -63,17 +63,14 @@ struct CompiledStep::CudaState {
 
 CompiledStep::~CompiledStep() = default;
 
-Status CompiledStep::initDevice(std::unique_ptr<StepDevice> device,
-                                const StepPrecision &precision) {
-  Expected<cuda::GemmPrecision> p = cuda::parseGemmPrecision(precision.gemm);
-  if (!p)
-    return p.takeError();
-  LossScalerConfig scaling = LossScalerConfig::forPrecision(*p);
-  if (precision.initialLossScale > 0) {
+Status CompiledStep::initDevice(std::unique_ptr<StepDevice> device, cuda::GemmPrecision gemm,
+                                float initialLossScale) {
+  LossScalerConfig scaling = LossScalerConfig::forPrecision(gemm);
+  if (initialLossScale > 0) {
     if (!scaling.enabled)
-      return makeError("--loss-scale: only fp16 GEMMs scale the loss (precision " +
-                       precision.gemm + ")");
-    scaling.initScale = precision.initialLossScale;
+      return makeError(std::string("--loss-scale: only fp16 GEMMs scale the loss (precision ") +
+                       cuda::gemmPrecisionName(gemm) + ")");
+    scaling.initScale = initialLossScale;
     if (Status st = scaling.check("--loss-scale"); !st)
       return st.takeError();
   }

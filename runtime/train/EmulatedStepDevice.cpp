@@ -23,18 +23,6 @@
 
 namespace attnc::train {
 
-Expected<GemmMode> parseGemmMode(const std::string &name) {
-  if (name == "f32")
-    return GemmMode::F32;
-  if (name == "tf32")
-    return GemmMode::Tf32;
-  if (name == "bf16")
-    return GemmMode::Bf16;
-  if (name == "fp16")
-    return GemmMode::Fp16;
-  return makeError("GEMM precision '" + name + "': expected f32, tf32, bf16 or fp16");
-}
-
 Status checkLaunchShape(const std::string &kernel, long long blocks, int threads) {
   if (threads <= 0 || threads > 1024 || threads % 32 || blocks < 0 || blocks > (1LL << 31) - 1)
     return makeError("kernel " + kernel + " launched with " + std::to_string(blocks) +
@@ -59,15 +47,15 @@ float roundMantissa(float x, int keep) {
 
 } // namespace
 
-float roundGemmInput(float x, GemmMode mode) {
-  switch (mode) {
-  case GemmMode::F32:
+float roundGemmInput(float x, cuda::GemmPrecision p) {
+  switch (p) {
+  case cuda::GemmPrecision::F32:
     return x;
-  case GemmMode::Tf32: // fp32's range, 10 mantissa bits
+  case cuda::GemmPrecision::Tf32: // fp32's range, 10 mantissa bits
     return roundMantissa(x, 10);
-  case GemmMode::Bf16:
+  case cuda::GemmPrecision::Bf16:
     return half::fromBf16(half::toBf16(x));
-  case GemmMode::Fp16: // overflows to Inf past 65504, subnormals below 2^-14
+  case cuda::GemmPrecision::Fp16: // overflows to Inf past 65504, subnormals below 2^-14
     return half::fromHalf(half::toHalf(x));
   }
   return x;
@@ -80,7 +68,8 @@ public:
   using KernelFn = void(attnc_kargs);
   using RunFn = int(KernelFn *kernel, long long blocks, int threads, const attnc_kargs *args);
 
-  EmulatedStepDevice(const SharedObject &so, GemmMode mode) : so_(so), mode_(mode) {}
+  EmulatedStepDevice(const SharedObject &so, cuda::GemmPrecision precision)
+      : so_(so), precision_(precision) {}
   ~EmulatedStepDevice() override {
     for (void *p : live_)
       std::free(p);
@@ -146,15 +135,15 @@ public:
   }
   Status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
               float *C) override {
-    if (mode_ == GemmMode::F32) {
+    if (precision_ == cuda::GemmPrecision::F32) {
       train::gemm(ta, tb, M, N, K, A, B, C);
       return {};
     }
     a_.resize(size_t(M * K)), b_.resize(size_t(K * N));
     for (size_t i = 0; i < a_.size(); ++i)
-      a_[i] = roundGemmInput(A[i], mode_);
+      a_[i] = roundGemmInput(A[i], precision_);
     for (size_t i = 0; i < b_.size(); ++i)
-      b_[i] = roundGemmInput(B[i], mode_);
+      b_[i] = roundGemmInput(B[i], precision_);
     train::gemm(ta, tb, M, N, K, a_.data(), b_.data(), C);
     return {};
   }
@@ -162,7 +151,7 @@ public:
 
 private:
   const SharedObject &so_;
-  GemmMode mode_;
+  cuda::GemmPrecision precision_;
   RunFn *run_ = nullptr;
   std::map<std::string, KernelFn *> kernels_;
   std::vector<void *> live_;
@@ -171,8 +160,9 @@ private:
 
 } // namespace
 
-std::unique_ptr<StepDevice> createEmulatedStepDevice(const SharedObject &so, GemmMode mode) {
-  return std::make_unique<EmulatedStepDevice>(so, mode);
+std::unique_ptr<StepDevice> createEmulatedStepDevice(const SharedObject &so,
+                                                     cuda::GemmPrecision precision) {
+  return std::make_unique<EmulatedStepDevice>(so, precision);
 }
 
 } // namespace attnc::train

@@ -91,10 +91,8 @@ private:
 
 Expected<std::unique_ptr<StepDevice>>
 createGpuStepDevice(const std::string &kernelSource, const std::string &programName,
-                    const std::vector<std::string> &includeDirs, GemmMode mode) {
-  static const cuda::GemmPrecision precisions[] = {
-      cuda::GemmPrecision::F32, cuda::GemmPrecision::Tf32, cuda::GemmPrecision::Bf16,
-      cuda::GemmPrecision::Fp16};
+                    const std::vector<std::string> &includeDirs,
+                    cuda::GemmPrecision precision) {
   Expected<const cuda::Driver *> driver = cuda::Driver::get();
   if (!driver)
     return driver.takeError();
@@ -116,7 +114,7 @@ createGpuStepDevice(const std::string &kernelSource, const std::string &programN
     return blas.takeError();
   return std::unique_ptr<StepDevice>(
       new GpuStepDevice(std::move(*ctx), std::move(*module), std::move(*blas),
-                        precisions[int(mode)], **driver));
+                        precision, **driver));
 }
 
 } // namespace attnc::train

@@ -11,6 +11,7 @@
 #ifndef ATTNC_RUNTIME_TRAIN_STEPDEVICE_H
 #define ATTNC_RUNTIME_TRAIN_STEPDEVICE_H
 
+#include "runtime/Cublas.h"
 #include "runtime/Error.h"
 
 #include <cstddef>
@@ -27,14 +28,10 @@ class SharedObject;
 
 namespace attnc::train {
 
-/// The GEMMs' inner-product precision: cuBLAS's compute types on a GPU,
-/// inputs rounded the same way on the emulated device.
-enum class GemmMode { F32, Tf32, Bf16, Fp16 };
-Expected<GemmMode> parseGemmMode(const std::string &name);
-
-/// What a GEMM input becomes in `mode` on the emulated device: the value
-/// the 16-bit type (or tf32) holds, rounded to nearest even.
-float roundGemmInput(float x, GemmMode mode);
+/// What a GEMM input becomes at precision `p` (cuBLAS's compute type) on
+/// the emulated device: the value the 16-bit type (or tf32) holds, rounded
+/// to nearest even.
+float roundGemmInput(float x, cuda::GemmPrecision p);
 
 /// Ok for a launch shape a GPU takes (1-D grid below 2^31 blocks, a
 /// multiple of 32 threads up to 1024), else an error naming the kernel.
@@ -67,17 +64,19 @@ public:
 };
 
 /// The GPU: the step's kernels (`kernelSource`) compiled by NVRTC for
-/// device 0's arch, GEMMs on cuBLAS in `mode`. Errors: no driver, NVRTC,
-/// module load, cuBLAS.
+/// device 0's arch, GEMMs on cuBLAS at `precision`. Errors: no driver,
+/// NVRTC, module load, cuBLAS.
 Expected<std::unique_ptr<StepDevice>>
 createGpuStepDevice(const std::string &kernelSource, const std::string &programName,
-                    const std::vector<std::string> &includeDirs, GemmMode mode);
+                    const std::vector<std::string> &includeDirs,
+                    cuda::GemmPrecision precision);
 
 /// The emulated device: host memory, the kernels compiled into `so` with
 /// the SIMT emulator (looked up by name, launched through its
-/// attnc_simt_run), GEMMs on the CPU with inputs rounded as `mode` says.
-/// `so` must outlive the device.
-std::unique_ptr<StepDevice> createEmulatedStepDevice(const SharedObject &so, GemmMode mode);
+/// attnc_simt_run), GEMMs on the CPU with inputs rounded as `precision`
+/// rounds them. `so` must outlive the device.
+std::unique_ptr<StepDevice> createEmulatedStepDevice(const SharedObject &so,
+                                                     cuda::GemmPrecision precision);
 
 } // namespace attnc::train
 

@@ -70,7 +70,7 @@ TEST(HalfFloat, Bf16MatchesCudaBf16) {
 }
 
 TEST(HalfFloat, EmulatedGemmInputs) {
-  using attnc::train::GemmMode;
+  using GemmMode = attnc::cuda::GemmPrecision;
   using attnc::train::roundGemmInput;
   EXPECT_EQ(roundGemmInput(1.0001f, GemmMode::F32), 1.0001f);
   // fp16: past 65504 (ties at 65520 go up) is Inf, so a loss scale can overflow.
