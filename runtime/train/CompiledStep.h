@@ -91,6 +91,11 @@ private:
                     float initialLossScale);
   Expected<double> runDevice();
   Expected<double> runDeviceOnce(float lossScale);
+  /// The step's NaN/Inf checks so far: resetChecks empties their slots;
+  /// readChecks reads them and, when one found a NaN/Inf, records the first
+  /// (in program order) as the error and returns true.
+  Status resetChecks();
+  Expected<bool> readChecks();
   int attendOnDevice(int64_t layer, const float *const *in, const float *dout,
                      float *const *out, const float *forwardOut, const float *forwardLse);
   std::shared_ptr<CudaState> cuda_; ///< shared_ptr: CudaState is complete in one file only

@@ -12,8 +12,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/train/CompiledStep.h"
 
+#include "codegen/cuda/include/attnc/model_step_env.h"
 #include "runtime/Cublas.h"
-#include "runtime/train/CudaStepEnv.h"
 #include "runtime/train/LossScaler.h"
 #include "runtime/train/StepDevice.h"
 
@@ -36,7 +36,7 @@ struct CompiledStep::CudaState {
   std::vector<std::vector<float>> hostIn, hostOut; ///< attention's host copies
   /// The step's NaN/Inf checks, in program order: each launches a kernel
   /// that leaves the first bad index in its slot, read once the step is
-  /// done (past kSlots checks, the rest are checked on the spot).
+  /// done (or when the slots run out).
   static constexpr size_t kSlots = 256;
   unsigned long long *slots = nullptr;
   struct Check {
@@ -247,24 +247,22 @@ Expected<double> CompiledStep::runDeviceOnce(float lossScale) {
     }
     static int checkFinite(void *ctx, const char *what, const float *x, long long n,
                            long long width, int scaled) {
-      CudaState &s = *self(ctx).cuda_;
-      if (s.checks.size() < CudaState::kSlots) { // on the device, read at the end
-        attnc_kargs k{};
-        k.p[0] = x, k.p[1] = s.slots + s.checks.size(), k.n[0] = n;
-        s.checks.push_back({what, x, width, scaled != 0});
-        const long long blocks = std::min<long long>((n + 255) / 256, 4096);
-        return check(ctx, dev(ctx).launch("attnc_step_find_nonfinite", blocks, 256, k), 5);
+      CompiledStep &step = self(ctx);
+      CudaState &s = *step.cuda_;
+      if (s.checks.size() == CudaState::kSlots) { // full: read them, start over
+        Expected<bool> bad = step.readChecks();
+        if (!bad)
+          return check(ctx, bad.takeError(), 7);
+        if (*bad)
+          return 2;
+        if (int rc = check(ctx, step.resetChecks(), 7))
+          return rc;
       }
-      std::vector<float> h(static_cast<size_t>(n));
-      if (int rc = check(ctx, dev(ctx).download(h.data(), x, h.size() * sizeof(float)), 7))
-        return rc;
-      for (long long i = 0; i < n; ++i)
-        if (!std::isfinite(h[size_t(i)])) {
-          // A scaled backward value under fp16: the scale is too high.
-          self(ctx).scaledOverflow_ = scaled && self(ctx).cuda_->scaler.enabled();
-          return nonfiniteCallback(ctx, what, i, width, h[size_t(i)]);
-        }
-      return 0;
+      attnc_kargs k{};
+      k.p[0] = x, k.p[1] = s.slots + s.checks.size(), k.n[0] = n;
+      s.checks.push_back({what, x, width, scaled != 0});
+      const long long blocks = std::min<long long>((n + 255) / 256, 4096);
+      return check(ctx, dev(ctx).launch("attnc_step_find_nonfinite", blocks, 256, k), 5);
     }
     static int copy(void *ctx, void *dst, const void *src, unsigned long long bytes) {
       return check(ctx, dev(ctx).copy(dst, src, bytes), 7);
@@ -298,16 +296,20 @@ Expected<double> CompiledStep::runDeviceOnce(float lossScale) {
   };
   CudaState &s = *cuda_;
   const ModelConfig &c = model_.config();
-  attnc_cuda_env env = cudaStepEnv<Env>(this);
+  attnc_cuda_env env{};
+  env.ctx = this;
+  env.launch = Env::launch, env.gemm = Env::gemm;
+  env.attention = Env::attention, env.attention_grad = Env::attentionGrad;
+  env.check_finite = Env::checkFinite;
+  env.copy = Env::copy, env.zero = Env::zero, env.read = Env::read;
+  env.scratch = Env::scratch;
   env.dropout_seed = c.dropoutSeed;
   env.step = uint32_t(step_);
   env.dropout_on = training_ && c.dropout > 0;
   env.loss_scale = lossScale;
   float loss = 0;
   error_.clear();
-  s.checks.clear();
-  const std::vector<unsigned long long> none(CudaState::kSlots, ~0ull);
-  if (Status st = s.device->upload(s.slots, none.data(), none.size() * 8); !st)
+  if (Status st = resetChecks(); !st)
     return st.takeError();
   int rc = cudaFn_(&env, static_cast<char *>(s.arena), s.argPtrs.data(), s.gradPtrs.data(), &loss);
   if (rc == 0)
@@ -316,7 +318,23 @@ Expected<double> CompiledStep::runDeviceOnce(float lossScale) {
   if (rc != 0)
     return makeError(error_.empty() ? "compiled CUDA step failed with code " + std::to_string(rc)
                                     : error_);
-  // The checks, in program order: the first that found a NaN/Inf names it.
+  Expected<bool> bad = readChecks();
+  if (!bad)
+    return bad.takeError();
+  if (*bad)
+    return makeError(error_);
+  return double(loss);
+}
+
+Status CompiledStep::resetChecks() {
+  CudaState &s = *cuda_;
+  s.checks.clear();
+  const std::vector<unsigned long long> none(CudaState::kSlots, ~0ull);
+  return s.device->upload(s.slots, none.data(), none.size() * 8);
+}
+
+Expected<bool> CompiledStep::readChecks() {
+  CudaState &s = *cuda_;
   std::vector<unsigned long long> found(s.checks.size());
   if (!found.empty())
     if (Status st = s.device->download(found.data(), s.slots, found.size() * 8); !st)
@@ -328,11 +346,12 @@ Expected<double> CompiledStep::runDeviceOnce(float lossScale) {
     float value = 0;
     if (Status st = s.device->download(&value, c.x + found[i], sizeof value); !st)
       return st.takeError();
+    // A scaled backward value under fp16: the loss scale is too high.
     scaledOverflow_ = c.scaled && s.scaler.enabled();
     nonfiniteCallback(this, c.what.c_str(), (long long)found[i], c.width, value);
-    return makeError(error_);
+    return true;
   }
-  return double(loss);
+  return false;
 }
 
 } // namespace attnc::train
