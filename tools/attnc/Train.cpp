@@ -376,31 +376,27 @@ Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::
             << (recomputeLayers ? " (layers recomputed in the backward)" : "") << ": arena "
             << g.arenaBytes / 1024 << " KiB, " << g.fusedKernels << " fused row kernels, "
             << g.gemms << " GEMMs, " << g.attentionCalls << " attention calls\n";
+  // The CPU step; the CUDA step on the GPU; or the CUDA step with its
+  // kernels on the SIMT emulator.
+  train::StepEngine stepEngine = train::StepEngine::Cpu;
+  std::vector<std::string> dirs = defaultKernelIncludeDirs();
   if (p.target == "cuda") {
     std::cerr << "attnc train: the CUDA step (" << g.step.cudaSymbol << ") on the GPU, GEMMs in "
               << p.precision << "\n";
-    train::StepPrecision precision;
-    precision.gemm = p.precision, precision.initialLossScale = p.lossScale;
-    return train::CompiledStep::create(std::move(g.step), model, attentionOf(p),
-                                       defaultCudaKernelIncludeDirs(),
-                                       HostCompiler(&KernelCache::processDefault()),
-                                       train::StepEngine::Cuda, precision);
-  }
-  if (engine == "cuda-sim") {
+    stepEngine = train::StepEngine::Cuda;
+    dirs = defaultCudaKernelIncludeDirs();
+  } else if (engine == "cuda-sim") {
     std::cerr << "attnc train: cuda-sim: the CUDA step's kernels (" << g.step.cudaSymbol
               << ") run on the SIMT emulator, GEMM inputs rounded as " << p.precision << "\n";
-    train::StepPrecision precision;
-    precision.gemm = p.precision, precision.initialLossScale = p.lossScale;
-    std::vector<std::string> dirs = defaultKernelIncludeDirs();
+    stepEngine = train::StepEngine::CudaSim;
     for (std::string &d : cudaEmulatorIncludeDirs())
       dirs.push_back(std::move(d));
-    return train::CompiledStep::create(std::move(g.step), model, attentionOf(p), dirs,
-                                       HostCompiler(&KernelCache::processDefault()),
-                                       train::StepEngine::CudaSim, precision);
   }
-  return train::CompiledStep::create(std::move(g.step), model, attentionOf(p),
-                                     defaultKernelIncludeDirs(),
-                                     HostCompiler(&KernelCache::processDefault()));
+  train::StepPrecision precision;
+  precision.gemm = p.precision, precision.initialLossScale = p.lossScale;
+  return train::CompiledStep::create(std::move(g.step), model, attentionOf(p), dirs,
+                                     HostCompiler(&KernelCache::processDefault()), stepEngine,
+                                     precision);
 }
 
 /// --compare-engines: the runtime's and the compiled step on one batch.
