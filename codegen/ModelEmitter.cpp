@@ -44,6 +44,18 @@ std::string f32Literal(double v) {
 }
 
 /// Operands a row-local op reads whole (parameters, tables), by position.
+bool readsWhole(Operation *op, unsigned operand);
+
+/// The values `ops` read whole (any use reading it whole).
+template <class Ops> llvm::DenseSet<Value> wholeReads(Ops &&ops) {
+  llvm::DenseSet<Value> whole;
+  for (Operation &op : ops)
+    for (OpOperand &use : op.getOpOperands())
+      if (readsWhole(&op, use.getOperandNumber()))
+        whole.insert(use.get());
+  return whole;
+}
+
 bool readsWhole(Operation *op, unsigned operand) {
   if (llvm::isa<EmbedOp>(op))
     return operand >= 1;
@@ -254,9 +266,8 @@ private:
       return fusedRows(fr, os, rows(fr.getResult(0)), row0);
     if (auto rc = llvm::dyn_cast<RowChunksOp>(op))
       return rowChunks(rc, os);
-    if (isRowLocal(op))
-      return cuda ? rowLaunch(op, os, rows(op->getResult(0)), row0)
-                  : rowLoop(op, os, rows(op->getResult(0)), row0);
+    if (isRowLocal(op)) // attn-fuse-rows puts every one in a kernel
+      return op->emitOpError("outside attn.fused_rows (run attn-fuse-rows first)");
     if (cuda && !llvm::isa<MatmulOp, AttentionOp, AttentionGradOp>(op))
       return emitFixedKernel(op, os, rows);
     if (auto mm = llvm::dyn_cast<MatmulOp>(op)) {
@@ -530,34 +541,21 @@ private:
     return op->emitOpError("is not a row-local op");
   }
 
-  /// A lone row-local op (inside a chunk body): a loop over its rows.
-  LogicalResult rowLoop(Operation *op, llvm::raw_ostream &os, const std::string &rows,
-                        const std::string &row0) {
-    os << "  for (int64_t r = 0; r < " << rows << "; ++r) {\n";
-    auto ptr = [&](Value v, bool whole) {
-      return whole ? name(v) : "(" + name(v) + " + r * " + std::to_string(rowWidth(v)) + ")";
-    };
-    LogicalResult r = rowStatements(op, os, ptr, row0);
-    os << "  }\n";
-    return r;
-  }
-
-  /// A CUDA row kernel `kname` computing `ops` one block per row: `ins`
-  /// are read from a.p[0..), `outs` written to the pointers after them;
-  /// other values stay in shared memory, one row each, or when the row no
-  /// longer fits, in the runtime's scratch (the pointer after the outputs,
-  /// `spillPerRow` floats a row). Sets `threads`.
-  LogicalResult cudaRowKernel(const std::string &kname, llvm::ArrayRef<Operation *> ops,
-                              llvm::ArrayRef<Value> ins, llvm::ArrayRef<Value> outs,
-                              Operation *where, int &threads, int64_t &spillPerRow) {
+  /// The CUDA row kernel of `fr`, one block per row: its block arguments
+  /// are read from a.p[0..), its yielded values written to the pointers
+  /// after them; other values stay in shared memory, one row each, or when
+  /// the row no longer fits, in the runtime's scratch (the pointer after
+  /// the outputs, `spillPerRow` floats a row). Sets `threads`.
+  LogicalResult cudaRowKernel(FusedRowsOp fr, int &threads, int64_t &spillPerRow) {
+    Block &body = fr.getBody().front();
+    const std::string kname = "kernel_" + fr.getKernel().str();
+    SmallVector<Value> ins(body.getArguments()),
+        outs(llvm::cast<RowsYieldOp>(body.getTerminator()).getValues());
+    auto ops = body.without_terminator();
     if (ins.size() + outs.size() + 1 > 24)
-      return where->emitOpError("has ")
+      return fr.emitOpError("has ")
              << ins.size() + outs.size() << " operands and results; a CUDA step kernel takes 23";
-    llvm::DenseSet<Value> wholeArgs;
-    for (Operation *op : ops)
-      for (OpOperand &use : op->getOpOperands())
-        if (readsWhole(op, use.getOperandNumber()))
-          wholeArgs.insert(use.get());
+    const llvm::DenseSet<Value> wholeArgs = wholeReads(ops);
     llvm::DenseMap<Value, std::string> base; // in / out pointer of a value
     std::string decl, smem = "struct Smem_" + kname + " {\n  float red[attnc::step::kMaxWarps];\n";
     for (auto [i, v] : llvm::enumerate(ins)) {
@@ -574,8 +572,8 @@ private:
     llvm::DenseMap<Value, std::string> local;
     int64_t bytes = 4 * 32, widest = 1;
     spillPerRow = 0;
-    for (Operation *op : ops)
-      for (Value res : op->getResults()) {
+    for (Operation &op : ops)
+      for (Value res : op.getResults()) {
         widest = std::max(widest, rowWidth(res));
         if (base.count(res))
           continue;
@@ -608,8 +606,8 @@ private:
         return b;
       return "(" + b + " + r * " + std::to_string(rowWidth(v)) + ")";
     };
-    for (Operation *op : ops)
-      if (failed(rowStatements(op, ks, ptr, "row0")))
+    for (Operation &op : ops)
+      if (failed(rowStatements(&op, ks, ptr, "row0")))
         return failure();
     // A yielded input: copied through.
     for (auto [i, v] : llvm::enumerate(outs))
@@ -643,24 +641,6 @@ private:
     launch(os, kname, rows, threads, ptrs, {rows, row0}, extra);
   }
 
-  /// A lone row-local op of the CUDA step (inside a chunk body): its own
-  /// kernel and launch.
-  LogicalResult rowLaunch(Operation *op, llvm::raw_ostream &os, const std::string &rows,
-                          const std::string &row0) {
-    SmallVector<Value> ins;
-    for (Value v : op->getOperands())
-      if (!llvm::is_contained(ins, v))
-        ins.push_back(v);
-    SmallVector<Value> outs(op->getResults());
-    std::string kname = fresh("kernel_row");
-    int threads = 0;
-    int64_t spill = 0;
-    if (failed(cudaRowKernel(kname, {op}, ins, outs, op, threads, spill)))
-      return failure();
-    rowKernelLaunch(os, kname, threads, spill, ins, outs, rows, row0);
-    return success();
-  }
-
   /// An attn.fused_rows: a static kernel looping over rows, and its call
   /// over `rows` rows from absolute row `row0` (a chunk's inside a body).
   LogicalResult fusedRows(FusedRowsOp fr, llvm::raw_ostream &os, const std::string &rows,
@@ -668,18 +648,14 @@ private:
     Block &body = fr.getBody().front();
     auto yield = llvm::cast<RowsYieldOp>(body.getTerminator());
     if (cuda) {
-      SmallVector<Operation *> ops;
-      for (Operation &op : body.without_terminator())
-        ops.push_back(&op);
-      SmallVector<Value> args(body.getArguments()), yielded(yield.getValues());
-      std::string kname = "kernel_" + fr.getKernel().str();
       int threads = 0;
       int64_t spill = 0;
-      if (failed(cudaRowKernel(kname, ops, args, yielded, fr, threads, spill)))
+      if (failed(cudaRowKernel(fr, threads, spill)))
         return failure();
       // The kernel's pointers are the op's operands and results.
-      rowKernelLaunch(os, kname, threads, spill, SmallVector<Value>(fr.getInputs()),
-                      SmallVector<Value>(fr.getResults()), rows, row0);
+      rowKernelLaunch(os, "kernel_" + fr.getKernel().str(), threads, spill,
+                      SmallVector<Value>(fr.getInputs()), SmallVector<Value>(fr.getResults()),
+                      rows, row0);
       return success();
     }
     std::string k;
@@ -688,12 +664,7 @@ private:
     ks << "static void " << fn
        << "(void *const *in, void *const *out, int64_t R, int64_t row0, "
           "const attnc_model_env *env) {\n";
-    // Which block arguments are read whole (any use reading it whole).
-    llvm::DenseSet<Value> wholeArgs;
-    for (Operation &op : body.without_terminator())
-      for (OpOperand &use : op.getOpOperands())
-        if (readsWhole(&op, use.getOperandNumber()))
-          wholeArgs.insert(use.get());
+    const llvm::DenseSet<Value> wholeArgs = wholeReads(body.without_terminator());
     llvm::DenseMap<Value, std::string> local; // value → base pointer name
     for (BlockArgument a : body.getArguments()) {
       std::string n = "in" + std::to_string(a.getArgNumber());
@@ -795,10 +766,9 @@ private:
         rowsIn = split.contains(mm.getLhs()) && !mm.getTransposeA();
       } else if (llvm::isa<ColumnSumOp>(op)) {
         rowsIn = false;
-      } else if (!llvm::isa<BiasAddOp, AddOp, SubOp, ActivationOp, ActivationGradOp, DropoutOp,
-                           FusedRowsOp>(op)) {
+      } else if (!llvm::isa<FusedRowsOp>(op)) {
         return op.emitOpError("cannot be emitted inside attn.row_chunks (only GEMMs, column sums "
-                              "and elementwise ops are)");
+                              "and fused row kernels are)");
       }
       if (rowsIn)
         for (Value r : op.getResults())

@@ -39,14 +39,15 @@ struct FuseRowsPass : public attnc::impl::FuseRowsBase<FuseRowsPass> {
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (!func->hasAttr("attn.model") || func.getBody().empty())
         continue;
-      fuse(func.getBody().front(), counter);
-      if (inChunks)
-        for (auto rc : func.getBody().front().getOps<RowChunksOp>())
-          fuse(rc.getBody().front(), counter);
+      fuse(func.getBody().front(), counter, /*chains=*/true);
+      for (auto rc : func.getBody().front().getOps<RowChunksOp>())
+        fuse(rc.getBody().front(), counter, inChunks);
     }
   }
 
-  void fuse(Block &block, int &counter) {
+  /// Groups the row-local ops of `block`; without `chains`, each op is a
+  /// group of its own (codegen still sees only attn.fused_rows).
+  void fuse(Block &block, int &counter, bool chains) {
     // Groups of ops in program order; groupOf maps a member to its group.
     SmallVector<SmallVector<Operation *>> groups;
     llvm::DenseMap<Operation *, unsigned> groupOf;
@@ -54,7 +55,7 @@ struct FuseRowsPass : public attnc::impl::FuseRowsBase<FuseRowsPass> {
       if (!isRowLocal(&op))
         continue;
       std::optional<unsigned> joined;
-      for (Value v : op.getOperands()) {
+      for (Value v : chains ? op.getOperands() : ValueRange()) {
         Operation *def = v.getDefiningOp();
         auto it = def ? groupOf.find(def) : groupOf.end();
         if (it == groupOf.end() || rowsOf(def) != rowsOf(&op))

@@ -418,7 +418,8 @@ def FuseRows : Pass<"attn-fuse-rows", "::mlir::ModuleOp"> {
   let dependentDialects = ["::attnc::attn::AttnDialect", "::mlir::func::FuncDialect"];
   let options = [
     Option<"inChunks", "in-chunks", "bool", /*default=*/"true",
-           "also group the ops inside attn.row_chunks bodies (off: to measure what it gains)">,
+           "group chains inside attn.row_chunks bodies too (off: each op there is a kernel "
+           "of its own, to measure what the grouping gains)">,
   ];
 }
 

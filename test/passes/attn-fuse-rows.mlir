@@ -76,9 +76,17 @@ func.func @other(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 // MODEL-NEXT: attn.rows_yield
 // MODEL-LABEL: func.func @train_rev
 
-// With in-chunks=false the chunked body keeps its ops as they are.
+// With in-chunks=false each row-local op of a chunked body is a kernel of
+// its own: the bias add, then the activation.
 // NOCHUNKS: attn.row_chunks chunk 8
 // NOCHUNKS-NEXT: ^bb0
 // NOCHUNKS-NEXT: attn.matmul
+// NOCHUNKS-NEXT: attn.fused_rows rows 8
+// NOCHUNKS-NEXT: ^bb0
 // NOCHUNKS-NEXT: attn.bias_add
+// NOCHUNKS-NEXT: attn.rows_yield
+// NOCHUNKS-NEXT: }
+// NOCHUNKS-NEXT: attn.fused_rows rows 8
+// NOCHUNKS-NEXT: ^bb0
 // NOCHUNKS-NEXT: attn.activation gelu
+// NOCHUNKS-NEXT: attn.rows_yield
