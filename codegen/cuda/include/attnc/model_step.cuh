@@ -134,23 +134,35 @@ namespace attnc {
 namespace step {
 constexpr int kColumnTile = 128;
 constexpr int kRowSegment = 256;
+
+/// A stage-1 thread's share: column c, rows [r0, r1) of segment `index`
+/// (false: no column). Blocks are column tiles × segments, tile fastest.
+struct RowSegment {
+  long long c, index, r0, r1;
+};
+ATTNC_STEP_FN bool rowSegment(long long R, long long C, RowSegment &seg) {
+  const long long tiles = (C + kColumnTile - 1) / kColumnTile, s = blockIdx.x / tiles;
+  seg.c = (blockIdx.x % tiles) * kColumnTile + threadIdx.x;
+  seg.index = s;
+  seg.r0 = s * kRowSegment;
+  seg.r1 = seg.r0 + kRowSegment < R ? seg.r0 + kRowSegment : R;
+  return seg.c < C;
+}
 } // namespace step
 } // namespace attnc
 
 /// Stage 1 of out[c] = Σ_r x[r, c]: partial[s][c] over segment s. p: x,
 /// partial; n: R, C. Blocks: column tiles × segments, tile fastest.
 extern "C" __global__ void attnc_step_column_sum_partial(attnc_kargs a) {
-  using namespace attnc::step;
-  const long long R = a.n[0], C = a.n[1], tiles = (C + kColumnTile - 1) / kColumnTile;
-  const long long c = (blockIdx.x % tiles) * kColumnTile + threadIdx.x, seg = blockIdx.x / tiles;
-  if (c >= C)
+  const long long C = a.n[1];
+  attnc::step::RowSegment seg;
+  if (!attnc::step::rowSegment(a.n[0], C, seg))
     return;
   const float *x = (const float *)a.p[0];
-  const long long r1 = (seg + 1) * kRowSegment < R ? (seg + 1) * kRowSegment : R;
   float s = 0;
-  for (long long r = seg * kRowSegment; r < r1; ++r)
-    s += x[r * C + c];
-  ((float *)a.p[1])[seg * C + c] = s;
+  for (long long r = seg.r0; r < seg.r1; ++r)
+    s += x[r * C + seg.c];
+  ((float *)a.p[1])[seg.index * C + seg.c] = s;
 }
 
 /// Stage 2: out[c] = Σ_s partial[s][c], segments in order; with `flag` set,
@@ -172,22 +184,21 @@ extern "C" __global__ void attnc_step_column_sum_finish(attnc_kargs a) {
 /// Stage 1 of dgamma = Σ_r dy·x̂ and dbeta = Σ_r dy: partials of both.
 /// p: dy, x, mean, rstd, partial dgamma, partial dbeta; n: R, C.
 extern "C" __global__ void attnc_step_layer_norm_param_grad_partial(attnc_kargs a) {
-  using namespace attnc::step;
-  const long long R = a.n[0], C = a.n[1], tiles = (C + kColumnTile - 1) / kColumnTile;
-  const long long c = (blockIdx.x % tiles) * kColumnTile + threadIdx.x, seg = blockIdx.x / tiles;
-  if (c >= C)
+  const long long C = a.n[1];
+  attnc::step::RowSegment seg;
+  if (!attnc::step::rowSegment(a.n[0], C, seg))
     return;
+  const long long c = seg.c;
   const float *dy = (const float *)a.p[0], *x = (const float *)a.p[1];
   const float *mean = (const float *)a.p[2], *rstd = (const float *)a.p[3];
-  const long long r1 = (seg + 1) * kRowSegment < R ? (seg + 1) * kRowSegment : R;
   float sg = 0, sb = 0;
-  for (long long r = seg * kRowSegment; r < r1; ++r) {
+  for (long long r = seg.r0; r < seg.r1; ++r) {
     const float d = dy[r * C + c];
     sg += d * ((x[r * C + c] - mean[r]) * rstd[r]);
     sb += d;
   }
-  ((float *)a.p[4])[seg * C + c] = sg;
-  ((float *)a.p[5])[seg * C + c] = sb;
+  ((float *)a.p[4])[seg.index * C + c] = sg;
+  ((float *)a.p[5])[seg.index * C + c] = sb;
 }
 
 /// dtable[tokens[r]] += dy[r], dpos[r mod S] += dy[r], both written from
