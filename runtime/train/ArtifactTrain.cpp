@@ -147,7 +147,10 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
   to.adam.lr = opt.lr, to.adam.weightDecay = opt.weightDecay, to.adam.clipNorm = opt.clip;
   to.adam.warmupSteps = opt.warmup;
   CompiledStep *compiled = step->get();
-  to.stepFn = [compiled](const Batch &b, int64_t s) { return compiled->run(b, true, s); };
+  if (gpu && !opt.hostOptimizer)
+    to.resident = compiled;
+  else
+    to.stepFn = [compiled](const Batch &b, int64_t s) { return compiled->run(b, true, s); };
   std::cerr << "attnc-rt train: " << mm->name << " from " << opt.dir << " (" << model.numParams()
             << " parameters; compiled " << (gpu ? "CUDA " : "") << "step, arena " << mm->arenaBytes / 1024 << " KiB) on "
             << data->describe() << "\n";

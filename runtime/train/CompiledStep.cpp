@@ -40,7 +40,23 @@ std::string cudaSimSource(const CompiledStepDesc &d) {
          "\nextern \"C\" int attnc_simt_run(void (*kernel)(attnc_kargs), long long blocks, "
          "int threads, const attnc_kargs *args) {\n"
          "  const attnc_kargs a = *args;\n"
-         "  return ::emu::launch(int(blocks), 1, threads, [&] { kernel(a); }) ? 0 : 1;\n}\n";
+         "  return ::emu::launch(int(blocks), 1, threads, [&] { kernel(a); }) ? 0 : 1;\n}\n"
+         "\n// The device AdamW's kernels (attnc/optimizer.cuh); 2: no such kernel.\n"
+         "template <typename Args>\n"
+         "static int attnc_simt_run_struct(void (*kernel)(Args), long long blocks, "
+         "const void *args) {\n"
+         "  const Args a = *static_cast<const Args *>(args);\n"
+         "  return ::emu::launch(int(blocks), 1, attnc::opt::kThreads, [&] { kernel(a); }) ? 0 "
+         ": 1;\n}\n"
+         "extern \"C\" int attnc_simt_run_optimizer(const char *name, long long blocks, "
+         "const void *args) {\n"
+         "  if (!std::strcmp(name, \"attnc_opt_grad_sumsq\")) return attnc_simt_run_struct(attnc_opt_grad_sumsq, "
+         "blocks, args);\n"
+         "  if (!std::strcmp(name, \"attnc_opt_grad_finalize\")) return "
+         "attnc_simt_run_struct(attnc_opt_grad_finalize, blocks, args);\n"
+         "  if (!std::strcmp(name, \"attnc_opt_adamw\")) return attnc_simt_run_struct(attnc_opt_adamw, blocks, "
+         "args);\n"
+         "  return 2;\n}\n";
 }
 
 } // namespace
@@ -58,9 +74,11 @@ CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
   const bool sim = engine == StepEngine::CudaSim, gpu = engine == StepEngine::Cuda;
   if ((sim || gpu) && (desc.cudaDeviceSource.empty() || desc.cudaSymbol.empty()))
     return makeError("compiled step: no CUDA step was emitted for " + desc.symbol);
-  // Emulated shared memory is one byte array, typed many ways.
+  // Emulated shared memory is one byte array, typed many ways. No FMA
+  // contraction (-march=native has FMA): the device AdamW rounds each
+  // operation (__fmul_rn, __fadd_rn on a GPU), as the CPU AdamW does.
   if (sim)
-    options.flags = {"-fno-strict-aliasing", "-w"};
+    options.flags = {"-fno-strict-aliasing", "-ffp-contract=off", "-w"};
   Expected<SharedObjectImage> image =
       sim   ? compiler.compile(desc.cudaSymbol + "_sim.cpp", cudaSimSource(desc), options)
       : gpu ? compiler.compile(desc.cudaSymbol + ".cpp", desc.cudaHostSource, options)
@@ -253,7 +271,7 @@ int CompiledStep::nonfiniteCallback(void *ctx, const char *what, int64_t index, 
   return 2;
 }
 
-Expected<double> CompiledStep::run(const Batch &batch, bool training, int64_t step) {
+Status CompiledStep::setBatch(const Batch &batch, bool training, int64_t step) {
   const ModelConfig &c = model_.config();
   if (batch.B != desc_.batch || batch.S != c.seq)
     return makeError("compiled step: batch [" + std::to_string(batch.B) + ", " +
@@ -272,8 +290,18 @@ Expected<double> CompiledStep::run(const Batch &batch, bool training, int64_t st
   step_ = step;
   args_[0] = const_cast<int32_t *>(batch.inputs.data());
   args_[1] = const_cast<int32_t *>(batch.targets.data());
+  return {};
+}
+
+Expected<double> CompiledStep::run(const Batch &batch, bool training, int64_t step) {
+  if (resident())
+    return makeError("compiled step: the parameters live on the device while it trains; "
+                     "run() would read stale host copies");
+  if (Status st = setBatch(batch, training, step); !st)
+    return st.takeError();
   if (engine_ != StepEngine::Cpu)
     return runDevice();
+  const ModelConfig &c = model_.config();
   attnc_model_env env{};
   env.ctx = this;
   env.gemm = gemmCallback;

@@ -14,6 +14,7 @@
 #include "runtime/Cublas.h"
 #include "runtime/HostCompiler.h"
 #include "runtime/train/Model.h"
+#include "runtime/train/Trainer.h"
 
 #include <memory>
 
@@ -53,7 +54,7 @@ struct StepPrecision {
   float initialLossScale = 0; ///< fp16: the loss scale to start from (0: LossScaler's)
 };
 
-class CompiledStep {
+class CompiledStep final : public ResidentTraining {
 public:
   /// Compiles the step and binds it to `model` (which must outlive it).
   /// CudaSim needs the desc's CUDA sources and cudaEmulatorIncludeDirs();
@@ -67,7 +68,19 @@ public:
   /// One step on `batch` (its B must be the compiled batch): returns the
   /// loss and writes the gradients into the model's gradient buffers. `step` keys the
   /// dropout masks (as Model::setDropout); `training` false turns them off.
+  /// Not while the parameters are resident on the device.
   Expected<double> run(const Batch &batch, bool training, int64_t step);
+
+  /// The CUDA engines' device-resident training (ResidentTraining): from
+  /// upload() on, the parameters, gradients and AdamW moments stay in
+  /// device memory and the device AdamW (attnc/optimizer.cuh) updates
+  /// them; nothing crosses to the host per step but the batch, the loss
+  /// and the gradient norm. Errors on the CPU engine.
+  Status upload(const AdamW &adam) override;
+  Expected<Update> update(const Batch &batch, int64_t step, AdamW &adam) override;
+  Status download(AdamW &adam) override;
+  /// Whether upload() has made the device's parameters the current ones.
+  bool resident() const;
 
   int64_t arenaBytes() const { return desc_.arenaBytes; }
   /// CUDA engines with fp16: the current loss scale, and the steps rerun
@@ -90,6 +103,12 @@ private:
   Status initDevice(std::unique_ptr<StepDevice> device, cuda::GemmPrecision gemm,
                     float initialLossScale);
   Expected<double> runDevice();
+  /// Checks a batch against the compiled shape and the vocabulary and
+  /// makes it the step's input.
+  Status setBatch(const Batch &batch, bool training, int64_t step);
+  /// The gradient norm of the device step just run (its gradients
+  /// multiplied by `invScale` first), left in device memory for AdamW.
+  Status deviceGradNorm(float invScale);
   Expected<double> runDeviceOnce(float lossScale);
   /// The step's NaN/Inf checks so far: resetChecks empties their slots;
   /// readChecks reads them and, when one found a NaN/Inf, records the first
@@ -108,6 +127,7 @@ private:
   StepEngine engine_ = StepEngine::Cpu;
   int64_t overflowReruns_ = 0;
   bool scaledOverflow_ = false; ///< the last device step stopped at a scaled NaN/Inf
+  float residentClipNorm_ = 0;  ///< the device gradient norm's clipping threshold
   Model &model_;
   AttentionFn attention_;
   SharedObject so_;

@@ -2,18 +2,23 @@
 //
 // Runs the CUDA step (codegen's CudaModelStep) on a StepDevice: a GPU, or
 // the SIMT emulator on the CPU, through the same code. The step's arena,
-// arguments and gradients are device memory. The parameters stay the
-// Model's host tensors (the optimizer, checkpoints and evaluation are the
-// CPU trainer's): each step uploads them and downloads the gradients.
-// Attention goes through the model's attention function on host copies
+// arguments and gradients are device memory; the parameters, their
+// gradients and AdamW's moments are each one flat buffer (a parameter per
+// 16-byte-aligned segment), the layout of the device AdamW
+// (attnc/optimizer.cuh). Training keeps them there (upload, update,
+// download: the ResidentTraining the trainer drives); a lone run() (engine
+// comparisons, gradient checks) uploads the Model's host parameters and
+// downloads the gradients. Attention goes through the model's attention function on host copies
 // (the CUDA attention runner is host-in, host-out): correct, not yet fast
 // (docs/model-compilation.md).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/train/CompiledStep.h"
 
+#include "codegen/OptimizerArgs.h"
 #include "codegen/cuda/include/attnc/model_step_env.h"
 #include "runtime/Cublas.h"
+#include "runtime/train/DeviceOptimizer.h"
 #include "runtime/train/LossScaler.h"
 #include "runtime/train/StepDevice.h"
 
@@ -31,6 +36,16 @@ struct CompiledStep::CudaState {
   size_t scratchBytes = 0;
   std::vector<size_t> argBytes, gradBytes;
   std::vector<bool> argIsParam; ///< uploaded every step (else once)
+  /// The flat parameter buffers: segments in Model::params() order.
+  std::vector<FlatSegment> segments;
+  int64_t flatN = 0;
+  float *weights = nullptr, *grads = nullptr, *m = nullptr, *v = nullptr;
+  double *partials = nullptr;
+  OptStepState *state = nullptr; ///< the last gradient norm (device)
+  OptStepState lastState{};      ///< ... as read back
+  long long *decayRanges = nullptr;
+  int numDecayRanges = 0;
+  bool resident = false; ///< the device holds the parameters (training)
   std::vector<void *> argPtrs;
   std::vector<float *> gradPtrs;
   std::vector<std::vector<float>> hostIn, hostOut; ///< attention's host copies
@@ -79,38 +94,76 @@ Status CompiledStep::initDevice(std::unique_ptr<StepDevice> device, cuda::GemmPr
   s.device = std::move(device);
   s.scaler = LossScaler(scaling);
 
-  // Device copies of the arguments (tokens, targets, parameters, constants)
-  // and of the gradients; constants are uploaded once.
+  // The parameters, their gradients and moments: flat buffers, zeroed (the
+  // padding between segments stays zero, so it adds nothing to the norm
+  // and AdamW leaves it at zero).
   const ModelConfig &c = model_.config();
-  std::map<std::string, int64_t> paramSize;
-  for (const ParamRef &pr : model_.params())
-    paramSize[pr.name] = pr.size;
+  std::map<std::string, const FlatSegment *> segmentOf;
+  for (const ParamRef &pr : model_.params()) {
+    s.segments.push_back({pr.name, s.flatN, pr.size, pr.decay});
+    s.flatN += (pr.size + 3) / 4 * 4;
+  }
+  for (const FlatSegment &seg : s.segments)
+    segmentOf[seg.name] = &seg;
+  const size_t flatBytes = sizeof(float) * size_t(std::max<int64_t>(s.flatN, 1));
+  float **flat[4] = {&s.weights, &s.grads, &s.m, &s.v};
+  const char *flatWhat[4] = {"the parameters", "the gradients", "AdamW's first moments",
+                             "AdamW's second moments"};
+  for (int k = 0; k < 4; ++k) {
+    Expected<void *> b = s.allocate(flatBytes, flatWhat[k]);
+    if (!b)
+      return b.takeError();
+    *flat[k] = static_cast<float *>(*b);
+    if (Status st = s.device->zero(*b, flatBytes); !st)
+      return st.takeError();
+  }
+  Expected<std::vector<long long>> ranges = decayRanges(s.segments, s.flatN);
+  if (!ranges)
+    return ranges.takeError();
+  s.numDecayRanges = int(ranges->size() / 2);
+  Expected<void *> rangeBuf =
+      s.allocate(sizeof(long long) * std::max<size_t>(ranges->size(), 1), "the decay ranges");
+  Expected<void *> partials = s.allocate(sizeof(double) * opt::kMaxPartials, "the norm's partials");
+  Expected<void *> state = s.allocate(sizeof(OptStepState), "the optimizer's step state");
+  for (Expected<void *> *b : {&rangeBuf, &partials, &state})
+    if (!*b)
+      return b->takeError();
+  s.decayRanges = static_cast<long long *>(*rangeBuf);
+  s.partials = static_cast<double *>(*partials);
+  s.state = static_cast<OptStepState *>(*state);
+  if (!ranges->empty())
+    if (Status st = s.device->upload(s.decayRanges, ranges->data(),
+                                     sizeof(long long) * ranges->size());
+        !st)
+      return st.takeError();
+
+  // The arguments: tokens and targets (uploaded per step), parameters (in
+  // the flat buffer) and constants (uploaded once).
   const size_t n = desc_.args.size();
   s.argBytes.assign(n, 0), s.argPtrs.assign(n, nullptr), s.argIsParam.assign(n, false);
   for (size_t i = 0; i < n; ++i) {
     const std::string &name = desc_.args[i];
-    size_t bytes = sizeof(int32_t) * size_t(desc_.batch) * size_t(c.seq); // tokens, targets
-    if (i >= 2) {
-      auto it = paramSize.find(name);
-      s.argIsParam[i] = it != paramSize.end();
-      bytes = s.argIsParam[i] ? sizeof(float) * size_t(it->second)
-                              : model_.constant(name)->data.size(); // create() checked it
+    auto seg = segmentOf.find(name);
+    s.argIsParam[i] = i >= 2 && seg != segmentOf.end();
+    if (s.argIsParam[i]) {
+      s.argBytes[i] = sizeof(float) * size_t(seg->second->size);
+      s.argPtrs[i] = s.weights + seg->second->offset;
+      continue;
     }
+    const size_t bytes = i < 2 ? sizeof(int32_t) * size_t(desc_.batch) * size_t(c.seq)
+                               : model_.constant(name)->data.size(); // create() checked it
     Expected<void *> b = s.allocate(bytes, "argument '" + name + "'");
     if (!b)
       return b.takeError();
     s.argBytes[i] = bytes, s.argPtrs[i] = *b;
-    if (i >= 2 && !s.argIsParam[i])
+    if (i >= 2)
       if (Status st = s.device->upload(*b, args_[i], bytes); !st)
         return st.takeError();
   }
-  for (int a : desc_.gradArgs) {
-    const size_t bytes = s.argBytes[size_t(a)];
-    Expected<void *> b = s.allocate(bytes, "the gradient of '" + desc_.args[size_t(a)] + "'");
-    if (!b)
-      return b.takeError();
-    s.gradBytes.push_back(bytes);
-    s.gradPtrs.push_back(static_cast<float *>(*b));
+  for (int a : desc_.gradArgs) { // create() checked each is a parameter
+    const FlatSegment &seg = *segmentOf.at(desc_.args[size_t(a)]);
+    s.gradBytes.push_back(sizeof(float) * size_t(seg.size));
+    s.gradPtrs.push_back(s.grads + seg.offset);
   }
   Expected<void *> arena = s.allocate(size_t(desc_.arenaBytes), "the arena");
   if (!arena)
@@ -178,10 +231,10 @@ Expected<double> CompiledStep::runDevice() {
   CudaState &s = *cuda_;
   if (Status st = s.device->bind(); !st)
     return st.takeError();
-  // The parameters as they are now (the optimizer ran on the host), and
-  // the batch.
+  // The batch, and unless the device holds them, the parameters as they
+  // are now (the optimizer ran on the host).
   for (size_t i = 0; i < desc_.args.size(); ++i)
-    if (i < 2 || s.argIsParam[i])
+    if (i < 2 || (s.argIsParam[i] && !s.resident))
       if (Status st = s.device->upload(s.argPtrs[i], args_[i], s.argBytes[i]); !st)
         return st.takeError();
   // fp16: a step whose gradients overflow is rerun at a lower loss scale
@@ -193,7 +246,12 @@ Expected<double> CompiledStep::runDevice() {
     if (!loss && !scaledOverflow_)
       return loss;
     bool finite = !scaledOverflow_;
-    for (size_t g = 0; finite && g < grads_.size(); ++g) {
+    if (finite && s.resident) { // unscaled and summed on the device
+      if (Status st = deviceGradNorm(1.0f / scale); !st)
+        return st.takeError();
+      finite = !s.lastState.nonfinite;
+    }
+    for (size_t g = 0; finite && !s.resident && g < grads_.size(); ++g) {
       if (Status st = s.device->download(grads_[g], s.gradPtrs[g], s.gradBytes[g]); !st)
         return st.takeError();
       const float inv = 1.0f / scale;
@@ -207,6 +265,7 @@ Expected<double> CompiledStep::runDevice() {
     // trainer's to report; only an fp16 overflow reruns.
     if (applied || !s.scaler.enabled())
       return loss; // with scaling, the unscaled gradients are finite here
+    // (Resident: the parameters are untouched, AdamW has not run.)
     ++overflowReruns_;
     if (s.scaler.scale() >= scale) // at the floor: nothing left to try
       return makeError("compiled CUDA step: gradients overflow fp16 even at loss scale " +
@@ -324,6 +383,116 @@ Expected<double> CompiledStep::runDeviceOnce(float lossScale) {
   if (*bad)
     return makeError(error_);
   return double(loss);
+}
+
+Status CompiledStep::deviceGradNorm(float invScale) {
+  CudaState &s = *cuda_;
+  OptGradNormArgs a{};
+  a.grads = s.grads, a.partials = s.partials, a.state = s.state;
+  a.n = s.flatN, a.num_partials = opt::reduceBlocks(s.flatN);
+  a.inv_scale = invScale;
+  a.clip_norm = residentClipNorm_;
+  if (Status st = s.device->launchOptimizer("attnc_opt_grad_sumsq", a.num_partials, &a); !st)
+    return st;
+  if (Status st = s.device->launchOptimizer("attnc_opt_grad_finalize", 1, &a); !st)
+    return st;
+  return s.device->download(&s.lastState, s.state, sizeof s.lastState);
+}
+
+bool CompiledStep::resident() const { return cuda_ && cuda_->resident; }
+
+Status CompiledStep::upload(const AdamW &adam) {
+  if (!cuda_)
+    return makeError("compiled step: only the CUDA engines keep the parameters on a device");
+  CudaState &s = *cuda_;
+  if (Status st = s.device->bind(); !st)
+    return st;
+  const std::vector<ParamRef> params = model_.params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const FlatSegment &seg = s.segments[i];
+    const size_t bytes = sizeof(float) * size_t(seg.size);
+    if (Status st = s.device->upload(s.weights + seg.offset, params[i].value, bytes); !st)
+      return st;
+    // A parameter without moments yet (before the first step) starts at 0.
+    for (auto [moments, dst] : {std::pair{&adam.firstMoments(), s.m},
+                                std::pair{&adam.secondMoments(), s.v}}) {
+      auto it = moments->find(seg.name);
+      Status st = it != moments->end() && !it->second.empty()
+                      ? s.device->upload(dst + seg.offset, it->second.data(), bytes)
+                      : s.device->zero(dst + seg.offset, bytes);
+      if (!st)
+        return st;
+    }
+  }
+  s.resident = true;
+  return {};
+}
+
+Expected<ResidentTraining::Update> CompiledStep::update(const Batch &batch, int64_t step,
+                                                        AdamW &adam) {
+  if (!cuda_ || !cuda_->resident)
+    return makeError("compiled step: update() before upload()");
+  CudaState &s = *cuda_;
+  if (Status st = setBatch(batch, true, step); !st)
+    return st.takeError();
+  residentClipNorm_ = adam.config().clipNorm;
+  Expected<double> loss = runDevice(); // ends with deviceGradNorm's state
+  if (!loss)
+    return loss.takeError();
+  if (s.lastState.nonfinite) { // name the parameter, as AdamW::step does
+    std::vector<float> g;
+    for (const FlatSegment &seg : s.segments) {
+      g.resize(size_t(seg.size));
+      if (Status st = s.device->download(g.data(), s.grads + seg.offset, sizeof(float) * g.size());
+          !st)
+        return st.takeError();
+      for (size_t i = 0; i < g.size(); ++i)
+        if (!std::isfinite(g[i]))
+          return makeError("AdamW step " + std::to_string(adam.stepCount()) +
+                           ": non-finite gradient in parameter '" + seg.name + "' (element " +
+                           std::to_string(i) + " is " + (std::isnan(g[i]) ? "nan" : "inf") +
+                           "); nothing was updated");
+    }
+    return makeError("AdamW step " + std::to_string(adam.stepCount()) +
+                     ": the gradient norm overflowed; nothing was updated");
+  }
+  OptAdamWArgs a = adamWStepArgs(adam.config(), adam.stepCount());
+  a.weights = s.weights, a.m = s.m, a.v = s.v, a.grads = s.grads, a.state = s.state;
+  a.decay_ranges = s.decayRanges, a.num_decay_ranges = s.numDecayRanges;
+  a.n = s.flatN;
+  if (adam.config().weightDecay == 0.0f) // AdamW::step skips the multiply by 1
+    a.num_decay_ranges = 0;
+  if (Status st = s.device->launchOptimizer("attnc_opt_adamw", opt::elementwiseBlocks(s.flatN), &a);
+      !st)
+    return st.takeError();
+  adam.countStep();
+  return Update{*loss, std::sqrt(s.lastState.sumsq)};
+}
+
+Status CompiledStep::download(AdamW &adam) {
+  if (!cuda_ || !cuda_->resident)
+    return makeError("compiled step: download() before upload()");
+  CudaState &s = *cuda_;
+  if (Status st = s.device->bind(); !st)
+    return st;
+  const std::vector<ParamRef> params = model_.params();
+  std::map<std::string, std::vector<float>> m, v;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const FlatSegment &seg = s.segments[i];
+    const size_t bytes = sizeof(float) * size_t(seg.size);
+    if (Status st = s.device->download(params[i].value, s.weights + seg.offset, bytes); !st)
+      return st;
+    if (adam.stepCount() == 0) // no moments before the first update (as AdamW)
+      continue;
+    std::vector<float> &mi = m[seg.name], &vi = v[seg.name];
+    mi.resize(size_t(seg.size)), vi.resize(size_t(seg.size));
+    if (Status st = s.device->download(mi.data(), s.m + seg.offset, bytes); !st)
+      return st;
+    if (Status st = s.device->download(vi.data(), s.v + seg.offset, bytes); !st)
+      return st;
+  }
+  adam.importState(adam.stepCount(), std::move(m), std::move(v));
+  return {};
 }
 
 Status CompiledStep::resetChecks() {

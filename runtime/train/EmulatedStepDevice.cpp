@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/train/StepDevice.h"
 
+#include "codegen/OptimizerArgs.h"
 #include "codegen/cuda/include/attnc/model_step_env.h"
 #include "runtime/HalfFloat.h"
 #include "runtime/HostCompiler.h"
@@ -67,6 +68,7 @@ class EmulatedStepDevice final : public StepDevice {
 public:
   using KernelFn = void(attnc_kargs);
   using RunFn = int(KernelFn *kernel, long long blocks, int threads, const attnc_kargs *args);
+  using RunOptimizerFn = int(const char *name, long long blocks, const void *args);
 
   EmulatedStepDevice(const SharedObject &so, cuda::GemmPrecision precision)
       : so_(so), precision_(precision) {}
@@ -133,6 +135,24 @@ public:
                        " deadlocked on the emulator (a barrier not reached by every thread)");
     return {};
   }
+  Status launchOptimizer(const std::string &name, long long blocks, const void *args) override {
+    if (!runOptimizer_) {
+      Expected<RunOptimizerFn *> run = so_.function<RunOptimizerFn>("attnc_simt_run_optimizer");
+      if (!run)
+        return run.takeError();
+      runOptimizer_ = *run;
+    }
+    if (Status s = checkLaunchShape(name, blocks, opt::kThreads); !s)
+      return s;
+    switch (runOptimizer_(name.c_str(), blocks, args)) {
+    case 0:
+      return {};
+    case 2:
+      return makeError("no optimizer kernel " + name + " in the step's module");
+    default:
+      return makeError("kernel " + name + " deadlocked on the emulator");
+    }
+  }
   Status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
               float *C) override {
     if (precision_ == cuda::GemmPrecision::F32) {
@@ -153,6 +173,7 @@ private:
   const SharedObject &so_;
   cuda::GemmPrecision precision_;
   RunFn *run_ = nullptr;
+  RunOptimizerFn *runOptimizer_ = nullptr;
   std::map<std::string, KernelFn *> kernels_;
   std::vector<void *> live_;
   std::vector<float> a_, b_; ///< rounded GEMM inputs

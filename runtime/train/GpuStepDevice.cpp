@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/train/StepDevice.h"
 
+#include "codegen/OptimizerArgs.h"
 #include "codegen/cuda/include/attnc/model_step_env.h"
 #include "runtime/Cublas.h"
 #include "runtime/CudaDriver.h"
@@ -58,6 +59,20 @@ public:
   }
   Status launch(const std::string &name, long long blocks, int threads,
                 const attnc_kargs &args) override {
+    return launchStruct(name, blocks, threads, &args);
+  }
+  Status launchOptimizer(const std::string &name, long long blocks, const void *args) override {
+    return launchStruct(name, blocks, opt::kThreads, args);
+  }
+  Status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
+              float *C) override {
+    return blas_->gemm(ta, tb, M, N, K, A, B, C, precision_, nullptr);
+  }
+  Status synchronize() override { return cuda::synchronize(nullptr, "the compiled CUDA step"); }
+
+private:
+  /// Launches a kernel whose one parameter is the struct at `args`.
+  Status launchStruct(const std::string &name, long long blocks, int threads, const void *args) {
     auto it = kernels_.find(name);
     if (it == kernels_.end()) {
       Expected<cuda::Kernel> k = module_.kernel(name);
@@ -69,16 +84,10 @@ public:
       return s;
     if (blocks == 0)
       return {};
-    return cuda::launch(it->second, {unsigned(blocks), 1, 1}, {unsigned(threads), 1, 1}, 0,
-                        nullptr, args);
+    return cuda::launchKernel(it->second, {unsigned(blocks), 1, 1}, {unsigned(threads), 1, 1},
+                              0, nullptr, args);
   }
-  Status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
-              float *C) override {
-    return blas_->gemm(ta, tb, M, N, K, A, B, C, precision_, nullptr);
-  }
-  Status synchronize() override { return cuda::synchronize(nullptr, "the compiled CUDA step"); }
 
-private:
   cuda::Context ctx_;
   cuda::Module module_;
   std::unique_ptr<cuda::Cublas> blas_;

@@ -66,6 +66,18 @@ public:
   int64_t stepCount() const { return step_; }
   const AdamWConfig &config() const { return config_; }
 
+  /// For an AdamW that runs elsewhere (the device's, which applies the
+  /// same update): the moments by parameter name, empty before a
+  /// parameter's first update; and the state it has reached, taken back.
+  const std::map<std::string, std::vector<float>> &firstMoments() const { return m_; }
+  const std::map<std::string, std::vector<float>> &secondMoments() const { return v_; }
+  void importState(int64_t step, std::map<std::string, std::vector<float>> m,
+                   std::map<std::string, std::vector<float>> v) {
+    step_ = step, m_ = std::move(m), v_ = std::move(v);
+  }
+  /// Counts an update applied elsewhere.
+  void countStep() { ++step_; }
+
   /// m and v as "adam.m.<name>", "adam.v.<name>" tensors (F32, 1-D), and
   /// the step as metadata "adam.step". The config is not saved.
   void saveState(st::File &out) const;

@@ -56,6 +56,11 @@ public:
   /// Kernel `name` of the step's module over `blocks` blocks of `threads`.
   virtual Status launch(const std::string &name, long long blocks, int threads,
                         const attnc_kargs &args) = 0;
+  /// Kernel `name` of attnc/optimizer.cuh (which every step module
+  /// carries) over `blocks` blocks of opt::kThreads, its one struct
+  /// argument (OptGradNormArgs or OptAdamWArgs) at `args`.
+  virtual Status launchOptimizer(const std::string &name, long long blocks,
+                                 const void *args) = 0;
   /// Row-major C[M, N] = op(A)·op(B), fp32 storage.
   virtual Status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
                       const float *B, float *C) = 0;
@@ -73,7 +78,7 @@ createGpuStepDevice(const std::string &kernelSource, const std::string &programN
 
 /// The emulated device: host memory, the kernels compiled into `so` with
 /// the SIMT emulator (looked up by name, launched through its
-/// attnc_simt_run), GEMMs on the CPU with inputs rounded as `precision`
+/// attnc_simt_run and attnc_simt_run_optimizer), GEMMs on the CPU with inputs rounded as `precision`
 /// rounds them. `so` must outlive the device.
 std::unique_ptr<StepDevice> createEmulatedStepDevice(const SharedObject &so,
                                                      cuda::GemmPrecision precision);

@@ -288,10 +288,17 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
       log << "note: the learning-rate schedule now spans " << opt.steps << " steps instead of "
           << planned << ", so this run will not match an uninterrupted one\n";
   }
+  if (opt.resident)
+    if (Status s = opt.resident->upload(adam); !s)
+      return s.takeError();
+  // The host copies of a device-resident run, before they are read.
+  auto syncHost = [&]() -> Status { return opt.resident ? opt.resident->download(adam) : Status{}; };
   sum.firstStep = start;
   const int64_t end =
       opt.stopAfter > 0 ? std::min(opt.steps, start + opt.stopAfter) : opt.steps;
   auto save = [&](int64_t step) -> Status {
+    if (Status s = syncHost(); !s)
+      return s;
     Checkpoint ck;
     ck.step = step;
     ck.specHash = opt.specHash;
@@ -336,8 +343,13 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
     Batch b = data.train(opt.seed, step, opt.batch);
     model.zeroGrads();
     model.setDropout(true, step); // the step's masks, the same on a resumed run
-    double loss = 0;
-    if (opt.stepFn) {
+    double loss = 0, gradNorm = 0;
+    if (opt.resident) {
+      Expected<ResidentTraining::Update> r = opt.resident->update(b, step, adam);
+      if (!r)
+        return makeError("step " + std::to_string(step) + ": " + r.error());
+      loss = r->loss, gradNorm = r->gradNorm;
+    } else if (opt.stepFn) {
       Expected<double> r = opt.stepFn(b, step);
       if (!r)
         return makeError("step " + std::to_string(step) + ": " + r.error());
@@ -352,13 +364,16 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
       return makeError("step " + std::to_string(step) + ": the loss is " +
                        (std::isnan(loss) ? "NaN" : "infinite") +
                        "; lower --lr or check the data (the last checkpoint is kept)");
-    Expected<double> norm = adam.step(params);
-    if (!norm)
-      return makeError("step " + std::to_string(step) + ": " + norm.error());
+    if (!opt.resident) {
+      Expected<double> norm = adam.step(params);
+      if (!norm)
+        return makeError("step " + std::to_string(step) + ": " + norm.error());
+      gradNorm = *norm;
+    }
     double secs = std::chrono::duration<double>(Clock::now() - s0).count();
     double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
     sum.losses.push_back(loss);
-    csv << step << "," << loss << "," << learningRate(adamCfg, step) << "," << *norm << ","
+    csv << step << "," << loss << "," << learningRate(adamCfg, step) << "," << gradNorm << ","
         << tokensPerStep / secs << "," << elapsed << "\n";
     if (tty) {
       double perStep = elapsed / double(step - start + 1);
@@ -372,6 +387,8 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
       log.precision(precision);
     }
     if (opt.evalEvery > 0 && (step + 1) % opt.evalEvery == 0 && step + 1 < end) {
+      if (Status s = syncHost(); !s)
+        return s.takeError();
       Expected<EvalResult> e = evaluate(model, data, opt.evalBatches, opt.batch);
       if (!e)
         return e.takeError();
@@ -395,6 +412,8 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
   if (sum.lastStep > start) // nothing new: the latest checkpoint already holds this state
     if (Status s = save(sum.lastStep); !s)
       return s.takeError();
+  if (Status s = syncHost(); !s)
+    return s.takeError();
   Expected<EvalResult> e = evaluate(model, data, opt.evalBatches, opt.batch);
   if (!e)
     return e.takeError();

@@ -19,6 +19,29 @@
 
 namespace attnc::train {
 
+/// Training whose parameters and AdamW moments stay on a device (the
+/// compiled CUDA step with the device AdamW, runtime/train/
+/// CompiledStepCuda.cpp): the trainer hands it each step and has it copy
+/// them back before evaluations and checkpoints.
+class ResidentTraining {
+public:
+  virtual ~ResidentTraining() = default;
+  /// Copies the model's parameters and `adam`'s moments (zeros where it
+  /// has none yet) to the device.
+  virtual Status upload(const AdamW &adam) = 0;
+  struct Update {
+    double loss = 0;     ///< the mean loss
+    double gradNorm = 0; ///< before clipping, as AdamW::step returns it
+  };
+  /// Runs step `step` on `batch`, then applies AdamW with `adam`'s config
+  /// at its step count (which advances) on the device. A non-finite
+  /// gradient is an error naming the parameter, with nothing updated.
+  virtual Expected<Update> update(const Batch &batch, int64_t step, AdamW &adam) = 0;
+  /// Copies the parameters into the model's tensors and the moments and
+  /// step count into `adam`.
+  virtual Status download(AdamW &adam) = 0;
+};
+
 struct TrainOptions {
   std::string outDir;           ///< checkpoints, train.csv, loss.svg
   std::string data;             ///< "synthetic:duplicate" or file/directory paths (':'-separated)
@@ -39,6 +62,8 @@ struct TrainOptions {
   /// model's buffers, which the trainer zeroes first): a compiled whole-model step (CompiledStep) when set,
   /// else Model::run.
   std::function<Expected<double>(const Batch &batch, int64_t step)> stepFn;
+  /// When set, the step and the optimizer run here instead (stepFn unused).
+  ResidentTraining *resident = nullptr;
 };
 
 /// Evaluation: the objective's metric on held-out (or fixed synthetic) data.

@@ -67,6 +67,9 @@ int main(int argc, char **argv) {
   train->add_option("--loss-scale", topts.lossScale,
                     "--precision fp16: the initial loss scale (default 65536)")
       ->check(CLI::PositiveNumber);
+  train->add_flag("--host-optimizer", topts.hostOptimizer,
+                  "CUDA artifacts: AdamW on the host on downloaded gradients (default: on the "
+                  "device, the parameters staying there)");
   train->add_flag("!--no-resume", topts.resume, "start afresh even if --out has a checkpoint");
 
   CLI::App *info = app.add_subcommand("info", "Print the toolchain, cache and GPU of this machine");

@@ -577,7 +577,10 @@ int runTrain(const TrainCliOptions &opt) {
   to.adam.lr = opt.lr, to.adam.weightDecay = opt.weightDecay, to.adam.clipNorm = opt.clip;
   to.adam.warmupSteps = opt.warmup;
   to.stopAfter = opt.stopAfter;
-  if (compiled)
+  const bool onDevice = opt.target == "cuda" || opt.engine == "cuda-sim";
+  if (compiled && onDevice && opt.optimizer == "device")
+    to.resident = compiled.get();
+  else if (compiled)
     to.stepFn = [&](const train::Batch &b, int64_t step) { return compiled->run(b, true, step); };
   std::cerr << "attnc train: " << p.name << " (" << model.numParams() << " parameters, "
             << p.config.layers << (p.config.reversible ? " reversible" : "") << " layer(s)) on "

@@ -34,6 +34,10 @@ struct TrainCliOptions {
   /// with dynamic loss scaling); auto: the model's dtype.
   std::string precision = "auto";
   float lossScale = 0; ///< fp16: the initial loss scale (0: 65536)
+  /// The CUDA step's AdamW: "device" (default) keeps parameters, gradients
+  /// and moments on the device; "host" runs the CPU AdamW on downloaded
+  /// gradients each step (the reference the device one is tested against).
+  std::string optimizer = "device";
   bool compareEngines = false; ///< one batch through both engines, gradients compared
   /// Compiled engine: standard layers keep only their inputs and are
   /// recomputed in the backward (less memory, one more forward per layer).

@@ -399,6 +399,12 @@ int main(int argc, char **argv) {
                        "on the CPU (slow: checks the generated CUDA without a GPU)")
       ->check(CLI::IsMember({"runtime", "compiled", "cuda-sim"}))
       ->capture_default_str();
+  trainCmd->add_option("--optimizer", topts.optimizer,
+                       "--target cuda / --engine cuda-sim: device (AdamW on the device, the "
+                       "parameters stay there) or host (the CPU AdamW on downloaded "
+                       "gradients, parameters uploaded each step)")
+      ->check(CLI::IsMember({"device", "host"}))
+      ->capture_default_str();
   trainCmd->add_flag("!--no-recompute", topts.recomputeLayers,
                      "compiled engine: keep every standard layer's activations for the "
                      "backward instead of recomputing each layer from its input (faster, "

@@ -20,6 +20,9 @@
 #include "Activations.h"
 #include "Philox.h"
 #include "attnc/model_step_env.h"
+// The device AdamW (its kernels are in every step module, so training can
+// keep the parameters on the device: runtime/train/CompiledStepCuda.cpp).
+#include "attnc/optimizer.cuh"
 
 #ifdef ATTNC_CUDA_SIMT_EMULATOR_H
 /// Under the emulator a block's shared storage is the emulator's.
