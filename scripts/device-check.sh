@@ -54,6 +54,22 @@ PY
   else
     echo "FAIL gpu-f32: attnc-rt train exited non-zero"; status=1
   fi
+  # The device AdamW (the default) against the CPU AdamW on downloaded
+  # gradients: without clipping both round every operation alone, so the
+  # checkpoints must be bit-identical (they are on the emulator).
+  for o in device host; do
+    flag=(); [ "$o" = host ] && flag=(--host-optimizer)
+    "$b/bin/attnc-rt" train "$t/cuda" --data synthetic:duplicate --steps 10 --lr 3e-3 --warmup 20 \
+      --clip 0 --checkpoint-every 10 "${flag[@]}" --out "$out/gpu-adamw-$o" >/dev/null 2>&1 ||
+      { echo "FAIL adamw-$o: attnc-rt train exited non-zero"; status=1; }
+  done
+  if cmp -s "$out/gpu-adamw-device/ckpt-10.safetensors" "$out/gpu-adamw-host/ckpt-10.safetensors"; then
+    echo "device AdamW vs host AdamW, 10 steps without clipping: bit-identical checkpoints ok"
+  else
+    echo "FAIL device AdamW vs host AdamW: checkpoints differ"
+    python3 "$root/test/train/Inputs/compare_runs.py" "$out/gpu-adamw-device" "$out/gpu-adamw-host" 10 1e-5
+    status=1
+  fi
   # Whole runs in each precision: accuracy on the duplication task, speed.
   for p in f32 bf16 fp16; do
     echo "--- dup64, 150 steps, GEMMs in $p"
