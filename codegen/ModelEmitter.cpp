@@ -397,11 +397,28 @@ private:
       return success();
     }
     if (auto eg = llvm::dyn_cast<EmbedGradOp>(op)) {
-      std::string C = str(rowWidth(eg.getDy()));
-      launch(os, "attnc_step_embed_grad", blocksFor(C, kColumnThreads), kColumnThreads,
-             {n(eg.getTokens()), n(eg.getDy()), n(eg.getDtable()), n(eg.getDpositions())},
-             {rows(eg.getDy()), str(shapeOf(eg.getDtable())[0]),
-              str(shapeOf(eg.getDpositions())[0]), C});
+      // The rows grouped by token (a stable counting sort in the scratch),
+      // then each table and position element sums its rows in order
+      // (model_step.cuh).
+      const std::string R = rows(eg.getDy()), C = str(rowWidth(eg.getDy())),
+                        V = str(shapeOf(eg.getDtable())[0]),
+                        S = str(shapeOf(eg.getDpositions())[0]);
+      os << "  {\n  const long long segs = (" << R << " + 255) / 256;\n"
+         << "  int *counts = (int *)env->scratch(env->ctx, sizeof(int) * (" << V << " * segs + "
+         << V << " + 1 + " << R << "));\n  if (!counts) return 6;\n"
+         << "  int *offsets = counts + " << V << " * segs, *order = offsets + " << V + " + 1;\n"
+         << "  if (int e = env->zero(env->ctx, counts, sizeof(int) * " << V
+         << " * segs)) return e;\n";
+      launch(os, "attnc_step_token_count", "segs", 256, {n(eg.getTokens()), "counts"}, {R, V});
+      launch(os, "attnc_step_token_offsets", "1", 256, {"counts", "offsets"}, {R, V});
+      launch(os, "attnc_step_token_scatter", blocksFor("segs", kColumnThreads), kColumnThreads,
+             {n(eg.getTokens()), "counts", "order"}, {R});
+      launch(os, "attnc_step_embed_grad_table", blocksFor(C, kColumnThreads) + " * " + V,
+             kColumnThreads, {n(eg.getDy()), "offsets", "order", n(eg.getDtable())}, {V, C});
+      launch(os, "attnc_step_embed_grad_positions",
+             blocksFor(S + " * " + C, kElementThreads), kElementThreads,
+             {n(eg.getDy()), n(eg.getDpositions())}, {R, S, C});
+      os << "  }\n";
       return success();
     }
     if (llvm::isa<SplitHeadsOp, MergeHeadsOp>(op)) {

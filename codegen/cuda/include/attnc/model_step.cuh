@@ -204,26 +204,109 @@ extern "C" __global__ void attnc_step_layer_norm_param_grad_partial(attnc_kargs 
   ((float *)a.p[5])[seg.index * C + c] = sb;
 }
 
-/// dtable[tokens[r]] += dy[r], dpos[r mod S] += dy[r], both written from
-/// zero. p: tokens, dy, dtable, dpos; n: R, V, S, C. One thread per column,
-/// rows in order: no two threads touch one element.
-extern "C" __global__ void attnc_step_embed_grad(attnc_kargs a) {
-  const long long c = attnc::step::globalThread(), R = a.n[0], V = a.n[1], S = a.n[2],
-                  C = a.n[3];
-  if (c >= C)
+// The embedding gradient, dtable[v] = Σ_{r: tokens[r] = v} dy[r] and
+// dpos[s] = Σ_{r mod S = s} dy[r], each sum over its rows in increasing
+// order (the CPU step's order, so the bits do not depend on the GPU). The
+// rows are grouped by token with a stable counting sort on the device, in
+// the runtime's scratch: counts per (token, row segment), their exclusive
+// scan, a scatter that walks each segment in order; then one thread per
+// (token, column) adds its token's rows. This keeps every sum ordered
+// while using V × C threads instead of C.
+
+/// Sort, stage 1: counts[v·segs + s] = rows of segment s with token v
+/// (integer atomics, so the counts are exact whatever the order). p:
+/// tokens, counts (zeroed); n: R, V. One block of kRowSegment threads per
+/// segment.
+extern "C" __global__ void attnc_step_token_count(attnc_kargs a) {
+  const long long R = a.n[0], segs = (R + attnc::step::kRowSegment - 1) / attnc::step::kRowSegment;
+  const long long r = (long long)blockIdx.x * attnc::step::kRowSegment + threadIdx.x;
+  if (threadIdx.x >= attnc::step::kRowSegment || r >= R)
+    return;
+  const int v = ((const int *)a.p[0])[r];
+  atomicAdd((int *)a.p[1] + v * segs + blockIdx.x, 1);
+}
+
+/// Sort, stage 2: counts become each (token, segment)'s first place in
+/// the order, and offsets[v] the first place of token v (offsets[V] = R).
+/// p: counts, offsets; n: R, V. One block: a thread per token totals its
+/// segments, thread 0 scans the totals, each token then scans its
+/// segments.
+extern "C" __global__ void attnc_step_token_offsets(attnc_kargs a) {
+  const long long R = a.n[0], V = a.n[1],
+                  segs = (R + attnc::step::kRowSegment - 1) / attnc::step::kRowSegment;
+  int *counts = (int *)a.p[0], *offsets = (int *)a.p[1];
+  for (long long v = threadIdx.x; v < V; v += blockDim.x) {
+    int total = 0;
+    for (long long s = 0; s < segs; ++s)
+      total += counts[v * segs + s];
+    offsets[v] = total;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int run = 0;
+    for (long long v = 0; v < V; ++v) {
+      const int t = offsets[v];
+      offsets[v] = run;
+      run += t;
+    }
+    offsets[V] = run;
+  }
+  __syncthreads();
+  for (long long v = threadIdx.x; v < V; v += blockDim.x) {
+    int run = offsets[v];
+    for (long long s = 0; s < segs; ++s) {
+      const int t = counts[v * segs + s];
+      counts[v * segs + s] = run;
+      run += t;
+    }
+  }
+}
+
+/// Sort, stage 3: order[k] = the rows grouped by token, increasing within
+/// a token. p: tokens, counts (the places from stage 2; advanced), order;
+/// n: R. One thread per segment, walking its rows in order.
+extern "C" __global__ void attnc_step_token_scatter(attnc_kargs a) {
+  const long long R = a.n[0], segs = (R + attnc::step::kRowSegment - 1) / attnc::step::kRowSegment;
+  const long long s = attnc::step::globalThread();
+  if (s >= segs)
     return;
   const int *tokens = (const int *)a.p[0];
-  const float *dy = (const float *)a.p[1];
-  float *dtable = (float *)a.p[2], *dpos = (float *)a.p[3];
-  for (long long v = 0; v < V; ++v)
-    dtable[v * C + c] = 0;
-  for (long long s = 0; s < S; ++s)
-    dpos[s * C + c] = 0;
-  for (long long r = 0; r < R; ++r) {
-    const float g = dy[r * C + c];
-    dtable[(long long)tokens[r] * C + c] += g;
-    dpos[(r % S) * C + c] += g;
-  }
+  int *place = (int *)a.p[1], *order = (int *)a.p[2];
+  const long long r1 = (s + 1) * attnc::step::kRowSegment < R ? (s + 1) * attnc::step::kRowSegment : R;
+  for (long long r = s * attnc::step::kRowSegment; r < r1; ++r)
+    order[place[tokens[r] * segs + s]++] = int(r);
+}
+
+/// dtable[v, c] = Σ dy[order[k], c] over k in [offsets[v], offsets[v+1]),
+/// written from zero. p: dy, offsets, order, dtable; n: V, C. Blocks:
+/// column tiles × tokens, tile fastest; one thread per column.
+extern "C" __global__ void attnc_step_embed_grad_table(attnc_kargs a) {
+  const long long V = a.n[0], C = a.n[1];
+  const long long tiles = (C + attnc::step::kColumnTile - 1) / attnc::step::kColumnTile;
+  const long long v = blockIdx.x / tiles,
+                  c = (blockIdx.x % tiles) * attnc::step::kColumnTile + threadIdx.x;
+  if (v >= V || c >= C || threadIdx.x >= attnc::step::kColumnTile)
+    return;
+  const float *dy = (const float *)a.p[0];
+  const int *offsets = (const int *)a.p[1], *order = (const int *)a.p[2];
+  float s = 0;
+  for (int k = offsets[v]; k < offsets[v + 1]; ++k)
+    s += dy[(long long)order[k] * C + c];
+  ((float *)a.p[3])[v * C + c] = s;
+}
+
+/// dpos[s, c] = Σ_b dy[b·S + s, c], b increasing, written from zero.
+/// p: dy, dpos; n: R, S, C. One thread per element of dpos.
+extern "C" __global__ void attnc_step_embed_grad_positions(attnc_kargs a) {
+  const long long i = attnc::step::globalThread(), R = a.n[0], S = a.n[1], C = a.n[2];
+  if (i >= S * C)
+    return;
+  const float *dy = (const float *)a.p[0];
+  const long long c = i % C;
+  float s = 0;
+  for (long long r = i / C; r < R; r += S)
+    s += dy[r * C + c];
+  ((float *)a.p[1])[i] = s;
 }
 
 /// [B·S, H·D] → [B, H, S, D] (flag 0) or back (flag 1). p: x, y;
