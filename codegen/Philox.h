@@ -28,6 +28,12 @@ struct Counter {
 /// Philox4x32 with 10 rounds; key = (seed low, seed high).
 ATTNC_PHILOX_FN Counter philox4x32(Counter ctr, unsigned long long seed) {
   unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)(seed >> 32);
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+  // Rolled on the GPU: the attention kernels call this per score inside
+  // fully unrolled tile loops, and unrolled rounds interleaved across them
+  // run out of registers (spills).
+#pragma unroll 1
+#endif
   for (int round = 0; round < 10; ++round) {
     unsigned long long p0 = 0xD2511F53ull * ctr.w[0];
     unsigned long long p1 = 0xCD9E8D57ull * ctr.w[2];
@@ -40,6 +46,14 @@ ATTNC_PHILOX_FN Counter philox4x32(Counter ctr, unsigned long long seed) {
   return ctr;
 }
 
+/// Word k (0..3) of a counter, chosen by selects: an indexed read with a
+/// run-time k would put the counter in local memory (a stack frame) on
+/// the GPU.
+ATTNC_PHILOX_FN unsigned int word(const Counter &c, unsigned int k) {
+  const unsigned int lo = (k & 1) ? c.w[1] : c.w[0], hi = (k & 1) ? c.w[3] : c.w[2];
+  return (k & 2) ? hi : lo;
+}
+
 /// Attention dropout: whether score (query i, key j) of head row `bh`
 /// (b * H + h) survives, at `offset` (what the runtime derives from the
 /// training step and the layer), with drop probability p. Counter =
@@ -49,7 +63,7 @@ ATTNC_PHILOX_FN bool attentionKeep(unsigned long long seed, unsigned int offset,
                                    int j, float p) {
   Counter c = {{(unsigned int)j >> 2, (unsigned int)i, (unsigned int)bh, offset}};
   Counter r = philox4x32(c, seed ^ 0x6174746e64726f70ull);
-  return float(r.w[j & 3]) * 2.3283064365386963e-10f >= p;
+  return float(word(r, (unsigned int)j & 3u)) * 2.3283064365386963e-10f >= p;
 }
 
 /// Residual dropout: a uniform [0, 1) value per element from (seed, stream,
@@ -60,7 +74,7 @@ ATTNC_PHILOX_FN float dropoutUniform(unsigned long long seed, unsigned int strea
                                      unsigned int step, unsigned long long index) {
   Counter c = {{(unsigned int)(index >> 2), step, stream, 0x64726f70u}};
   Counter r = philox4x32(c, seed);
-  return float(double(r.w[index & 3]) / 4294967296.0);
+  return float(double(word(r, (unsigned int)(index & 3))) / 4294967296.0);
 }
 
 } // namespace philox

@@ -208,6 +208,8 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   a.lengths = dLen ? dLen->as<int>() : nullptr;
   a.params = dParams ? dParams->as<float>() : nullptr;
   a.B = B, a.H = H, a.Nq = Nq, a.Nk = Nk, a.scale = fwd_.scale;
+  if (in.dropout) // training: the kernels' attention dropout (the CPU kernels' masks)
+    a.dropout = fwd_.dropout, a.dropout_seed = in.dropoutSeed, a.dropout_offset = in.dropoutOffset;
   cuda::Dim3 block{unsigned(fwd_.warps * 32), 1, 1};
   Expected<cuda::Event> e0 = cuda::Event::create(), e1 = cuda::Event::create(),
                         e2 = cuda::Event::create();
@@ -258,6 +260,7 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   g.dparams = P ? dDparams->as<float>() : nullptr;
   g.dparams_partial = P ? dPartial->as<float>() : nullptr;
   g.B = B, g.H = H, g.Nq = Nq, g.Nk = Nk, g.scale = bwd_->scale;
+  g.dropout = a.dropout, g.dropout_seed = a.dropout_seed, g.dropout_offset = a.dropout_offset;
   cuda::Dim3 bblock{unsigned(bwd_->warps * 32), 1, 1};
   (void)e1->record(); // the backward's time starts here, not at the forward's end
   struct Step {

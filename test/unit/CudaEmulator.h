@@ -112,6 +112,12 @@ template <int kWindow> struct ModVariant {
   static bool keep(int, int, int q, int kv, const float *, int) { return q - kv < kWindow; }
 };
 
+/// `Base` with attention dropout compiled in (the masks of codegen/Philox.h
+/// attentionKeep, drawn when the arguments' dropout is above 0).
+template <class Base> struct WithDropout : Base {
+  static constexpr bool kDropout = true;
+};
+
 } // namespace emu
 
 #endif // ATTNC_TEST_UNIT_CUDAEMULATOR_H

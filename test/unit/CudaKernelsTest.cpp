@@ -363,6 +363,10 @@ namespace {
 constexpr int kEmuWindow = 20; ///< keep q - kv < 20: bites on small shapes
 using EmuDense = emu::DenseVariant;
 using EmuMod = emu::ModVariant<kEmuWindow>;
+/// The two with attention dropout at kEmuDropout.
+using EmuDenseDrop = emu::WithDropout<EmuDense>;
+using EmuModDrop = emu::WithDropout<EmuMod>;
+constexpr float kEmuDropout = 0.25f;
 
 //===-- Reference (double) ------------------------------------------------===//
 
@@ -373,7 +377,21 @@ struct Problem {
   std::vector<int> lengths;
   std::vector<float> params;          ///< [2 * H]
   std::vector<float> q, k, v, dout;   ///< already rounded to the kernel's T
+  float dropout = 0;                  ///< attention dropout (0: none)
+  unsigned long long dropoutSeed = 0;
+  unsigned dropoutOffset = 0;
 };
+
+/// The dropout factor of (b, h, i, j): 0 or 1 / (1 - p) by the mask of
+/// codegen/Philox.h (docs/kernels.md), 1 without dropout.
+double refDropout(const Problem &p, int b, int h, int i, int j) {
+  if (p.dropout <= 0)
+    return 1;
+  return attnc::philox::attentionKeep(p.dropoutSeed, p.dropoutOffset, b * p.H + h, i, j,
+                                      p.dropout)
+             ? 1.0 / (1.0 - double(p.dropout))
+             : 0.0;
+}
 
 bool refKept(const Problem &p, int b, int i, int j) {
   if (!p.mod)
@@ -426,9 +444,11 @@ void refForward(const Problem &p, std::vector<double> &out, std::vector<double> 
         double l = 0;
         for (int j = 0; j < p.Nk; ++j)
           l += std::exp(s[j] - m);
-        for (int j = 0; j < p.Nk; ++j)
+        for (int j = 0; j < p.Nk; ++j) {
+          const double w = std::exp(s[j] - m) / l * refDropout(p, b, h, i, j);
           for (int d = 0; d < D; ++d)
-            out[row * D + d] += std::exp(s[j] - m) / l * p.v[(bh * p.Nk + j) * D + d];
+            out[row * D + d] += w * p.v[(bh * p.Nk + j) * D + d];
+        }
         lse[row] = m + std::log(l);
       }
 }
@@ -456,13 +476,13 @@ void refBackward(const Problem &p, const std::vector<float> &out, const std::vec
           double d[3];
           const double sc = refScore(p, p.scale * dot(&p.q[row * D], &p.k[col * D], D), h, i,
                                      j, d);
-          const double pr = std::exp(sc - lse[row]);
-          const double ds = pr * (dot(&p.dout[row * D], &p.v[col * D], D) - delta);
+          const double pr = std::exp(sc - lse[row]), z = refDropout(p, b, h, i, j);
+          const double ds = pr * (z * dot(&p.dout[row * D], &p.v[col * D], D) - delta);
           const double g = ds * d[0];
           for (int x = 0; x < D; ++x) {
             dq[row * D + x] += p.scale * g * p.k[col * D + x];
             dk[col * D + x] += p.scale * g * p.q[row * D + x];
-            dv[col * D + x] += pr * p.dout[row * D + x];
+            dv[col * D + x] += pr * z * p.dout[row * D + x];
           }
           dparams[h] += ds * d[1];
           dparams[p.H + h] += ds * d[2];
@@ -552,9 +572,11 @@ void runEmulated(const EmuShape &shape, double tol) {
   constexpr bool kHalf = std::is_same_v<T, __half>, kBf16 = std::is_same_v<T, __nv_bfloat16>;
   Problem p = makeProblem(shape.B, shape.H, shape.Nq, shape.Nk, D, V::kNumParams > 0, kHalf,
                           kBf16);
-  std::printf("D=%d fwd %dx%d w%d s%d, bwd %dx%d w%d s%d, %s, B=%d H=%d Nq=%d Nk=%d\n", D, FQ,
-              FKV, FW, FS, BQ, BKV, BW, BS, V::kNumParams > 0 ? "modified" : "dense", p.B, p.H,
-              p.Nq, p.Nk);
+  if (V::kDropout)
+    p.dropout = kEmuDropout, p.dropoutSeed = 0x5eed1234abcdull, p.dropoutOffset = 7;
+  std::printf("D=%d fwd %dx%d w%d s%d, bwd %dx%d w%d s%d, %s%s, B=%d H=%d Nq=%d Nk=%d\n", D, FQ,
+              FKV, FW, FS, BQ, BKV, BW, BS, V::kNumParams > 0 ? "modified" : "dense",
+              V::kDropout ? " with dropout" : "", p.B, p.H, p.Nq, p.Nk);
   const int BH = p.B * p.H;
   Buffer<T> q(p.q), k(p.k), v(p.v), dout(p.dout), out(p.q.size());
   Buffer<float> lse(size_t(BH) * p.Nq);
@@ -565,7 +587,8 @@ void runEmulated(const EmuShape &shape, double tol) {
   Buffer<float> params(p.params);
 
   attnc::AttnFwdArgs fa{q.ptr(), k.ptr(), v.ptr(), out.ptr(), lse.ptr(), lengths.ptr(),
-                        V::kNumParams ? params.ptr() : nullptr, p.B, p.H, p.Nq, p.Nk, p.scale};
+                        V::kNumParams ? params.ptr() : nullptr, p.B, p.H, p.Nq, p.Nk, p.scale,
+                        p.dropout, p.dropoutOffset, p.dropoutSeed};
   ASSERT_TRUE(launch((p.Nq + FQ - 1) / FQ, BH, FW * 32,
                      [&] { attnc::flash_fwd<FQ, FKV, D, FW, FS, T, V>(fa); }))
       << "forward deadlocked";
@@ -593,7 +616,8 @@ void runEmulated(const EmuShape &shape, double tol) {
                         dv.ptr(),      V::kNumParams ? dparams.ptr() : nullptr,
                         V::kNumParams ? partial.ptr() : nullptr,
                         p.B,           p.H,            p.Nq,
-                        p.Nk,          p.scale};
+                        p.Nk,          p.scale,        p.dropout,
+                        p.dropoutOffset, p.dropoutSeed};
   const int qBlocks = (p.Nq + BQ - 1) / BQ, kvBlocks = (p.Nk + BKV - 1) / BKV;
   ASSERT_TRUE(launch(qBlocks, BH, BW * 32, [&] {
     attnc::flash_bwd_preprocess<BQ, BKV, D, BW, BS, T, V>(ba);
@@ -675,6 +699,20 @@ TEST(CudaKernelsEmulated, Bf16D64) {
   runEmulated<__nv_bfloat16, 64, 16, 16, 1, 1, 64, 64, 8, 1, EmuDense>(kShort, kTolBf16);
   runEmulated<__nv_bfloat16, 64, 16, 16, 1, 1, 64, 64, 8, 1, EmuMod>(kShort, kTolBf16);
 }
+// Attention dropout: the forward weights V by the Philox masks (row sums
+// and lse undropped), the backward redraws them (dS = P (z dP - delta),
+// dV = (z P)^T dO), on the SIMT and the tensor-core paths.
+TEST(CudaKernelsEmulated, DropoutFp32D32) {
+  runEmulated<float, 32, 64, 32, 4, 2, 32, 32, 4, 2, EmuDenseDrop>(kLong, kTolFp32);
+  runEmulated<float, 32, 64, 32, 4, 2, 32, 32, 4, 2, EmuModDrop>(kShort, kTolFp32);
+}
+TEST(CudaKernelsEmulated, DropoutFp16D64) {
+  runEmulated<__half, 64, 32, 32, 2, 2, 32, 32, 4, 1, EmuModDrop>(kLong, kTolFp16);
+}
+TEST(CudaKernelsEmulated, DropoutBf16D64) {
+  runEmulated<__nv_bfloat16, 64, 16, 16, 1, 1, 64, 64, 8, 1, EmuDenseDrop>(kShort, kTolBf16);
+}
+
 // The sm_75 fp32 D = 256 defaults (one-slot backward, 16-row tiles).
 TEST(CudaKernelsEmulated, Fp32D256Turing) {
   runEmulated<float, 256, 16, 16, 1, 1, 16, 16, 2, 0, EmuMod>(kShort, kTolFp32);

@@ -194,7 +194,7 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
                              kvRows, tid);
   cpAsyncCommit();
 
-  const ScoreCtx ctx{a.params, a.scale, b, h, a.H, kvEnd, a.Nq};
+  const ScoreCtx ctx = scoreCtx(a, b, h, kvEnd);
   const int j0 = kv0 + tile::kRowsPerWarp * wm; // this warp's first key
   const T *sKw = sK + tile::kRowsPerWarp * wm * LD;
   const T *sVw = sV + tile::kRowsPerWarp * wm * LD;
@@ -360,7 +360,7 @@ __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
   cpAsyncCommit();
   loadStats<BLOCK_Q, NTH>(stats, a.lse + qBase, a.delta + qBase, 0, qRows, tid);
 
-  const ScoreCtx ctx{a.params, a.scale, b, h, a.H, kvEnd, a.Nq};
+  const ScoreCtx ctx = scoreCtx(a, b, h, kvEnd);
   const int i0 = q0 + tile::kRowsPerWarp * wm; // this warp's first query
   const T *sQw = sQ + tile::kRowsPerWarp * wm * LD;
   const T *sdOw = sdO + tile::kRowsPerWarp * wm * LD;

@@ -22,7 +22,8 @@
 //
 // Per KV block: S = Q K^T (fp32 accumulate) -> s * scale -> Variant::score
 // -> masks (-inf) -> online softmax (exp2, quad-uniform running max) -> O +=
-// P V. Blocks entirely past the keys (key tail, key padding) or, when
+// P V (with attention dropout, P masked and rescaled after the softmax
+// summed it). Blocks entirely past the keys (key tail, key padding) or, when
 // causal, after the block's last query are never visited; masks are
 // evaluated only on blocks that may contain masked entries (and always with
 // a Variant::keep). A row with no kept key ends with O = 0 and lse = -inf.
@@ -106,7 +107,7 @@ __device__ void flash_fwd(const AttnFwdArgs &a) {
     cpAsyncCommit(); // empty groups keep the wait counts uniform
   }
 
-  const ScoreCtx ctx{a.params, a.scale, b, h, a.H, kvEnd, a.Nq};
+  const ScoreCtx ctx = scoreCtx(a, b, h, kvEnd);
   const int i0 = q0 + warp * tile::kRowsPerWarp; // this warp's first query
   T *sQw = sQ + warp * tile::kRowsPerWarp * LD;
   float o[NO][4];
@@ -133,6 +134,9 @@ __device__ void flash_fwd(const AttnFwdArgs &a) {
                         (Variant::kCausal && j0 + BLOCK_KV - 1 > i0);
       fwdLogits<Variant>(s, ctx, i0, j0, mask);
       softmax.update(s, o);
+      if constexpr (Variant::kDropout)
+        if (ctx.dropout > 0.f)
+          dropoutProbs<Variant>(s, ctx, i0, j0);
       Mma::template gemmRS<BLOCK_KV, NO>(o, s, sV(stage), LD);
     }
     __syncthreads(); // stage n % STAGES is refilled next iteration

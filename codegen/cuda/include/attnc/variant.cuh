@@ -20,7 +20,39 @@ struct ScoreCtx {
   int b, h, H;
   int kvEnd; ///< keys at or past it are masked: Nk or the batch's length
   int Nq;
+  /// Attention dropout (variants with kDropout; 0 turns it off, as in
+  /// evaluation): the drop probability, the call's Philox offset and seed,
+  /// and the (batch, head) row b * H + h the masks are keyed by.
+  float dropout;
+  unsigned int dropoutOffset;
+  unsigned long long dropoutSeed;
+  int bh;
 };
+
+/// The context of (b, h) for the arguments `a` of a forward or backward
+/// kernel (both carry the same fields).
+template <class Args>
+ATTNC_HD ScoreCtx scoreCtx(const Args &a, int b, int h, int kvEnd) {
+  return ScoreCtx{a.params,  a.scale,          b,
+                  h,         a.H,              kvEnd,
+                  a.Nq,      a.dropout,        a.dropout_offset,
+                  a.dropout_seed, b * a.H + h};
+}
+
+/// The forward's dropout factor of (query i, key j): 1 without dropout,
+/// else 0 (dropped) or 1 / (1 - p), from codegen/Philox.h attentionKeep,
+/// the mask the CPU kernels draw.
+template <class V>
+ATTNC_HD float dropoutScale(const ScoreCtx &c, int i, int j) {
+  if constexpr (V::kDropout) {
+    if (c.dropout > 0.f)
+      return philox::attentionKeep(c.dropoutSeed, c.dropoutOffset, c.bh, i, j, c.dropout)
+                 ? 1.f / (1.f - c.dropout)
+                 : 0.f;
+  }
+  (void)c, (void)i, (void)j;
+  return 1.f;
+}
 
 /// End of the keys a batch element may attend to: Nk, or lengths[b]
 /// clamped to [0, Nk] with key padding.
@@ -116,9 +148,26 @@ ATTNC_HD void fwdLogits(float (&s)[NT][4], const ScoreCtx &c, int i0, int j0,
   }
 }
 
+/// Forward, with attention dropout: drops entries of the probability tile
+/// p (layout as fwdLogits) after the online softmax has summed them, and
+/// scales the kept ones by 1 / (1 - p): the row sums keep every
+/// probability, only the weights of V are masked (as in the CPU kernels).
+template <class V, int NT>
+ATTNC_HD void dropoutProbs(float (&p)[NT][4], const ScoreCtx &c, int i0, int j0) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      p[n][e] *= dropoutScale<V>(c, i0 + g + 8 * (e >> 1), j0 + 8 * n + 2 * t + (e & 1));
+  }
+}
+
 /// Backward: from the raw q.k tile `s` and dp = dout.v, computes in place
-///   s  <- p = exp(score(scale q.k) - lse)        (0 where masked)
-///   dp <- g = p (dp - delta) * dscore/ds         (gradient w.r.t. scale q.k)
+///   s  <- p z, p = exp(score(scale q.k) - lse)   (0 where masked)
+///   dp <- g = p (z dp - delta) * dscore/ds       (gradient w.r.t. scale q.k)
+/// where z is the forward's dropout factor (1 without dropout): dV then
+/// takes the dropped P, and delta = rowsum(dout * out) of the dropped out.
 /// and, with ACCUM_DPARAMS, adds ds * dscore/dparam_p to dpar[p].
 ///
 /// ROWS_ARE_KEYS: the tile is transposed (dK/dV kernel: rows are keys, the
@@ -144,7 +193,8 @@ ATTNC_HD void bwdGrads(float (&s)[NT][4], float (&dp)[NT][4],
       if constexpr (V::kHasScoreMod)
         sc = V::score(raw, c.b, c.h, i, j, c.params, c.H);
       const float p = keep ? exp2f(sc * kLog2e - lse2[qi]) : 0.f;
-      const float ds = keep ? p * (dp[n][e] - delta[qi]) : 0.f;
+      const float z = dropoutScale<V>(c, i, j);
+      const float ds = keep ? p * (dp[n][e] * z - delta[qi]) : 0.f;
       float grad = ds;
       if constexpr (V::kHasScoreMod) {
         float d[V::kNumParams > 0 ? V::kNumParams : 1];
@@ -159,7 +209,7 @@ ATTNC_HD void bwdGrads(float (&s)[NT][4], float (&dp)[NT][4],
             dpar[q] += live ? ds * d[q] : 0.f;
         }
       }
-      s[n][e] = p;
+      s[n][e] = p * z;
       dp[n][e] = grad;
     }
   }
