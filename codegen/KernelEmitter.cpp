@@ -65,10 +65,8 @@ LogicalResult describe(OpTy op, bool backward, Target target, KernelInfo &info) 
   if (auto self = op.getSelfScore())
     info.selfScore = self->convertToDouble();
   if (auto p = op.getDropout(); p && p->convertToDouble() > 0) {
-    // The dense kernels draw the masks (CPU and CUDA, the same Philox
-    // masks); the low-rank ones do not yet.
-    if (op.getKvSource() != KvSource::direct)
-      return op.emitOpError("attention dropout is not implemented for low-rank K/V yet");
+    // Dense and low-rank kernels draw the masks (CPU and CUDA, the same
+    // Philox masks; low-rank over the projected keys).
     info.dropout = p->convertToDouble();
   }
   if (Value e = op.getProjE()) {

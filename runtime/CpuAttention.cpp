@@ -119,6 +119,8 @@ Expected<AttentionOutputs> CpuAttention::run(const AttentionInputs &in) const {
     a.lengths = lengths, a.params = f32(in.params);
     a.B = B, a.H = H, a.Nq = Nq, a.N = N, a.Nmax = Nmax, a.kProj = kProj;
     a.perHead = perHead, a.scale = fwd_.scale;
+    if (in.dropout) // over the projected keys
+      a.dropout = fwd_.dropout, a.dropout_seed = in.dropoutSeed, a.dropout_offset = in.dropoutOffset;
     if (int rc = reinterpret_cast<int (*)(const cpu::LowRankFwdArgs *)>(fwdFn_)(&a))
       return makeError("kernel " + fwd_.name + " failed: " + kernelError(rc));
   } else if (in.dout && in.forwardOut && in.forwardLse) {
@@ -172,6 +174,8 @@ Expected<AttentionOutputs> CpuAttention::run(const AttentionInputs &in) const {
     g.dparams = dparams, g.dparams_partial = P ? partial.data() : nullptr;
     g.B = B, g.H = H, g.Nq = Nq, g.N = N, g.Nmax = Nmax, g.kProj = kProj;
     g.perHead = perHead, g.scale = bwd_->scale;
+    if (in.dropout) // the forward's masks, redrawn
+      g.dropout = fwd_.dropout, g.dropout_seed = in.dropoutSeed, g.dropout_offset = in.dropoutOffset;
     if (int rc = reinterpret_cast<int (*)(const cpu::LowRankBwdArgs *)>(bwdFn_)(&g))
       return makeError("kernel " + bwd_->name + " failed: " + kernelError(rc));
   } else {

@@ -106,6 +106,7 @@ using BandAll = TV<false, true, true, true, 30, 5>;         // band plus everyth
 using PastBand = TV<false, false, false, false, 40, -10>;   // 10..40 keys back only
 using Drop = TV<true, true, true, true, kNoBand, kNoBand, 250>; // everything + 25 % dropout
 using DropWindow = TV<true, false, false, false, 20, kNoBand, 100>;
+using DenseDrop = TV<false, false, false, false, kNoBand, kNoBand, 250>; // low-rank + dropout
 
 //===----------------------------------------------------------------------===//
 // Double-precision reference
@@ -254,6 +255,7 @@ struct RefLowRank {
   double scale;
   std::vector<int> lengths; // empty: all N valid
   DVec q, k, v, E, F, dout; // F unused when sharedEF
+  float dropout = 0;        ///< over the projected keys (kDropoutSeed / kDropoutOffset)
 
   int valid(int b) const { return lengths.empty() ? N : std::min(N, std::max(0, lengths[b])); }
   const double &e(const DVec &M, int h, int r, int j) const {
@@ -284,7 +286,9 @@ struct RefLowRank {
   };
   Result run(bool grad) const {
     const RefInputs in = attnInputs();
-    const RefResult a = refAttention(RefSpec{}, in, grad);
+    RefSpec spec;
+    spec.dropout = dropout;
+    const RefResult a = refAttention(spec, in, grad);
     Result r;
     r.out = a.out;
     r.lse = a.lse;
@@ -743,7 +747,7 @@ struct LowRankCase {
   unsigned seed;
 };
 
-template <int BQ, int BKV, int D> void checkLowRank(const LowRankCase &c) {
+template <int BQ, int BKV, int D, class V = Dense> void checkLowRank(const LowRankCase &c) {
   const bool perHead = c.share == Share::None;
   const bool shared = c.share == Share::Kv || c.share == Share::Layerwise;
   const float scale = 1.0f / std::sqrt(float(D));
@@ -760,6 +764,7 @@ template <int BQ, int BKV, int D> void checkLowRank(const LowRankCase &c) {
   L.B = c.B, L.H = c.H, L.Nq = c.Nq, L.N = c.N, L.Nmax = c.Nmax, L.kp = c.kp, L.D = D;
   L.perHead = perHead, L.sharedEF = shared, L.scale = scale, L.lengths = c.lengths;
   L.q = toD(q), L.k = toD(k), L.v = toD(v), L.dout = toD(dout), L.E = toD(E), L.F = toD(F);
+  L.dropout = V::kDropP;
   const auto ref = L.run(true);
 
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -772,7 +777,8 @@ template <int BQ, int BKV, int D> void checkLowRank(const LowRankCase &c) {
   fa.params = nullptr;
   fa.B = c.B, fa.H = c.H, fa.Nq = c.Nq, fa.N = c.N, fa.Nmax = c.Nmax, fa.kProj = c.kp;
   fa.perHead = perHead, fa.scale = scale;
-  ASSERT_EQ((attnc::cpu::lowrank_fwd<BQ, BKV, D, Dense>(fa)), 0);
+  fa.dropout = V::kDropP, fa.dropout_seed = kDropoutSeed, fa.dropout_offset = kDropoutOffset;
+  ASSERT_EQ((attnc::cpu::lowrank_fwd<BQ, BKV, D, V>(fa)), 0);
 
   Vec delta(nq), dkp(np, nan), dvp(np, nan), dq(nq * D, nan), dk(nk * D, nan), dv(nk * D, nan);
   // dE[:, n:] must stay untouched: start from a known value there.
@@ -786,7 +792,8 @@ template <int BQ, int BKV, int D> void checkLowRank(const LowRankCase &c) {
   ba.dparams = nullptr, ba.dparams_partial = nullptr;
   ba.B = c.B, ba.H = c.H, ba.Nq = c.Nq, ba.N = c.N, ba.Nmax = c.Nmax, ba.kProj = c.kp;
   ba.perHead = perHead, ba.scale = scale;
-  ASSERT_EQ((attnc::cpu::lowrank_bwd<BQ, BKV, D, Dense>(ba)), 0);
+  ba.dropout = fa.dropout, ba.dropout_seed = fa.dropout_seed, ba.dropout_offset = fa.dropout_offset;
+  ASSERT_EQ((attnc::cpu::lowrank_bwd<BQ, BKV, D, V>(ba)), 0);
 
   Err eo, el, edq, edk, edv, edE, edF;
   EXPECT_TRUE(close("out", out.data(), ref.out, &eo));
@@ -804,9 +811,9 @@ template <int BQ, int BKV, int D> void checkLowRank(const LowRankCase &c) {
       ASSERT_EQ(dE[std::size_t(r) * c.Nmax + j], 0.0f);
       ASSERT_EQ(dF[std::size_t(r) * c.Nmax + j], 0.0f);
     }
-  std::printf("[cpu-kernels] lowrank %-9s D=%-3d tile %3dx%-3d B=%d H=%d N=%-4d Nmax=%-4d k=%-3d "
+  std::printf("[cpu-kernels] lowrank %-9s%s D=%-3d tile %3dx%-3d B=%d H=%d N=%-4d Nmax=%-4d k=%-3d "
               "err out %.1e lse %.1e dq %.1e dk %.1e dv %.1e dE %.1e dF %.1e\n",
-              shareName(c.share), D, BQ, BKV, c.B, c.H, c.N, c.Nmax, c.kp, eo.scaled, el.scaled,
+              shareName(c.share), V::kDropout ? " dropout" : "", D, BQ, BKV, c.B, c.H, c.N, c.Nmax, c.kp, eo.scaled, el.scaled,
               edq.scaled, edk.scaled, edv.scaled, edE.scaled, edF.scaled);
 }
 
@@ -822,6 +829,9 @@ std::vector<NamedCase> lowRankGrid() {
     cs.push_back({sn + "_D64_T64x64_N257_Nmax300_k64", [a] { checkLowRank<64, 64, 64>(a); }});
     cs.push_back({sn + "_D32_T16x32_N7_Nmax10_k16", [b] { checkLowRank<16, 32, 32>(b); }});
     cs.push_back({sn + "_D80_T16x32_N100_k32", [c] { checkLowRank<16, 32, 80>(c); }});
+    // Attention dropout over the projected keys (25 %).
+    cs.push_back({sn + "_D64_T64x64_N257_Nmax300_k64_dropout",
+                  [a] { checkLowRank<64, 64, 64, DenseDrop>(a); }});
   }
   return cs;
 }

@@ -275,6 +275,11 @@ struct ATTNC_CPU_VISIBLE LowRankFwdArgs {
   int B, H, Nq, N, Nmax, kProj;
   bool perHead; ///< E, F are [H, kProj, Nmax] (share = none)
   float scale;
+  /// Attention dropout over the projected keys (AttnFwdArgs's fields: the
+  /// mask of (query i, projected key j)).
+  float dropout;
+  unsigned int dropout_offset;
+  unsigned long long dropout_seed;
 };
 
 struct ATTNC_CPU_VISIBLE LowRankBwdArgs {
@@ -292,6 +297,9 @@ struct ATTNC_CPU_VISIBLE LowRankBwdArgs {
   int B, H, Nq, N, Nmax, kProj;
   bool perHead;
   float scale;
+  float dropout; ///< as LowRankFwdArgs's, so the masks agree
+  unsigned int dropout_offset;
+  unsigned long long dropout_seed;
 };
 
 template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, class Variant>
@@ -319,6 +327,9 @@ int lowrank_fwd(const LowRankFwdArgs &a) {
   f.Nq = a.Nq;
   f.Nk = a.kProj;
   f.scale = a.scale;
+  f.dropout = a.dropout;
+  f.dropout_offset = a.dropout_offset;
+  f.dropout_seed = a.dropout_seed;
   return flash_fwd<BLOCK_Q, BLOCK_KV, HEAD_DIM, Variant>(f);
 }
 
@@ -348,6 +359,9 @@ int lowrank_bwd(const LowRankBwdArgs &a) {
   g.Nq = a.Nq;
   g.Nk = a.kProj;
   g.scale = a.scale;
+  g.dropout = a.dropout;
+  g.dropout_offset = a.dropout_offset;
+  g.dropout_seed = a.dropout_seed;
   if (int e = flash_bwd<BLOCK_Q, BLOCK_KV, HEAD_DIM, Variant>(g))
     return e;
   float *dF = a.dF ? a.dF : (a.F == a.E ? a.dE : nullptr);
