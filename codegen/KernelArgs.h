@@ -85,6 +85,12 @@ struct AttnLshArgs {
   float *round_dq, *round_dk, *round_dv; ///< [B, H, rounds, N, D], backward
   int B, H, N, rounds, num_buckets;
   float scale;
+  /// Attention dropout (variants with kDropout; 0: off): entry (query i,
+  /// key j) of round r survives when philox::attentionKeep(dropout_seed,
+  /// dropout_offset, bh * rounds + r, i, j, dropout), positions original.
+  float dropout;
+  unsigned int dropout_offset;
+  unsigned long long dropout_seed;
 };
 
 } // namespace attnc

@@ -97,6 +97,8 @@ LogicalResult describeLsh(OpTy op, bool backward, KernelInfo &info) {
   l.before = op.getBefore();
   l.after = op.getAfter();
   info.lsh = l;
+  if (auto p = op.getDropout(); p && p->convertToDouble() > 0)
+    info.dropout = p->convertToDouble();
   return success();
 }
 

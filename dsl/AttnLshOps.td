@@ -159,7 +159,9 @@ def Attn_FusedLshAttentionOp : Attn_FusedOpBase<"fused_lsh_attention", [Pure]> {
     positions (the unsort); kernel 3 combines the rounds. `tile` is the
     chunk kernel's config (`block_q`, `block_kv` divide `chunk`); `seed` is
     the variant's, from which the runtime draws the rotations when the user
-    gives none.
+    gives none. `dropout` (the variant's) drops attention probabilities
+    while training: entry (query i, key j) of round r of head row bh with
+    the Philox mask of (bh·rounds + r, i, j), which the backward redraws.
 
     ```mlir
     %out, %lse = attn.fused_lsh_attention %q, %v, %rot attributes {after = 0 : i64,
@@ -182,7 +184,8 @@ def Attn_FusedLshAttentionOp : Attn_FusedOpBase<"fused_lsh_attention", [Pure]> {
                        OptionalAttr<StrAttr>:$kernel,
                        OptionalAttr<TypedArrayAttrBase<Attn_HeadParamAttr,
                                     "per-head parameters">>:$param_decls,
-                       OptionalAttr<I64Attr>:$seed);
+                       OptionalAttr<I64Attr>:$seed,
+                       OptionalAttr<F64Attr>:$dropout);
   let results = (outs AnyRankedTensor:$out, AnyRankedTensor:$lse);
   let assemblyFormat = [{
     $query `,` $value `,` $rotations
@@ -224,7 +227,8 @@ def Attn_FusedLshAttentionGradOp : Attn_FusedOpBase<"fused_lsh_attention_grad", 
                        Attn_TileAttr:$tile,
                        OptionalAttr<StrAttr>:$kernel,
                        OptionalAttr<TypedArrayAttrBase<Attn_HeadParamAttr,
-                                    "per-head parameters">>:$param_decls);
+                                    "per-head parameters">>:$param_decls,
+                       OptionalAttr<F64Attr>:$dropout);
   let results = (outs AnyRankedTensor:$dquery, AnyRankedTensor:$dvalue);
   let assemblyFormat = [{
     $query `,` $value `,` $rotations `,` $out `,` $lse `,` $dout

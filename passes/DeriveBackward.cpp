@@ -63,7 +63,7 @@ struct DeriveBackwardPass : public attnc::impl::DeriveBackwardBase<DeriveBackwar
             op.getParams(), op.getNumBucketsAttr(), op.getRoundsAttr(), op.getChunkAttr(),
             op.getBeforeAttr(), op.getAfterAttr(), op.getScaleAttr(), op.getCausalAttr(),
             op.getKeyPaddingAttr(), det, TileAttr::getAuto(b.getContext()), StringAttr(),
-            op.getParamDeclsAttr());
+            op.getParamDeclsAttr(), op.getDropoutAttr());
         IRMapping map;
         op.getScore().cloneInto(&grad.getScore(), map);
         op.getMask().cloneInto(&grad.getMask(), map);

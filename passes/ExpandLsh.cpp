@@ -90,9 +90,6 @@ struct ExpandLshPass : public attnc::impl::ExpandLshBase<ExpandLshPass> {
     Value rotations = op.getRotations();
     if (!rotations)
       return op.emitOpError("LSH attention needs its rotations operand");
-    if (auto p = variant.getDropout(); p && p->convertToDouble() > 0)
-      return op.emitOpError("attention dropout is not implemented in the LSH kernels yet "
-                            "(dense and its fallback apply it)");
     int64_t B = qType.getDimSize(0), H = qType.getDimSize(1), D = qType.getDimSize(3);
     int64_t npad = numChunks * chunk;
     Type i32 = b.getI32Type(), f32 = b.getF32Type();

@@ -65,7 +65,8 @@ struct FuseLshPass : public attnc::impl::FuseLshBase<FuseLshPass> {
         chunk.getChunkAttr(), chunk.getBeforeAttr(), chunk.getAfterAttr(), chunk.getScaleAttr(),
         variant.getCausal() ? b.getUnitAttr() : UnitAttr(),
         chunk.getLengths() ? b.getUnitAttr() : UnitAttr(), variant.getTile(), StringAttr(),
-        variant.getParamsAttr(), b.getI64IntegerAttr(variant.getLshAttr().getSeed()));
+        variant.getParamsAttr(), b.getI64IntegerAttr(variant.getLshAttr().getSeed()),
+        variant.getDropoutAttr());
     IRMapping map;
     if (!variant.getScore().empty())
       variant.getScore().cloneInto(&fused.getScore(), map);

@@ -213,6 +213,8 @@ Expected<AttentionOutputs> CpuAttention::runLsh(const AttentionInputs &in,
   a.params = f32(in.params), a.rotations = f32(in.rotations);
   a.B = B, a.H = H, a.N = N, a.rounds = l.rounds, a.num_buckets = l.numBuckets;
   a.scale = fwd_.scale;
+  if (in.dropout) // training: per round, the backward redraws the masks
+    a.dropout = fwd_.dropout, a.dropout_seed = in.dropoutSeed, a.dropout_offset = in.dropoutOffset;
   using Entry = int (*)(const AttnLshArgs *);
   if (int rc = reinterpret_cast<Entry>(fwdFn_)(&a))
     return makeError("kernel " + fwd_.name + " failed: " + kernelError(rc));

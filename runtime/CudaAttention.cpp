@@ -376,6 +376,8 @@ Expected<AttentionOutputs> CudaAttention::runLsh(const AttentionInputs &in) {
   a.buckets = dBuckets->as<int>(), a.perm = dPerm->as<int>(), a.keys = dKeys->as<float>();
   a.round_out = dRoundOut->as<float>(), a.round_lse = dRoundLse->as<float>();
   a.B = B, a.H = H, a.N = N, a.rounds = R, a.num_buckets = l.numBuckets, a.scale = fwd_.scale;
+  if (in.dropout) // training: per round, the backward redraws the masks
+    a.dropout = fwd_.dropout, a.dropout_seed = in.dropoutSeed, a.dropout_offset = in.dropoutOffset;
 
   using attnc::tile::LshGrid;
   auto launchAll = [&](std::vector<cuda::Kernel> &kernels, const KernelDesc &d,

@@ -152,6 +152,9 @@ struct Problem {
   int numParams = 0;
   Vec q, v, dout, rot, params; // rot: [R, D, NB/2]
   std::vector<int> lengths;
+  float dropout = 0; ///< attention dropout (variants with kDropout), kLshDrop*
+  unsigned long long dropoutSeed = 0;
+  unsigned dropoutOffset = 0;
   int Npad() const { return (N + chunk - 1) / chunk * chunk; }
   std::size_t rows() const { return std::size_t(B) * H * N; }
 };
@@ -347,6 +350,17 @@ std::vector<RefPair> refPairs(const Problem &p, const DVec &q, const RefHead &rh
   return pairs;
 }
 
+/// The dropout factor of pair (r, i, j) of head row bh: the mask of
+/// AttnLshArgs (codegen/Philox.h attentionKeep keyed by bh·R + r), or 1.
+double refDropout(const Problem &p, int bh, int r, int i, int j) {
+  if (p.dropout <= 0)
+    return 1.0;
+  return attnc::philox::attentionKeep(p.dropoutSeed, p.dropoutOffset, bh * p.R + r, i, j,
+                                      p.dropout)
+             ? 1.0 / (1.0 - double(p.dropout))
+             : 0.0;
+}
+
 /// Forward and (with `backward`) the analytic backward of L = Σ dout·out.
 /// The backward uses the saved out and lse given by `saved` (as the kernel
 /// does: p = exp(s − lse) with the forward's lse), or the reference's own.
@@ -386,7 +400,8 @@ RefResult refRun(const Problem &p, const DVec &q, const DVec &v, bool backward,
         const double lse = m + std::log(l);
         lseR[std::size_t(r) * N + i] = lse;
         for (std::size_t s = s0; s < s1; ++s) {
-          const double w = std::exp(pairs[s].s - lse);
+          const double w = std::exp(pairs[s].s - lse) *
+                           refDropout(p, b * p.H + h, r, i, pairs[s].j);
           for (int d = 0; d < D; ++d)
             oR[(std::size_t(r) * N + i) * D + d] += w * vb[pairs[s].j * D + d];
         }
@@ -430,12 +445,13 @@ RefResult refRun(const Problem &p, const DVec &q, const DVec &v, bool backward,
         double dp = 0.0;
         for (int d = 0; d < D; ++d)
           dp += dob[i * D + d] * vb[j * D + d];
-        const double ds = pij * (dp - delta[i]);
+        const double z = refDropout(p, b * p.H + h, pr.r, i, j);
+        const double ds = pij * (z * dp - delta[i]);
         const double g = pr.self ? 0.0 : ds * V::refGrad(pr.sraw, b, h, i, j, params, p.H);
         for (int d = 0; d < D; ++d) {
           dq[i * D + d] += double(p.scale) * g * rh.keys[j * D + d];
           dk[j * D + d] += double(p.scale) * g * qb[i * D + d];
-          dv[j * D + d] += pij * dob[i * D + d];
+          dv[j * D + d] += pij * z * dob[i * D + d];
         }
       }
       for (int j = 0; j < N; ++j) {
@@ -484,6 +500,7 @@ AttnLshArgs argsOf(const Problem &p) {
   a.rotations = p.rot.data();
   a.B = p.B, a.H = p.H, a.N = p.N, a.rounds = p.R, a.num_buckets = p.NB;
   a.scale = p.scale;
+  a.dropout = p.dropout, a.dropout_seed = p.dropoutSeed, a.dropout_offset = p.dropoutOffset;
   return a;
 }
 
@@ -606,8 +623,10 @@ template <int CH, int BE, int AF, int D, class V> void runGrid(int g, int B, int
       const int NB = kBuckets[(ni + 3 * e + 2 * g) % 4];
       if (N * R * D > 257 * 4 * 64) // keep the double reference quick
         R = std::max(1, R / 2);
-      const Problem p = makeProblem(B, H, N, D, R, NB, CH, BE, AF, V::kCausal, V::kKeyPadding,
-                                    V::kNumParams, 1000u * g + 10u * ni + e);
+      Problem p = makeProblem(B, H, N, D, R, NB, CH, BE, AF, V::kCausal, V::kKeyPadding,
+                              V::kNumParams, 1000u * g + 10u * ni + e);
+      if (V::kDropout) // 25 %, a different offset per case
+        p.dropout = 0.25f, p.dropoutSeed = 0xd20bull, p.dropoutOffset = unsigned(ni * 4 + e);
       SCOPED_TRACE(describe(p));
       const KernelResult k = runKernel<CH, BE, AF, D, V>(p);
       ASSERT_EQ(k.fwdStatus, 0);
@@ -655,6 +674,17 @@ TEST(CpuLshGrid, Chunk4_B0A0_D128_AlibiCausal) { runGrid<4, 0, 0, 128, Alibi<tru
 TEST(CpuLshGrid, Chunk96_B1A0_D32_Dense) { runGrid<96, 1, 0, 32, Dense>(11, 2, 2); }
 TEST(CpuLshGrid, Chunk128_B1A1_D64_AlibiPad) { runGrid<128, 1, 1, 64, Alibi<false, true>>(12, 3, 1); }
 TEST(CpuLshGrid, Chunk64_B1A0_D64_Causal) { runGrid<64, 1, 0, 64, Causal>(13, 2, 2); }
+// Attention dropout: each round's probabilities masked on the original
+// positions (rows sums and lse undropped), the backward redrawing them.
+template <class Base> struct WithDropout : Base {
+  static constexpr bool kDropout = true;
+};
+TEST(CpuLshGrid, Chunk8_B1A0_D32_CausalDropout) {
+  runGrid<8, 1, 0, 32, WithDropout<Causal>>(14, 2, 2);
+}
+TEST(CpuLshGrid, Chunk16_B1A1_D64_AlibiPadDropout) {
+  runGrid<16, 1, 1, 64, WithDropout<Alibi<false, true>>>(15, 2, 2);
+}
 
 //===----------------------------------------------------------------------===//
 // The reference's own gradient against finite differences (double)

@@ -244,7 +244,19 @@ struct LshSetup {
   std::vector<int> lengths;   ///< [B]
   std::vector<double> params; ///< [2 * H]: caps, slopes
   std::vector<int> perm;      ///< [B, H, R, Npad]
+  float dropout = 0;          ///< attention dropout (0: none)
+  unsigned long long dropoutSeed = 0;
+  unsigned dropoutOffset = 0;
   int npad() const { return lshPaddedLength(N, chunk); }
+  /// The dropout factor of pair (i, j) of round r of head row bh
+  /// (AttnLshArgs: the mask of bh * R + r), 1 without dropout.
+  double dropoutFactor(int bh, int r, int i, int j) const {
+    if (dropout <= 0)
+      return 1;
+    return attnc::philox::attentionKeep(dropoutSeed, dropoutOffset, bh * R + r, i, j, dropout)
+               ? 1.0 / (1.0 - double(dropout))
+               : 0.0;
+  }
 };
 
 /// Buckets as the kernels compute them (docs/kernels.md: fp32, fmaf in
@@ -369,10 +381,10 @@ void refForward(const LshSetup &s, const std::vector<double> &q, const std::vect
       if (pass == 0) {
         m[ri] = std::max(m[ri], sc);
       } else {
-        const double p = std::exp(sc - m[ri]);
-        l[ri] += p;
+        const double p = std::exp(sc - m[ri]), z = s.dropoutFactor(bh, r, i, j);
+        l[ri] += p; // the sums keep every probability, V's weights are dropped
         for (int d = 0; d < D; ++d)
-          o[ri * D + d] += p * v[kj * D + d];
+          o[ri * D + d] += p * z * v[kj * D + d];
       }
     });
   out.assign(rows * D, 0);
@@ -454,13 +466,13 @@ void refBackward(const LshSetup &s, const std::vector<double> &q, const std::vec
       return;
     double dsc;
     const double sc = refScore(s, bh, i, j, dotD(&q[qi * D], &k[kj * D], D), &dsc);
-    const double p = std::exp(sc - roundLse[ri]) * w[ri];
-    const double ds = p * (dotD(&dout[qi * D], &v[kj * D], D) - delta[qi]);
+    const double p = std::exp(sc - roundLse[ri]) * w[ri], z = s.dropoutFactor(bh, r, i, j);
+    const double ds = p * (z * dotD(&dout[qi * D], &v[kj * D], D) - delta[qi]);
     const double g = ds * dsc;
     for (int d = 0; d < D; ++d) {
       dq[qi * D + d] += g * k[kj * D + d];
       dk[kj * D + d] += g * q[qi * D + d];
-      dv[kj * D + d] += p * dout[qi * D + d];
+      dv[kj * D + d] += p * z * dout[qi * D + d];
     }
   });
   for (size_t row = 0; row < rows; ++row) {
@@ -589,6 +601,10 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
   a.rounds = s.R;
   a.num_buckets = s.NB;
   a.scale = shape.scale;
+  if (V::kDropout) {
+    s.dropout = 0.25f, s.dropoutSeed = 0xd20b5eedull, s.dropoutOffset = 3;
+    a.dropout = s.dropout, a.dropout_seed = s.dropoutSeed, a.dropout_offset = s.dropoutOffset;
+  }
 
   constexpr int NT = WARPS * 32;
   const LshTile tile{BQ, BKV, WARPS};
@@ -816,6 +832,18 @@ TEST(CudaLshEmulated, Fp32LargeHeads) {
 TEST(CudaLshEmulated, Fp16D64) {
   runLsh<__half, 32, 1, 0, 64, 32, 32, 4, EmuMod>({2, 2, 70, 2, 8, 0.5f}, kTolFp16, "fp16");
   runLsh<__half, 32, 1, 0, 64, 32, 32, 4, EmuDense>({1, 1, 64, 2, 8, 0.5f}, kTolFp16, "fp16");
+}
+// Attention dropout: each round's P masked on the original positions (the
+// CPU kernels' masks), sums and lse undropped; the backward redraws them.
+TEST(CudaLshEmulated, Fp32Dropout) {
+  runLsh<float, 16, 1, 0, 32, 16, 16, 4, emu::WithDropout<EmuDense>>({1, 2, 50, 2, 4, 1.0f},
+                                                                     kTolFp32, "fp32");
+  runLsh<float, 32, 1, 1, 64, 16, 8, 2, emu::WithDropout<EmuMod>>({3, 2, 77, 3, 8, 0.125f},
+                                                                   kTolFp32, "fp32");
+}
+TEST(CudaLshEmulated, Fp16Dropout) {
+  runLsh<__half, 32, 1, 0, 64, 32, 32, 4, emu::WithDropout<EmuMod>>({2, 2, 70, 2, 8, 0.5f},
+                                                                    kTolFp16, "fp16");
 }
 TEST(CudaLshEmulated, Bf16D32) {
   runLsh<__nv_bfloat16, 32, 1, 1, 32, 32, 32, 4, EmuMod>({3, 1, 61, 3, 6, 1.0f}, kTolBf16,

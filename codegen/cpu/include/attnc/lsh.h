@@ -364,6 +364,21 @@ ATTNC_ALWAYS_INLINE void windowOf(int c, int C, int &w0, int &nw) {
   nw = (c1 - c0 + 1) * CHUNK;
 }
 
+/// The attention dropout factor of (query qi, key kj) in round r of head
+/// row bh: 1 without dropout, else 0 or 1 / (1 − p) (AttnLshArgs).
+template <class Variant>
+inline float lshDropout(const AttnLshArgs &a, std::size_t bh, int r, int qi, int kj) {
+  if constexpr (Variant::kDropout) {
+    if (a.dropout > 0.0f)
+      return philox::attentionKeep(a.dropout_seed, a.dropout_offset,
+                                   int(bh) * a.rounds + r, qi, kj, a.dropout)
+                 ? 1.0f / (1.0f - a.dropout)
+                 : 0.0f;
+  }
+  (void)a, (void)bh, (void)r, (void)qi, (void)kj;
+  return 1.0f;
+}
+
 /// Forward of one (b, h, chunk) in round r: the chunk's queries attend to
 /// their window; the round is folded into out (running sum), mRun, lRun
 /// (running maximum and sum).
@@ -465,6 +480,16 @@ inline void fwdChunk(const AttnLshArgs &a, const Common &cm, float *mRun, float 
         l[i] += p;
       }
     }
+    // Attention dropout: the sums keep every probability, the weights of V
+    // are masked and rescaled.
+    if constexpr (Variant::kDropout)
+      if (a.dropout > 0.0f)
+        for (int j = 0; j < nw; ++j) {
+          float *ATTNC_RESTRICT row = St + std::size_t(j) * BQ;
+          for (int i = 0; i < BQ; ++i)
+            if (qpos[i] >= 0 && kpos[j] >= 0)
+              row[i] *= lshDropout<Variant>(a, bh, r, qpos[i], kpos[j]);
+        }
     gemm<false>(BQ, D, nw, St, 1, BQ, Vw, D, O, D); // O = P·V_w, P(i, j) = Sᵀ[j][i]
 
     // Fold the round in: with M the running maximum, out = Σ exp(m_r − M)·O_r
@@ -585,7 +610,8 @@ inline void bwdDqChunk(const AttnLshArgs &a, const Common &cm, const float *delt
         const bool self = kj == qi;
         sm = self ? kSelfScore : sm;
         const float p = expf_fast(kept ? sm - lseL[i] : kNegInf) * wL[i];
-        const float ds = p * (dprow[i] - deltaL[i]);
+        const float z = kept ? lshDropout<Variant>(a, bh, r, qi, kj) : 1.0f;
+        const float ds = p * (dprow[i] * z - deltaL[i]);
         float dsds = 1.0f;
         if constexpr (Variant::kHasScoreMod) {
           float dpar[P1];
@@ -716,13 +742,14 @@ inline void bwdDkDvChunk(const AttnLshArgs &a, const Common &cm, const float *de
         const bool self = kj == qi;
         sm = self ? kSelfScore : sm;
         const float p = expf_fast(kept ? sm - lseI : kNegInf) * wI;
-        const float ds = p * (dprow[j] - deltaI);
+        const float z = kept ? lshDropout<Variant>(a, bh, r, qi, kj) : 1.0f;
+        const float ds = p * (dprow[j] * z - deltaI);
         float dsds = 1.0f;
         if constexpr (Variant::kHasScoreMod) {
           float dpar[P1];
           dsds = kept && !self ? Variant::score_grad(s, b, h, qi, kj, params, H, dpar) : 0.0f;
         }
-        srow[j] = p;
+        srow[j] = p * z; // dV takes the dropped P
         dprow[j] = self ? 0.0f : ds * dsds;
       }
     }

@@ -165,15 +165,38 @@ struct LshCtx {
   float scale;
   int b, h, H;
   int kvEnd; ///< keys at or past it are padding (N without key padding)
+  /// Attention dropout (variants with kDropout; 0: off): the Philox mask
+  /// of (maskRow = bh * rounds + r, i, j), as AttnLshArgs documents.
+  float dropout;
+  unsigned int dropoutOffset;
+  unsigned long long dropoutSeed;
+  int maskRow;
 };
 
-template <class V> ATTNC_HD LshCtx lshCtx(const AttnLshArgs &a, int b, int h) {
+/// The hooks' context of (b, h) in round r.
+template <class V> ATTNC_HD LshCtx lshCtx(const AttnLshArgs &a, int b, int h, int r) {
   int end = a.N;
   if constexpr (V::kKeyPadding) {
     if (a.lengths != nullptr)
       end = imax(0, imin(a.lengths[b], a.N));
   }
-  return LshCtx{a.params, a.scale, b, h, a.H, end};
+  return LshCtx{a.params,  a.scale,          b,
+                h,         a.H,              end,
+                a.dropout, a.dropout_offset, a.dropout_seed,
+                (b * a.H + h) * a.rounds + r};
+}
+
+/// The dropout factor of kept pair (i, j): 1 without dropout, else 0 or
+/// 1 / (1 - p) (the CPU kernels' mask).
+template <class V> ATTNC_HD float lshDropout(const LshCtx &c, int i, int j) {
+  if constexpr (V::kDropout) {
+    if (c.dropout > 0.f)
+      return philox::attentionKeep(c.dropoutSeed, c.dropoutOffset, c.maskRow, i, j, c.dropout)
+                 ? 1.f / (1.f - c.dropout)
+                 : 0.f;
+  }
+  (void)c, (void)i, (void)j;
+  return 1.f;
 }
 
 /// Whether query position i keeps key position j (either -1: a pad slot).
@@ -207,7 +230,9 @@ ATTNC_HD float lshScore(const LshCtx &c, float qk, int i, int j) {
 /// this round's lse and weight (lshRoundWeight; exp(score - lse_i) with the
 /// combined lse_i in exact arithmetic), and g, the gradient w.r.t. q_i . k_j
 /// (ds * dscore/ds * scale; 0 for the self score). Both 0 when the pair is
-/// not kept or the round is empty for the row.
+/// not kept or the round is empty for the row. With attention dropout
+/// (factor z), ds = p (z dp - delta) and p comes back as p z, the weight
+/// dV takes.
 template <class V>
 ATTNC_HD void lshPairGrad(const LshCtx &c, float qk, float dp, int i, int j,
                           float lse, float w, float delta, float &p, float &g) {
@@ -216,7 +241,9 @@ ATTNC_HD void lshPairGrad(const LshCtx &c, float qk, float dp, int i, int j,
   if (!lshKept<V>(c, i, j) || lse == negInf())
     return;
   p = expf(lshScore<V>(c, qk, i, j) - lse) * w;
-  const float ds = p * (dp - delta);
+  const float z = lshDropout<V>(c, i, j);
+  const float ds = p * (dp * z - delta);
+  p *= z;
   if (j == i)
     return;
   float grad = ds;
@@ -451,7 +478,7 @@ __device__ void lsh_fwd(const AttnLshArgs &a) {
   const T *gq = static_cast<const T *>(a.q) + size_t(rd.bh) * rd.N * D;
   const T *gv = static_cast<const T *>(a.v) + size_t(rd.bh) * rd.N * D;
   const float *gk = a.keys + size_t(rd.bh) * rd.N * D;
-  const LshCtx ctx = lshCtx<Variant>(a, rd.b, rd.h);
+  const LshCtx ctx = lshCtx<Variant>(a, rd.b, rd.h, rd.r);
 
   for (int x = tid; x < BQ; x += NT)
     sm.qpos[x] = perm[t0 + x];
@@ -512,8 +539,8 @@ __device__ void lsh_fwd(const AttnLshArgs &a) {
       const int kk = sub + n * TPR;
       if (BKV % TPR == 0 || kk < BKV) {
         const float p = expf(s[n] - base);
-        sm.p[row * (BKV + 1) + kk] = p;
-        sum += p;
+        sum += p; // the sums keep every probability, V's weights are dropped
+        sm.p[row * (BKV + 1) + kk] = p != 0.f ? p * lshDropout<Variant>(ctx, i, sm.kpos[kk]) : p;
       }
     }
     l = l * alpha + sum;
@@ -637,7 +664,7 @@ __device__ void lsh_bwd_dq(const AttnLshArgs &a) {
   const T *gv = static_cast<const T *>(a.v) + slice * D;
   const float *gk = a.keys + slice * D;
   const float *rlse = a.round_lse + slice * a.rounds; // [R, N]
-  const LshCtx ctx = lshCtx<Variant>(a, rd.b, rd.h);
+  const LshCtx ctx = lshCtx<Variant>(a, rd.b, rd.h, rd.r);
 
   for (int x = tid; x < BQ; x += NT) {
     const int i = perm[t0 + x];
@@ -741,7 +768,7 @@ __device__ void lsh_bwd_dkdv(const AttnLshArgs &a) {
   const T *gdo = static_cast<const T *>(a.dout) + slice * D;
   const T *gv = static_cast<const T *>(a.v) + slice * D;
   const float *gk = a.keys + slice * D;
-  const LshCtx ctx = lshCtx<Variant>(a, rd.b, rd.h);
+  const LshCtx ctx = lshCtx<Variant>(a, rd.b, rd.h, rd.r);
 
   for (int x = tid; x < BKV; x += NT)
     sm.kpos[x] = perm[t0 + x];
