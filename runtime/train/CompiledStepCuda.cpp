@@ -22,7 +22,9 @@
 #include "runtime/train/LossScaler.h"
 #include "runtime/train/StepDevice.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -51,8 +53,10 @@ struct CompiledStep::CudaState {
   std::vector<std::vector<float>> hostIn, hostOut; ///< attention's host copies
   /// The step's NaN/Inf checks, in program order: each launches a kernel
   /// that leaves the first bad index in its slot, read once the step is
-  /// done (or when the slots run out).
-  static constexpr size_t kSlots = 256;
+  /// done (or when the slots run out: then read and reused).
+  /// ATTNC_CUDA_CHECK_SLOTS (1..256) lowers the count so the tests reach
+  /// the reuse.
+  size_t numSlots = 256;
   unsigned long long *slots = nullptr;
   struct Check {
     std::string what;
@@ -169,7 +173,9 @@ Status CompiledStep::initDevice(std::unique_ptr<StepDevice> device, cuda::GemmPr
   if (!arena)
     return arena.takeError();
   s.arena = *arena;
-  Expected<void *> slots = s.allocate(CudaState::kSlots * 8, "the NaN/Inf check slots");
+  if (const char *e = std::getenv("ATTNC_CUDA_CHECK_SLOTS"); e && *e)
+    s.numSlots = size_t(std::clamp(std::atoll(e), 1LL, 256LL));
+  Expected<void *> slots = s.allocate(s.numSlots * 8, "the NaN/Inf check slots");
   if (!slots)
     return slots.takeError();
   s.slots = static_cast<unsigned long long *>(*slots);
@@ -308,7 +314,7 @@ Expected<double> CompiledStep::runDeviceOnce(float lossScale) {
                            long long width, int scaled) {
       CompiledStep &step = self(ctx);
       CudaState &s = *step.cuda_;
-      if (s.checks.size() == CudaState::kSlots) { // full: read them, start over
+      if (s.checks.size() == s.numSlots) { // full: read them, start over
         Expected<bool> bad = step.readChecks();
         if (!bad)
           return check(ctx, bad.takeError(), 7);
@@ -498,7 +504,7 @@ Status CompiledStep::download(AdamW &adam) {
 Status CompiledStep::resetChecks() {
   CudaState &s = *cuda_;
   s.checks.clear();
-  const std::vector<unsigned long long> none(CudaState::kSlots, ~0ull);
+  const std::vector<unsigned long long> none(s.numSlots, ~0ull);
   return s.device->upload(s.slots, none.data(), none.size() * 8);
 }
 
