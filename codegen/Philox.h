@@ -66,6 +66,13 @@ ATTNC_PHILOX_FN bool attentionKeep(unsigned long long seed, unsigned int offset,
   return float(word(r, (unsigned int)j & 3u)) * 2.3283064365386963e-10f >= p;
 }
 
+/// The attention dropout factor of (row, i, j): 0 where attentionKeep
+/// drops it, else 1 / (1 − p), the rescaling of the kept probabilities.
+ATTNC_PHILOX_FN float attentionDropoutScale(unsigned long long seed, unsigned int offset,
+                                            int row, int i, int j, float p) {
+  return attentionKeep(seed, offset, row, i, j, p) ? 1.0f / (1.0f - p) : 0.0f;
+}
+
 /// Residual dropout: a uniform [0, 1) value per element from (seed, stream,
 /// step, index): counter = (index / 4, step, stream, 0x64726f70 "drop"),
 /// output word index % 4, times 2^-32. The tag word keeps these counters

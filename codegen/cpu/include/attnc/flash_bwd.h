@@ -53,9 +53,8 @@ template <class Variant>
 inline float dropoutScale(const AttnBwdArgs &a, int bh, int i, int j) {
   if constexpr (Variant::kDropout) {
     if (a.dropout > 0.0f)
-      return philox::attentionKeep(a.dropout_seed, a.dropout_offset, bh, i, j, a.dropout)
-                 ? 1.0f / (1.0f - a.dropout)
-                 : 0.0f;
+      return philox::attentionDropoutScale(a.dropout_seed, a.dropout_offset, bh, i, j,
+                                           a.dropout);
   }
   (void)a, (void)bh, (void)i, (void)j;
   return 1.0f;

@@ -370,10 +370,8 @@ template <class Variant>
 inline float lshDropout(const AttnLshArgs &a, std::size_t bh, int r, int qi, int kj) {
   if constexpr (Variant::kDropout) {
     if (a.dropout > 0.0f)
-      return philox::attentionKeep(a.dropout_seed, a.dropout_offset,
-                                   int(bh) * a.rounds + r, qi, kj, a.dropout)
-                 ? 1.0f / (1.0f - a.dropout)
-                 : 0.0f;
+      return philox::attentionDropoutScale(a.dropout_seed, a.dropout_offset,
+                                           int(bh) * a.rounds + r, qi, kj, a.dropout);
   }
   (void)a, (void)bh, (void)r, (void)qi, (void)kj;
   return 1.0f;

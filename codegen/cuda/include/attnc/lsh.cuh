@@ -191,9 +191,8 @@ template <class V> ATTNC_HD LshCtx lshCtx(const AttnLshArgs &a, int b, int h, in
 template <class V> ATTNC_HD float lshDropout(const LshCtx &c, int i, int j) {
   if constexpr (V::kDropout) {
     if (c.dropout > 0.f)
-      return philox::attentionKeep(c.dropoutSeed, c.dropoutOffset, c.maskRow, i, j, c.dropout)
-                 ? 1.f / (1.f - c.dropout)
-                 : 0.f;
+      return philox::attentionDropoutScale(c.dropoutSeed, c.dropoutOffset, c.maskRow, i, j,
+                                           c.dropout);
   }
   (void)c, (void)i, (void)j;
   return 1.f;

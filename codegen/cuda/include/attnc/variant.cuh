@@ -46,9 +46,7 @@ template <class V>
 ATTNC_HD float dropoutScale(const ScoreCtx &c, int i, int j) {
   if constexpr (V::kDropout) {
     if (c.dropout > 0.f)
-      return philox::attentionKeep(c.dropoutSeed, c.dropoutOffset, c.bh, i, j, c.dropout)
-                 ? 1.f / (1.f - c.dropout)
-                 : 0.f;
+      return philox::attentionDropoutScale(c.dropoutSeed, c.dropoutOffset, c.bh, i, j, c.dropout);
   }
   (void)c, (void)i, (void)j;
   return 1.f;
