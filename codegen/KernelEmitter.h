@@ -42,7 +42,8 @@ struct KernelInfo {
   /// normalised queries, and the self score replaces a query's own score.
   bool sharedQk = false;
   std::optional<double> selfScore;
-  /// Attention dropout probability while training (0: none); CPU dense only.
+  /// Attention dropout probability while training (0: none); every kernel
+  /// family, both targets.
   double dropout = 0;
   struct Lsh {
     int64_t numBuckets = 0, rounds = 0, chunk = 0, before = 0, after = 0, seed = 0;

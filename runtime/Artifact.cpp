@@ -196,6 +196,8 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &pat
       r.get(e, where, "attention_function", mm.attentionFunction);
       if (e.contains("step_kernels"))
         r.get(e, where, "step_kernels", mm.stepKernels);
+      if (e.contains("step_abi"))
+        r.get(e, where, "step_abi", mm.stepAbi);
       r.get(e, where, "arena_bytes", mm.arenaBytes);
       r.get(e, where, "kept_bytes", mm.keptBytes);
       const json *args = r.field(e, where, "args");

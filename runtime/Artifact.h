@@ -33,6 +33,7 @@ struct ManifestKernel {
 struct ManifestModel {
   std::string name, stepSource, stepSymbol, attentionFunction;
   std::string stepKernels; ///< CUDA target: the step's kernels (.cu)
+  int stepAbi = 1;         ///< CUDA target: ATTNC_CUDA_STEP_ABI it was compiled for
   int batch = 0;
   int64_t arenaBytes = 0, keptBytes = 0;
   std::vector<std::string> args;

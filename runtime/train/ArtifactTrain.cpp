@@ -1,6 +1,8 @@
 //===- ArtifactTrain.cpp - Training a compiled model from an artifact -----===//
 #include "runtime/train/ArtifactTrain.h"
 
+#include "codegen/cuda/include/attnc/model_step_env.h"
+
 #include "runtime/Artifact.h"
 #include "runtime/CpuAttention.h"
 #include "runtime/CudaAttention.h"
@@ -27,6 +29,12 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
   if (manifest->target != "cpu" && !gpu)
     return makeError(opt.dir + " was compiled for " + manifest->target +
                      "; training runs compiled steps for cpu and cuda");
+  for (const ManifestModel &m : manifest->models)
+    if (gpu && m.stepAbi != ATTNC_CUDA_STEP_ABI)
+      return makeError(manifestPath + ": the CUDA step of " + m.name + " was compiled for step "
+                       "ABI " + std::to_string(m.stepAbi) + ", this runtime runs ABI " +
+                       std::to_string(ATTNC_CUDA_STEP_ABI) +
+                       "; recompile it with this attnc (attnc compile --target cuda)");
   if (gpu)
     if (Status driver = cuda::Driver::available(); !driver)
       return makeError(opt.dir + " was compiled for cuda: " + driver.error());
@@ -151,6 +159,8 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
     to.resident = compiled;
   else
     to.stepFn = [compiled](const Batch &b, int64_t s) { return compiled->run(b, true, s); };
+  to.stepState = [compiled] { return compiled->stepState(); };
+  to.restoreStepState = [compiled](const std::string &s) { return compiled->restoreStepState(s); };
   std::cerr << "attnc-rt train: " << mm->name << " from " << opt.dir << " (" << model.numParams()
             << " parameters; compiled " << (gpu ? "CUDA " : "") << "step, arena " << mm->arenaBytes / 1024 << " KiB) on "
             << data->describe() << "\n";

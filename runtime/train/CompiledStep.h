@@ -81,6 +81,11 @@ public:
   Status download(AdamW &adam) override;
   /// Whether upload() has made the device's parameters the current ones.
   bool resident() const;
+  /// For checkpoints (TrainOptions::stepState): the fp16 loss scaler's
+  /// state as JSON text, empty when the step does not scale the loss; and
+  /// its restore (ignored unless this step scales the loss too).
+  std::string stepState() const;
+  Status restoreStepState(const std::string &json);
 
   int64_t arenaBytes() const { return desc_.arenaBytes; }
   /// CUDA engines with fp16: the current loss scale, and the steps rerun

@@ -48,6 +48,7 @@ struct CompiledStep::CudaState {
   long long *decayRanges = nullptr;
   int numDecayRanges = 0;
   bool resident = false; ///< the device holds the parameters (training)
+  bool hostCurrent = false; ///< ... and the host copies equal them (no update since)
   std::vector<void *> argPtrs;
   std::vector<float *> gradPtrs;
   std::vector<std::vector<float>> hostIn, hostOut; ///< attention's host copies
@@ -173,8 +174,13 @@ Status CompiledStep::initDevice(std::unique_ptr<StepDevice> device, cuda::GemmPr
   if (!arena)
     return arena.takeError();
   s.arena = *arena;
-  if (const char *e = std::getenv("ATTNC_CUDA_CHECK_SLOTS"); e && *e)
-    s.numSlots = size_t(std::clamp(std::atoll(e), 1LL, 256LL));
+  if (const char *e = std::getenv("ATTNC_CUDA_CHECK_SLOTS"); e && *e) {
+    char *end = nullptr;
+    const long long n = std::strtoll(e, &end, 10);
+    if (*end || n < 1 || n > 256)
+      return makeError(std::string("ATTNC_CUDA_CHECK_SLOTS=") + e + ": expected 1 to 256");
+    s.numSlots = size_t(n);
+  }
   Expected<void *> slots = s.allocate(s.numSlots * 8, "the NaN/Inf check slots");
   if (!slots)
     return slots.takeError();
@@ -407,6 +413,27 @@ Status CompiledStep::deviceGradNorm(float invScale) {
 
 bool CompiledStep::resident() const { return cuda_ && cuda_->resident; }
 
+std::string CompiledStep::stepState() const {
+  if (!cuda_ || !cuda_->scaler.enabled())
+    return "";
+  return nlohmann::json{{"loss_scaler", cuda_->scaler.toJson()}}.dump();
+}
+
+Status CompiledStep::restoreStepState(const std::string &json) {
+  if (!cuda_ || !cuda_->scaler.enabled())
+    return {};
+  const nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("loss_scaler"))
+    return {}; // a checkpoint of a run without loss scaling: start afresh
+  Expected<LossScaler> scaler = LossScaler::fromJson(j["loss_scaler"], "step_state.loss_scaler");
+  if (!scaler)
+    return scaler.takeError();
+  if (!scaler->enabled())
+    return {};
+  cuda_->scaler = *scaler;
+  return {};
+}
+
 Status CompiledStep::upload(const AdamW &adam) {
   if (!cuda_)
     return makeError("compiled step: only the CUDA engines keep the parameters on a device");
@@ -430,7 +457,7 @@ Status CompiledStep::upload(const AdamW &adam) {
         return st;
     }
   }
-  s.resident = true;
+  s.resident = true, s.hostCurrent = true;
   return {};
 }
 
@@ -445,6 +472,9 @@ Expected<ResidentTraining::Update> CompiledStep::update(const Batch &batch, int6
   Expected<double> loss = runDevice(); // ends with deviceGradNorm's state
   if (!loss)
     return loss.takeError();
+  if (!std::isfinite(*loss)) // as the trainer says it, before anything is updated
+    return makeError(std::string("the loss is ") + (std::isnan(*loss) ? "NaN" : "infinite") +
+                     "; lower --lr or check the data (the last checkpoint is kept)");
   if (s.lastState.nonfinite) { // name the parameter, as AdamW::step does
     std::vector<float> g;
     for (const FlatSegment &seg : s.segments) {
@@ -456,7 +486,8 @@ Expected<ResidentTraining::Update> CompiledStep::update(const Batch &batch, int6
         if (!std::isfinite(g[i]))
           return makeError("AdamW step " + std::to_string(adam.stepCount()) +
                            ": non-finite gradient in parameter '" + seg.name + "' (element " +
-                           std::to_string(i) + " is " + (std::isnan(g[i]) ? "nan" : "inf") +
+                           std::to_string(i) + " is " +
+                           (std::isnan(g[i]) ? "nan" : g[i] > 0 ? "inf" : "-inf") +
                            "); nothing was updated");
     }
     return makeError("AdamW step " + std::to_string(adam.stepCount()) +
@@ -472,6 +503,7 @@ Expected<ResidentTraining::Update> CompiledStep::update(const Batch &batch, int6
       !st)
     return st.takeError();
   adam.countStep();
+  s.hostCurrent = false;
   return Update{*loss, std::sqrt(s.lastState.sumsq)};
 }
 
@@ -479,6 +511,8 @@ Status CompiledStep::download(AdamW &adam) {
   if (!cuda_ || !cuda_->resident)
     return makeError("compiled step: download() before upload()");
   CudaState &s = *cuda_;
+  if (s.hostCurrent) // an evaluation and a checkpoint of one step: copy once
+    return {};
   if (Status st = s.device->bind(); !st)
     return st;
   const std::vector<ParamRef> params = model_.params();
@@ -498,6 +532,7 @@ Status CompiledStep::download(AdamW &adam) {
       return st;
   }
   adam.importState(adam.stepCount(), std::move(m), std::move(v));
+  s.hostCurrent = true;
   return {};
 }
 

@@ -281,6 +281,9 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
       return makeError(where + ": the optimizer state is at step " +
                        std::to_string(adam.stepCount()) + " but the checkpoint at step " +
                        std::to_string(ck->step));
+    if (opt.restoreStepState && ck->state.contains("step_state"))
+      if (Status s = opt.restoreStepState(ck->state["step_state"].dump()); !s)
+        return makeError(where + ": " + s.error());
     start = ck->step;
     int64_t planned = ck->state["steps"].get<int64_t>();
     log << "resuming from step " << start << " (" << opt.outDir << ")\n";
@@ -305,6 +308,9 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
     model.saveWeights(ck.tensors);
     adam.saveState(ck.tensors);
     ck.state = {{"config", config}, {"steps", opt.steps}};
+    if (opt.stepState)
+      if (std::string s = opt.stepState(); !s.empty())
+        ck.state["step_state"] = nlohmann::json::parse(s);
     return saveCheckpoint(opt.outDir, ck);
   };
 

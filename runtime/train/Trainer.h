@@ -64,6 +64,11 @@ struct TrainOptions {
   std::function<Expected<double>(const Batch &batch, int64_t step)> stepFn;
   /// When set, the step and the optimizer run here instead (stepFn unused).
   ResidentTraining *resident = nullptr;
+  /// The step's own state a checkpoint carries (the fp16 loss scaler), as
+  /// JSON text stored under "step_state" (empty: none), and handed back on
+  /// resume, so a resumed fp16 run goes on at the same loss scale.
+  std::function<std::string()> stepState;
+  std::function<Status(const std::string &)> restoreStepState;
 };
 
 /// Evaluation: the objective's metric on held-out (or fixed synthetic) data.

@@ -11,6 +11,7 @@
 #include "passes/Passes.h"
 
 #include "codegen/TileModel.h"
+#include "codegen/cuda/include/attnc/model_step_env.h"
 #include "runtime/FileSystem.h"
 #include "runtime/KernelCache.h"
 #include "runtime/NvrtcCompiler.h"
@@ -233,6 +234,7 @@ int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp 
                                          modelConfigOf(model, layer, variant)))}};
       if (cuda) {
         m["step_kernels"] = stem + ".cu";
+        m["step_abi"] = ATTNC_CUDA_STEP_ABI;
         stepFiles.push_back({stem + ".cu", g.step.cudaDeviceSource});
       }
       info.models.push_back(m.dump());

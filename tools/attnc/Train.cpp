@@ -582,6 +582,10 @@ int runTrain(const TrainCliOptions &opt) {
     to.resident = compiled.get();
   else if (compiled)
     to.stepFn = [&](const train::Batch &b, int64_t step) { return compiled->run(b, true, step); };
+  if (compiled) {
+    to.stepState = [&] { return compiled->stepState(); };
+    to.restoreStepState = [&](const std::string &s) { return compiled->restoreStepState(s); };
+  }
   std::cerr << "attnc train: " << p.name << " (" << model.numParams() << " parameters, "
             << p.config.layers << (p.config.reversible ? " reversible" : "") << " layer(s)) on "
             << data->describe() << "\n";

@@ -9,9 +9,11 @@
 // suite runs these kernels without a GPU.
 //
 // Every reduction has a fixed order: a row's sums go lane → warp → block
-// in thread order, and sums over rows are one thread per column walking
-// the rows in order. So a step is bit-identical run to run, with no float
-// atomics. Blocks are a multiple of 32 threads.
+// in thread order, sums over rows go in fixed row segments then segment
+// by segment, and the embedding gradient adds each token's rows in
+// increasing order (its counting sort's integer atomics are exact). So a
+// step is bit-identical run to run, with no float atomics. Blocks are a
+// multiple of 32 threads.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_CUDA_MODEL_STEP_CUH

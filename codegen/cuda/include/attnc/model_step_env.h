@@ -12,6 +12,14 @@
 #ifndef ATTNC_CUDA_MODEL_STEP_ENV_H
 #define ATTNC_CUDA_MODEL_STEP_ENV_H
 
+/// The contract of a generated CUDA step (host code and kernels) with the
+/// runtime and model_step.cuh, recorded in a CUDA artifact's manifest
+/// ("step_abi"): bumped when a fixed kernel or the env changes, so that a
+/// step compiled by another attnc is refused with a message, not failed at
+/// a kernel lookup. 1 (no field): before the embedding gradient's sort
+/// kernels; 2: with them and the device AdamW in every step module.
+#define ATTNC_CUDA_STEP_ABI 2
+
 /// The single argument of every step kernel: pointers (inputs, then
 /// outputs), sizes and scalars, in an order each kernel documents. One
 /// struct for all keeps the host side one launch call.
