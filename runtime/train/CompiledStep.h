@@ -107,13 +107,16 @@ private:
   struct CudaState;
   Status initDevice(std::unique_ptr<StepDevice> device, cuda::GemmPrecision gemm,
                     float initialLossScale);
-  Expected<double> runDevice();
+  /// The device step (with fp16's reruns). While resident, it ends with
+  /// the gradient norm on the device, clipped at `clipNorm` (AdamW's).
+  Expected<double> runDevice(float clipNorm = 0);
   /// Checks a batch against the compiled shape and the vocabulary and
   /// makes it the step's input.
   Status setBatch(const Batch &batch, bool training, int64_t step);
   /// The gradient norm of the device step just run (its gradients
-  /// multiplied by `invScale` first), left in device memory for AdamW.
-  Status deviceGradNorm(float invScale);
+  /// multiplied by `invScale` first) and the clip factor for `clipNorm`,
+  /// left in device memory for AdamW.
+  Status deviceGradNorm(float invScale, float clipNorm);
   Expected<double> runDeviceOnce(float lossScale);
   /// The step's NaN/Inf checks so far: resetChecks empties their slots;
   /// readChecks reads them and, when one found a NaN/Inf, records the first
@@ -132,7 +135,6 @@ private:
   StepEngine engine_ = StepEngine::Cpu;
   int64_t overflowReruns_ = 0;
   bool scaledOverflow_ = false; ///< the last device step stopped at a scaled NaN/Inf
-  float residentClipNorm_ = 0;  ///< the device gradient norm's clipping threshold
   Model &model_;
   AttentionFn attention_;
   SharedObject so_;

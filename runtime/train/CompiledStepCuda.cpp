@@ -239,7 +239,7 @@ int CompiledStep::attendOnDevice(int64_t layer, const float *const *in, const fl
   return 0;
 }
 
-Expected<double> CompiledStep::runDevice() {
+Expected<double> CompiledStep::runDevice(float clipNorm) {
   CudaState &s = *cuda_;
   if (Status st = s.device->bind(); !st)
     return st.takeError();
@@ -259,7 +259,7 @@ Expected<double> CompiledStep::runDevice() {
       return loss;
     bool finite = !scaledOverflow_;
     if (finite && s.resident) { // unscaled and summed on the device
-      if (Status st = deviceGradNorm(1.0f / scale); !st)
+      if (Status st = deviceGradNorm(1.0f / scale, clipNorm); !st)
         return st.takeError();
       finite = !s.lastState.nonfinite;
     }
@@ -397,13 +397,13 @@ Expected<double> CompiledStep::runDeviceOnce(float lossScale) {
   return double(loss);
 }
 
-Status CompiledStep::deviceGradNorm(float invScale) {
+Status CompiledStep::deviceGradNorm(float invScale, float clipNorm) {
   CudaState &s = *cuda_;
   OptGradNormArgs a{};
   a.grads = s.grads, a.partials = s.partials, a.state = s.state;
   a.n = s.flatN, a.num_partials = opt::reduceBlocks(s.flatN);
   a.inv_scale = invScale;
-  a.clip_norm = residentClipNorm_;
+  a.clip_norm = clipNorm;
   if (Status st = s.device->launchOptimizer("attnc_opt_grad_sumsq", a.num_partials, &a); !st)
     return st;
   if (Status st = s.device->launchOptimizer("attnc_opt_grad_finalize", 1, &a); !st)
@@ -468,30 +468,20 @@ Expected<ResidentTraining::Update> CompiledStep::update(const Batch &batch, int6
   CudaState &s = *cuda_;
   if (Status st = setBatch(batch, true, step); !st)
     return st.takeError();
-  residentClipNorm_ = adam.config().clipNorm;
-  Expected<double> loss = runDevice(); // ends with deviceGradNorm's state
+  Expected<double> loss = runDevice(adam.config().clipNorm); // ends with the norm's state
   if (!loss)
     return loss.takeError();
   if (!std::isfinite(*loss)) // as the trainer says it, before anything is updated
     return makeError(std::string("the loss is ") + (std::isnan(*loss) ? "NaN" : "infinite") +
                      "; lower --lr or check the data (the last checkpoint is kept)");
-  if (s.lastState.nonfinite) { // name the parameter, as AdamW::step does
-    std::vector<float> g;
-    for (const FlatSegment &seg : s.segments) {
-      g.resize(size_t(seg.size));
-      if (Status st = s.device->download(g.data(), s.grads + seg.offset, sizeof(float) * g.size());
+  if (s.lastState.nonfinite) { // into the host gradients, to name the parameter
+    const std::vector<ParamRef> params = model_.params();
+    for (size_t i = 0; i < params.size(); ++i)
+      if (Status st = s.device->download(params[i].grad, s.grads + s.segments[i].offset,
+                                         sizeof(float) * size_t(params[i].size));
           !st)
         return st.takeError();
-      for (size_t i = 0; i < g.size(); ++i)
-        if (!std::isfinite(g[i]))
-          return makeError("AdamW step " + std::to_string(adam.stepCount()) +
-                           ": non-finite gradient in parameter '" + seg.name + "' (element " +
-                           std::to_string(i) + " is " +
-                           (std::isnan(g[i]) ? "nan" : g[i] > 0 ? "inf" : "-inf") +
-                           "); nothing was updated");
-    }
-    return makeError("AdamW step " + std::to_string(adam.stepCount()) +
-                     ": the gradient norm overflowed; nothing was updated");
+    return nonFiniteGradientError(params, adam.stepCount());
   }
   OptAdamWArgs a = adamWStepArgs(adam.config(), adam.stepCount());
   a.weights = s.weights, a.m = s.m, a.v = s.v, a.grads = s.grads, a.state = s.state;

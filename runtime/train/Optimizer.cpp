@@ -60,6 +60,18 @@ std::string floatText(float f) {
 
 } // namespace
 
+Error nonFiniteGradientError(const std::vector<ParamRef> &params, int64_t step) {
+  for (const ParamRef &p : params)
+    for (int64_t i = 0; i < p.size; ++i)
+      if (!std::isfinite(p.grad[i]))
+        return makeError("AdamW step " + std::to_string(step) +
+                         ": non-finite gradient in parameter '" + p.name + "' (element " +
+                         std::to_string(i) + " is " + floatText(p.grad[i]) +
+                         "); nothing was updated");
+  return makeError("AdamW step " + std::to_string(step) +
+                   ": the gradient norm overflowed; nothing was updated");
+}
+
 Expected<double> AdamW::step(const std::vector<ParamRef> &params) {
   // Validate everything before touching anything: a failed step changes no
   // parameter, gradient or state.
@@ -79,17 +91,8 @@ Expected<double> AdamW::step(const std::vector<ParamRef> &params) {
   }
 
   const double norm = gradNorm(params);
-  if (!std::isfinite(norm)) {
-    for (const ParamRef &p : params)
-      for (int64_t i = 0; i < p.size; ++i)
-        if (!std::isfinite(p.grad[i]))
-          return makeError("AdamW step " + std::to_string(step_) +
-                           ": non-finite gradient in parameter '" + p.name +
-                           "' (element " + std::to_string(i) + " is " +
-                           floatText(p.grad[i]) + "); nothing was updated");
-    return makeError("AdamW step " + std::to_string(step_) +
-                     ": the gradient norm overflowed; nothing was updated");
-  }
+  if (!std::isfinite(norm))
+    return nonFiniteGradientError(params, step_);
 
   if (config_.clipNorm > 0.0f && norm > static_cast<double>(config_.clipNorm)) {
     const float scale = static_cast<float>(static_cast<double>(config_.clipNorm) / norm);

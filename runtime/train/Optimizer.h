@@ -45,6 +45,11 @@ struct ParamRef {
   bool decay = true;
 };
 
+/// The error of update `step` whose gradient norm is not finite: names
+/// the first parameter (in order) with a non-finite gradient element, or
+/// says the norm overflowed. AdamW::step's, and the device AdamW's.
+Error nonFiniteGradientError(const std::vector<ParamRef> &params, int64_t step);
+
 class AdamW {
 public:
   explicit AdamW(AdamWConfig config = {}) : config_(config) {}

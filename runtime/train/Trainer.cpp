@@ -347,7 +347,8 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
   for (int64_t step = start; step < end; ++step) {
     auto s0 = Clock::now();
     Batch b = data.train(opt.seed, step, opt.batch);
-    model.zeroGrads();
+    if (!opt.resident) // a resident step's gradients stay on the device
+      model.zeroGrads();
     model.setDropout(true, step); // the step's masks, the same on a resumed run
     double loss = 0, gradNorm = 0;
     if (opt.resident) {
