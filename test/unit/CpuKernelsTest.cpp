@@ -26,6 +26,8 @@
 #include "attnc/lowrank.h"
 #include "attnc/unfused.h"
 
+#include "DropoutReference.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -195,11 +197,7 @@ RefResult refAttention(const RefSpec &sp, const RefInputs &in, bool grad) {
         r.lse[row] = m + std::log(z);
         // Dropout: the weights of V are p·mask/(1 − p_drop); lse is not.
         for (int j = 0; j < Nk; ++j)
-          drop[j] = sp.dropout <= 0 ? 1.0
-                    : attnc::philox::attentionKeep(kDropoutSeed, kDropoutOffset, b * H + h, i, j,
-                                                   sp.dropout)
-                        ? 1.0 / (1.0 - double(sp.dropout))
-                        : 0.0;
+          drop[j] = refDropoutFactor(kDropoutSeed, kDropoutOffset, b * H + h, i, j, sp.dropout);
         for (int j = 0; j < Nk; ++j) {
           p[j] = kept[j] ? std::exp(s[j] - m) / z : 0.0;
           for (int d = 0; d < D; ++d)

@@ -32,6 +32,8 @@
 //===----------------------------------------------------------------------===//
 #include "attnc/lsh.h"
 
+#include "DropoutReference.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -351,14 +353,9 @@ std::vector<RefPair> refPairs(const Problem &p, const DVec &q, const RefHead &rh
 }
 
 /// The dropout factor of pair (r, i, j) of head row bh: the mask of
-/// AttnLshArgs (codegen/Philox.h attentionKeep keyed by bh·R + r), or 1.
+/// AttnLshArgs (keyed by bh·R + r), or 1.
 double refDropout(const Problem &p, int bh, int r, int i, int j) {
-  if (p.dropout <= 0)
-    return 1.0;
-  return attnc::philox::attentionKeep(p.dropoutSeed, p.dropoutOffset, bh * p.R + r, i, j,
-                                      p.dropout)
-             ? 1.0 / (1.0 - double(p.dropout))
-             : 0.0;
+  return refDropoutFactor(p.dropoutSeed, p.dropoutOffset, bh * p.R + r, i, j, p.dropout);
 }
 
 /// Forward and (with `backward`) the analytic backward of L = Σ dout·out.

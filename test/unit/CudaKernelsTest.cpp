@@ -31,6 +31,7 @@
 #include "codegen/TileModel.h"
 
 #include "CudaTestSupport.h"
+#include "DropoutReference.h"
 
 #include <cstdio>
 #include <sstream>
@@ -385,12 +386,7 @@ struct Problem {
 /// The dropout factor of (b, h, i, j): 0 or 1 / (1 - p) by the mask of
 /// codegen/Philox.h (docs/kernels.md), 1 without dropout.
 double refDropout(const Problem &p, int b, int h, int i, int j) {
-  if (p.dropout <= 0)
-    return 1;
-  return attnc::philox::attentionKeep(p.dropoutSeed, p.dropoutOffset, b * p.H + h, i, j,
-                                      p.dropout)
-             ? 1.0 / (1.0 - double(p.dropout))
-             : 0.0;
+  return refDropoutFactor(p.dropoutSeed, p.dropoutOffset, b * p.H + h, i, j, p.dropout);
 }
 
 bool refKept(const Problem &p, int b, int i, int j) {

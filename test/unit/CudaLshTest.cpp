@@ -26,6 +26,7 @@
 #include "codegen/LshTileModel.h"
 
 #include "CudaTestSupport.h"
+#include "DropoutReference.h"
 
 #include <algorithm>
 #include <cmath>
@@ -251,11 +252,7 @@ struct LshSetup {
   /// The dropout factor of pair (i, j) of round r of head row bh
   /// (AttnLshArgs: the mask of bh * R + r), 1 without dropout.
   double dropoutFactor(int bh, int r, int i, int j) const {
-    if (dropout <= 0)
-      return 1;
-    return attnc::philox::attentionKeep(dropoutSeed, dropoutOffset, bh * R + r, i, j, dropout)
-               ? 1.0 / (1.0 - double(dropout))
-               : 0.0;
+    return refDropoutFactor(dropoutSeed, dropoutOffset, bh * R + r, i, j, dropout);
   }
 };
 
