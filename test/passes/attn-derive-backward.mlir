@@ -70,6 +70,21 @@ func.func @test_lsh(%q: tensor<1x2x9x32xf32>, %v: tensor<1x2x9x32xf32>, %rot: te
 
 // -----
 
+// LSH with attention dropout: the grad op keeps the forward's rate, so the
+// backward kernels redraw the same masks.
+attn.variant @lshdrop attributes {causal, dropout = 2.500000e-01 : f64, lsh = #attn.lsh<buckets = 8, rounds = 2, chunk = 4, before = 1, after = 0, seed = 3, dense_fallback = true>, shared_qk, tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto>}
+// CHECK-LABEL: func.func @test_lsh_dropout
+// CHECK: attn.fused_lsh_attention
+// CHECK-SAME: dropout = 2.500000e-01 : f64
+// CHECK-NEXT: attn.fused_lsh_attention_grad
+// CHECK-SAME: dropout = 2.500000e-01 : f64
+func.func @test_lsh_dropout(%q: tensor<1x2x9x32xf32>, %v: tensor<1x2x9x32xf32>, %rot: tensor<2x32x4xf32>) -> (tensor<1x2x9x32xf32>, tensor<1x2x9xf32>) attributes {attn.differentiate} {
+  %o, %lse = attn.attention @lshdrop(%q, %q, %v) rotations(%rot) : (tensor<1x2x9x32xf32>, tensor<1x2x9x32xf32>, tensor<1x2x9x32xf32>, tensor<2x32x4xf32>) -> (tensor<1x2x9x32xf32>, tensor<1x2x9xf32>)
+  return %o, %lse : tensor<1x2x9x32xf32>, tensor<1x2x9xf32>
+}
+
+// -----
+
 // LSH's dense fallback: shared_qk, so the key operand is the query and only
 // dq (with the key path folded in) and dv flow back.
 attn.variant @short attributes {causal, lsh = #attn.lsh<buckets = 8, rounds = 2, chunk = 16, before = 1, after = 0, seed = 3, dense_fallback = true>, shared_qk, tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto>}

@@ -46,3 +46,16 @@ func.func @test_escape(%q: tensor<1x1x20x32xf32>, %k: tensor<1x1x20x32xf32>, %v:
   %o, %lse = attn.lsh_combine %uo, %ul : (tensor<1x1x1x20x32xf32>, tensor<1x1x1x20xf32>) -> (tensor<1x1x20x32xf32>, tensor<1x1x20xf32>)
   return %o, %ul : tensor<1x1x20x32xf32>, tensor<1x1x1x20xf32>
 }
+
+// -----
+
+// The variant's attention dropout rides on the fused op (the kernels draw
+// each round's masks).
+attn.variant @lshdrop attributes {dropout = 2.500000e-01 : f64, lsh = #attn.lsh<buckets = 4, rounds = 2, chunk = 8, before = 1, after = 0, seed = 1, dense_fallback = true>, shared_qk, tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto>}
+// CHECK-LABEL: func.func @test_dropout
+// CHECK: attn.fused_lsh_attention
+// CHECK-SAME: dropout = 2.500000e-01 : f64
+func.func @test_dropout(%q: tensor<1x1x40x32xf32>, %v: tensor<1x1x40x32xf32>, %rot: tensor<2x32x2xf32>) -> (tensor<1x1x40x32xf32>, tensor<1x1x40xf32>) {
+  %o, %lse = attn.attention @lshdrop(%q, %q, %v) rotations(%rot) : (tensor<1x1x40x32xf32>, tensor<1x1x40x32xf32>, tensor<1x1x40x32xf32>, tensor<2x32x2xf32>) -> (tensor<1x1x40x32xf32>, tensor<1x1x40xf32>)
+  return %o, %lse : tensor<1x1x40x32xf32>, tensor<1x1x40xf32>
+}
