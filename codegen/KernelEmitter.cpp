@@ -1,6 +1,6 @@
 //===- KernelEmitter.cpp - CUDA and C++ translation units for kernels -----===//
 #include "codegen/KernelEmitter.h"
-#include "codegen/TileModel.h"
+#include "attnc/abi/TileModel.h"
 #include "codegen/VariantEmitter.h"
 
 #include "dsl/AttnDialect.h"
@@ -177,7 +177,7 @@ void emitCpuEntries(const KernelInfo &k, StringRef variant, raw_ostream &os,
       llvm::formatv("{0}, {1}, {2}, {3}", k.blockQ, k.blockKv, k.headDim, variant).str();
   std::string name = (k.backward ? "attnc_cpu_bwd_" : "attnc_cpu_fwd_") + k.name;
   // Low-rank entries run the projections around the attention (CBLAS or
-  // loops, codegen/cpu/include/attnc/lowrank.h).
+  // loops, codegen/kernels/cpu/attnc/lowrank.h).
   bool lowrank = k.kvSource == "lowrank";
   const char *args = lowrank ? (k.backward ? "cpu::LowRankBwdArgs" : "cpu::LowRankFwdArgs")
                              : (k.backward ? "AttnBwdArgs" : "AttnFwdArgs");

@@ -13,7 +13,7 @@
 #ifndef ATTNC_CODEGEN_TUNESPACE_H
 #define ATTNC_CODEGEN_TUNESPACE_H
 
-#include "codegen/TileModel.h"
+#include "attnc/abi/TileModel.h"
 
 #include <algorithm>
 #include <map>
@@ -103,7 +103,7 @@ struct CpuLimits {
 
 /// Per-thread workspace of the CPU kernels for a tile, in bytes: the largest
 /// of the forward, dK/dV and dQ layouts (FwdLayout, DkDvLayout, DqLayout in
-/// codegen/cpu/include/attnc/flash_*.h; a unit test holds them equal).
+/// codegen/kernels/cpu/attnc/flash_*.h; a unit test holds them equal).
 inline long long cpuWorkspaceBytes(int bq, int bkv, int headDim) {
   const long long q = bq, k = bkv, d = headDim;
   const long long fwd = d * q + 2 * k * d + k * q + q * d + 6 * q;

@@ -11,6 +11,8 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
 
+#include "attnc/abi/SharedQk.h"
+
 #include "mlir/IR/Builders.h"
 
 namespace attnc {
@@ -23,9 +25,6 @@ using namespace attnc::attn;
 
 namespace {
 
-/// The self score of shared-QK attention (Reformer): a query attends to its
-/// own position only when nothing else is allowed.
-constexpr double kSelfScore = -1e5;
 
 struct ExpandLshPass : public attnc::impl::ExpandLshBase<ExpandLshPass> {
   using ExpandLshBase::ExpandLshBase;
@@ -75,7 +74,7 @@ struct ExpandLshPass : public attnc::impl::ExpandLshBase<ExpandLshPass> {
       Value s = b.create<ScoresOp>(loc, scoresType, q, keys, b.getF64FloatAttr(scale));
       if (!variant.getScore().empty())
         s = b.create<ScoreModOp>(loc, scoresType, ref, s, params);
-      s = b.create<SelfScoreOp>(loc, scoresType, s, b.getF64FloatAttr(kSelfScore));
+      s = b.create<SelfScoreOp>(loc, scoresType, s, b.getF64FloatAttr(double(attnc::kLshSelfScore)));
       if (variant.getCausal() || lengths || !variant.getMask().empty())
         s = b.create<MaskOp>(loc, scoresType, ref, s, lengths, params);
       auto softmax = b.create<SoftmaxOp>(loc, scoresType, op.getLse().getType(), s,

@@ -1,14 +1,14 @@
 //===- TileAttention.cpp - Tile configs that fit the target ---------------===//
 //
-// Shared-memory footprints come from codegen/TileModel.h, the same constexpr
+// Shared-memory footprints come from codegen/kernels/abi/attnc/abi/TileModel.h, the same constexpr
 // formulas the kernel headers size their buffers with, so the compiler's
 // check and the kernels cannot disagree.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
 
-#include "codegen/LshTileModel.h"
-#include "codegen/TileModel.h"
+#include "attnc/abi/LshTileModel.h"
+#include "attnc/abi/TileModel.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -61,7 +61,7 @@ struct TileAttentionPass : public attnc::impl::TileAttentionBase<TileAttentionPa
   /// LSH kernels: the CPU processes one chunk per task (block_q = block_kv
   /// = chunk); CUDA blocks take block_q queries of a chunk and stream the
   /// window's keys in block_kv tiles, both dividing the chunk, with static
-  /// shared memory (codegen/LshTileModel.h).
+  /// shared memory (codegen/kernels/abi/attnc/abi/LshTileModel.h).
   template <typename OpTy>
   LogicalResult tileLsh(OpTy op, bool backward, unsigned &counter) {
     Type elt = op.getElementType();

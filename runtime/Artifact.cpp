@@ -2,6 +2,7 @@
 #include "runtime/Artifact.h"
 
 #include "runtime/CudaAttention.h"
+#include "runtime/KernelHeaders.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/FileSystem.h"
 #include "runtime/KernelCache.h"
@@ -317,10 +318,12 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
   Expected<AttentionOutputs> result = makeError("no result");
   std::string timing;
   if (manifest->target == "cuda") {
+    Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
+    if (!dirs)
+      return dirs.takeError();
     NvrtcCompiler nvrtc(&KernelCache::processDefault());
-    Expected<CudaAttention> kernels =
-        CudaAttention::compile(*source, manifest->arch, fwd->dtype, fwd->desc, bwdDesc,
-                               defaultCudaKernelIncludeDirs(), nvrtc);
+    Expected<CudaAttention> kernels = CudaAttention::compile(
+        *source, manifest->arch, fwd->dtype, fwd->desc, bwdDesc, *dirs, nvrtc);
     if (!kernels)
       return kernels.takeError();
     auto t1 = std::chrono::steady_clock::now();
@@ -329,9 +332,12 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
              std::to_string(kernels->forwardMs()) + " ms, backward " +
              std::to_string(kernels->backwardMs()) + " ms";
   } else {
+    Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
+    if (!dirs)
+      return dirs.takeError();
     HostCompiler compiler(&KernelCache::processDefault());
-    Expected<CpuAttention> kernels = CpuAttention::compile(*source, fwd->desc, bwdDesc,
-                                                           defaultKernelIncludeDirs(), compiler);
+    Expected<CpuAttention> kernels =
+        CpuAttention::compile(*source, fwd->desc, bwdDesc, *dirs, compiler);
     if (!kernels)
       return kernels.takeError();
     auto t1 = std::chrono::steady_clock::now();

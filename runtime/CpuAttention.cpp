@@ -3,23 +3,13 @@
 
 #include "runtime/FileSystem.h"
 
-#include "codegen/KernelArgs.h"
-#include "attnc/flash_bwd.h" // bwd_workspace_floats
-#include "attnc/lowrank.h"   // LowRankFwdArgs / LowRankBwdArgs
+#include "attnc/abi/KernelArgs.h"
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 
 namespace attnc {
-
-std::vector<std::string> defaultKernelIncludeDirs() {
-  if (const char *env = std::getenv("ATTNC_KERNEL_INCLUDE"); env && *env)
-    return fs::splitPathList(env);
-  // The headers reach codegen/KernelArgs.h by a relative path, so this one
-  // directory is the whole include set (and all the cache key has to scan).
-  return {ATTNC_SOURCE_DIR "/codegen/cpu/include"};
-}
 
 Expected<CpuAttention> CpuAttention::compile(const std::string &source, const KernelDesc &forward,
                                              std::optional<KernelDesc> backward,

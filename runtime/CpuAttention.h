@@ -72,8 +72,8 @@ struct AttentionOutputs {
 class CpuAttention {
 public:
   /// Compiles `source` (cached) and resolves the entry points of `forward`
-  /// and, if given, `backward`. `includeDirs` must reach the CPU kernel
-  /// headers and codegen/KernelArgs.h.
+  /// and, if given, `backward`. `includeDirs`: the CPU family's
+  /// (kernelIncludeDirs(KernelFamily::Cpu), runtime/KernelHeaders.h).
   static Expected<CpuAttention> compile(const std::string &source, const KernelDesc &forward,
                                         std::optional<KernelDesc> backward,
                                         const std::vector<std::string> &includeDirs,
@@ -97,10 +97,6 @@ private:
   bool fromCache_ = false;
   double compileSeconds_ = 0;
 };
-
-/// The directories holding the kernel headers: $ATTNC_KERNEL_INCLUDE (colon
-/// separated) if set, else the source tree this runtime was built from.
-std::vector<std::string> defaultKernelIncludeDirs();
 
 } // namespace attnc
 

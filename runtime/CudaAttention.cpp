@@ -3,30 +3,18 @@
 
 #include "runtime/FileSystem.h"
 #include "runtime/HalfFloat.h"
+#include "runtime/HostCompiler.h"
+#include "runtime/KernelCache.h"
+#include "runtime/KernelHeaders.h"
 
-#include "codegen/KernelArgs.h"
-#include "codegen/LshTileModel.h"
-#include "codegen/TileModel.h"
-#include "attnc/lowrank.h" // host projections around the GPU attention
+#include "attnc/abi/KernelArgs.h"
+#include "attnc/abi/LshTileModel.h"
+#include "attnc/abi/TileModel.h"
 
 #include <cstdlib>
 #include <cstring>
 
 namespace attnc {
-
-std::vector<std::string> defaultCudaKernelIncludeDirs() {
-  if (const char *env = std::getenv("ATTNC_CUDA_KERNEL_INCLUDE"); env && *env)
-    return fs::splitPathList(env);
-  return {ATTNC_SOURCE_DIR "/codegen", ATTNC_SOURCE_DIR "/codegen/cuda/include"};
-}
-
-std::vector<std::string> cudaEmulatorIncludeDirs() {
-  std::vector<std::string> dirs = {ATTNC_SOURCE_DIR "/codegen/cuda/emulator"};
-  for (std::string &d : defaultCudaKernelIncludeDirs())
-    dirs.push_back(std::move(d));
-  dirs.push_back(NvrtcCompiler::toolkitIncludeDir());
-  return dirs;
-}
 
 namespace {
 
@@ -103,7 +91,47 @@ Expected<std::vector<float>> download(const cuda::DeviceBuffer &buf, size_t n,
 
 unsigned ceilDiv(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
 
+/// The low-rank projections around the GPU attention run on the host, with
+/// the CPU kernels' own projection (the same loops as the CPU target),
+/// compiled by the host compiler like any CPU kernel: the runtime reaches
+/// kernel code only through the JIT, never by including it.
+constexpr const char *kHostProjectionSource = R"(#include "attnc/lowrank.h"
+extern "C" int attnc_host_lowrank_project_fwd(
+    const float *x, const float *e, float *xp, const int *lengths, int B, int H, int N, int D,
+    int kProj, int Nmax, int perHead) {
+  return attnc::cpu::lowrank_project_fwd(x, e, xp, lengths, B, H, N, D, kProj, Nmax, perHead != 0);
+}
+extern "C" int attnc_host_lowrank_project_bwd(
+    const float *x, const float *e, const float *dxp, float *dx, float *de, const int *lengths,
+    int B, int H, int N, int D, int kProj, int Nmax, int perHead) {
+  return attnc::cpu::lowrank_project_bwd(x, e, dxp, dx, de, lengths, B, H, N, D, kProj, Nmax,
+                                         perHead != 0);
+}
+)";
+
 } // namespace
+
+Status CudaAttention::loadHostProjections() {
+  Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
+  if (!dirs)
+    return dirs.takeError();
+  HostCompileOptions options;
+  options.includeDirs = *dirs;
+  HostCompiler compiler(&KernelCache::processDefault());
+  Expected<SharedObject> so =
+      compiler.compileAndLoad("attnc_host_lowrank.cpp", kHostProjectionSource, options);
+  if (!so)
+    return so.takeError();
+  projections_ = std::make_shared<SharedObject>(std::move(so).take());
+  Expected<ProjectFwdFn *> fwd = projections_->function<ProjectFwdFn>("attnc_host_lowrank_project_fwd");
+  if (!fwd)
+    return fwd.takeError();
+  Expected<ProjectBwdFn *> bwd = projections_->function<ProjectBwdFn>("attnc_host_lowrank_project_bwd");
+  if (!bwd)
+    return bwd.takeError();
+  projectFwd_ = *fwd, projectBwd_ = *bwd;
+  return {};
+}
 
 Expected<CudaAttention> CudaAttention::compile(const std::string &source, const std::string &arch,
                                                const std::string &dtype,
@@ -140,6 +168,9 @@ Expected<CudaAttention> CudaAttention::compile(const std::string &source, const 
   };
   if (Status s = resolve(a.fwd_, a.fwdKernels_); !s)
     return s.takeError();
+  if (a.fwd_.lowrank)
+    if (Status s = a.loadHostProjections(); !s)
+      return s.takeError();
   if (a.bwd_)
     if (Status s = resolve(*a.bwd_, a.bwdKernels_); !s)
       return s.takeError();
@@ -168,9 +199,8 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
     kp.assign(size_t(B) * H * kProj * D, 0.f);
     vp.assign(kp.size(), 0.f);
     const float *F = in.F ? f32(in.F) : f32(in.E);
-    if (cpu::lowrank_project_fwd(keys, f32(in.E), kp.data(), lengths, B, H, N, D, kProj, Nmax,
-                                 perHead) ||
-        cpu::lowrank_project_fwd(values, F, vp.data(), lengths, B, H, N, D, kProj, Nmax, perHead))
+    if (projectFwd_(keys, f32(in.E), kp.data(), lengths, B, H, N, D, kProj, Nmax, perHead) ||
+        projectFwd_(values, F, vp.data(), lengths, B, H, N, D, kProj, Nmax, perHead))
       return makeError("kernel " + fwd_.name + ": the low-rank projection failed");
     keys = kp.data(), values = vp.data(), Nk = kProj;
   }
@@ -314,10 +344,10 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   std::vector<float> dE(in.E->data.size() / 4, 0.f), dF(in.F ? in.F->data.size() / 4 : 0, 0.f);
   const float *F = in.F ? f32(in.F) : f32(in.E);
   float *dFp = in.F ? dF.data() : dE.data(); // shared E = F: both into dE
-  if (cpu::lowrank_project_bwd(f32(in.k), f32(in.E), gk->data(), dK.data(), dE.data(), lengths, B,
-                               H, N, D, kProj, Nmax, perHead) ||
-      cpu::lowrank_project_bwd(f32(in.v), F, gv->data(), dV.data(), dFp, lengths, B, H, N, D,
-                               kProj, Nmax, perHead))
+  if (projectBwd_(f32(in.k), f32(in.E), gk->data(), dK.data(), dE.data(), lengths, B, H, N, D,
+                  kProj, Nmax, perHead) ||
+      projectBwd_(f32(in.v), F, gv->data(), dV.data(), dFp, lengths, B, H, N, D, kProj, Nmax,
+                  perHead))
     return makeError("kernel " + bwd_->name + ": the low-rank projection backward failed");
   out.dk = st::Tensor::f32(in.k->shape, dK);
   out.dv = st::Tensor::f32(in.v->shape, dV);

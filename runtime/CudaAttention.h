@@ -4,9 +4,9 @@
 // the device's primary context and runs one fused op: forward, and the
 // FlashAttention-2 backward (preprocess, dK/dV, dQ, dparams) when a
 // cotangent is given. Tensors arrive and leave as host f32; f16/bf16
-// kernels get converted copies. Low-rank projections run on the host
-// (codegen/cpu/include/attnc/lowrank.h) around the GPU attention: correct,
-// not fast; the GEMMs move to cuBLAS later.
+// kernels get converted copies. Low-rank projections run on the host (the
+// CPU kernels' projection, compiled by the host compiler) around the GPU
+// attention: correct, not fast; the GEMMs move to cuBLAS later.
 //
 // NOT YET RUN ON A GPU: written and compiled without one (see the notes of
 // the fused-kernel issue); scripts/device-check.sh is its first test.
@@ -17,6 +17,7 @@
 
 #include "runtime/CpuAttention.h"
 #include "runtime/CudaDriver.h"
+#include "runtime/HostCompiler.h"
 #include "runtime/NvrtcCompiler.h"
 
 namespace attnc {
@@ -41,6 +42,11 @@ private:
   CudaAttention(cuda::Context ctx, cuda::Module module)
       : ctx_(std::move(ctx)), module_(std::move(module)) {}
   Expected<AttentionOutputs> runLsh(const AttentionInputs &inputs);
+  Status loadHostProjections();
+  using ProjectFwdFn = int(const float *, const float *, float *, const int *, int, int, int, int,
+                           int, int, int);
+  using ProjectBwdFn = int(const float *, const float *, const float *, float *, float *,
+                           const int *, int, int, int, int, int, int, int);
   cuda::Context ctx_;
   cuda::Module module_;
   std::string dtype_;
@@ -48,17 +54,10 @@ private:
   std::optional<KernelDesc> bwd_;
   std::vector<cuda::Kernel> fwdKernels_, bwdKernels_;
   float forwardMs_ = 0, backwardMs_ = 0;
+  std::shared_ptr<SharedObject> projections_; ///< low-rank: the host projections
+  ProjectFwdFn *projectFwd_ = nullptr;
+  ProjectBwdFn *projectBwd_ = nullptr;
 };
-
-/// NVRTC include directories of the CUDA kernel headers: $ATTNC_CUDA_KERNEL_INCLUDE
-/// (colon separated) if set, else the source tree's codegen/ and
-/// codegen/cuda/include.
-std::vector<std::string> defaultCudaKernelIncludeDirs();
-
-/// What the host compiler needs to run CUDA kernel code under the SIMT
-/// emulator (attnc train --engine cuda-sim): the emulator's directory, the
-/// kernel directories and the toolkit's headers (cuda_fp16.h).
-std::vector<std::string> cudaEmulatorIncludeDirs();
 
 } // namespace attnc
 

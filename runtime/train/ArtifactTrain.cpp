@@ -1,11 +1,12 @@
 //===- ArtifactTrain.cpp - Training a compiled model from an artifact -----===//
 #include "runtime/train/ArtifactTrain.h"
 
-#include "codegen/cuda/include/attnc/model_step_env.h"
+#include "attnc/abi/model_step_env.h"
 
 #include "runtime/Artifact.h"
 #include "runtime/CpuAttention.h"
 #include "runtime/CudaAttention.h"
+#include "runtime/KernelHeaders.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/NvrtcCompiler.h"
 #include "runtime/FileSystem.h"
@@ -99,10 +100,12 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
     Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0);
     if (!dev)
       return dev.takeError();
+    Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
+    if (!dirs)
+      return dirs.takeError();
     NvrtcCompiler nvrtc(&KernelCache::processDefault());
-    Expected<CudaAttention> kernels =
-        CudaAttention::compile(*kernelSource, dev->arch(), fwd->dtype, fwd->desc, bwd->desc,
-                               defaultCudaKernelIncludeDirs(), nvrtc);
+    Expected<CudaAttention> kernels = CudaAttention::compile(
+        *kernelSource, dev->arch(), fwd->dtype, fwd->desc, bwd->desc, *dirs, nvrtc);
     if (!kernels)
       return kernels.takeError();
     auto attention = std::make_shared<CudaAttention>(std::move(*kernels));
@@ -110,8 +113,11 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
     std::cerr << "attnc-rt train: on " << dev->describe() << ", GEMMs in " << precision
               << "\n";
   } else {
-    Expected<CpuAttention> kernels = CpuAttention::compile(*kernelSource, fwd->desc, bwd->desc,
-                                                           defaultKernelIncludeDirs(), compiler);
+    Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
+    if (!dirs)
+      return dirs.takeError();
+    Expected<CpuAttention> kernels =
+        CpuAttention::compile(*kernelSource, fwd->desc, bwd->desc, *dirs, compiler);
     if (!kernels)
       return kernels.takeError();
     auto attention = std::make_shared<CpuAttention>(std::move(*kernels));
@@ -136,11 +142,8 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
   StepPrecision stepPrecision;
   stepPrecision.gemm = precision, stepPrecision.initialLossScale = opt.lossScale;
   Expected<std::unique_ptr<CompiledStep>> step =
-      gpu ? CompiledStep::create(std::move(desc), model, attentionFn,
-                                 defaultCudaKernelIncludeDirs(), compiler, StepEngine::Cuda,
-                                 stepPrecision)
-          : CompiledStep::create(std::move(desc), model, attentionFn, defaultKernelIncludeDirs(),
-                                 compiler);
+      CompiledStep::create(std::move(desc), model, attentionFn, compiler,
+                           gpu ? StepEngine::Cuda : StepEngine::Cpu, stepPrecision);
   if (!step)
     return step.takeError();
 

@@ -1,7 +1,8 @@
 //===- CompiledStep.cpp - Running a compiled whole-model step -------------===//
 #include "runtime/train/CompiledStep.h"
 
-#include "codegen/cpu/include/attnc/model_step.h"
+#include "attnc/abi/cpu_step_env.h"
+#include "runtime/KernelHeaders.h"
 #include "runtime/train/StepDevice.h"
 
 #include <algorithm>
@@ -67,11 +68,17 @@ CompiledStep::CompiledStep(CompiledStepDesc desc, Model &model, AttentionFn atte
 
 Expected<std::unique_ptr<CompiledStep>>
 CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
-                     const std::vector<std::string> &includeDirs, const HostCompiler &compiler,
-                     StepEngine engine, const StepPrecision &precision) {
-  HostCompileOptions options;
-  options.includeDirs = includeDirs;
+                     const HostCompiler &compiler, StepEngine engine,
+                     const StepPrecision &precision) {
   const bool sim = engine == StepEngine::CudaSim, gpu = engine == StepEngine::Cuda;
+  Expected<std::vector<std::string>> includeDirs =
+      kernelIncludeDirs(sim   ? KernelFamily::CudaEmulator
+                        : gpu ? KernelFamily::Cuda
+                              : KernelFamily::Cpu);
+  if (!includeDirs)
+    return includeDirs.takeError();
+  HostCompileOptions options;
+  options.includeDirs = *includeDirs;
   if ((sim || gpu) && (desc.cudaDeviceSource.empty() || desc.cudaSymbol.empty()))
     return makeError("compiled step: no CUDA step was emitted for " + desc.symbol);
   // Emulated shared memory is one byte array, typed many ways. No FMA
@@ -154,7 +161,7 @@ CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
       device = createEmulatedStepDevice(step->so_, *gemm);
     } else {
       Expected<std::unique_ptr<StepDevice>> gpuDevice = createGpuStepDevice(
-          step->desc_.cudaDeviceSource, step->desc_.cudaSymbol + ".cu", includeDirs, *gemm);
+          step->desc_.cudaDeviceSource, step->desc_.cudaSymbol + ".cu", *includeDirs, *gemm);
       if (!gpuDevice)
         return gpuDevice.takeError();
       device = std::move(*gpuDevice);

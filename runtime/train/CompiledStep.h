@@ -18,8 +18,8 @@
 
 #include <memory>
 
-struct attnc_model_env; // codegen/cpu/include/attnc/model_step.h
-struct attnc_cuda_env; // codegen/cuda/include/attnc/model_step_env.h
+struct attnc_model_env; // attnc/abi/cpu_step_env.h
+struct attnc_cuda_env; // attnc/abi/model_step_env.h
 
 namespace attnc::train {
 
@@ -56,12 +56,11 @@ struct StepPrecision {
 
 class CompiledStep final : public ResidentTraining {
 public:
-  /// Compiles the step and binds it to `model` (which must outlive it).
-  /// CudaSim needs the desc's CUDA sources and cudaEmulatorIncludeDirs();
-  /// Cuda the CUDA sources, defaultCudaKernelIncludeDirs() and a GPU.
+  /// Compiles the step and binds it to `model` (which must outlive it),
+  /// against the engine's kernel headers (runtime/KernelHeaders.h).
+  /// CudaSim and Cuda need the desc's CUDA sources, Cuda a GPU too.
   static Expected<std::unique_ptr<CompiledStep>>
-  create(CompiledStepDesc desc, Model &model, AttentionFn attention,
-         const std::vector<std::string> &includeDirs, const HostCompiler &compiler,
+  create(CompiledStepDesc desc, Model &model, AttentionFn attention, const HostCompiler &compiler,
          StepEngine engine = StepEngine::Cpu, const StepPrecision &precision = {});
   ~CompiledStep();
 

@@ -15,8 +15,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/train/CompiledStep.h"
 
-#include "codegen/OptimizerArgs.h"
-#include "codegen/cuda/include/attnc/model_step_env.h"
+#include "attnc/abi/OptimizerArgs.h"
+#include "attnc/abi/model_step_env.h"
 #include "runtime/Cublas.h"
 #include "runtime/train/DeviceOptimizer.h"
 #include "runtime/train/LossScaler.h"

@@ -70,7 +70,7 @@ private:
   int64_t split_ = 0; ///< bytes_[0, split_) train, [split_, end) held out
 };
 
-/// BERT masking of `b.inputs` in place (DESIGN.md §4): each position is
+/// BERT masking of `b.inputs` in place (docs/design.md, Semantics): each position is
 /// chosen with probability 15%; a chosen one gets target = its token and
 /// becomes maskToken (80%), a random byte in [0, vocab) excluding nothing
 /// (10%) or stays (10%); targets of unchosen positions are −1. Draws come from

@@ -1,7 +1,7 @@
 //===- DeviceOptimizer.h - Host side of the device AdamW kernels -*- C++ -*-===//
 //
-// What the host computes for codegen/cuda/include/attnc/optimizer.cuh's
-// kernels (argument structs in codegen/OptimizerArgs.h): the per-step
+// What the host computes for codegen/kernels/cuda/attnc/optimizer.cuh's
+// kernels (argument structs in codegen/kernels/abi/attnc/abi/OptimizerArgs.h): the per-step
 // constants of AdamW, computed exactly as AdamW::step (Optimizer.cpp) does,
 // so the device update matches the CPU one, and the weight-decay ranges of
 // a flat parameter buffer. Launching is the GPU training step's job.
@@ -10,7 +10,7 @@
 #ifndef ATTNC_RUNTIME_TRAIN_DEVICEOPTIMIZER_H
 #define ATTNC_RUNTIME_TRAIN_DEVICEOPTIMIZER_H
 
-#include "codegen/OptimizerArgs.h"
+#include "attnc/abi/OptimizerArgs.h"
 #include "runtime/Error.h"
 #include "runtime/train/Optimizer.h"
 

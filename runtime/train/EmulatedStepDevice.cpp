@@ -10,8 +10,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/train/StepDevice.h"
 
-#include "codegen/OptimizerArgs.h"
-#include "codegen/cuda/include/attnc/model_step_env.h"
+#include "attnc/abi/OptimizerArgs.h"
+#include "attnc/abi/model_step_env.h"
 #include "runtime/HalfFloat.h"
 #include "runtime/HostCompiler.h"
 #include "runtime/train/Layers.h"

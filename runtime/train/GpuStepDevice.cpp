@@ -8,8 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/train/StepDevice.h"
 
-#include "codegen/OptimizerArgs.h"
-#include "codegen/cuda/include/attnc/model_step_env.h"
+#include "attnc/abi/OptimizerArgs.h"
+#include "attnc/abi/model_step_env.h"
 #include "runtime/Cublas.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/KernelCache.h"

@@ -10,7 +10,7 @@
 //   - every reduction runs in an order fixed by the shapes, so results are
 //     bit-identical across runs and OpenMP thread counts (no float atomics);
 //   - pointers marked "or null" may be nullptr.
-// Semantics: DESIGN.md §4 (chunked feed-forward) and docs/training.md.
+// Semantics: docs/design.md, Semantics (chunked feed-forward) and docs/training.md.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_RUNTIME_TRAIN_LAYERS_H

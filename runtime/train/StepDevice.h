@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-struct attnc_kargs; // codegen/cuda/include/attnc/model_step_env.h
+struct attnc_kargs; // codegen/kernels/abi/attnc/abi/model_step_env.h
 
 namespace attnc {
 class SharedObject;

@@ -1,4 +1,4 @@
-# CPU attention kernels (codegen/cpu/include/attnc/) against a double
+# CPU attention kernels (codegen/kernels/cpu/attnc/) against a double
 # reference. Included from test/CMakeLists.txt; needs no MLIR and no GPU.
 #
 #   attnc-cpu-kernel-tests           OpenMP + (if found) OpenBLAS, full grid
@@ -16,7 +16,7 @@ function(attnc_cpu_kernel_test name)
   cmake_parse_arguments(ARG "OPENMP;CBLAS;PORTABLE;REDUCED" "PREFIX" "" ${ARGN})
   add_executable(${name} ${CMAKE_CURRENT_SOURCE_DIR}/unit/CpuKernelsTest.cpp)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}
-                             ${PROJECT_SOURCE_DIR}/codegen/cpu/include)
+                             ${PROJECT_SOURCE_DIR}/codegen/kernels/common ${PROJECT_SOURCE_DIR}/codegen/kernels/cpu)
   target_link_libraries(${name} PRIVATE GTest::gtest_main)
   # The runtime compiles generated kernels with -O3 -march=native; test the
   # same code generation (vectorised paths included) in every build type.

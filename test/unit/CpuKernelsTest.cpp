@@ -1,6 +1,6 @@
 //===- CpuKernelsTest.cpp - CPU attention kernels vs a double reference ---===//
 //
-// The CPU kernel headers (codegen/cpu/include/attnc/) against a naive
+// The CPU kernel headers (codegen/kernels/cpu/attnc/) against a naive
 // double-precision reference written here, independently of the kernels:
 // loops over (b, h, i, j) computing the scores in double, the masks, a
 // max-subtracted softmax, the output and the log-sum-exp; the backward by the
@@ -64,7 +64,7 @@ template <bool CAUSAL, bool PAD, bool MASK, bool MOD, int BACK = kNoBand, int AH
           int DROP_PERMIL = 0>
 struct TV {
   /// Attention dropout (per mille): the kernels and the reference draw the
-  /// same Philox masks (codegen/Philox.h).
+  /// same Philox masks (codegen/kernels/abi/attnc/abi/Philox.h).
   static constexpr bool kDropout = DROP_PERMIL > 0;
   static constexpr float kDropP = DROP_PERMIL / 1000.0f;
   static constexpr bool kCausal = CAUSAL;

@@ -1,6 +1,6 @@
 //===- CpuLshTest.cpp - CPU LSH attention kernels vs a double reference ---===//
 //
-// codegen/cpu/include/attnc/lsh.h (lsh_fwd, lsh_bwd) against a naive
+// codegen/kernels/cpu/attnc/lsh.h (lsh_fwd, lsh_bwd) against a naive
 // double-precision reference written here from docs/kernels.md "LSH kernels
 // (Reformer)", independently of the kernels: per (b, h) the keys
 // q / max(|q|, 1e-6), per round the buckets (argmax over [x·R; −x·R], first

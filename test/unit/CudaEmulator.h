@@ -1,6 +1,6 @@
 //===- CudaEmulator.h - Runs CUDA kernel headers on the host --------------===//
 //
-// The block emulator (codegen/cuda/emulator/attnc/simt_emulator.h) plus
+// The block emulator (codegen/kernels/emulator/attnc/simt_emulator.h) plus
 // what tests hand the emulated kernels: device-like buffers with guard
 // zones, and the dense and modified variants as host structs. Include it
 // before the kernel headers, in one translation unit per test executable.
@@ -112,7 +112,7 @@ template <int kWindow> struct ModVariant {
   static bool keep(int, int, int q, int kv, const float *, int) { return q - kv < kWindow; }
 };
 
-/// `Base` with attention dropout compiled in (the masks of codegen/Philox.h
+/// `Base` with attention dropout compiled in (the masks of codegen/kernels/abi/attnc/abi/Philox.h
 /// attentionKeep, drawn when the arguments' dropout is above 0).
 template <class Base> struct WithDropout : Base {
   static constexpr bool kDropout = true;

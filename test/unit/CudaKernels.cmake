@@ -10,8 +10,8 @@ target_compile_definitions(attnc-cuda-kernel-tests PRIVATE
   ATTNC_CUDA_INCLUDE_DIR="${ATTNC_TEST_CUDA_INCLUDE_DIR}")
 # The host-emulation half of the test compiles the kernel headers itself.
 target_include_directories(attnc-cuda-kernel-tests PRIVATE
-  ${PROJECT_SOURCE_DIR}/codegen/cuda/include ${PROJECT_SOURCE_DIR}/codegen
-  ${PROJECT_SOURCE_DIR}/codegen/cuda/emulator
+  ${PROJECT_SOURCE_DIR}/codegen/kernels/common ${PROJECT_SOURCE_DIR}/codegen/kernels/cuda
+  ${PROJECT_SOURCE_DIR}/codegen/kernels/emulator
   ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_options(attnc-cuda-kernel-tests PRIVATE -Wall -Wextra -Wno-unknown-pragmas
   -fno-strict-aliasing) # emulated shared memory is one byte array, typed many ways

@@ -1,8 +1,8 @@
 //===- CudaKernelsTest.cpp - NVRTC builds of the CUDA attention kernels ---===//
 //
-// Every CUDA kernel body (codegen/cuda/include/attnc) is instantiated the
+// Every CUDA kernel body (codegen/kernels/cuda/attnc) is instantiated the
 // way the emitter does it (generated Variant structs, extern "C" entry
-// points) with the default tile of codegen/TileModel.h, compiled by NVRTC
+// points) with the default tile of codegen/kernels/abi/attnc/abi/TileModel.h, compiled by NVRTC
 // for sm_75, sm_80 and sm_90, and ptxas's resource report is checked: no
 // spills, no stack frame, at most 255 registers, static + dynamic shared
 // memory within the arch's limit, no warnings from the kernel headers.
@@ -28,7 +28,7 @@
 // copies, and real concurrency.
 //
 //===----------------------------------------------------------------------===//
-#include "codegen/TileModel.h"
+#include "attnc/abi/TileModel.h"
 
 #include "CudaTestSupport.h"
 #include "DropoutReference.h"
@@ -384,7 +384,7 @@ struct Problem {
 };
 
 /// The dropout factor of (b, h, i, j): 0 or 1 / (1 - p) by the mask of
-/// codegen/Philox.h (docs/kernels.md), 1 without dropout.
+/// codegen/kernels/abi/attnc/abi/Philox.h (docs/kernels.md), 1 without dropout.
 double refDropout(const Problem &p, int b, int h, int i, int j) {
   return refDropoutFactor(p.dropoutSeed, p.dropoutOffset, b * p.H + h, i, j, p.dropout);
 }

@@ -1,4 +1,4 @@
-# The CUDA LSH attention kernels (codegen/cuda/include/attnc/lsh.cuh): NVRTC
+# The CUDA LSH attention kernels (codegen/kernels/cuda/attnc/lsh.cuh): NVRTC
 # builds for sm_75, sm_80 and sm_90 with ptxas resource checks, and their
 # numerics on a host emulation of a CUDA block (test/unit/CudaEmulator.h)
 # against a double-precision reference, see test/unit/CudaLshTest.cpp.
@@ -10,8 +10,8 @@ target_compile_definitions(attnc-cuda-lsh-tests PRIVATE
   ATTNC_CUDA_INCLUDE_DIR="${ATTNC_LSH_TEST_CUDA_INCLUDE_DIR}")
 # The emulation half compiles the kernel headers with the host compiler.
 target_include_directories(attnc-cuda-lsh-tests PRIVATE
-  ${PROJECT_SOURCE_DIR}/codegen/cuda/include ${PROJECT_SOURCE_DIR}/codegen
-  ${PROJECT_SOURCE_DIR}/codegen/cuda/emulator
+  ${PROJECT_SOURCE_DIR}/codegen/kernels/common ${PROJECT_SOURCE_DIR}/codegen/kernels/cuda
+  ${PROJECT_SOURCE_DIR}/codegen/kernels/emulator
   ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_options(attnc-cuda-lsh-tests PRIVATE -Wall -Wextra -Wno-unknown-pragmas
   -fno-strict-aliasing) # emulated shared memory is one byte array, typed many ways

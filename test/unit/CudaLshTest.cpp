@@ -2,10 +2,10 @@
 //
 // Two halves, no GPU needed:
 //
-// NVRTC builds. Every LSH entry point of codegen/cuda/include/attnc/lsh.cuh
+// NVRTC builds. Every LSH entry point of codegen/kernels/cuda/attnc/lsh.cuh
 // is instantiated the way the emitter does it (generated Variant structs,
 // extern "C" __launch_bounds__(WARPS * 32, 1) entry points) with the
-// default tile of codegen/LshTileModel.h, for two (chunk, before, after)
+// default tile of codegen/kernels/abi/attnc/abi/LshTileModel.h, for two (chunk, before, after)
 // configurations and two variants (dense; causal + key padding + a
 // two-parameter score modifier + a user mask), compiled by NVRTC for sm_75,
 // sm_80 and sm_90, fp32/fp16/bf16, head dims 32..256; ptxas's report must
@@ -23,7 +23,7 @@
 // checked against finite differences.
 //
 //===----------------------------------------------------------------------===//
-#include "codegen/LshTileModel.h"
+#include "attnc/abi/LshTileModel.h"
 
 #include "CudaTestSupport.h"
 #include "DropoutReference.h"

@@ -1,8 +1,8 @@
 //===- CudaModelStepTest.cpp - The fixed kernels of a CUDA training step --===//
 //
-// codegen/cuda/include/attnc/model_step.cuh, no GPU needed: the header,
+// codegen/kernels/cuda/attnc/model_step.cuh, no GPU needed: the header,
 // compiled by the host compiler, runs on the SIMT block emulator
-// (codegen/cuda/emulator/attnc/simt_emulator.h: real barriers and warp
+// (codegen/kernels/emulator/attnc/simt_emulator.h: real barriers and warp
 // shuffles). Each fixed kernel gets the attnc_kargs layout its comment
 // documents and the launch shape codegen/ModelEmitter.cpp (or, for
 // find_nonfinite, runtime/train/CompiledStepCuda.cpp) gives it, on random

@@ -1,4 +1,4 @@
-# The device optimizer kernels (codegen/cuda/include/attnc/optimizer.cuh):
+# The device optimizer kernels (codegen/kernels/cuda/attnc/optimizer.cuh):
 # NVRTC builds for sm_75, sm_80 and sm_90 with ptxas resource checks, and
 # their numerics on the host block emulator against runtime/train's CPU
 # AdamW, see test/unit/CudaOptimizerTest.cpp. Needs NVRTC and Linux
@@ -13,8 +13,8 @@ target_compile_definitions(attnc-cuda-optimizer-tests PRIVATE
   ATTNC_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 # The emulation half compiles the kernel header with the host compiler.
 target_include_directories(attnc-cuda-optimizer-tests PRIVATE ${PROJECT_SOURCE_DIR}
-  ${PROJECT_SOURCE_DIR}/codegen/cuda/include ${PROJECT_SOURCE_DIR}/codegen
-  ${PROJECT_SOURCE_DIR}/codegen/cuda/emulator
+  ${PROJECT_SOURCE_DIR}/codegen/kernels/common ${PROJECT_SOURCE_DIR}/codegen/kernels/cuda
+  ${PROJECT_SOURCE_DIR}/codegen/kernels/emulator
   ${CUDAToolkit_INCLUDE_DIRS})
 # No -march=native: the kernels and the CPU AdamW round every operation
 # (no FMA contraction), which the test's bit-for-bit count relies on.

@@ -1,13 +1,13 @@
 //===- CudaOptimizerTest.cpp - The device optimizer kernels ---------------===//
 //
-// codegen/cuda/include/attnc/optimizer.cuh, no GPU needed:
+// codegen/kernels/cuda/attnc/optimizer.cuh, no GPU needed:
 //
 // NVRTC builds. The header's four entry points, compiled by
 // runtime/NvrtcCompiler for sm_75, sm_80 and sm_90: ptxas must report no
 // spills, no stack frame, and the static shared memory of the reductions.
 //
 // Numerics. The same header compiled by the host compiler runs on the SIMT
-// block emulator (codegen/cuda/emulator/attnc/simt_emulator.h: real
+// block emulator (codegen/kernels/emulator/attnc/simt_emulator.h: real
 // barriers and warp shuffles). Several AdamW steps with warm-up, cosine
 // decay, decoupled weight decay on some parameters, gradient clipping on
 // some steps and not others, and loss-scaled gradients are compared with
@@ -59,8 +59,9 @@ TEST_P(CudaOptimizerNvrtc, CompilesWithoutSpills) {
   NvrtcCompiler nvrtc; // no cache: always a real compile
   NvrtcOptions o;
   o.arch = GetParam();
-  o.includeDirs = {std::string(ATTNC_SOURCE_DIR) + "/codegen/cuda/include",
-                   std::string(ATTNC_SOURCE_DIR) + "/codegen"};
+  o.includeDirs = {std::string(ATTNC_SOURCE_DIR) + "/codegen/kernels/abi",
+                   std::string(ATTNC_SOURCE_DIR) + "/codegen/kernels/common",
+                   std::string(ATTNC_SOURCE_DIR) + "/codegen/kernels/cuda"};
   Expected<Cubin> c = nvrtc.compile("attnc_optimizer.cu", "#include \"attnc/optimizer.cuh\"\n", o);
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_FALSE(contains(c->log, "warning")) << c->log;

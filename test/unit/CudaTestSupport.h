@@ -212,8 +212,9 @@ struct Compiled {
 inline std::vector<std::string> nvrtcOptions(int sm) {
   return {"--gpu-architecture=sm_" + std::to_string(sm),
           "-std=c++17",
-          std::string("-I") + ATTNC_SOURCE_DIR + "/codegen/cuda/include",
-          std::string("-I") + ATTNC_SOURCE_DIR + "/codegen",
+          std::string("-I") + ATTNC_SOURCE_DIR + "/codegen/kernels/abi",
+          std::string("-I") + ATTNC_SOURCE_DIR + "/codegen/kernels/common",
+          std::string("-I") + ATTNC_SOURCE_DIR + "/codegen/kernels/cuda",
           std::string("-I") + ATTNC_CUDA_INCLUDE_DIR,
           "-Xptxas=-v"};
 }

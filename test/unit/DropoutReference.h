@@ -1,7 +1,7 @@
 //===- DropoutReference.h - Attention dropout of the test references -----===//
 //
 // The factor the double-precision references weight a probability with:
-// 0 where codegen/Philox.h attentionKeep drops (row, i, j), else 1/(1 − p)
+// 0 where codegen/kernels/abi/attnc/abi/Philox.h attentionKeep drops (row, i, j), else 1/(1 − p)
 // computed in double, and 1 without dropout. Kernels key `row` by head row
 // (dense, low-rank) or head row · rounds + round (LSH).
 //
@@ -9,7 +9,7 @@
 #ifndef ATTNC_TEST_UNIT_DROPOUTREFERENCE_H
 #define ATTNC_TEST_UNIT_DROPOUTREFERENCE_H
 
-#include "../../codegen/Philox.h"
+#include "attnc/abi/Philox.h"
 
 inline double refDropoutFactor(unsigned long long seed, unsigned offset, int row, int i, int j,
                                float p) {

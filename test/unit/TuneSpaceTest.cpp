@@ -1,6 +1,6 @@
 //===- TuneSpaceTest.cpp - The tile search space of attnc tune ------------===//
 #include "codegen/TuneSpace.h"
-#include "codegen/cpu/include/attnc/flash_bwd.h"
+#include "attnc/flash_bwd.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,166 @@
+//===- flash_fwd.cuh - Fused attention forward (FlashAttention-2) ---------===//
+//
+// One CTA computes BLOCK_Q query rows of one (batch, head): grid
+// (ceil(Nq / BLOCK_Q), B * H), WARPS * 32 threads, dynamic shared memory
+// tile::fwdSmemBytes(BLOCK_Q, BLOCK_KV, HEAD_DIM, STAGES, sizeof(T)).
+//
+// Threads and warps: BLOCK_Q == 16 * WARPS; warp w owns query rows
+// [16w, 16w + 16) of the block for the whole kernel: its S = Q K^T tile
+// (16 x BLOCK_KV), its online-softmax state and its O accumulator (16 x
+// HEAD_DIM), all in registers in the m16n8 accumulator layout (mma.cuh), so
+// the softmax needs no shared memory and P feeds P V straight from
+// registers. All threads cooperate on the tile copies.
+//
+// Shared memory (byte offsets from tile::fwdSmem, rows padded by 16 bytes):
+//
+//   [ Q: BLOCK_Q rows | stage 0: K (BLOCK_KV rows), V (BLOCK_KV rows) | stage 1 ... ]
+//
+// Q is loaded once; K/V blocks go through a STAGES-deep cp.async pipeline
+// (block n + STAGES - 1 is in flight while block n is computed; sm_75 loads
+// synchronously). At the end each warp stages its normalised O rows in its
+// own Q rows (no other warp reads them) and stores them with 16-byte writes.
+//
+// Per KV block: S = Q K^T (fp32 accumulate) -> s * scale -> Variant::score
+// -> masks (-inf) -> online softmax (exp2, quad-uniform running max) -> O +=
+// P V (with attention dropout, P masked and rescaled after the softmax
+// summed it). Blocks entirely past the keys (key tail, key padding) or, when
+// causal, after the block's last query are never visited; masks are
+// evaluated only on blocks that may contain masked entries (and always with
+// a Variant::keep). A row with no kept key ends with O = 0 and lse = -inf.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_CUDA_FLASH_FWD_CUH
+#define ATTNC_CUDA_FLASH_FWD_CUH
+
+#include "attnc/common.cuh"
+#include "attnc/copy.cuh"
+#include "attnc/mma.cuh"
+#include "attnc/softmax.cuh"
+#include "attnc/variant.cuh"
+
+namespace attnc {
+
+/// Compile-time shape of the forward kernel.
+template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, int WARPS, int STAGES,
+          class T>
+struct FwdTraits {
+  static constexpr int kThreads = WARPS * 32;
+  static constexpr int kLd = SmemLd<T, HEAD_DIM>::value; ///< elements per row
+  static constexpr int kQOff =
+      tile::fwdSmem(BLOCK_Q, BLOCK_KV, HEAD_DIM, STAGES, sizeof(T)).q;
+  static constexpr int kKvOff =
+      tile::fwdSmem(BLOCK_Q, BLOCK_KV, HEAD_DIM, STAGES, sizeof(T)).kv;
+  static constexpr int kStageBytes =
+      tile::fwdSmem(BLOCK_Q, BLOCK_KV, HEAD_DIM, STAGES, sizeof(T)).stageBytes;
+  static constexpr int kVOff = BLOCK_KV * kLd * int(sizeof(T)); ///< in a stage
+
+  static_assert(BLOCK_Q == tile::kRowsPerWarp * WARPS, "16 rows per warp");
+  static_assert(BLOCK_KV % 16 == 0 && HEAD_DIM % 16 == 0, "MMA k-steps");
+  static_assert(STAGES >= 1, "at least one K/V stage");
+  static_assert(kThreads <= tile::kMaxThreads, "too many warps");
+  static_assert(2 * BLOCK_KV * kLd * int(sizeof(T)) == kStageBytes,
+                "layout disagrees with TileModel.h");
+};
+
+template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, int WARPS, int STAGES,
+          class T, class Variant>
+__device__ void flash_fwd(const AttnFwdArgs &a) {
+  using Tr = FwdTraits<BLOCK_Q, BLOCK_KV, HEAD_DIM, WARPS, STAGES, T>;
+  using Mma = WarpMma<T>;
+  constexpr int D = HEAD_DIM, LD = Tr::kLd, NS = BLOCK_KV / 8, NO = D / 8;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+  const int q0 = blockIdx.x * BLOCK_Q;
+  if (q0 >= a.Nq)
+    return;
+  const int qRows = imin(BLOCK_Q, a.Nq - q0);
+  const int kvEnd = mask::keyEnd<Variant>(a.lengths, b, a.Nk);
+  int nFirst, nBlocks; // the key blocks any row of this block may keep
+  keyBlocks<Variant, BLOCK_KV>(q0, qRows, kvEnd, nFirst, nBlocks);
+
+  const T *gQ = static_cast<const T *>(a.q) + (size_t(bh) * a.Nq + q0) * D;
+  const T *gK = static_cast<const T *>(a.k) + size_t(bh) * a.Nk * D;
+  const T *gV = static_cast<const T *>(a.v) + size_t(bh) * a.Nk * D;
+  T *sQ = smemAt<T>(Tr::kQOff);
+  auto sK = [](int stage) {
+    return smemAt<T>(Tr::kKvOff + stage * Tr::kStageBytes);
+  };
+  auto sV = [](int stage) {
+    return smemAt<T>(Tr::kKvOff + stage * Tr::kStageBytes + Tr::kVOff);
+  };
+  auto loadKv = [&](int n) {
+    const int rows = kvEnd - n * BLOCK_KV, stage = n % STAGES;
+    loadTile<BLOCK_KV, D, Tr::kThreads>(sK(stage), gK + size_t(n) * BLOCK_KV * D,
+                                        rows, tid);
+    loadTile<BLOCK_KV, D, Tr::kThreads>(sV(stage), gV + size_t(n) * BLOCK_KV * D,
+                                        rows, tid);
+  };
+
+  // Q is the oldest group: complete whenever K/V block 0 is.
+  loadTile<BLOCK_Q, D, Tr::kThreads>(sQ, gQ, qRows, tid);
+  cpAsyncCommit();
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (nFirst + s < nBlocks)
+      loadKv(nFirst + s);
+    cpAsyncCommit(); // empty groups keep the wait counts uniform
+  }
+
+  const ScoreCtx ctx = scoreCtx(a, b, h, kvEnd);
+  const int i0 = q0 + warp * tile::kRowsPerWarp; // this warp's first query
+  T *sQw = sQ + warp * tile::kRowsPerWarp * LD;
+  float o[NO][4];
+  zeroAcc(o);
+  OnlineSoftmax softmax;
+  softmax.init();
+
+  for (int n = nFirst; n < nBlocks; ++n) {
+    if (n + STAGES - 1 < nBlocks)
+      loadKv(n + STAGES - 1);
+    cpAsyncCommit();
+    cpAsyncWait<STAGES - 1>(); // block n (and Q) landed, for this thread
+    __syncthreads();           // ... and for all
+
+    const int j0 = n * BLOCK_KV, stage = n % STAGES;
+    // Warps whose rows are past Nq, or (causal) all before this block's
+    // first key, have nothing to add.
+    const bool active = i0 < a.Nq && (!Variant::kCausal || j0 <= i0 + 15);
+    if (active) {
+      float s[NS][4];
+      zeroAcc(s);
+      Mma::template gemmSS<D, NS, false>(s, sQw, LD, sK(stage), LD);
+      const bool mask = Variant::kHasMask || j0 + BLOCK_KV > kvEnd ||
+                        (Variant::kCausal && j0 + BLOCK_KV - 1 > i0);
+      fwdLogits<Variant>(s, ctx, i0, j0, mask);
+      softmax.update(s, o);
+      if constexpr (Variant::kDropout)
+        if (ctx.dropout > 0.f)
+          dropoutProbs<Variant>(s, ctx, i0, j0);
+      Mma::template gemmRS<BLOCK_KV, NO>(o, s, sV(stage), LD);
+    }
+    __syncthreads(); // stage n % STAGES is refilled next iteration
+  }
+  cpAsyncWait<0>();
+  __syncthreads(); // Q rows may have been copied by other warps' threads
+
+  float inv[2], lse[2];
+  softmax.finish(inv, lse);
+  const int g = lane / 4, t = lane % 4;
+  if (t == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int i = i0 + g + 8 * r;
+      if (i < a.Nq)
+        a.lse[size_t(bh) * a.Nq + i] = lse[r];
+    }
+  }
+  storeAcc(sQw, LD, o, inv[0], inv[1]);
+  __syncwarp();
+  T *gO = static_cast<T *>(a.out) + (size_t(bh) * a.Nq + i0) * D;
+  storeTile<tile::kRowsPerWarp, D, 32>(gO, sQw, a.Nq - i0, lane);
+}
+
+} // namespace attnc
+
+#endif // ATTNC_CUDA_FLASH_FWD_CUH
