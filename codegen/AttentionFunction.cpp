@@ -1,8 +1,6 @@
 //===- AttentionFunction.cpp - One attention op as a function -------------===//
 #include "codegen/AttentionFunction.h"
 
-#include "passes/Passes.h"
-
 #include "mlir/IR/Builders.h"
 
 using namespace mlir;
@@ -68,22 +66,6 @@ FailureOr<func::FuncOp> buildAttentionFunction(ModuleOp module, VariantOp varian
                                   lengths, e, f, rotations, params);
   b.create<func::ReturnOp>(loc, op.getResults());
   return func;
-}
-
-void buildKernelPipeline(PassManager &pm, StringRef target, StringRef arch) {
-  ExpandLshOptions lsh;
-  lsh.report = true;
-  pm.addPass(createExpandLsh(lsh));
-  pm.addPass(createLowerAttention());
-  pm.addPass(createLowRankOrder());
-  pm.addPass(createFuseAttention());
-  pm.addPass(createFuseLsh());
-  pm.addNestedPass<func::FuncOp>(createDeriveBackward());
-  pm.addPass(createKeyBand());
-  TileAttentionOptions tile;
-  tile.target = target.str();
-  tile.arch = arch.str();
-  pm.addPass(createTileAttention(tile));
 }
 
 } // namespace attnc::codegen

@@ -2,7 +2,7 @@
 //
 // Builds `func.func @NAME(q, k, v, [lengths], [E], [F], [params])` (LSH:
 // `(q, v, [lengths], rotations, [params])`, shared QK) holding one
-// attn.attention of a variant, the unit the kernel pipeline compiles for
+// attn.attention of a variant, the unit the kernel pipeline (passes/Pipelines.h) compiles for
 // `attnc compile` (per model) and `attnc run` (per input shapes).
 //
 //===----------------------------------------------------------------------===//
@@ -13,7 +13,6 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
-#include "mlir/Pass/PassManager.h"
 
 namespace attnc::codegen {
 
@@ -34,10 +33,6 @@ mlir::FailureOr<mlir::func::FuncOp> buildAttentionFunction(mlir::ModuleOp module
                                                            attn::VariantOp variant,
                                                            llvm::StringRef name,
                                                            const AttentionShape &shape);
-
-/// The kernel pipeline: lower, choose the low-rank order, fuse, derive the
-/// backward of functions marked attn.differentiate, tile for the target.
-void buildKernelPipeline(mlir::PassManager &pm, llvm::StringRef target, llvm::StringRef arch);
 
 } // namespace attnc::codegen
 

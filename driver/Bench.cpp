@@ -3,23 +3,24 @@
 // A benchmark program, not a test: every number comes from one run, and the
 // table reports ratios measured side by side (fused vs unfused, low-rank vs
 // dense) plus GFLOP/s against this machine's measured SGEMM rate.
-// FLOP convention (DESIGN.md §7): dense forward 4·B·H·N²·D, backward 2.5×
+// FLOP convention (docs/design.md, Measuring): dense forward 4·B·H·N²·D, backward 2.5×
 // forward; low-rank forward 4·B·H·N·k·D plus 4·B·H·k·N·D for the two
 // projections.
 //
 //===----------------------------------------------------------------------===//
-#include "tools/attnc/Bench.h"
-#include "tools/attnc/Train.h"
-#include "tools/attnc/BenchCommon.h"
-#include "tools/attnc/BenchLinformer.h"
-#include "tools/attnc/BenchLsh.h"
-#include "tools/attnc/Compile.h"
-#include "tools/attnc/Run.h"
-#include "tools/attnc/Tune.h"
+#include "driver/Bench.h"
+#include "driver/Train.h"
+#include "driver/BenchCommon.h"
+#include "driver/BenchLinformer.h"
+#include "driver/BenchLsh.h"
+#include "driver/Compile.h"
+#include "driver/Run.h"
+#include "driver/Tune.h"
 
 #include "dsl/AttnDialect.h"
 #include "dsl/MLIRGen.h"
-#include "codegen/KernelArgs.h"
+#include "attnc/abi/KernelArgs.h"
+#include "runtime/KernelHeaders.h"
 #include "runtime/KernelCache.h"
 
 #include "mlir/IR/Builders.h"
@@ -227,7 +228,12 @@ int runBench(const BenchOptions &opt) {
   // Baseline and peak probe.
   HostCompiler compiler(&KernelCache::processDefault());
   HostCompileOptions hostOptions;
-  hostOptions.includeDirs = defaultKernelIncludeDirs();
+  Expected<std::vector<std::string>> cpuDirs = kernelIncludeDirs(KernelFamily::Cpu);
+  if (!cpuDirs) {
+    std::cerr << "attnc bench: error: " << cpuDirs.error() << "\n";
+    return kExitInput;
+  }
+  hostOptions.includeDirs = *cpuDirs;
   hostOptions.flags = {"-DATTNC_USE_CBLAS", "-lopenblas"};
   Expected<SharedObject> baseline =
       compiler.compileAndLoad("attnc_bench_baseline.cpp", kBaselineSource, hostOptions);

@@ -1,6 +1,6 @@
 //===- Bench.h - attnc bench: attention kernels side by side ----*- C++ -*-===//
-#ifndef ATTNC_TOOLS_ATTNC_BENCH_H
-#define ATTNC_TOOLS_ATTNC_BENCH_H
+#ifndef ATTNC_DRIVER_BENCH_H
+#define ATTNC_DRIVER_BENCH_H
 
 #include <string>
 #include <vector>
@@ -51,4 +51,4 @@ int runBench(const BenchOptions &options);
 
 } // namespace attnc::driver
 
-#endif // ATTNC_TOOLS_ATTNC_BENCH_H
+#endif // ATTNC_DRIVER_BENCH_H

@@ -1,7 +1,8 @@
 //===- BenchCommon.h - Helpers shared by the attnc bench modes --*- C++ -*-===//
-#ifndef ATTNC_TOOLS_ATTNC_BENCHCOMMON_H
-#define ATTNC_TOOLS_ATTNC_BENCHCOMMON_H
+#ifndef ATTNC_DRIVER_BENCHCOMMON_H
+#define ATTNC_DRIVER_BENCHCOMMON_H
 
+#include "runtime/KernelHeaders.h"
 #include "runtime/CpuAttention.h"
 #include "runtime/HostCompiler.h"
 #include "runtime/KernelCache.h"
@@ -64,8 +65,11 @@ inline std::string fmt(double v, int prec = 2) {
 inline Expected<SharedObject> compileBenchSource(const std::string &programName,
                                                  const std::string &source) {
   static HostCompiler compiler(&KernelCache::processDefault());
+  Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
+  if (!dirs)
+    return dirs.takeError();
   HostCompileOptions options;
-  options.includeDirs = defaultKernelIncludeDirs();
+  options.includeDirs = *dirs;
   options.flags = {"-DATTNC_USE_CBLAS", "-lopenblas"};
   return compiler.compileAndLoad(programName, source, options);
 }
@@ -190,4 +194,4 @@ inline bool writeBarPlot(const std::string &path, const std::string &title,
 
 } // namespace attnc::driver::bench
 
-#endif // ATTNC_TOOLS_ATTNC_BENCHCOMMON_H
+#endif // ATTNC_DRIVER_BENCHCOMMON_H

@@ -18,13 +18,13 @@
 // (docs/benchmarks.md).
 //
 //===----------------------------------------------------------------------===//
-#include "tools/attnc/BenchLinformer.h"
-#include "tools/attnc/BenchCommon.h"
-#include "tools/attnc/Compile.h"
-#include "tools/attnc/ModelConfig.h"
-#include "tools/attnc/Run.h"
+#include "driver/BenchLinformer.h"
+#include "driver/BenchCommon.h"
+#include "driver/Compile.h"
+#include "driver/ModelConfig.h"
+#include "driver/Run.h"
 
-#include "codegen/KernelArgs.h"
+#include "attnc/abi/KernelArgs.h"
 #include "dsl/AttnDialect.h"
 #include "passes/Passes.h"
 #include "runtime/train/Model.h"
@@ -268,9 +268,7 @@ int runLinformerTable(const BenchOptions &opt) {
   OwningOpRef<ModuleOp> module = loadSpecModule(specPath, "bench", context);
   if (!module)
     return kExitInput;
-  PassManager resolve(&context);
-  resolve.addPass(createResolveTunables());
-  if (failed(resolve.run(*module)))
+  if (!runResolvePipeline(*module, ResolvePipelineOptions()))
     return kExitInput;
   // The first model whose attention is low-rank.
   attn::ModelOp model;

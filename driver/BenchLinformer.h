@@ -1,8 +1,8 @@
 //===- BenchLinformer.h - attnc bench --linformer-table ---------*- C++ -*-===//
-#ifndef ATTNC_TOOLS_ATTNC_BENCHLINFORMER_H
-#define ATTNC_TOOLS_ATTNC_BENCHLINFORMER_H
+#ifndef ATTNC_DRIVER_BENCHLINFORMER_H
+#define ATTNC_DRIVER_BENCHLINFORMER_H
 
-#include "tools/attnc/Bench.h"
+#include "driver/Bench.h"
 
 namespace attnc::driver {
 
@@ -19,4 +19,4 @@ int runLinformerTable(const BenchOptions &opt);
 
 } // namespace attnc::driver
 
-#endif // ATTNC_TOOLS_ATTNC_BENCHLINFORMER_H
+#endif // ATTNC_DRIVER_BENCHLINFORMER_H

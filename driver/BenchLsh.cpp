@@ -9,10 +9,10 @@
 // query against its window), hashing not counted.
 //
 //===----------------------------------------------------------------------===//
-#include "tools/attnc/BenchLsh.h"
-#include "tools/attnc/BenchCommon.h"
-#include "tools/attnc/Compile.h"
-#include "tools/attnc/Run.h"
+#include "driver/BenchLsh.h"
+#include "driver/BenchCommon.h"
+#include "driver/Compile.h"
+#include "driver/Run.h"
 
 #include "dsl/AttnDialect.h"
 #include "runtime/Philox.h"

@@ -1,8 +1,8 @@
 //===- BenchLsh.h - attnc bench: the LSH columns and sweep ------*- C++ -*-===//
-#ifndef ATTNC_TOOLS_ATTNC_BENCHLSH_H
-#define ATTNC_TOOLS_ATTNC_BENCHLSH_H
+#ifndef ATTNC_DRIVER_BENCHLSH_H
+#define ATTNC_DRIVER_BENCHLSH_H
 
-#include "tools/attnc/Bench.h"
+#include "driver/Bench.h"
 
 #include "runtime/CpuAttention.h"
 
@@ -33,4 +33,4 @@ int runLshSweep(mlir::ModuleOp module, const BenchOptions &opt);
 
 } // namespace attnc::driver
 
-#endif // ATTNC_TOOLS_ATTNC_BENCHLSH_H
+#endif // ATTNC_DRIVER_BENCHLSH_H

@@ -1,17 +1,18 @@
 //===- Compile.cpp - Spec to kernels and artifacts ------------------------===//
-#include "tools/attnc/Compile.h"
-#include "tools/attnc/ModelConfig.h"
-#include "tools/attnc/ModelGraph.h"
-#include "tools/attnc/Tune.h"
+#include "driver/Compile.h"
+#include "driver/ModelConfig.h"
+#include "driver/ModelGraph.h"
+#include "driver/Tune.h"
 
 #include "codegen/Manifest.h"
 #include "dsl/AttnDialect.h"
 #include "dsl/MLIRGen.h"
 #include "dsl/Parser.h"
-#include "passes/Passes.h"
+#include "passes/Pipelines.h"
 
-#include "codegen/TileModel.h"
-#include "codegen/cuda/include/attnc/model_step_env.h"
+#include "attnc/abi/TileModel.h"
+#include "attnc/abi/model_step_env.h"
+#include "runtime/KernelHeaders.h"
 #include "runtime/FileSystem.h"
 #include "runtime/KernelCache.h"
 #include "runtime/NvrtcCompiler.h"
@@ -33,43 +34,12 @@ using namespace mlir;
 
 namespace attnc::driver {
 
-OwningOpRef<ModuleOp> loadSpecModule(const std::string &path, const char *cmd,
-                                     MLIRContext &context, std::string *textOut) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    std::cerr << "attnc " << cmd << ": error: cannot open '" << path << "'\n";
-    return nullptr;
-  }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string text = ss.str();
-  DiagnosticEngine diag(text, std::cerr);
-  std::optional<ast::Spec> spec = parseAndCheck(text, path, diag);
-  if (!spec)
-    return nullptr;
-  registerAttncDialects(context);
-  OwningOpRef<ModuleOp> module = mlirGen(context, *spec);
-  if (module && textOut)
-    *textOut = std::move(text);
-  return module;
-}
-
-std::string sha256Hex(const std::string &text) {
-  std::array<uint8_t, 32> digest = llvm::SHA256::hash(
-      llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(text.data()), text.size()));
-  static const char hex[] = "0123456789abcdef";
-  std::string out;
-  for (uint8_t b : digest) {
-    out.push_back(hex[b >> 4]);
-    out.push_back(hex[b & 15]);
-  }
-  return out;
-}
-
 int compileFunctions(ModuleOp module, const std::string &target, const std::string &arch,
                      CompiledKernels &out) {
   PassManager pm(module.getContext());
-  codegen::buildKernelPipeline(pm, target, arch);
+  KernelPipelineOptions kernel;
+  kernel.target = target, kernel.arch = arch;
+  populateKernelPipeline(pm, kernel);
   if (failed(pm.run(module)))
     return kExitInput;
   llvm::raw_string_ostream os(out.source);
@@ -82,17 +52,15 @@ int compileFunctions(ModuleOp module, const std::string &target, const std::stri
 
 int compileModels(ModuleOp module, const std::string &target, const std::string &arch,
                   CompiledKernels &out) {
-  // k / LSH rounds measured by attnc tune --max-error, where the spec left
-  // them auto (CPU measurements: the CPU target).
-  // The tuning database, read once for every choice below.
-  const TuningLookup tuned = TuningLookup::open();
-  if (target == "cpu")
-    applyTunedAccuracy(tuned, module, std::cerr);
-  PassManager resolve(module.getContext());
-  ResolveTunablesOptions options;
-  options.report = true;
-  resolve.addPass(createResolveTunables(options));
-  if (failed(resolve.run(module)))
+  // The tuning database's tiles for the target, and (CPU measurements: the
+  // CPU target) k / LSH rounds from attnc tune --max-error, where the spec
+  // left them auto; then the heuristics.
+  ResolvePipelineOptions resolve;
+  resolve.tuningDb = tuningDbPath();
+  resolve.target = target, resolve.arch = arch;
+  resolve.tuneAccuracy = target == "cpu";
+  resolve.report = true;
+  if (!runResolvePipeline(module, resolve))
     return kExitInput;
 
   SmallVector<attn::ModelOp> models(module.getOps<attn::ModelOp>());
@@ -113,15 +81,6 @@ int compileModels(ModuleOp module, const std::string &target, const std::string 
     shape.heads = model.getHeads();
     shape.maxSeq = model.getSeq();
     shape.headDim = model.getDModel() / model.getHeads();
-    // A measured tile from `attnc tune` (CPU), when the spec leaves it auto.
-    if (target == "cpu")
-      applyTunedCpuTile(tuned, variant, shape.headDim, model.getSeq(), shape.heads, std::cerr);
-    else
-      applyTunedCudaTile(tuned, variant,
-                         model.getDtype() == attn::DType::fp32   ? "f32"
-                         : model.getDtype() == attn::DType::bf16 ? "bf16"
-                                                                 : "f16",
-                         shape.headDim, model.getSeq(), shape.heads, arch, std::cerr);
     Builder b(module.getContext());
     // The CPU backend computes in f32 whatever the model's dtype.
     attn::DType dtype = target == "cpu" ? attn::DType::fp32 : model.getDtype();
@@ -147,7 +106,12 @@ int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std
   NvrtcCompiler nvrtc(&KernelCache::processDefault());
   NvrtcOptions options;
   options.arch = arch;
-  options.includeDirs = {ATTNC_SOURCE_DIR "/codegen", ATTNC_SOURCE_DIR "/codegen/cuda/include"};
+  Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
+  if (!dirs) {
+    std::cerr << "attnc: error: " << dirs.error() << "\n";
+    return kExitInput;
+  }
+  options.includeDirs = *dirs;
   Expected<Cubin> cubin = nvrtc.compile("attnc_kernels.cu", compiled.source, options);
   if (!cubin) {
     std::cerr << "attnc: error: " << cubin.error() << "\n";
@@ -271,5 +235,115 @@ int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp 
               << batch << "; attnc-rt train " << dir << " trains it)\n";
   return kExitOk;
 }
+
+namespace {
+int fail(const std::string &msg) {
+  std::cerr << "attnc: error: " << msg << "\n";
+  return kExitInput;
+}
+} // namespace
+
+int runCompile(const CompileCommandOptions &opts) {
+  std::string err;
+  if (!checkArch(opts.arch, err))
+    return fail(err);
+  std::string buffer;
+  if (!readSpecFile(opts.spec, buffer, err))
+    return fail(err);
+
+  DiagnosticEngine diag(buffer, std::cerr);
+  std::optional<ast::Spec> spec = parseAndCheck(buffer, opts.spec, diag);
+  if (!spec)
+    return kExitInput;
+
+  std::ofstream file;
+  std::ostream *os = &std::cout;
+  if (!opts.emit.empty() && !opts.output.empty()) {
+    file.open(opts.output);
+    if (!file)
+      return fail("cannot write '" + opts.output + "'");
+    os = &file;
+  }
+
+  if (opts.emit == "ast") {
+    ast::dump(*spec, *os);
+    return 0;
+  }
+  MLIRContext context;
+  registerAttncDialects(context);
+  ScopedDiagnosticHandler handler(&context, printDiagnostic);
+  OwningOpRef<ModuleOp> module = mlirGen(context, *spec);
+  if (!module)
+    return kExitInput;
+
+  if (opts.emit == "graph" || opts.emit == "model-cpp" || opts.emit == "model-cuda") {
+    // Whole-model compilation: each model's planned training step.
+    if (!runResolvePipeline(*module, ResolvePipelineOptions()))
+      return kExitInput;
+    for (attn::ModelOp model : module->getOps<attn::ModelOp>()) {
+      ModelGraph g;
+      // As attnc train runs it by default: standard layers recomputed.
+      if (!compileModelGraph(*module, model, opts.planBatch, 0, true, g,
+                                            /*recomputeLayers=*/true))
+        return kExitInput;
+      if (opts.emit == "model-cuda")
+        *os << g.step.cudaDeviceSource << "\n// ---- host side ----\n" << g.step.cudaHostSource;
+      else
+        *os << (opts.emit == "graph" ? g.ir + "\n" : g.step.source);
+    }
+    return 0;
+  }
+
+  if (opts.emit == "cuda" || opts.emit == "cpp" || opts.checkNvrtc ||
+      (opts.emit.empty() && !opts.output.empty())) {
+    std::string target = opts.emit == "cpp" ? "cpu" : opts.emit == "cuda" ? "cuda" : opts.target;
+    CompiledKernels compiled;
+    int rc = compileModels(*module, target, opts.arch, compiled);
+    if (rc)
+      return rc;
+    if (opts.checkNvrtc) {
+      if (target != "cuda")
+        return fail("--check-nvrtc needs the cuda target");
+      if (int rc2 = checkWithNvrtc(compiled, opts.arch, std::cout))
+        return rc2;
+      if (checkModelStepsWithNvrtc(*module, opts.arch, opts.planBatch, std::cout))
+        return kExitInput;
+      if (opts.emit.empty() && opts.output.empty())
+        return 0;
+    }
+    if (!opts.emit.empty()) {
+      *os << compiled.source;
+      return 0;
+    }
+    if (int rc2 = writeArtifact(opts.output, buffer, *module, target, opts.arch,
+                                               compiled, opts.planBatch))
+      return rc2;
+    reportMemoryPlans(*module, opts.planBatch, std::cout);
+    reportCompiledPlans(*module, opts.planBatch, std::cout);
+    return 0;
+  }
+
+  if (opts.emit == "lowered" || (opts.emit.empty() && opts.memoryPlan)) {
+    ResolvePipelineOptions report;
+    report.report = true;
+    if (!runResolvePipeline(*module, report))
+      return kExitInput;
+  }
+  if (!opts.emit.empty()) {
+    std::string text;
+    llvm::raw_string_ostream rs(text);
+    module->print(rs);
+    *os << rs.str() << "\n";
+    return 0;
+  }
+  std::cout << opts.spec << ": ok (" << spec->attentions.size()
+            << " attention variant(s), " << spec->models.size() << " model(s))\n";
+  if (opts.memoryPlan) {
+    reportMemoryPlans(*module, opts.planBatch, std::cout);
+    reportCompiledPlans(*module, opts.planBatch, std::cout);
+  }
+  return 0;
+}
+
 
 } // namespace attnc::driver

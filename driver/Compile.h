@@ -1,9 +1,10 @@
 //===- Compile.h - Spec to kernels and artifacts ----------------*- C++ -*-===//
-#ifndef ATTNC_TOOLS_ATTNC_COMPILE_H
-#define ATTNC_TOOLS_ATTNC_COMPILE_H
+#ifndef ATTNC_DRIVER_COMPILE_H
+#define ATTNC_DRIVER_COMPILE_H
 
 #include "codegen/AttentionFunction.h"
 #include "codegen/KernelEmitter.h"
+#include "driver/Spec.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -13,10 +14,6 @@
 #include <vector>
 
 namespace attnc::driver {
-
-constexpr int kExitOk = 0;
-constexpr int kExitInput = 1;
-constexpr int kExitNotImplemented = 2;
 
 struct CompiledKernels {
   std::string source; ///< the CUDA or C++ translation unit
@@ -46,17 +43,22 @@ int writeArtifact(const std::string &dir, const std::string &specText, mlir::Mod
 /// shared memory fits the arch. Prints a resource table to `os`.
 int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std::ostream &os);
 
-/// Reads the spec at `path`, checks it (located errors on stderr) and builds
-/// its attn module in `context` (registering the dialects). Returns null on
-/// failure, after printing `attnc CMD: error: cannot open ...` for an
-/// unreadable file. `text`, when given, receives the file's bytes.
-mlir::OwningOpRef<mlir::ModuleOp> loadSpecModule(const std::string &path, const char *cmd,
-                                                 mlir::MLIRContext &context,
-                                                 std::string *text = nullptr);
+/// `attnc compile`: what its flags ask for.
+struct CompileCommandOptions {
+  std::string spec;
+  std::string target = "cuda";
+  std::string arch = "sm_80";
+  std::string emit;   ///< one stage to print instead of an artifact
+  std::string output; ///< with emit: the file (default stdout); else the artifact directory
+  bool checkNvrtc = false;
+  bool memoryPlan = false; ///< print the models' memory plans (always with an artifact)
+  int planBatch = 1;
+};
 
-/// SHA-256 of `text` in hex.
-std::string sha256Hex(const std::string &text);
+/// `attnc compile`: checks the spec, then prints the stage --emit names, or
+/// checks the kernels with NVRTC, or writes the artifact. An exit code.
+int runCompile(const CompileCommandOptions &options);
 
 } // namespace attnc::driver
 
-#endif // ATTNC_TOOLS_ATTNC_COMPILE_H
+#endif // ATTNC_DRIVER_COMPILE_H

@@ -1,5 +1,5 @@
 //===- ModelConfig.cpp - A spec model as the training runtime's config ----===//
-#include "tools/attnc/ModelConfig.h"
+#include "driver/ModelConfig.h"
 
 #include <iomanip>
 #include <random>

@@ -1,6 +1,6 @@
 //===- ModelConfig.h - A spec model as the training runtime's config -*- C++ -*-===//
-#ifndef ATTNC_TOOLS_ATTNC_MODELCONFIG_H
-#define ATTNC_TOOLS_ATTNC_MODELCONFIG_H
+#ifndef ATTNC_DRIVER_MODELCONFIG_H
+#define ATTNC_DRIVER_MODELCONFIG_H
 
 #include "dsl/AttnDialect.h"
 #include "runtime/train/Model.h"
@@ -37,4 +37,4 @@ train::Batch syntheticBatch(const train::ModelConfig &config, int B);
 
 } // namespace attnc::driver
 
-#endif // ATTNC_TOOLS_ATTNC_MODELCONFIG_H
+#endif // ATTNC_DRIVER_MODELCONFIG_H

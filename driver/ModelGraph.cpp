@@ -1,9 +1,10 @@
 //===- ModelGraph.cpp - Whole-model compilation in the driver -------------===//
-#include "tools/attnc/ModelGraph.h"
+#include "driver/ModelGraph.h"
 
 #include "codegen/ModelEmitter.h"
-#include "codegen/TileModel.h"
-#include "passes/Passes.h"
+#include "attnc/abi/TileModel.h"
+#include "passes/Pipelines.h"
+#include "runtime/KernelHeaders.h"
 #include "runtime/CudaAttention.h"
 #include "runtime/KernelCache.h"
 #include "runtime/NvrtcCompiler.h"
@@ -32,16 +33,9 @@ bool compileModelGraph(ModuleOp resolved, attn::ModelOp model, int batch, int la
       m.setLayersAttr(Builder(m).getI64IntegerAttr(layers));
   }
   PassManager pm(copy->getContext());
-  ExpandModelOptions expand;
-  expand.batch = batch;
-  pm.addPass(createExpandModel(expand));
-  DeriveModelBackwardOptions derive;
-  derive.recomputeLayers = recomputeLayers;
-  pm.addPass(createDeriveModelBackward(derive));
-  FuseRowsOptions fuse;
-  fuse.inChunks = fuseInChunks;
-  pm.addPass(createFuseRows(fuse));
-  pm.addPass(createPlanMemory());
+  ModelStepPipelineOptions step;
+  step.batch = batch, step.recomputeLayers = recomputeLayers, step.fuseInChunks = fuseInChunks;
+  populateModelStepPipeline(pm, step);
   if (failed(pm.run(*copy)))
     return false;
   auto func = copy->lookupSymbol<func::FuncOp>(("train_" + model.getSymName()).str());
@@ -107,7 +101,12 @@ int checkModelStepsWithNvrtc(ModuleOp resolved, const std::string &arch, int bat
   NvrtcCompiler nvrtc(&KernelCache::processDefault());
   NvrtcOptions options;
   options.arch = arch;
-  options.includeDirs = defaultCudaKernelIncludeDirs();
+  Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
+  if (!dirs) {
+    std::cerr << "attnc: error: " << dirs.error() << "\n";
+    return 1;
+  }
+  options.includeDirs = *dirs;
   // The step's kernels use static __shared__ storage only: 48 KiB on every arch.
   const int limit = std::min(attnc::tile::smemLimitBytes(gpu->sm), 48 * 1024);
   int failures = 0;

@@ -5,8 +5,8 @@
 // module for one model, and emits its C++ training step.
 //
 //===----------------------------------------------------------------------===//
-#ifndef ATTNC_TOOLS_ATTNC_MODELGRAPH_H
-#define ATTNC_TOOLS_ATTNC_MODELGRAPH_H
+#ifndef ATTNC_DRIVER_MODELGRAPH_H
+#define ATTNC_DRIVER_MODELGRAPH_H
 
 #include "dsl/AttnDialect.h"
 #include "runtime/train/CompiledStep.h"
@@ -51,4 +51,4 @@ void reportCompiledPlans(mlir::ModuleOp resolved, int batch, std::ostream &os);
 
 } // namespace attnc::driver
 
-#endif // ATTNC_TOOLS_ATTNC_MODELGRAPH_H
+#endif // ATTNC_DRIVER_MODELGRAPH_H

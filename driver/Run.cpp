@@ -1,11 +1,12 @@
 //===- Run.cpp - attnc run: one attention op on safetensors inputs --------===//
-#include "tools/attnc/Run.h"
-#include "tools/attnc/Compile.h"
+#include "driver/Run.h"
+#include "driver/Compile.h"
 
 #include "codegen/AttentionFunction.h"
 #include "dsl/AttnDialect.h"
 #include "dsl/MLIRGen.h"
 #include "dsl/Parser.h"
+#include "runtime/KernelHeaders.h"
 #include "runtime/Artifact.h"
 #include "runtime/AttentionIO.h"
 #include "runtime/CpuAttention.h"
@@ -105,9 +106,14 @@ int compileCudaAttention(ModuleOp module, attn::VariantOp variant,
   if (int rc = emitVariant(module, variant, shape, "cuda", arch, compiled, fwd, bwd))
     return rc;
   const std::string dtype = compiled.kernels.front().dtype;
+  Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
+  if (!dirs) {
+    std::cerr << "attnc: error: " << dirs.error() << "\n";
+    return kExitInput;
+  }
   NvrtcCompiler nvrtc(&KernelCache::processDefault());
-  Expected<CudaAttention> kernels = CudaAttention::compile(
-      compiled.source, arch, dtype, *fwd, bwd, defaultCudaKernelIncludeDirs(), nvrtc);
+  Expected<CudaAttention> kernels =
+      CudaAttention::compile(compiled.source, arch, dtype, *fwd, bwd, *dirs, nvrtc);
   if (!kernels) {
     std::cerr << "attnc: error: " << kernels.error() << "\n";
     return kExitInput;
@@ -137,12 +143,17 @@ std::vector<std::string> buildCpuAttentions(const std::vector<EmittedKernels> &e
   out.clear();
   out.resize(emitted.size());
   std::vector<std::string> errors(emitted.size());
+  Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
+  if (!dirs) {
+    errors.assign(emitted.size(), dirs.error());
+    return errors;
+  }
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t i = next++; i < emitted.size(); i = next++) {
       const EmittedKernels &e = emitted[i];
-      Expected<CpuAttention> k = CpuAttention::compile(e.source, e.fwd, e.bwd,
-                                                       defaultKernelIncludeDirs(), hostCompiler());
+      Expected<CpuAttention> k = CpuAttention::compile(e.source, e.fwd, e.bwd, *dirs,
+                                                       hostCompiler());
       if (k)
         out[i].emplace(std::move(k).take());
       else
@@ -163,8 +174,13 @@ int compileCpuAttention(ModuleOp module, attn::VariantOp variant,
   EmittedKernels e;
   if (int rc = emitCpuAttention(module, variant, shape, e))
     return rc;
+  Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
+  if (!dirs) {
+    std::cerr << "attnc: error: " << dirs.error() << "\n";
+    return kExitInput;
+  }
   Expected<CpuAttention> kernels =
-      CpuAttention::compile(e.source, e.fwd, e.bwd, defaultKernelIncludeDirs(), hostCompiler());
+      CpuAttention::compile(e.source, e.fwd, e.bwd, *dirs, hostCompiler());
   if (!kernels) {
     std::cerr << "attnc: error: " << kernels.error() << "\n";
     return kExitInput;

@@ -1,6 +1,6 @@
 //===- Run.h - attnc run: one attention op on safetensors inputs -*- C++ -*-===//
-#ifndef ATTNC_TOOLS_ATTNC_RUN_H
-#define ATTNC_TOOLS_ATTNC_RUN_H
+#ifndef ATTNC_DRIVER_RUN_H
+#define ATTNC_DRIVER_RUN_H
 
 #include "codegen/AttentionFunction.h"
 #include "runtime/CpuAttention.h"
@@ -22,7 +22,7 @@ struct RunOptions {
   uint64_t seed = 0;
 };
 
-/// `attnc run SPEC --op attention[:NAME] ...` (DESIGN.md §5). Returns an exit
+/// `attnc run SPEC --op attention[:NAME] ...` (docs/design.md, Interfaces). Returns an exit
 /// code; every error names the file, the tensor and the expected shape.
 int runAttention(const RunOptions &options);
 
@@ -64,4 +64,4 @@ int compileCudaAttention(mlir::ModuleOp module, attn::VariantOp variant,
 
 } // namespace attnc::driver
 
-#endif // ATTNC_TOOLS_ATTNC_RUN_H
+#endif // ATTNC_DRIVER_RUN_H

@@ -6,13 +6,13 @@
 // train::train (runtime/train/Trainer.h).
 //
 //===----------------------------------------------------------------------===//
-#include "tools/attnc/Train.h"
-#include "tools/attnc/Compile.h"
-#include "tools/attnc/ModelConfig.h"
-#include "tools/attnc/ModelGraph.h"
-#include "tools/attnc/BenchCommon.h"
-#include "tools/attnc/Run.h"
-#include "tools/attnc/Tune.h"
+#include "driver/Train.h"
+#include "driver/Compile.h"
+#include "driver/ModelConfig.h"
+#include "driver/ModelGraph.h"
+#include "driver/BenchCommon.h"
+#include "driver/Run.h"
+#include "driver/Tune.h"
 
 #include "runtime/CudaAttention.h"
 #include "runtime/CudaDriver.h"
@@ -165,14 +165,12 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = 
     return kExitInput;
   p.specHash = sha256Hex(text);
   const std::set<std::string> autoFfn = modelsWithAutoFfnChunk(*p.module);
-  // The tuning database, read once for the accuracy, tile and FFN choices.
-  const TuningLookup tuned = TuningLookup::open();
-  applyTunedAccuracy(tuned, *p.module, std::cerr);
-  PassManager resolve(&p.context);
-  ResolveTunablesOptions ro;
-  ro.report = true;
-  resolve.addPass(createResolveTunables(ro));
-  if (failed(resolve.run(*p.module)))
+  // The tuning database's CPU tiles and accuracy choices (attn-apply-tuning),
+  // then the heuristics; the FFN chunk from the database below.
+  ResolvePipelineOptions resolve;
+  resolve.tuningDb = tuningDbPath();
+  resolve.report = true;
+  if (!runResolvePipeline(*p.module, resolve))
     return kExitInput;
   attn::ModelOp model;
   std::string names;
@@ -206,9 +204,8 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = 
   if (c.dModel % c.heads)
     return fail(cmd, "d_model " + std::to_string(c.dModel) + " is not a multiple of heads " +
                          std::to_string(c.heads));
-  applyTunedCpuTile(tuned, variant, c.dModel / c.heads, c.seq, c.heads, std::cerr);
   if (autoFfn.count(p.name))
-    if (int chunk = tunedFfnChunk(tuned, c, std::cerr))
+    if (int chunk = tunedFfnChunk(TuningLookup::open(), c, std::cerr))
       c.ffnChunk = chunk > 0 ? chunk : 0;
   if (int rc = pinRunChoices(cmd, opt, pin, p, variant, c))
     return rc;
@@ -379,22 +376,18 @@ Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::
   // The CPU step; the CUDA step on the GPU; or the CUDA step with its
   // kernels on the SIMT emulator.
   train::StepEngine stepEngine = train::StepEngine::Cpu;
-  std::vector<std::string> dirs = defaultKernelIncludeDirs();
   if (p.target == "cuda") {
     std::cerr << "attnc train: the CUDA step (" << g.step.cudaSymbol << ") on the GPU, GEMMs in "
               << p.precision << "\n";
     stepEngine = train::StepEngine::Cuda;
-    dirs = defaultCudaKernelIncludeDirs();
   } else if (engine == "cuda-sim") {
     std::cerr << "attnc train: cuda-sim: the CUDA step's kernels (" << g.step.cudaSymbol
               << ") run on the SIMT emulator, GEMM inputs rounded as " << p.precision << "\n";
     stepEngine = train::StepEngine::CudaSim;
-    for (std::string &d : cudaEmulatorIncludeDirs())
-      dirs.push_back(std::move(d));
   }
   train::StepPrecision precision;
   precision.gemm = p.precision, precision.initialLossScale = p.lossScale;
-  return train::CompiledStep::create(std::move(g.step), model, attentionOf(p), dirs,
+  return train::CompiledStep::create(std::move(g.step), model, attentionOf(p),
                                      HostCompiler(&KernelCache::processDefault()), stepEngine,
                                      precision);
 }

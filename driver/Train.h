@@ -1,6 +1,6 @@
 //===- Train.h - attnc train / eval -----------------------------*- C++ -*-===//
-#ifndef ATTNC_TOOLS_ATTNC_TRAIN_H
-#define ATTNC_TOOLS_ATTNC_TRAIN_H
+#ifndef ATTNC_DRIVER_TRAIN_H
+#define ATTNC_DRIVER_TRAIN_H
 
 #include "runtime/Safetensors.h"
 
@@ -78,4 +78,4 @@ int captureAttentionInputs(const char *cmd, const TrainCliOptions &opt, Captured
 
 } // namespace attnc::driver
 
-#endif // ATTNC_TOOLS_ATTNC_TRAIN_H
+#endif // ATTNC_DRIVER_TRAIN_H

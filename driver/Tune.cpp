@@ -12,11 +12,11 @@
 // does not know it).
 //
 //===----------------------------------------------------------------------===//
-#include "tools/attnc/Tune.h"
-#include "tools/attnc/BenchCommon.h"
-#include "tools/attnc/Compile.h"
-#include "tools/attnc/ModelConfig.h"
-#include "tools/attnc/Run.h"
+#include "driver/Tune.h"
+#include "driver/BenchCommon.h"
+#include "driver/Compile.h"
+#include "driver/ModelConfig.h"
+#include "driver/Run.h"
 
 #include "codegen/TuneSpace.h"
 #include "dsl/MLIRGen.h"
@@ -56,39 +56,17 @@ std::string dbPath(const std::string &given) {
   return given.empty() ? tune::TuningDb::defaultPath() : given;
 }
 
-/// What the kernel computes, without the tile: the variant's IR with an
-/// `auto` tile, hashed, and the head dim (CPU kernels are fp32).
-std::string signatureOf(attn::VariantOp variant, int64_t headDim) {
-  OpBuilder b(variant);
-  auto copy = llvm::cast<attn::VariantOp>(b.clone(*variant));
-  copy.setSymName("v");
-  copy.setTileAttr(attn::TileAttr::getAuto(variant.getContext()));
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  copy.print(os);
-  copy.erase();
-  return "cpu attention f32 d" + std::to_string(headDim) + " fwd+bwd " +
-         sha256Hex(os.str()).substr(0, 12);
-}
-
 bool tileIsAuto(attn::TileAttr t) {
   return t.getBlockQ() == attn::kAuto && t.getBlockKv() == attn::kAuto;
 }
 
-/// Parses "bkv=..,bq=..,s=..,w=.." (canonical order) into a tile.
+/// A tuning entry's tile config as the tile model's TileConfig.
 bool parseConfig(const std::string &cfg, tile::TileConfig &c) {
-  c = {0, 0, 1, 1};
-  size_t pos = 0;
-  while (pos < cfg.size()) {
-    size_t comma = cfg.find(',', pos), eq = cfg.find('=', pos);
-    if (eq == std::string::npos || (comma != std::string::npos && eq > comma))
-      return false;
-    std::string key = cfg.substr(pos, eq - pos);
-    int v = std::atoi(cfg.substr(eq + 1, comma - eq - 1).c_str());
-    (key == "bq" ? c.blockQ : key == "bkv" ? c.blockKv : key == "w" ? c.warps : c.stages) = v;
-    pos = comma == std::string::npos ? cfg.size() : comma + 1;
-  }
-  return c.blockQ > 0 && c.blockKv > 0;
+  std::optional<tune::TileChoice> t = tune::parseTileConfig(cfg);
+  if (!t)
+    return false;
+  c = {t->blockQ, t->blockKv, t->warps, t->stages};
+  return true;
 }
 
 /// The spec's module with its tunables resolved; `autoFfn` receives the
@@ -100,9 +78,7 @@ OwningOpRef<ModuleOp> loadResolvedSpec(const std::string &spec, const char *cmd,
   if (!module)
     return nullptr;
   autoFfn = modelsWithAutoFfnChunk(*module);
-  PassManager resolve(&context);
-  resolve.addPass(createResolveTunables());
-  if (failed(resolve.run(*module)))
+  if (!runResolvePipeline(*module, ResolvePipelineOptions()))
     return nullptr;
   return module;
 }
@@ -233,12 +209,7 @@ attn::VariantOp variantOf(attn::ModelOp model) {
 
 } // namespace
 
-std::string cpuToolchain() {
-  Expected<std::string> id =
-      HostCompiler::compilerIdentity(HostCompiler::compilerCommand(HostCompileOptions{}));
-  std::string first = id ? id->substr(0, id->find('\n')) : "host compiler unknown";
-  return tune::toolchainId(first);
-}
+std::string cpuToolchain() { return hostToolchainId(); }
 
 std::optional<Finalists> chooseAmongFinalists(size_t n,
                                               const std::function<double(size_t)> &time) {
@@ -274,137 +245,6 @@ TuningLookup TuningLookup::open() {
   else
     t.error = db.error();
   return t;
-}
-
-void applyTunedAccuracy(const TuningLookup &tuned, ModuleOp module, std::ostream &log) {
-  const std::string &path = tuned.path;
-  const std::optional<tune::TuningDb> &db = tuned.db;
-  if (!db)
-    return; // applyTunedCpuTile reports an unreadable database
-  const std::string device = tune::cpuDevice().id(), tc = cpuToolchain();
-  for (attn::ModelOp model : module.getOps<attn::ModelOp>()) {
-    attn::VariantOp variant = variantOf(model);
-    auto lr = variant.getLowrankAttr();
-    auto lsh = variant.getLshAttr();
-    const bool autoK = lr && lr.isAutoK();
-    const bool autoLsh = lsh && (lsh.getRounds() == attn::kAuto || lsh.getChunk() == attn::kAuto);
-    if (!autoK && !autoLsh)
-      continue;
-    const int64_t H = model.getHeads(), D = model.getDModel() / H;
-    const std::string prefix = std::string("cpu accuracy ") + (lr ? "lowrank " : "lsh ") +
-                               variant.getSymName().str() + " d" + std::to_string(D) +
-                               " max_error=";
-    const std::string bucket = tune::shapeBucket(model.getSeq(), H);
-    // The tightest error budget measured for this variant and shape wins.
-    const tune::Entry *best = nullptr;
-    double bestBudget = 0;
-    for (const tune::Entry *e : db->entries()) {
-      if (e->device.id() != device || e->toolchain != tc ||
-          e->kernel.shapeBucket != bucket || !e->chosen() ||
-          e->kernel.signature.rfind(prefix, 0) != 0 ||
-          e->kernel.signature.find(" crossover") != std::string::npos)
-        continue;
-      double budget = std::atof(e->kernel.signature.c_str() + prefix.size());
-      if (!best || budget < bestBudget)
-        best = e, bestBudget = budget;
-    }
-    const std::string name = variant.getSymName().str();
-    if (!best) {
-      log << "attnc: note: " << name << " leaves " << (lr ? "k" : "LSH rounds/chunk")
-          << " auto and " << path << " has no accuracy entry for it (attnc tune --max-error "
-          << "measures one); using the heuristic\n";
-      continue;
-    }
-    std::map<std::string, int64_t> values;
-    for (llvm::StringRef part : llvm::split(llvm::StringRef(best->config), ',')) {
-      auto [k, v] = part.split('=');
-      int64_t n = 0;
-      if (!v.getAsInteger(10, n))
-        values[k.str()] = n;
-    }
-    MLIRContext *ctx = module.getContext();
-    if (autoK && values.count("k")) {
-      variant.setLowrankAttr(attn::LowRankAttr::get(ctx, values["k"], lr.getShare()));
-    } else if (autoLsh && values.count("rounds") && values.count("chunk")) {
-      variant.setLshAttr(attn::LshAttr::get(
-          ctx, lsh.getBuckets(), lsh.getRounds() == attn::kAuto ? values["rounds"] : lsh.getRounds(),
-          lsh.getChunk() == attn::kAuto ? values["chunk"] : lsh.getChunk(), lsh.getBefore(),
-          lsh.getAfter(), lsh.getSeed(), lsh.getDenseFallback()));
-    } else {
-      log << "attnc: note: the tuner found exact attention as fast for " << name
-          << " at this length (max_error " << bestBudget << "); the spec's variant stays, with "
-          << "the heuristic\n";
-      continue;
-    }
-    log << "attnc: " << name << ": " << best->config << " from " << path << " (max_error "
-        << bestBudget << ", " << best->medianMs << " ms)\n";
-  }
-}
-
-void applyTunedCudaTile(const TuningLookup &tuned, attn::VariantOp variant,
-                        const std::string &dtype, int64_t headDim, int64_t seq, int64_t heads,
-                        const std::string &arch, std::ostream &log) {
-  if (variant.getLsh() || !tileIsAuto(variant.getTile()))
-    return;
-  Expected<GpuArch> gpu = parseGpuArch(arch);
-  if (!gpu)
-    return;
-  const std::string &path = tuned.path;
-  const std::optional<tune::TuningDb> &db = tuned.db;
-  if (!db) {
-    log << "attnc: warning: " << tuned.error << "; using the heuristic tile\n";
-    return;
-  }
-  // attnc tune --target cuda's key; any GPU of this arch (compiling here
-  // need not happen on the GPU), the newest entry when there are several.
-  const tune::KernelKey key{"cuda attention " + dtype + " d" + std::to_string(headDim) +
-                               " fwd " + variant.getSymName().str(),
-                           tune::shapeBucket(seq, heads)};
-  const std::string tc = tune::toolchainId("NVRTC " + NvrtcCompiler::version());
-  const tune::Entry *best = nullptr;
-  for (const tune::Entry *e : db->entries())
-    if (e->device.kind == "cuda" && e->device.ccMajor * 10 + e->device.ccMinor == gpu->sm &&
-        e->kernel.signature == key.signature && e->kernel.shapeBucket == key.shapeBucket &&
-        e->toolchain == tc && e->chosen() && (!best || e->updated > best->updated))
-      best = e;
-  tile::TileConfig c;
-  if (!best || !parseConfig(best->config, c)) {
-    if (!db->empty())
-      log << "attnc: note: no CUDA tuning entry for " << variant.getSymName().str() << " ("
-          << key.shapeBucket << ", " << arch << ") in " << path
-          << "; using the heuristic tile (attnc tune --target cuda measures one on a GPU)\n";
-    return;
-  }
-  // The forward's tile (attn-derive-backward gives the backward its own).
-  variant.setTileAttr(
-      attn::TileAttr::get(variant.getContext(), c.blockQ, c.blockKv, c.warps, c.stages));
-  log << "attnc: " << variant.getSymName().str() << ": tuned tile " << best->config << " ("
-      << best->medianMs << " ms on " << best->device.name << ") from " << path << "\n";
-}
-
-void applyTunedCpuTile(const TuningLookup &tuned, attn::VariantOp variant, int64_t headDim,
-                       int64_t seq, int64_t heads, std::ostream &log) {
-  if (variant.getLsh() || !tileIsAuto(variant.getTile()))
-    return; // LSH: one chunk per task on the CPU; an explicit tile wins
-  const std::string &path = tuned.path;
-  const std::optional<tune::TuningDb> &db = tuned.db;
-  if (!db) {
-    log << "attnc: warning: " << tuned.error << "; using the heuristic tile\n";
-    return;
-  }
-  tune::KernelKey key{signatureOf(variant, headDim), tune::shapeBucket(seq, heads)};
-  const tune::Entry *e = db->find(tune::cpuDevice(), key, cpuToolchain());
-  tile::TileConfig c;
-  if (!e || !parseConfig(e->config, c)) {
-    if (!db->empty())
-      log << "attnc: note: no tuning entry for " << variant.getSymName().str() << " ("
-          << key.shapeBucket << ") on this CPU in " << path
-          << "; using the heuristic tile (attnc tune measures one)\n";
-    return;
-  }
-  variant.setTileAttr(attn::TileAttr::get(variant.getContext(), c.blockQ, c.blockKv, 1, 1));
-  log << "attnc: " << variant.getSymName().str() << ": tuned tile " << e->config << " ("
-      << e->medianMs << " ms) from " << path << "\n";
 }
 
 int runTune(const TuneOptions &opt) {
@@ -457,7 +297,7 @@ int runTune(const TuneOptions &opt) {
     }
     const int64_t H = model.getHeads(), D = model.getDModel() / H, S = model.getSeq();
     const int B = opt.batch;
-    tune::KernelKey key{signatureOf(variant, D), tune::shapeBucket(S, H)};
+    tune::KernelKey key{cpuAttentionSignature(variant, D), tune::shapeBucket(S, H)};
     // Configs whose workspace cannot fit are dropped before compiling.
     tune::TileSpace space = tune::cpuTileSpace(int(D), {opt.maxWorkspaceKib * 1024});
     if (space.candidates.empty())
@@ -620,7 +460,7 @@ int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::
     const int64_t H = model.getHeads(), D = model.getDModel() / H, S = model.getSeq();
     if (!variant.getLsh() && tileIsAuto(variant.getTile())) {
       Row row{name, "attention fwd+bwd", "bq=64,bkv=64", "-", ""};
-      tune::KernelKey key{signatureOf(variant, D), tune::shapeBucket(S, H)};
+      tune::KernelKey key{cpuAttentionSignature(variant, D), tune::shapeBucket(S, H)};
       const tune::Entry *e = db->find(device, key, tc);
       tile::TileConfig tuned;
       if (!e || !parseConfig(e->config, tuned)) {
@@ -639,13 +479,13 @@ int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::
     }
     if (autoFfn.count(name)) {
       FfnBench ffn(model, opt.batch, opt.repeats);
-      Row row{name, "ffn layer step", ffnChunkConfig(ffn.config().ffnChunk), "-", ""};
+      Row row{name, "ffn layer step", tune::ffnChunkConfig(ffn.config().ffnChunk), "-", ""};
       const tune::Entry *e = db->find(device, ffnKey(ffn.config()), tc);
-      if (!e || !parseFfnChunkConfig(e->config)) {
+      if (!e || !tune::parseFfnChunkConfig(e->config)) {
         row.note = "no entry (attnc tune measures one)";
       } else {
         row.tuned = e->config;
-        const int chunks[2] = {ffn.config().ffnChunk, *parseFfnChunkConfig(e->config)};
+        const int chunks[2] = {ffn.config().ffnChunk, *tune::parseFfnChunkConfig(e->config)};
         if (int rc = ffn.compile(*module))
           return rc;
         if (!measure(row, [&](size_t i) { return ffn.time(chunks[i]); }))

@@ -1,6 +1,6 @@
 //===- Tune.h - attnc tune: measured tile configs per machine ---*- C++ -*-===//
-#ifndef ATTNC_TOOLS_ATTNC_TUNE_H
-#define ATTNC_TOOLS_ATTNC_TUNE_H
+#ifndef ATTNC_DRIVER_TUNE_H
+#define ATTNC_DRIVER_TUNE_H
 
 #include "dsl/AttnDialect.h"
 
@@ -113,9 +113,6 @@ private:
 
 /// The database key of a model's FFN chunk.
 tune::KernelKey ffnKey(const train::ModelConfig &config);
-/// "chunk=128" / "chunk=all" (0), and back (nullopt: not an FFN config).
-std::string ffnChunkConfig(int chunk);
-std::optional<int> parseFfnChunkConfig(const std::string &config);
 
 /// attnc tune for the FFN row chunk of one model whose spec left it `auto`
 /// (chunking never changes the result): one layer's training step timed
@@ -148,27 +145,6 @@ int tuneCuda(mlir::ModuleOp module, const TuneOptions &options, const std::strin
 int compareTuned(const TuneOptions &options, const std::string &csvPath,
                  const std::string &svgPath);
 
-/// Gives every variant of `module` that leaves k (low-rank) or LSH rounds /
-/// chunk `auto` the choice of `attnc tune --max-error` for its model's
-/// shape on this CPU (the tightest error budget measured), saying which on
-/// `log`; call before attn-resolve-tunables. attnc compile (CPU) and attnc
-/// train use it.
-void applyTunedAccuracy(const TuningLookup &tuned, mlir::ModuleOp module, std::ostream &log);
-
-/// The same for CUDA: the forward tile attnc tune --target cuda chose on a
-/// GPU of `arch` (any device of that compute capability, the newest entry)
-/// for the kernel's dtype ("f16", "bf16", "f32"), head dim and shape.
-void applyTunedCudaTile(const TuningLookup &tuned, attn::VariantOp variant,
-                        const std::string &dtype, int64_t headDim, int64_t seq, int64_t heads,
-                        const std::string &arch, std::ostream &log);
-
-/// Gives `variant` the tuned tile for a model shape from the tuning database
-/// ($ATTNC_TUNING_DB or the user's), when the spec left its tile `auto` and
-/// an entry exists for this CPU and toolchain; says which entry it used, or
-/// that it fell back to the heuristic, on `log`.
-void applyTunedCpuTile(const TuningLookup &tuned, attn::VariantOp variant, int64_t headDim,
-                       int64_t seq, int64_t heads, std::ostream &log);
-
 } // namespace attnc::driver
 
-#endif // ATTNC_TOOLS_ATTNC_TUNE_H
+#endif // ATTNC_DRIVER_TUNE_H

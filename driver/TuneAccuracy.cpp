@@ -10,12 +10,13 @@
 // calibration recipe and why it is what it is.
 //
 //===----------------------------------------------------------------------===//
-#include "tools/attnc/Tune.h"
-#include "tools/attnc/BenchCommon.h"
-#include "tools/attnc/Compile.h"
-#include "tools/attnc/Run.h"
-#include "tools/attnc/Train.h"
+#include "driver/Tune.h"
+#include "driver/BenchCommon.h"
+#include "driver/Compile.h"
+#include "driver/Run.h"
+#include "driver/Train.h"
 
+#include "passes/Passes.h"
 #include "runtime/Philox.h"
 #include "runtime/tune/TuningDb.h"
 
@@ -245,9 +246,8 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
   }
   // The key says what was traded and for which budget: another budget is
   // another choice.
-  std::string signature = std::string("cpu accuracy ") + (lr ? "lowrank " : "lsh ") +
-                          variant.getSymName().str() + " d" + std::to_string(D) +
-                          " max_error=" + bench::fmt(opt.maxError, 4);
+  std::string signature = tune::accuracySignaturePrefix(bool(lr), variant.getSymName().str(), D) +
+                          bench::fmt(opt.maxError, 4);
   tune::KernelKey key{signature, tune::shapeBucket(N, H)};
   const tune::DeviceKey device = tune::cpuDevice();
   const auto t0 = bench::Clock::now();

@@ -14,12 +14,14 @@
 // one. Without a driver the command lists what it would time and exits 2.
 //
 //===----------------------------------------------------------------------===//
-#include "tools/attnc/BenchCommon.h"
-#include "tools/attnc/Compile.h"
-#include "tools/attnc/Run.h"
-#include "tools/attnc/Tune.h"
+#include "driver/BenchCommon.h"
+#include "driver/Compile.h"
+#include "driver/Run.h"
+#include "driver/Tune.h"
 
 #include "codegen/TuneSpace.h"
+#include "passes/Passes.h"
+#include "runtime/KernelHeaders.h"
 #include "runtime/CudaAttention.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/KernelCache.h"
@@ -122,7 +124,10 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
     NvrtcCompiler nvrtc(&KernelCache::processDefault());
     NvrtcOptions options;
     options.arch = opt.arch;
-    options.includeDirs = defaultCudaKernelIncludeDirs();
+    Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
+    if (!dirs)
+      return tuneFail(dirs.error());
+    options.includeDirs = *dirs;
     std::atomic<size_t> next{0};
     auto worker = [&] {
       for (size_t i = next++; i < cands.size(); i = next++) {
@@ -193,7 +198,7 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
       if (!kernels[i]) {
         Expected<CudaAttention> a =
             CudaAttention::compile(passed[i]->source, opt.arch, passed[i]->dtype, passed[i]->fwd,
-                                   std::nullopt, defaultCudaKernelIncludeDirs(), nvrtc);
+                                   std::nullopt, options.includeDirs, nvrtc);
         if (!a)
           return -1;
         kernels[i].emplace(std::move(a).take());
@@ -212,10 +217,9 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
       return fail(db.error());
     db->setAutosave(std::chrono::milliseconds(0));
     const tune::DeviceKey device = tune::cudaDevice(*dev);
-    const std::string tc = tune::toolchainId("NVRTC " + NvrtcCompiler::version());
-    const tune::KernelKey key{"cuda attention " + passed.front()->dtype + " d" +
-                                  std::to_string(D) + " fwd " + variant.getSymName().str(),
-                              tune::shapeBucket(S, H)};
+    const std::string tc = nvrtcToolchainId();
+    const tune::KernelKey key =
+        tune::cudaAttentionKey(passed.front()->dtype, D, variant.getSymName().str(), S, H);
     std::vector<std::pair<double, size_t>> timed;
     for (size_t i = 0; i < passed.size(); ++i) {
       tune::Measurement m;

@@ -9,11 +9,11 @@
 // the noise; attnc train then uses the entry.
 //
 //===----------------------------------------------------------------------===//
-#include "tools/attnc/BenchCommon.h"
-#include "tools/attnc/Compile.h"
-#include "tools/attnc/ModelConfig.h"
-#include "tools/attnc/Run.h"
-#include "tools/attnc/Tune.h"
+#include "driver/BenchCommon.h"
+#include "driver/Compile.h"
+#include "driver/ModelConfig.h"
+#include "driver/Run.h"
+#include "driver/Tune.h"
 
 #include "runtime/tune/TuningDb.h"
 
@@ -34,9 +34,7 @@ tune::KernelKey ffnKey(const train::ModelConfig &c) {
   const char *act = c.act == train::Activation::Relu   ? "relu"
                     : c.act == train::Activation::Silu ? "silu"
                                                        : "gelu";
-  return {"cpu ffn f32 d" + std::to_string(c.dModel) + " dff" + std::to_string(c.dff) + " " +
-              act + (c.reversible ? " reversible" : " standard"),
-          tune::shapeBucket(c.seq, 1)};
+  return tune::ffnKey(c.dModel, c.dff, act, c.reversible, c.seq);
 }
 
 FfnBench::FfnBench(attn::ModelOp model, int batch, int repeats) : batch_(batch), repeats_(repeats) {
@@ -71,19 +69,6 @@ double FfnBench::time(int chunk) {
   return ok ? ms : -1.0;
 }
 
-std::string ffnChunkConfig(int chunk) {
-  return chunk > 0 ? "chunk=" + std::to_string(chunk) : "chunk=all";
-}
-
-std::optional<int> parseFfnChunkConfig(const std::string &config) {
-  if (config == "chunk=all")
-    return 0;
-  if (config.rfind("chunk=", 0) != 0)
-    return std::nullopt;
-  int chunk = std::atoi(config.c_str() + 6);
-  return chunk > 0 ? std::optional<int>(chunk) : std::nullopt;
-}
-
 int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
                  const std::string &dbPath, const std::string &toolchain, double &budgetLeft) {
   const std::string name = model.getSymName().str();
@@ -114,7 +99,7 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
   size_t done = 0;
   const bool tty = isatty(STDERR_FILENO);
   for (int chunk : candidates) {
-    const std::string config = ffnChunkConfig(chunk);
+    const std::string config = tune::ffnChunkConfig(chunk);
     if (const tune::Measurement *m = db->measured(device, key, toolchain, config)) {
       if (!m->failed())
         timed.push_back({m->medianMs, chunk});
@@ -164,16 +149,16 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
     return kExitInput;
   }
   const size_t best = pick->best;
-  db->choose(device, key, toolchain, ffnChunkConfig(finalists[best]), pick->med[best],
+  db->choose(device, key, toolchain, tune::ffnChunkConfig(finalists[best]), pick->med[best],
              pick->spread[best]);
   if (Status s = db->save(); !s) {
     std::cerr << "attnc tune: error: " << s.error() << "\n";
     return kExitInput;
   }
   std::cout << name << " ffn (" << key.shapeBucket << ", " << rows << " rows): "
-            << ffnChunkConfig(finalists[best]) << " " << bench::fmt(pick->med[best], 3)
+            << tune::ffnChunkConfig(finalists[best]) << " " << bench::fmt(pick->med[best], 3)
             << " ms per layer step (spread " << bench::fmt(100 * pick->spread[best], 1)
-            << " %); heuristic " << ffnChunkConfig(heuristic) << " "
+            << " %); heuristic " << tune::ffnChunkConfig(heuristic) << " "
             << bench::fmt(pick->med[0], 3) << " ms ("
             << bench::fmt(pick->med[0] / pick->med[best]) << "x)"
             << (best == 0 ? ", kept: no chunk beat it beyond the noise" : "") << "\n";
@@ -189,7 +174,7 @@ int tunedFfnChunk(const TuningLookup &tuned, const train::ModelConfig &config, s
   }
   const tune::KernelKey key = ffnKey(config);
   const tune::Entry *e = db->find(tune::cpuDevice(), key, cpuToolchain());
-  std::optional<int> parsed = e ? parseFfnChunkConfig(e->config) : std::nullopt;
+  std::optional<int> parsed = e ? tune::parseFfnChunkConfig(e->config) : std::nullopt;
   if (!parsed)
     return 0;
   const int chunk = *parsed;

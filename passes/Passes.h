@@ -16,6 +16,14 @@ namespace attnc {
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
 
+/// What a CPU attention tile entry of the tuning database is keyed by: the
+/// variant's IR without its tile, hashed, and the head dim (the kernels are
+/// fp32). attnc tune records under it, attn-apply-tuning looks it up.
+std::string cpuAttentionSignature(attn::VariantOp variant, int64_t headDim);
+/// The toolchain ids of this machine's CPU and CUDA entries.
+std::string hostToolchainId();
+std::string nvrtcToolchainId();
+
 } // namespace attnc
 
 #endif // ATTNC_PASSES_PASSES_H

@@ -37,6 +37,58 @@ def ResolveTunables : Pass<"attn-resolve-tunables", "::mlir::ModuleOp"> {
   ];
 }
 
+def ApplyTuning : Pass<"attn-apply-tuning", "::mlir::ModuleOp"> {
+  let summary = "Give `auto` tunables the choices `attnc tune` measured";
+  let description = [{
+    The IR half of the tuner (docs/tuning.md). For each model, the attention
+    variant of its layers gets what the tuning database `db` holds for the
+    model's shape (head dim, sequence length and heads, as a shape bucket)
+    wherever the spec left it `auto`:
+
+    - the tile (`target=cpu`: the entry measured on this CPU, `device`, with
+      this host compiler, `toolchain`; `target=cuda`: the newest entry of any
+      GPU of `arch` with this NVRTC, `cuda-toolchain`); never for LSH on the
+      CPU and never over an explicit tile;
+    - with `accuracy`, low-rank `k` or LSH rounds and chunk: the choice of
+      `attnc tune --max-error` with the tightest error budget measured.
+
+    The FFN chunk is not among them: its measured "all rows" has no IR
+    spelling yet, so the driver applies it to the training configuration.
+    Everything it does not decide stays `auto` for `attn-resolve-tunables`,
+    which runs after it (`attn-resolve-pipeline`). A database that cannot be
+    read leaves the heuristics in charge. With `report` every choice, and
+    every miss in a non-empty database, is a line on stderr ("attnc: ...").
+    `device`, `toolchain` and `cuda-toolchain` default to this machine's.
+
+    Before (an entry `bq=32,bkv=64` for @c at d64, n512-bh8):
+    ```mlir
+    attn.variant @c attributes {causal, tile = #attn.tile<block_q = auto, block_kv = auto, ...>}
+    ```
+    After:
+    ```mlir
+    attn.variant @c attributes {causal, tile = #attn.tile<block_q = 32, block_kv = 64, warps = 1, stages = 1>}
+    ```
+  }];
+  let dependentDialects = ["::attnc::attn::AttnDialect"];
+  let options = [
+    Option<"db", "db", "std::string", /*default=*/"", "the tuning database (JSON)">,
+    Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
+           "whose entries: cpu or cuda">,
+    Option<"arch", "arch", "std::string", /*default=*/"\"sm_80\"",
+           "cuda: the GPU architecture">,
+    Option<"device", "device", "std::string", /*default=*/"",
+           "cpu: the device id of the entries (default: this CPU's)">,
+    Option<"toolchain", "toolchain", "std::string", /*default=*/"",
+           "cpu: the toolchain id of the entries (default: this host compiler's)">,
+    Option<"cudaToolchain", "cuda-toolchain", "std::string", /*default=*/"",
+           "cuda: the toolchain id of the entries (default: this NVRTC's)">,
+    Option<"accuracy", "accuracy", "bool", /*default=*/"true",
+           "also low-rank k and LSH rounds / chunk (CPU measurements)">,
+    Option<"report", "report", "bool", /*default=*/"false",
+           "print every choice and miss on stderr">,
+  ];
+}
+
 def LowerAttention : Pass<"attn-lower-attention", "::mlir::ModuleOp"> {
   let summary = "Lower attn.attention to tensor-level scores, masks, softmax and sums";
   let description = [{
@@ -217,7 +269,7 @@ def TileAttention : Pass<"attn-tile", "::mlir::ModuleOp"> {
   let summary = "Give every fused kernel a tile config that fits the target";
   let description = [{
     Fills the `auto` fields of each fused op's `tile` with the default for its
-    element type, head dim and target (`codegen/TileModel.h`, or the tuning
+    element type, head dim and target (`codegen/kernels/abi/attnc/abi/TileModel.h`, or the tuning
     database later), then checks the result against the target's limits:
     supported head dims, threads per block, shared memory per block for the
     arch (forward and backward footprints). A config that cannot fit is an

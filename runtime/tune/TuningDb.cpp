@@ -830,4 +830,52 @@ LayeredTuningDb::Hit LayeredTuningDb::find(const DeviceKey &device,
   return {};
 }
 
+KernelKey cudaAttentionKey(const std::string &dtype, int64_t headDim, const std::string &variant,
+                           int64_t seq, int64_t heads) {
+  return {"cuda attention " + dtype + " d" + std::to_string(headDim) + " fwd " + variant,
+          shapeBucket(seq, heads)};
+}
+
+KernelKey ffnKey(int64_t dModel, int64_t dff, const std::string &activation, bool reversible,
+                 int64_t seq) {
+  return {"cpu ffn f32 d" + std::to_string(dModel) + " dff" + std::to_string(dff) + " " +
+              activation + (reversible ? " reversible" : " standard"),
+          shapeBucket(seq, 1)};
+}
+
+std::string accuracySignaturePrefix(bool lowrank, const std::string &variant, int64_t headDim) {
+  return std::string("cpu accuracy ") + (lowrank ? "lowrank " : "lsh ") + variant + " d" +
+         std::to_string(headDim) + " max_error=";
+}
+
+std::optional<TileChoice> parseTileConfig(const std::string &cfg) {
+  TileChoice c;
+  size_t pos = 0;
+  while (pos < cfg.size()) {
+    size_t comma = cfg.find(',', pos), eq = cfg.find('=', pos);
+    if (eq == std::string::npos || (comma != std::string::npos && eq > comma))
+      return std::nullopt;
+    std::string key = cfg.substr(pos, eq - pos);
+    int v = std::atoi(cfg.substr(eq + 1, comma - eq - 1).c_str());
+    (key == "bq" ? c.blockQ : key == "bkv" ? c.blockKv : key == "w" ? c.warps : c.stages) = v;
+    pos = comma == std::string::npos ? cfg.size() : comma + 1;
+  }
+  if (c.blockQ <= 0 || c.blockKv <= 0)
+    return std::nullopt;
+  return c;
+}
+
+std::string ffnChunkConfig(int chunk) {
+  return chunk > 0 ? "chunk=" + std::to_string(chunk) : "chunk=all";
+}
+
+std::optional<int> parseFfnChunkConfig(const std::string &config) {
+  if (config == "chunk=all")
+    return 0;
+  if (config.rfind("chunk=", 0) != 0)
+    return std::nullopt;
+  int chunk = std::atoi(config.c_str() + 6);
+  return chunk > 0 ? std::optional<int>(chunk) : std::nullopt;
+}
+
 } // namespace attnc::tune

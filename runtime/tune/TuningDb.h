@@ -328,6 +328,30 @@ private:
   std::optional<TuningDb> project_, user_;
 };
 
+/// The keys attnc tune records under and attn-apply-tuning looks up, each
+/// defined once for both halves. (The CPU attention tile's signature hashes
+/// the variant's IR: attnc::cpuAttentionSignature in passes/Passes.h.)
+KernelKey cudaAttentionKey(const std::string &dtype, int64_t headDim, const std::string &variant,
+                           int64_t seq, int64_t heads);
+/// One layer's FFN on the CPU: "cpu ffn f32 d<D> dff<F> <act> standard|reversible".
+KernelKey ffnKey(int64_t dModel, int64_t dff, const std::string &activation, bool reversible,
+                 int64_t seq);
+/// The signature of attnc tune --max-error's entries up to the budget:
+/// "cpu accuracy lowrank|lsh <variant> d<D> max_error=" (the budget follows).
+std::string accuracySignaturePrefix(bool lowrank, const std::string &variant, int64_t headDim);
+
+/// A tile config as entries write it ("bkv=64,bq=32,s=1,w=1"); nullopt when
+/// it has no positive bq and bkv.
+struct TileChoice {
+  int blockQ = 0, blockKv = 0, warps = 1, stages = 1;
+};
+std::optional<TileChoice> parseTileConfig(const std::string &config);
+
+/// The FFN chunk as entries write it: "chunk=128", "chunk=all" (0), and back
+/// (nullopt: not an FFN config).
+std::string ffnChunkConfig(int chunk);
+std::optional<int> parseFfnChunkConfig(const std::string &config);
+
 } // namespace attnc::tune
 
 #endif // ATTNC_RUNTIME_TUNE_TUNINGDB_H

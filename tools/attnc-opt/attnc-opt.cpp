@@ -1,11 +1,13 @@
 //===- attnc-opt.cpp - Run attnc passes on attn IR ------------------------===//
 //
 // The `mlir-opt` of attnc: parses attn/arith/math/func IR, runs any attnc
-// pass alone (plus the generic canonicalize/cse), prints the result.
+// pass or named pipeline alone (plus the generic canonicalize/cse), prints
+// the result.
 //
 //===----------------------------------------------------------------------===//
 #include "dsl/AttnDialect.h"
 #include "passes/Passes.h"
+#include "passes/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -14,6 +16,7 @@
 
 int main(int argc, char **argv) {
   attnc::registerAttnPasses();
+  attnc::registerAttnPipelines();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
 

@@ -1,227 +1,23 @@
-//===- attnc.cpp - The attnc command-line driver --------------------------===//
+//===- attnc.cpp - The attnc command line ---------------------------------===//
 //
-// Subcommands: compile (works), and run/train/eval/generate/fill/tune/bench,
-// which say that they are not implemented yet. Exit codes: 0 success, 1 a
-// problem with the user's input, 2 a feature that does not exist yet.
+// Flags and help text only: each subcommand fills its driver options and
+// calls the driver (driver/), which does the work. Exit codes: 0 success,
+// 1 a problem with the user's input, 2 a feature that does not exist yet.
 //
 //===----------------------------------------------------------------------===//
-#include "tools/attnc/Compile.h"
-#include "tools/attnc/ModelConfig.h"
-#include "tools/attnc/ModelGraph.h"
-#include "tools/attnc/Bench.h"
-#include "tools/attnc/Run.h"
-#include "tools/attnc/Train.h"
-#include "tools/attnc/Tune.h"
-#include "dsl/AttnDialect.h"
-#include "dsl/MLIRGen.h"
-#include "dsl/Parser.h"
-#include "passes/Passes.h"
+#include "driver/Bench.h"
+#include "driver/Compile.h"
+#include "driver/Run.h"
+#include "driver/Train.h"
+#include "driver/Tune.h"
 #include "runtime/Version.h"
-
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
-#include "llvm/Support/raw_ostream.h"
 
 #include <CLI/CLI.hpp>
 
-#include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <regex>
-#include <sstream>
 
 namespace {
-
 using attnc::driver::kExitInput;
-using attnc::driver::kExitNotImplemented;
-/// Specs are small; anything bigger than this is not a spec.
-constexpr std::uintmax_t kMaxSpecBytes = 64u << 20;
-
-int fail(const std::string &msg) {
-  std::cerr << "attnc: error: " << msg << "\n";
-  return kExitInput;
-}
-
-/// Reads a whole spec file, refusing directories, missing files and files
-/// too large to be a spec.
-bool readSpec(const std::string &path, std::string &out, std::string &err) {
-  std::error_code ec;
-  auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status)) {
-    err = "cannot open '" + path + "': no such file";
-    return false;
-  }
-  if (std::filesystem::is_directory(status)) {
-    err = "'" + path + "' is a directory, expected a .attn spec file";
-    return false;
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    err = "cannot open '" + path + "' for reading";
-    return false;
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  out = ss.str();
-  if (out.size() > kMaxSpecBytes) {
-    err = "'" + path + "' is " + std::to_string(out.size()) +
-          " bytes; specs are limited to " + std::to_string(kMaxSpecBytes) + " bytes";
-    return false;
-  }
-  return true;
-}
-
-/// Checks `--arch`: sm_75 and newer compile with CUDA 13's NVRTC.
-bool checkArch(const std::string &arch, std::string &err) {
-  std::smatch m;
-  static const std::regex re("sm_([0-9]{2,3})a?");
-  if (!std::regex_match(arch, m, re)) {
-    err = "invalid --arch '" + arch + "'; expected sm_XX, for example sm_80 or sm_90";
-    return false;
-  }
-  int cc = std::stoi(m[1]);
-  if (cc < 75) {
-    err = "--arch " + arch + ": CUDA " + attnc::cudaToolkitVersion() +
-          " dropped this architecture (Volta and older); kernels for it need a "
-          "CUDA 12 NVRTC. Use sm_75 or newer here.";
-    return false;
-  }
-  return true;
-}
-
-/// Prints every MLIR diagnostic (remarks included) as `file:line:col: kind: msg`.
-mlir::LogicalResult printDiagnostic(mlir::Diagnostic &d) {
-  const char *kind = d.getSeverity() == mlir::DiagnosticSeverity::Error     ? "error"
-                     : d.getSeverity() == mlir::DiagnosticSeverity::Warning ? "warning"
-                     : d.getSeverity() == mlir::DiagnosticSeverity::Remark  ? "remark"
-                                                                             : "note";
-  std::string loc;
-  llvm::raw_string_ostream ls(loc);
-  d.getLocation().print(ls);
-  if (auto flc = llvm::dyn_cast<mlir::FileLineColLoc>(d.getLocation()))
-    loc = (flc.getFilename().str() + ":" + std::to_string(flc.getLine()) + ":" +
-           std::to_string(flc.getColumn()));
-  std::cerr << loc << ": " << kind << ": " << d.str() << "\n";
-  return mlir::success();
-}
-
-struct CompileOptions {
-  std::string spec;
-  std::string target = "cuda";
-  std::string arch = "sm_80";
-  std::string emit;
-  std::string output;
-  bool checkNvrtc = false;
-  bool memoryPlan = false; ///< print the models' memory plans (always with an artifact)
-  int planBatch = 1;
-};
-
-int runCompile(const CompileOptions &opts) {
-  std::string err;
-  if (!checkArch(opts.arch, err))
-    return fail(err);
-  std::string buffer;
-  if (!readSpec(opts.spec, buffer, err))
-    return fail(err);
-
-  attnc::DiagnosticEngine diag(buffer, std::cerr);
-  std::optional<attnc::ast::Spec> spec = attnc::parseAndCheck(buffer, opts.spec, diag);
-  if (!spec)
-    return kExitInput;
-
-  std::ofstream file;
-  std::ostream *os = &std::cout;
-  if (!opts.emit.empty() && !opts.output.empty()) {
-    file.open(opts.output);
-    if (!file)
-      return fail("cannot write '" + opts.output + "'");
-    os = &file;
-  }
-
-  if (opts.emit == "ast") {
-    attnc::ast::dump(*spec, *os);
-    return 0;
-  }
-  mlir::MLIRContext context;
-  attnc::registerAttncDialects(context);
-  mlir::ScopedDiagnosticHandler handler(&context, printDiagnostic);
-  mlir::OwningOpRef<mlir::ModuleOp> module = attnc::mlirGen(context, *spec);
-  if (!module)
-    return kExitInput;
-
-  if (opts.emit == "graph" || opts.emit == "model-cpp" || opts.emit == "model-cuda") {
-    // Whole-model compilation: each model's planned training step.
-    mlir::PassManager pm(&context);
-    pm.addPass(attnc::createResolveTunables());
-    if (mlir::failed(pm.run(*module)))
-      return kExitInput;
-    for (attnc::attn::ModelOp model : module->getOps<attnc::attn::ModelOp>()) {
-      attnc::driver::ModelGraph g;
-      // As attnc train runs it by default: standard layers recomputed.
-      if (!attnc::driver::compileModelGraph(*module, model, opts.planBatch, 0, true, g,
-                                            /*recomputeLayers=*/true))
-        return kExitInput;
-      if (opts.emit == "model-cuda")
-        *os << g.step.cudaDeviceSource << "\n// ---- host side ----\n" << g.step.cudaHostSource;
-      else
-        *os << (opts.emit == "graph" ? g.ir + "\n" : g.step.source);
-    }
-    return 0;
-  }
-
-  if (opts.emit == "cuda" || opts.emit == "cpp" || opts.checkNvrtc ||
-      (opts.emit.empty() && !opts.output.empty())) {
-    std::string target = opts.emit == "cpp" ? "cpu" : opts.emit == "cuda" ? "cuda" : opts.target;
-    attnc::driver::CompiledKernels compiled;
-    int rc = attnc::driver::compileModels(*module, target, opts.arch, compiled);
-    if (rc)
-      return rc;
-    if (opts.checkNvrtc) {
-      if (target != "cuda")
-        return fail("--check-nvrtc needs the cuda target");
-      if (int rc2 = attnc::driver::checkWithNvrtc(compiled, opts.arch, std::cout))
-        return rc2;
-      if (attnc::driver::checkModelStepsWithNvrtc(*module, opts.arch, opts.planBatch, std::cout))
-        return kExitInput;
-      if (opts.emit.empty() && opts.output.empty())
-        return 0;
-    }
-    if (!opts.emit.empty()) {
-      *os << compiled.source;
-      return 0;
-    }
-    if (int rc2 = attnc::driver::writeArtifact(opts.output, buffer, *module, target, opts.arch,
-                                               compiled, opts.planBatch))
-      return rc2;
-    attnc::driver::reportMemoryPlans(*module, opts.planBatch, std::cout);
-    attnc::driver::reportCompiledPlans(*module, opts.planBatch, std::cout);
-    return 0;
-  }
-
-  if (opts.emit == "lowered" || (opts.emit.empty() && opts.memoryPlan)) {
-    mlir::PassManager pm(&context);
-    attnc::ResolveTunablesOptions rt;
-    rt.report = true;
-    pm.addPass(attnc::createResolveTunables(rt));
-    if (mlir::failed(pm.run(*module)))
-      return kExitInput;
-  }
-  if (!opts.emit.empty()) {
-    std::string text;
-    llvm::raw_string_ostream rs(text);
-    module->print(rs);
-    *os << rs.str() << "\n";
-    return 0;
-  }
-  std::cout << opts.spec << ": ok (" << spec->attentions.size()
-            << " attention variant(s), " << spec->models.size() << " model(s))\n";
-  if (opts.memoryPlan) {
-    attnc::driver::reportMemoryPlans(*module, opts.planBatch, std::cout);
-    attnc::driver::reportCompiledPlans(*module, opts.planBatch, std::cout);
-  }
-  return 0;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -231,7 +27,7 @@ int main(int argc, char **argv) {
   app.set_version_flag("--version", std::string("attnc ") + attnc::attncVersion() +
                                         " (CUDA " + attnc::cudaToolkitVersion() + ")");
 
-  CompileOptions copts;
+  attnc::driver::CompileCommandOptions copts;
   CLI::App *compile = app.add_subcommand("compile", "Check a spec and lower it");
   compile->add_option("spec", copts.spec, "the .attn spec file")->required();
   compile->add_option("--target", copts.target, "code target")
@@ -477,7 +273,7 @@ int main(int argc, char **argv) {
   }
 
   if (compile->parsed())
-    return runCompile(copts);
+    return attnc::driver::runCompile(copts);
   if (run->parsed())
     return attnc::driver::runAttention(ropts);
   if (bench->parsed())

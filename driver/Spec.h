@@ -1,0 +1,59 @@
+//===- Spec.h - Loading and checking a spec ---------------------*- C++ -*-===//
+//
+// The front door of every command: read a .attn file, check it (located
+// errors on stderr), build its attn module; and the small checks and
+// reporting every command shares.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_DRIVER_SPEC_H
+#define ATTNC_DRIVER_SPEC_H
+
+#include "passes/Pipelines.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <string>
+
+namespace attnc::driver {
+
+constexpr int kExitOk = 0;
+constexpr int kExitInput = 1;
+constexpr int kExitNotImplemented = 2;
+
+/// Reads a whole spec file, refusing directories, missing files and files
+/// too large to be a spec (64 MiB); `err` says which.
+bool readSpecFile(const std::string &path, std::string &out, std::string &err);
+
+/// Checks `--arch`: sm_75 and newer compile with CUDA 13's NVRTC.
+bool checkArch(const std::string &arch, std::string &err);
+
+/// Prints every MLIR diagnostic (remarks included) as `file:line:col: kind: msg`;
+/// install it with mlir::ScopedDiagnosticHandler.
+mlir::LogicalResult printDiagnostic(mlir::Diagnostic &d);
+
+/// Reads the spec at `path`, checks it (located errors on stderr) and builds
+/// its attn module in `context` (registering the dialects). Returns null on
+/// failure, after printing `attnc CMD: error: cannot open ...` for an
+/// unreadable file. `text`, when given, receives the file's bytes.
+mlir::OwningOpRef<mlir::ModuleOp> loadSpecModule(const std::string &path, const char *cmd,
+                                                 mlir::MLIRContext &context,
+                                                 std::string *text = nullptr);
+
+/// Runs attn-resolve-pipeline (passes/Pipelines.h) on `module`: with
+/// `options.tuningDb` set, the tuning database's choices first, then the
+/// heuristics for every other `auto`. False on failure (diagnostics emitted).
+bool runResolvePipeline(mlir::ModuleOp module, const ResolvePipelineOptions &options);
+
+/// The tuning database every command consults: $ATTNC_TUNING_DB or the
+/// user's (runtime/tune/TuningDb.h).
+std::string tuningDbPath();
+
+/// SHA-256 of `text` in hex: a spec's identity in checkpoints and artifacts.
+std::string sha256Hex(const std::string &text);
+
+} // namespace attnc::driver
+
+#endif // ATTNC_DRIVER_SPEC_H

@@ -1,0 +1,236 @@
+//===- ApplyTuning.cpp - The tuning database's choices for `auto` tunables ===//
+//
+// The IR half of the tuner (docs/tuning.md): attnc tune measures kernels
+// into a database; this pass gives each model's attention variant what was
+// measured for its shape wherever the spec left it `auto`: the tile of its
+// kernels (CPU, or CUDA for the arch) and, with `accuracy`, low-rank k or
+// LSH rounds and chunk (the tightest error budget measured). What it does
+// not decide, attn-resolve-tunables does after it.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Passes.h"
+
+#include "runtime/HostCompiler.h"
+#include "runtime/NvrtcCompiler.h"
+#include "runtime/Sha256.h"
+#include "runtime/tune/TuningDb.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+namespace attnc {
+#define GEN_PASS_DEF_APPLYTUNING
+#include "passes/Passes.h.inc"
+} // namespace attnc
+
+using namespace mlir;
+using namespace attnc;
+using namespace attnc::attn;
+
+namespace attnc {
+
+std::string cpuAttentionSignature(VariantOp variant, int64_t headDim) {
+  OpBuilder b(variant);
+  auto copy = llvm::cast<VariantOp>(b.clone(*variant));
+  copy.setSymName("v");
+  copy.setTileAttr(TileAttr::getAuto(variant.getContext()));
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  copy.print(os);
+  copy.erase();
+  return "cpu attention f32 d" + std::to_string(headDim) + " fwd+bwd " +
+         Sha256::hexHash(os.str()).substr(0, 12);
+}
+
+std::string hostToolchainId() {
+  Expected<std::string> id =
+      HostCompiler::compilerIdentity(HostCompiler::compilerCommand(HostCompileOptions{}));
+  std::string first = id ? id->substr(0, id->find('\n')) : "host compiler unknown";
+  return tune::toolchainId(first);
+}
+
+std::string nvrtcToolchainId() { return tune::toolchainId("NVRTC " + NvrtcCompiler::version()); }
+
+} // namespace attnc
+
+namespace {
+
+bool tileIsAuto(TileAttr t) { return t.getBlockQ() == kAuto && t.getBlockKv() == kAuto; }
+
+/// A number as attnc's messages print them (std::ostream's shortest form,
+/// "0.5", where raw_ostream would print "5.000000e-01").
+std::string num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+struct ApplyTuningPass : public attnc::impl::ApplyTuningBase<ApplyTuningPass> {
+  using ApplyTuningBase::ApplyTuningBase;
+
+  /// The notes go where attnc's other messages go, as attnc has always
+  /// printed them ("attnc: ..."), when `report` is on.
+  llvm::raw_ostream &log() { return report ? llvm::errs() : llvm::nulls(); }
+
+  void runOnOperation() override {
+    if (target != "cpu" && target != "cuda") {
+      getOperation().emitError("attn-apply-tuning: target must be cpu or cuda, found '")
+          << target << "'";
+      return signalPassFailure();
+    }
+    Expected<tune::TuningDb> opened = tune::TuningDb::open(db);
+    if (!opened) {
+      // A database that cannot be read leaves the heuristics in charge.
+      log() << "attnc: warning: " << opened.error() << "; using the heuristic tile\n";
+      return;
+    }
+    const tune::TuningDb &tuned = *opened;
+    deviceId = device.empty() ? tune::cpuDevice().id() : std::string(device);
+    if (target == "cpu" || accuracy)
+      cpuToolchainId = toolchain.empty() ? hostToolchainId() : std::string(toolchain);
+    ModuleOp module = getOperation();
+    if (accuracy)
+      for (ModelOp model : module.getOps<ModelOp>())
+        applyAccuracy(tuned, model);
+    for (ModelOp model : module.getOps<ModelOp>()) {
+      if (target == "cpu")
+        applyCpuTile(tuned, model);
+      else if (failed(applyCudaTile(tuned, model)))
+        return signalPassFailure();
+    }
+  }
+
+  static VariantOp variantOf(ModelOp model) {
+    auto layer = *model.getBody().getOps<LayerOp>().begin();
+    return SymbolTable::lookupNearestSymbolFrom<VariantOp>(model, layer.getAttentionAttr());
+  }
+
+  void applyAccuracy(const tune::TuningDb &tuned, ModelOp model) {
+    VariantOp variant = variantOf(model);
+    auto lr = variant.getLowrankAttr();
+    auto lsh = variant.getLshAttr();
+    const bool autoK = lr && lr.isAutoK();
+    const bool autoLsh = lsh && (lsh.getRounds() == kAuto || lsh.getChunk() == kAuto);
+    if (!autoK && !autoLsh)
+      return;
+    const int64_t H = model.getHeads(), D = model.getDModel() / H;
+    const std::string name = variant.getSymName().str();
+    const std::string prefix = tune::accuracySignaturePrefix(bool(lr), name, D);
+    const std::string bucket = tune::shapeBucket(model.getSeq(), H);
+    // The tightest error budget measured for this variant and shape wins.
+    const tune::Entry *best = nullptr;
+    double bestBudget = 0;
+    for (const tune::Entry *e : tuned.entries()) {
+      if (e->device.id() != deviceId || e->toolchain != cpuToolchainId ||
+          e->kernel.shapeBucket != bucket || !e->chosen() ||
+          e->kernel.signature.rfind(prefix, 0) != 0 ||
+          e->kernel.signature.find(" crossover") != std::string::npos)
+        continue;
+      double budget = std::atof(e->kernel.signature.c_str() + prefix.size());
+      if (!best || budget < bestBudget)
+        best = e, bestBudget = budget;
+    }
+    if (!best) {
+      log() << "attnc: note: " << name << " leaves " << (lr ? "k" : "LSH rounds/chunk")
+            << " auto and " << db << " has no accuracy entry for it (attnc tune --max-error "
+            << "measures one); using the heuristic\n";
+      return;
+    }
+    std::map<std::string, int64_t> values;
+    for (llvm::StringRef part : llvm::split(llvm::StringRef(best->config), ',')) {
+      auto [k, v] = part.split('=');
+      int64_t n = 0;
+      if (!v.getAsInteger(10, n))
+        values[k.str()] = n;
+    }
+    MLIRContext *ctx = model.getContext();
+    if (autoK && values.count("k")) {
+      variant.setLowrankAttr(LowRankAttr::get(ctx, values["k"], lr.getShare()));
+    } else if (autoLsh && values.count("rounds") && values.count("chunk")) {
+      variant.setLshAttr(LshAttr::get(
+          ctx, lsh.getBuckets(), lsh.getRounds() == kAuto ? values["rounds"] : lsh.getRounds(),
+          lsh.getChunk() == kAuto ? values["chunk"] : lsh.getChunk(), lsh.getBefore(),
+          lsh.getAfter(), lsh.getSeed(), lsh.getDenseFallback()));
+    } else {
+      log() << "attnc: note: the tuner found exact attention as fast for " << name
+            << " at this length (max_error " << num(bestBudget) << "); the spec's variant stays, "
+            << "with the heuristic\n";
+      return;
+    }
+    log() << "attnc: " << name << ": " << best->config << " from " << db << " (max_error "
+          << num(bestBudget) << ", " << num(best->medianMs) << " ms)\n";
+  }
+
+  void applyCpuTile(const tune::TuningDb &tuned, ModelOp model) {
+    VariantOp variant = variantOf(model);
+    if (variant.getLsh() || !tileIsAuto(variant.getTile()))
+      return; // LSH: one chunk per task on the CPU; an explicit tile wins
+    const int64_t heads = model.getHeads(), headDim = model.getDModel() / heads;
+    tune::KernelKey key{cpuAttentionSignature(variant, headDim),
+                        tune::shapeBucket(model.getSeq(), heads)};
+    const tune::Entry *e = nullptr;
+    for (const tune::Entry *c : tuned.entries())
+      if (c->device.id() == deviceId && c->toolchain == cpuToolchainId && c->chosen() &&
+          c->kernel.signature == key.signature && c->kernel.shapeBucket == key.shapeBucket)
+        e = c;
+    std::optional<tune::TileChoice> tile = e ? tune::parseTileConfig(e->config) : std::nullopt;
+    if (!tile) {
+      if (!tuned.empty())
+        log() << "attnc: note: no tuning entry for " << variant.getSymName().str() << " ("
+              << key.shapeBucket << ") on this CPU in " << db
+              << "; using the heuristic tile (attnc tune measures one)\n";
+      return;
+    }
+    variant.setTileAttr(TileAttr::get(variant.getContext(), tile->blockQ, tile->blockKv, 1, 1));
+    log() << "attnc: " << variant.getSymName().str() << ": tuned tile " << e->config << " ("
+          << num(e->medianMs) << " ms) from " << db << "\n";
+  }
+
+  LogicalResult applyCudaTile(const tune::TuningDb &tuned, ModelOp model) {
+    VariantOp variant = variantOf(model);
+    if (variant.getLsh() || !tileIsAuto(variant.getTile()))
+      return success();
+    Expected<GpuArch> gpu = parseGpuArch(arch);
+    if (!gpu)
+      return model.emitError("attn-apply-tuning: ") << gpu.error();
+    const int64_t heads = model.getHeads(), headDim = model.getDModel() / heads;
+    const std::string dtype = model.getDtype() == DType::fp32   ? "f32"
+                              : model.getDtype() == DType::bf16 ? "bf16"
+                                                                : "f16";
+    // attnc tune --target cuda's key; any GPU of this arch (compiling here
+    // need not happen on the GPU), the newest entry when there are several.
+    const tune::KernelKey key = tune::cudaAttentionKey(dtype, headDim, variant.getSymName().str(),
+                                                       model.getSeq(), heads);
+    const std::string tc = cudaToolchain.empty() ? nvrtcToolchainId() : std::string(cudaToolchain);
+    const tune::Entry *best = nullptr;
+    for (const tune::Entry *e : tuned.entries())
+      if (e->device.kind == "cuda" && e->device.ccMajor * 10 + e->device.ccMinor == gpu->sm &&
+          e->kernel.signature == key.signature && e->kernel.shapeBucket == key.shapeBucket &&
+          e->toolchain == tc && e->chosen() && (!best || e->updated > best->updated))
+        best = e;
+    std::optional<tune::TileChoice> tile =
+        best ? tune::parseTileConfig(best->config) : std::nullopt;
+    if (!tile) {
+      if (!tuned.empty())
+        log() << "attnc: note: no CUDA tuning entry for " << variant.getSymName().str() << " ("
+              << key.shapeBucket << ", " << arch << ") in " << db
+              << "; using the heuristic tile (attnc tune --target cuda measures one on a GPU)\n";
+      return success();
+    }
+    // The forward's tile (attn-derive-backward gives the backward its own).
+    variant.setTileAttr(TileAttr::get(variant.getContext(), tile->blockQ, tile->blockKv,
+                                      tile->warps, tile->stages));
+    log() << "attnc: " << variant.getSymName().str() << ": tuned tile " << best->config << " ("
+          << num(best->medianMs) << " ms on " << best->device.name << ") from " << db << "\n";
+    return success();
+  }
+
+  std::string deviceId, cpuToolchainId;
+};
+
+} // namespace

@@ -1,0 +1,35 @@
+// RUN: attnc compile %S/Inputs/apply-tuning.attn --emit=mlir > %t.mlir
+// On CUDA, the newest entry of any GPU of the arch, NVRTC toolchain as given.
+// RUN: attnc-opt %t.mlir --attn-apply-tuning="db=%S/Inputs/apply-tuning-db.json target=cuda arch=sm_90 cuda-toolchain=test-nvrtc accuracy=false report=true" 2>%t.err | FileCheck %s --check-prefix=CUDA
+// RUN: FileCheck %s --check-prefix=CUDALOG < %t.err
+// CUDA: attn.variant @g attributes {causal, tile = #attn.tile<block_q = 64, block_kv = 32, warps = 4, stages = 2>}
+// CUDA: attn.variant @la attributes {lowrank = #attn.lowrank<k = auto, share = headwise>
+// CUDALOG: attnc: g: tuned tile bkv=32,bq=64,s=2,w=4 (0.5 ms on NVIDIA H200) from {{.*}}apply-tuning-db.json
+
+// Another arch has no entry: the tile stays auto for attn-tile, and says so.
+// RUN: attnc-opt %t.mlir --attn-apply-tuning="db=%S/Inputs/apply-tuning-db.json target=cuda arch=sm_80 cuda-toolchain=test-nvrtc accuracy=false report=true" 2>%t.err80 | FileCheck %s --check-prefix=SM80
+// RUN: FileCheck %s --check-prefix=SM80LOG < %t.err80
+// SM80: attn.variant @g attributes {causal, tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto>}
+// SM80LOG: attnc: note: no CUDA tuning entry for g (n256-bh2, sm_80) in {{.*}}apply-tuning-db.json; using the heuristic tile
+
+// CPU accuracy: of the budgets measured for la's shape, the tightest wins.
+// RUN: attnc-opt %t.mlir --attn-apply-tuning="db=%S/Inputs/apply-tuning-db.json target=cpu device=cpu:TestCPU:avx2:2cpus toolchain=test-cc report=true" 2>%t.errcpu | FileCheck %s --check-prefix=CPU
+// RUN: FileCheck %s --check-prefix=CPULOG < %t.errcpu
+// CPU: attn.variant @la attributes {lowrank = #attn.lowrank<k = 128, share = headwise>
+// CPULOG: attnc: la: k=128 from {{.*}}apply-tuning-db.json (max_error 0.2, 0.25 ms)
+
+// Another toolchain's entries do not apply.
+// RUN: attnc-opt %t.mlir --attn-apply-tuning="db=%S/Inputs/apply-tuning-db.json target=cpu device=cpu:TestCPU:avx2:2cpus toolchain=other-cc report=true" 2>%t.errtc | FileCheck %s --check-prefix=OTHER
+// RUN: FileCheck %s --check-prefix=OTHERLOG < %t.errtc
+// OTHER: attn.variant @la attributes {lowrank = #attn.lowrank<k = auto, share = headwise>
+// OTHERLOG: attnc: note: la leaves k auto and {{.*}}apply-tuning-db.json has no accuracy entry for it (attnc tune --max-error measures one); using the heuristic
+
+// A database that cannot be read changes nothing and says why.
+// RUN: echo '{' > %t.bad.json
+// RUN: attnc-opt %t.mlir --attn-apply-tuning="db=%t.bad.json target=cuda arch=sm_90 report=true" 2>%t.errbad | FileCheck %s --check-prefix=SM80
+// RUN: FileCheck %s --check-prefix=BAD < %t.errbad
+// BAD: attnc: warning: {{.*}}bad.json{{.*}}; using the heuristic tile
+
+// A target it does not know is an error.
+// RUN: not attnc-opt %t.mlir --attn-apply-tuning="db=%S/Inputs/apply-tuning-db.json target=gpu" 2>&1 | FileCheck %s --check-prefix=TARGET
+// TARGET: error: attn-apply-tuning: target must be cpu or cuda, found 'gpu'
