@@ -25,6 +25,10 @@ def Attn_Dialect : Dialect {
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
   let useDefaultAttributePrinterParser = 1;
+  let extraClassDeclaration = [{
+    /// Adds the attributes (AttnAttrs.cpp, where their storage is defined).
+    void registerAttributes();
+  }];
 }
 
 class Attn_Op<string mnemonic, list<Trait> traits = []>
