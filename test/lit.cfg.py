@@ -1,5 +1,6 @@
 # -*- Python -*-
 import os
+import subprocess
 
 import lit.formats
 
@@ -15,8 +16,14 @@ config.test_exec_root = os.path.join(config.attnc_obj_root, "test")
 config.environment["PATH"] = os.pathsep.join(
     [config.attnc_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
 config.substitutions.append(("%attnc-src", config.attnc_src_root))
+config.substitutions.append(("%attnc-obj", config.attnc_obj_root))
 config.substitutions.append(("%python", config.python_executable))
 
 # Kernels compiled by tests go to a cache inside the build tree, never the
 # user's ~/.cache/attnc.
 config.environment["ATTNC_CACHE_DIR"] = os.path.join(config.attnc_obj_root, "test-kernel-cache")
+
+# The install test hides the source and build trees in a private mount
+# namespace; where this process may not make one (not root), it is skipped.
+if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0:
+    config.available_features.add("unshare")
