@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one prepared GPU check (DESIGN.md §6), for the device machine: CUDA,
+# The one prepared GPU check (docs/design.md, Testing without a GPU), for the device machine: CUDA,
 # cmake, ninja, PyTorch, no MLIR. Needs device-inputs/ from
 # scripts/device-prepare.sh carried along. Builds the runtime-only
 # configuration, runs the GPU tests of the runtime, then every prepared case

@@ -1,6 +1,6 @@
 """End-to-end numerics of `attnc run` for Reformer LSH attention (shared QK)
 against a plain double-precision reference written here from the
-specification (DESIGN.md section 4 "LSH (Reformer)", docs/kernels.md "LSH
+specification (docs/design.md, Semantics "LSH (Reformer)", docs/kernels.md "LSH
 kernels (Reformer)"), not from the kernels' code.
 
 Reference, per batch b and head h, rounds r = 0..R-1:
