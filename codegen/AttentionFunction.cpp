@@ -8,8 +8,8 @@ using namespace attnc::attn;
 
 namespace attnc::codegen {
 
-FailureOr<func::FuncOp> buildAttentionFunction(ModuleOp module, VariantOp variant,
-                                               StringRef name, const AttentionShape &s) {
+FailureOr<func::FuncOp> buildAttentionFunction(ModuleOp module, VariantOp variant, StringRef name,
+                                               const AttentionShape &s) {
   LshAttr lsh = variant.getLshAttr();
   if (lsh && (lsh.getBuckets() == kAuto || lsh.getRounds() == kAuto || lsh.getChunk() == kAuto))
     return variant.emitOpError("LSH buckets, rounds or chunk is still 'auto'; resolve "
@@ -41,8 +41,8 @@ FailureOr<func::FuncOp> buildAttentionFunction(ModuleOp module, VariantOp varian
       args.push_back(RankedTensorType::get(shape, s.elementType));
   }
   if (lsh)
-    args.push_back(RankedTensorType::get({lsh.getRounds(), s.headDim, lsh.getBuckets() / 2},
-                                         b.getF32Type()));
+    args.push_back(
+        RankedTensorType::get({lsh.getRounds(), s.headDim, lsh.getBuckets() / 2}, b.getF32Type()));
   size_t numParams = variant.getParams() ? variant.getParams()->size() : 0;
   if (numParams)
     args.push_back(RankedTensorType::get({int64_t(numParams), s.heads}, b.getF32Type()));

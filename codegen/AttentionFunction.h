@@ -23,8 +23,8 @@ struct AttentionShape {
   int64_t maxSeq = 0;                       ///< E/F columns (low-rank)
   int64_t headDim = 0;
   mlir::Type elementType;
-  bool withLengths = false;  ///< add a key-padding lengths argument
-  bool differentiate = false;///< mark for attn-derive-backward
+  bool withLengths = false;   ///< add a key-padding lengths argument
+  bool differentiate = false; ///< mark for attn-derive-backward
 };
 
 /// Appends the function to `module`. The variant's tunables must be resolved

@@ -22,8 +22,7 @@ const char *cudaElementType(Type t) {
 
 /// Fills the parts of a KernelInfo every kernel op has (name, tile, dtype,
 /// masks, parameters).
-template <typename OpTy>
-LogicalResult describeCommon(OpTy op, bool backward, KernelInfo &info) {
+template <typename OpTy> LogicalResult describeCommon(OpTy op, bool backward, KernelInfo &info) {
   if (!op.getKernel())
     return op.emitOpError("has no kernel name; run attn-tile before emitting");
   TileAttr t = op.getTile();
@@ -84,8 +83,7 @@ LogicalResult describe(OpTy op, bool backward, Target target, KernelInfo &info) 
 }
 
 /// LSH kernel ops (static shared memory only: smemBytes stays 0).
-template <typename OpTy>
-LogicalResult describeLsh(OpTy op, bool backward, KernelInfo &info) {
+template <typename OpTy> LogicalResult describeLsh(OpTy op, bool backward, KernelInfo &info) {
   if (failed(describeCommon(op, backward, info)))
     return failure();
   info.kvSource = "lsh";
@@ -117,10 +115,10 @@ void emitCudaEntries(const KernelInfo &k, StringRef variant, StringRef elt, raw_
   };
   if (k.lsh) {
     // <CHUNK, BEFORE, AFTER, D, BQ, BKV, WARPS, T, Variant>
-    std::string lshTmpl = llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}",
-                                        k.lsh->chunk, k.lsh->before, k.lsh->after, k.headDim,
-                                        k.blockQ, k.blockKv, k.warps, elt, variant)
-                              .str();
+    std::string lshTmpl =
+        llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}", k.lsh->chunk, k.lsh->before,
+                      k.lsh->after, k.headDim, k.blockQ, k.blockKv, k.warps, elt, variant)
+            .str();
     auto lshEntry = [&](StringRef prefix, StringRef fn) {
       std::string name = (prefix + k.name).str();
       os << "extern \"C\" __global__ void __launch_bounds__(" << threads << ", 1) " << name
@@ -181,11 +179,11 @@ void emitCpuEntries(const KernelInfo &k, StringRef variant, raw_ostream &os,
   bool lowrank = k.kvSource == "lowrank";
   const char *args = lowrank ? (k.backward ? "cpu::LowRankBwdArgs" : "cpu::LowRankFwdArgs")
                              : (k.backward ? "AttnBwdArgs" : "AttnFwdArgs");
-  const char *fn = lowrank     ? (k.backward ? "lowrank_bwd" : "lowrank_fwd")
+  const char *fn = lowrank      ? (k.backward ? "lowrank_bwd" : "lowrank_fwd")
                    : k.sharedQk ? (k.backward ? "shared_qk_bwd" : "shared_qk_fwd")
                                 : (k.backward ? "flash_bwd" : "flash_fwd");
-  os << "extern \"C\" int " << name << "(const attnc::" << args << " *a) {\n  return attnc::cpu::"
-     << fn << "<" << tmpl << ">(*a);\n}\n";
+  os << "extern \"C\" int " << name << "(const attnc::" << args
+     << " *a) {\n  return attnc::cpu::" << fn << "<" << tmpl << ">(*a);\n}\n";
   entries.push_back(name);
 }
 

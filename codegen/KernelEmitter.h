@@ -23,9 +23,9 @@ namespace attnc::codegen {
 /// What the runtime needs to launch one fused op's kernels (the manifest's
 /// "kernels" entries).
 struct KernelInfo {
-  std::string name;    ///< the op's `kernel` attribute
+  std::string name; ///< the op's `kernel` attribute
   bool backward = false;
-  std::string dtype;   ///< f32, f16, bf16
+  std::string dtype; ///< f32, f16, bf16
   int64_t headDim = 0;
   int64_t blockQ = 0, blockKv = 0, warps = 0, stages = 0;
   bool causal = false, keyPadding = false, deterministic = false;

@@ -46,12 +46,9 @@ void writeManifest(const ManifestInfo &info, llvm::raw_ostream &os) {
     if (k.dropout > 0)
       kernel["dropout"] = k.dropout;
     if (k.lsh)
-      kernel["lsh"] = llvm::json::Object{{"num_buckets", k.lsh->numBuckets},
-                                         {"rounds", k.lsh->rounds},
-                                         {"chunk", k.lsh->chunk},
-                                         {"before", k.lsh->before},
-                                         {"after", k.lsh->after},
-                                         {"seed", k.lsh->seed}};
+      kernel["lsh"] = llvm::json::Object{
+          {"num_buckets", k.lsh->numBuckets}, {"rounds", k.lsh->rounds}, {"chunk", k.lsh->chunk},
+          {"before", k.lsh->before},          {"after", k.lsh->after},   {"seed", k.lsh->seed}};
     kernels.push_back(std::move(kernel));
   }
   llvm::json::Object root{{"format_version", kManifestVersion},

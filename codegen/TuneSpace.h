@@ -24,8 +24,8 @@ namespace attnc::tune {
 
 /// The resources a CUDA config must fit.
 struct CudaLimits {
-  int sm = 80;                 ///< architecture (cp.async needs 80+)
-  int smemBytes = 0;           ///< 0: the arch's opt-in limit (TileModel.h)
+  int sm = 80;       ///< architecture (cp.async needs 80+)
+  int smemBytes = 0; ///< 0: the arch's opt-in limit (TileModel.h)
   int maxThreads = tile::kMaxThreads;
   /// Accumulator floats per thread that avoid spills; 0: TileModel's budget.
   int accFloatBudget = 0;
@@ -64,8 +64,8 @@ inline TileSpace cudaTileSpace(int elemBytes, int headDim, bool backward, CudaLi
             space.rejected.push_back({c, family, std::move(why)});
           };
           if (warps * 32 > lim.maxThreads) {
-            reject("threads", std::to_string(warps * 32) + " threads > " +
-                                  std::to_string(lim.maxThreads));
+            reject("threads",
+                   std::to_string(warps * 32) + " threads > " + std::to_string(lim.maxThreads));
             continue;
           }
           if (!tile::validTile(c, headDim, backward)) {
@@ -74,8 +74,10 @@ inline TileSpace cudaTileSpace(int elemBytes, int headDim, bool backward, CudaLi
             continue;
           }
           if (lim.sm < 80 && stages > 1) {
-            reject("pipelining", std::to_string(stages) + " stages need cp.async (sm_80+), "
-                                 "target sm_" + std::to_string(lim.sm));
+            reject("pipelining", std::to_string(stages) +
+                                     " stages need cp.async (sm_80+), "
+                                     "target sm_" +
+                                     std::to_string(lim.sm));
             continue;
           }
           int acc = tile::accFloats(c, headDim, backward);
@@ -86,8 +88,7 @@ inline TileSpace cudaTileSpace(int elemBytes, int headDim, bool backward, CudaLi
           }
           int smem = tile::smemBytes(c, headDim, elemBytes, backward);
           if (smem > smemLimit) {
-            reject("shared memory", std::to_string(smem) + " bytes > " +
-                                        std::to_string(smemLimit));
+            reject("shared memory", std::to_string(smem) + " bytes > " + std::to_string(smemLimit));
             continue;
           }
           space.candidates.push_back(c);
@@ -122,9 +123,9 @@ inline TileSpace cpuTileSpace(int headDim = 64, CpuLimits lim = {}) {
       tile::TileConfig c{bq, bkv, 1, 1};
       long long ws = cpuWorkspaceBytes(bq, bkv, headDim);
       if (lim.workspaceBytes > 0 && ws > lim.workspaceBytes)
-        space.rejected.push_back({c, "workspace", std::to_string(ws) +
-                                                      " bytes per thread > " +
-                                                      std::to_string(lim.workspaceBytes)});
+        space.rejected.push_back(
+            {c, "workspace",
+             std::to_string(ws) + " bytes per thread > " + std::to_string(lim.workspaceBytes)});
       else
         space.candidates.push_back(c);
     }

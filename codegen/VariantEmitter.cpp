@@ -65,9 +65,7 @@ public:
 private:
   std::string fresh() { return "v" + std::to_string(counter++); }
 
-  static const char *cType(Type t) {
-    return t.isF32() ? "float" : t.isInteger(1) ? "bool" : "int";
-  }
+  static const char *cType(Type t) { return t.isF32() ? "float" : t.isInteger(1) ? "bool" : "int"; }
 
   /// Declares the op's result as `expr`, with tangent expressions `ts`.
   void define(Value result, const std::string &expr, ArrayRef<std::string> ts = {}) {
@@ -101,7 +99,8 @@ private:
     return ts;
   }
 
-  SmallVector<std::string> unaryTangents(Value x, llvm::function_ref<std::string(const std::string &)> rule) {
+  SmallVector<std::string>
+  unaryTangents(Value x, llvm::function_ref<std::string(const std::string &)> rule) {
     SmallVector<std::string> ts;
     for (unsigned t = 0; t < numTangents; ++t) {
       std::string tx = tangent(x, t);
@@ -134,12 +133,27 @@ private:
             return c.emitOpError("constant has no C++ lowering");
           return success();
         })
-        .Case<arith::AddIOp>([&](auto o) { define(o, bin("+")); return success(); })
-        .Case<arith::SubIOp>([&](auto o) { define(o, bin("-")); return success(); })
-        .Case<arith::MulIOp>([&](auto o) { define(o, bin("*")); return success(); })
+        .Case<arith::AddIOp>([&](auto o) {
+          define(o, bin("+"));
+          return success();
+        })
+        .Case<arith::SubIOp>([&](auto o) {
+          define(o, bin("-"));
+          return success();
+        })
+        .Case<arith::MulIOp>([&](auto o) {
+          define(o, bin("*"));
+          return success();
+        })
         // Division by zero is already guarded by a select in the IR.
-        .Case<arith::DivSIOp>([&](auto o) { define(o, bin("/")); return success(); })
-        .Case<arith::RemSIOp>([&](auto o) { define(o, bin("%")); return success(); })
+        .Case<arith::DivSIOp>([&](auto o) {
+          define(o, bin("/"));
+          return success();
+        })
+        .Case<arith::RemSIOp>([&](auto o) {
+          define(o, bin("%"));
+          return success();
+        })
         .Case<arith::MinSIOp>([&](auto o) {
           define(o, "(" + A + " < " + B + " ? " + A + " : " + B + ")");
           return success();
@@ -148,9 +162,18 @@ private:
           define(o, "(" + A + " > " + B + " ? " + A + " : " + B + ")");
           return success();
         })
-        .Case<arith::AndIOp>([&](auto o) { define(o, bin("&&")); return success(); })
-        .Case<arith::OrIOp>([&](auto o) { define(o, bin("||")); return success(); })
-        .Case<arith::XOrIOp>([&](auto o) { define(o, bin("!=")); return success(); })
+        .Case<arith::AndIOp>([&](auto o) {
+          define(o, bin("&&"));
+          return success();
+        })
+        .Case<arith::OrIOp>([&](auto o) {
+          define(o, bin("||"));
+          return success();
+        })
+        .Case<arith::XOrIOp>([&](auto o) {
+          define(o, bin("!="));
+          return success();
+        })
         .Case<arith::AddFOp>([&](auto o) {
           define(o, bin("+"), tangentsOf(a, b, [](auto &ta, auto &tb) { return ta + " + " + tb; }));
           return success();
@@ -168,8 +191,8 @@ private:
         })
         .Case<arith::DivFOp>([&](auto o) {
           define(o, bin("/"), tangentsOf(a, b, [&](auto &ta, auto &tb) {
-                   return "(" + ta + " * " + B + " - " + A + " * " + tb + ") / (" + B + " * " +
-                          B + ")";
+                   return "(" + ta + " * " + B + " - " + A + " * " + tb + ") / (" + B + " * " + B +
+                          ")";
                  }));
           return success();
         })
@@ -195,13 +218,26 @@ private:
         .Case<arith::CmpFOp>([&](arith::CmpFOp o) -> LogicalResult {
           const char *sym = nullptr;
           switch (o.getPredicate()) {
-          case arith::CmpFPredicate::OEQ: sym = "=="; break;
-          case arith::CmpFPredicate::UNE: sym = "!="; break;
-          case arith::CmpFPredicate::OLT: sym = "<"; break;
-          case arith::CmpFPredicate::OLE: sym = "<="; break;
-          case arith::CmpFPredicate::OGT: sym = ">"; break;
-          case arith::CmpFPredicate::OGE: sym = ">="; break;
-          default: return o.emitOpError("comparison predicate has no C++ lowering");
+          case arith::CmpFPredicate::OEQ:
+            sym = "==";
+            break;
+          case arith::CmpFPredicate::UNE:
+            sym = "!=";
+            break;
+          case arith::CmpFPredicate::OLT:
+            sym = "<";
+            break;
+          case arith::CmpFPredicate::OLE:
+            sym = "<=";
+            break;
+          case arith::CmpFPredicate::OGT:
+            sym = ">";
+            break;
+          case arith::CmpFPredicate::OGE:
+            sym = ">=";
+            break;
+          default:
+            return o.emitOpError("comparison predicate has no C++ lowering");
           }
           define(o, bin(sym));
           return success();
@@ -215,12 +251,22 @@ private:
                  }));
           return success();
         })
-        .Case<arith::IndexCastOp>([&](auto o) { define(o, A); return success(); })
-        .Case<arith::SIToFPOp>([&](auto o) { define(o, "(float)" + A); return success(); })
-        .Case<math::AbsIOp>([&](auto o) { define(o, "attnc_absi(" + A + ")"); return success(); })
+        .Case<arith::IndexCastOp>([&](auto o) {
+          define(o, A);
+          return success();
+        })
+        .Case<arith::SIToFPOp>([&](auto o) {
+          define(o, "(float)" + A);
+          return success();
+        })
+        .Case<math::AbsIOp>([&](auto o) {
+          define(o, "attnc_absi(" + A + ")");
+          return success();
+        })
         .Case<math::AbsFOp>([&](auto o) {
-          define(o, "attnc_absf(" + A + ")",
-                 unaryTangents(a, [&](auto &t) { return "(" + A + " < 0.0f ? -(" + t + ") : " + t + ")"; }));
+          define(o, "attnc_absf(" + A + ")", unaryTangents(a, [&](auto &t) {
+                   return "(" + A + " < 0.0f ? -(" + t + ") : " + t + ")";
+                 }));
           return success();
         })
         .Case<math::ExpOp>([&](auto o) {
@@ -272,8 +318,7 @@ private:
 
 } // namespace
 
-LogicalResult emitVariantStruct(Operation *fusedOp, StringRef structName,
-                                llvm::raw_ostream &os) {
+LogicalResult emitVariantStruct(Operation *fusedOp, StringRef structName, llvm::raw_ostream &os) {
   ArrayAttr params = getParamDecls(fusedOp);
   unsigned numParams = params ? params.size() : 0;
   Region &score = fusedOp->getRegion(0), &mask = fusedOp->getRegion(1);
@@ -281,8 +326,8 @@ LogicalResult emitVariantStruct(Operation *fusedOp, StringRef structName,
   // Low-rank padding zeroes keys before the projection; the projected keys
   // the kernel sees are all valid.
   auto source = fusedOp->getAttrOfType<KvSourceAttr>("kv_source");
-  bool padding = fusedOp->hasAttr("key_padding") &&
-                 !(source && source.getValue() == KvSource::lowrank);
+  bool padding =
+      fusedOp->hasAttr("key_padding") && !(source && source.getValue() == KvSource::lowrank);
   // Shared-QK dense attention (LSH's dense fallback): the self score
   // replaces the modified score, so its derivatives are 0.
   auto self = fusedOp->getAttrOfType<FloatAttr>("self_score");
@@ -324,7 +369,8 @@ LogicalResult emitVariantStruct(Operation *fusedOp, StringRef structName,
     os << "    return s;\n";
   } else {
     RegionEmitter e(os, params, 0);
-    if (failed(e.emit(score, scoreArgs, [&](Value v) { os << "    return " << e.name(v) << ";\n"; })))
+    if (failed(
+            e.emit(score, scoreArgs, [&](Value v) { os << "    return " << e.name(v) << ";\n"; })))
       return failure();
   }
   os << "  }\n\n";

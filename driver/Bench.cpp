@@ -150,8 +150,10 @@ void writeSvg(const std::string &path, const std::vector<Row> &rows,
   };
   std::ofstream os(path);
   os << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << Hh
-     << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n"
-     << "<text x='" << L << "' y='18'>attnc bench: forward time (ms, log) vs sequence length (log)</text>\n"
+     << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
+        "fill='white'/>\n"
+     << "<text x='" << L
+     << "' y='18'>attnc bench: forward time (ms, log) vs sequence length (log)</text>\n"
      << "<line x1='" << L << "' y1='" << Hh - Bm << "' x2='" << W - R << "' y2='" << Hh - Bm
      << "' stroke='black'/>\n<line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='"
      << Hh - Bm << "' stroke='black'/>\n";
@@ -169,8 +171,8 @@ void writeSvg(const std::string &path, const std::vector<Row> &rows,
     }
     if (pts.empty())
       return;
-    os << "<polyline fill='none' stroke-width='2' stroke='" << colors[ci % 6] << "' points='"
-       << pts << "'/>\n<text x='" << W - R + 10 << "' y='" << T + 18 * ci + 10 << "' fill='"
+    os << "<polyline fill='none' stroke-width='2' stroke='" << colors[ci % 6] << "' points='" << pts
+       << "'/>\n<text x='" << W - R + 10 << "' y='" << T + 18 * ci + 10 << "' fill='"
        << colors[ci % 6] << "'>" << label << "</text>\n";
   };
   line("dense (fused)", 0, [](const Row &r) { return r.denseFwd; });
@@ -216,8 +218,8 @@ int runBench(const BenchOptions &opt) {
   OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&context));
   OpBuilder b(module->getBody(), module->getBody()->end());
   auto autoTile = attn::TileAttr::getAuto(&context);
-  auto dense = b.create<attn::VariantOp>(b.getUnknownLoc(), "dense", nullptr, nullptr, false,
-                                         false, false, nullptr, nullptr, nullptr, autoTile);
+  auto dense = b.create<attn::VariantOp>(b.getUnknownLoc(), "dense", nullptr, nullptr, false, false,
+                                         false, nullptr, nullptr, nullptr, autoTile);
   std::vector<attn::VariantOp> lowrank;
   for (int k : opt.ranks)
     lowrank.push_back(b.create<attn::VariantOp>(
@@ -246,7 +248,10 @@ int runBench(const BenchOptions &opt) {
   auto fma = baseline->function<double(long)>("bench_fma_gflops");
   if (!unfused || !sgemm || !fma) {
     std::cerr << "attnc bench: error: "
-              << (!unfused ? unfused.error() : !sgemm ? sgemm.error() : fma.error()) << "\n";
+              << (!unfused ? unfused.error()
+                  : !sgemm ? sgemm.error()
+                           : fma.error())
+              << "\n";
     return kExitInput;
   }
   double sgemmRate = (*sgemm)(1024, 5);
@@ -283,7 +288,8 @@ int runBench(const BenchOptions &opt) {
     Row row;
     row.n = N;
     st::Tensor q = randomTensor({B, H, N, D}, rng, 1.f), k = randomTensor({B, H, N, D}, rng, 1.f),
-               v = randomTensor({B, H, N, D}, rng, 1.f), dout = randomTensor({B, H, N, D}, rng, 1.f);
+               v = randomTensor({B, H, N, D}, rng, 1.f),
+               dout = randomTensor({B, H, N, D}, rng, 1.f);
     bool withBwd = opt.backward && N <= opt.maxBackwardN;
     auto progress = [&](const std::string &what) {
       if (tty)
@@ -373,8 +379,7 @@ int runBench(const BenchOptions &opt) {
   for (const Row &r : rows) {
     double flops = 4.0 * B * H * double(r.n) * r.n * D;
     std::cout << std::setw(20) << r.n << std::setw(8) << fmt(r.denseFwd) << std::setw(9)
-              << fmt(r.unfusedFwd) << std::setw(15)
-              << fmt(r.unfusedFwd / r.denseFwd) + "x";
+              << fmt(r.unfusedFwd) << std::setw(15) << fmt(r.unfusedFwd / r.denseFwd) + "x";
     for (size_t i = 0; i < opt.ranks.size(); ++i)
       std::cout << std::setw(8) << fmt(r.lrFwd[i]) << std::setw(11)
                 << fmt(r.denseFwd / r.lrFwd[i]) + "x";
@@ -407,9 +412,11 @@ int runBench(const BenchOptions &opt) {
       if (fb && !opt.backward)
         continue;
       std::cout << "\nLSH " << pass << " (ms), " << opt.lshBuckets
-                << " buckets, window 1 chunk back\n" << std::setw(21) << "N";
+                << " buckets, window 1 chunk back\n"
+                << std::setw(21) << "N";
       for (const LshBenchKernel &k : lsh)
-        std::cout << std::setw(11) << ("r" + std::to_string(k.rounds) + "/c" + std::to_string(k.chunk));
+        std::cout << std::setw(11)
+                  << ("r" + std::to_string(k.rounds) + "/c" + std::to_string(k.chunk));
       std::cout << std::setw(14) << ("dense/" + lsh[ref].label().substr(4)) << "\n";
       for (const Row &r : rows) {
         const std::vector<double> &t = fb ? r.lshFwdBwd : r.lshFwd;
@@ -428,7 +435,8 @@ int runBench(const BenchOptions &opt) {
   std::cout << "\n";
   for (const Row &r : rows) {
     std::cout << std::setw(21) << r.n << std::setw(10) << fmt(r.denseBytes / 1048576, 1)
-              << std::setw(10) << fmt(r.unfusedFwd == r.unfusedFwd ? r.unfusedBytes / 1048576 : NAN, 1);
+              << std::setw(10)
+              << fmt(r.unfusedFwd == r.unfusedFwd ? r.unfusedBytes / 1048576 : NAN, 1);
     for (double bytes : r.lrBytes)
       std::cout << std::setw(10) << fmt(bytes / 1048576, 1);
     std::cout << "\n";
@@ -458,8 +466,8 @@ int runBench(const BenchOptions &opt) {
       double f = 4.0 * B * H * double(r.n) * D * 2 * lsh[i].chunk * lsh[i].rounds;
       auto put = [&](const char *pass, double ms, double fl) {
         if (!std::isnan(ms))
-          csv << r.n << "," << lsh[i].label() << "," << pass << "," << ms << ","
-              << gflops(fl, ms) << "," << peak << "," << 5.0 * B * H * r.n * D * 4 << "\n";
+          csv << r.n << "," << lsh[i].label() << "," << pass << "," << ms << "," << gflops(fl, ms)
+              << "," << peak << "," << 5.0 * B * H * r.n * D * 4 << "\n";
       };
       put("fwd", r.lshFwd[i], f);
       put("fwd+bwd", r.lshFwdBwd[i], 3.5 * f);

@@ -37,8 +37,8 @@ struct BenchOptions {
   /// --engines SPEC: only the runtime vs compiled training step of the
   /// spec's model (--model picks one); attnc-engines.csv / .svg by default.
   std::string enginesSpec, model;
-  int layers = 1;         ///< layers of the table's models (the spec's dims otherwise)
-  double memoryGiB = 16;  ///< the max-batch search's budget (the paper's 16 GB V100)
+  int layers = 1;        ///< layers of the table's models (the spec's dims otherwise)
+  double memoryGiB = 16; ///< the max-batch search's budget (the paper's 16 GB V100)
   bool csvGiven = false, svgGiven = false; ///< --csv / --svg were passed (else mode defaults)
 };
 

@@ -106,9 +106,9 @@ inline bool writeLinePlot(const std::string &path, const std::string &title,
   os << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << Hh
      << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
         "fill='white'/>\n<text x='"
-     << L << "' y='18'>" << title << "</text>\n<line x1='" << L << "' y1='" << Hh - Bm
-     << "' x2='" << W - R << "' y2='" << Hh - Bm << "' stroke='black'/>\n<line x1='" << L
-     << "' y1='" << T << "' x2='" << L << "' y2='" << Hh - Bm << "' stroke='black'/>\n";
+     << L << "' y='18'>" << title << "</text>\n<line x1='" << L << "' y1='" << Hh - Bm << "' x2='"
+     << W - R << "' y2='" << Hh - Bm << "' stroke='black'/>\n<line x1='" << L << "' y1='" << T
+     << "' x2='" << L << "' y2='" << Hh - Bm << "' stroke='black'/>\n";
   for (double x : xTicks)
     os << "<text x='" << px(x) - 14 << "' y='" << Hh - Bm + 16 << "'>" << x << "</text>\n";
   for (double y : {0.0, ymax / 2, ymax})
@@ -127,9 +127,8 @@ inline bool writeLinePlot(const std::string &path, const std::string &title,
     double ly = T + 18 * legend;
     os << "<polyline fill='none' stroke-width='2' stroke='" << c << "'" << dash << " points='"
        << pts << "'/>\n<line x1='" << W - R + 8 << "' y1='" << ly + 6 << "' x2='" << W - R + 30
-       << "' y2='" << ly + 6 << "' stroke-width='2' stroke='" << c << "'" << dash
-       << "/>\n<text x='" << W - R + 36 << "' y='" << ly + 10 << "' fill='" << c << "'>"
-       << l.label << "</text>\n";
+       << "' y2='" << ly + 6 << "' stroke-width='2' stroke='" << c << "'" << dash << "/>\n<text x='"
+       << W - R + 36 << "' y='" << ly + 10 << "' fill='" << c << "'>" << l.label << "</text>\n";
     ++legend;
   }
   os << "</svg>\n";
@@ -164,8 +163,8 @@ inline bool writeBarPlot(const std::string &path, const std::string &title,
   os << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << Hh
      << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
         "fill='white'/>\n<text x='"
-     << L << "' y='18'>" << title << "</text>\n<line x1='" << L << "' y1='" << Hh - Bm
-     << "' x2='" << W - R << "' y2='" << Hh - Bm << "' stroke='black'/>\n";
+     << L << "' y='18'>" << title << "</text>\n<line x1='" << L << "' y1='" << Hh - Bm << "' x2='"
+     << W - R << "' y2='" << Hh - Bm << "' stroke='black'/>\n";
   for (double y : {0.0, ymax / 2, ymax})
     os << "<text x='4' y='" << py(y) + 4 << "'>" << fmt(y, y < 10 ? 2 : 0) << "</text>\n";
   const double barW = (groupW - 30) / double(std::max<size_t>(1, series.size()));
@@ -175,9 +174,9 @@ inline bool writeBarPlot(const std::string &path, const std::string &title,
       double v = c < series[s].values.size() ? series[s].values[c] : NAN;
       if (std::isnan(v))
         continue;
-      os << "<rect x='" << fmt(x0 + barW * double(s), 1) << "' y='" << fmt(py(v), 1)
-         << "' width='" << fmt(barW - 4, 1) << "' height='" << fmt(Hh - Bm - py(v), 1)
-         << "' fill='" << colors[series[s].color % 6] << "'/>\n";
+      os << "<rect x='" << fmt(x0 + barW * double(s), 1) << "' y='" << fmt(py(v), 1) << "' width='"
+         << fmt(barW - 4, 1) << "' height='" << fmt(Hh - Bm - py(v), 1) << "' fill='"
+         << colors[series[s].color % 6] << "'/>\n";
     }
     os << "<text x='" << x0 << "' y='" << Hh - Bm + 16 << "' font-size='10'>" << categories[c]
        << "</text>\n";

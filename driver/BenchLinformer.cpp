@@ -100,9 +100,9 @@ struct PaperRow {
   double time128, time256, mem128, mem256;
 };
 constexpr PaperRow kPaper[] = {
-    {512, 1.5, 1.3, 1.7, 1.5},     {1024, 1.7, 1.6, 3.0, 2.9},    {2048, 2.6, 2.4, 6.1, 5.6},
-    {4096, 3.4, 3.2, 14, 13},      {8192, 5.5, 5.0, 28, 26},      {16384, 8.6, 7.8, 56, 48},
-    {32768, 13, 12, 56, 48},       {65536, 20, 18, 60, 52},
+    {512, 1.5, 1.3, 1.7, 1.5}, {1024, 1.7, 1.6, 3.0, 2.9}, {2048, 2.6, 2.4, 6.1, 5.6},
+    {4096, 3.4, 3.2, 14, 13},  {8192, 5.5, 5.0, 28, 26},   {16384, 8.6, 7.8, 56, 48},
+    {32768, 13, 12, 56, 48},   {65536, 20, 18, 60, 52},
 };
 
 /// The paper's time (or memory) ratio at (n, k); NaN where it has none.
@@ -219,8 +219,8 @@ Expected<Cell> measure(Setup &s, const train::ModelConfig &cfg, train::Attention
   const int B = s.opt.batch;
   int64_t need = planned(B), avail = memAvailableBytes();
   if (avail > 0 && double(need) > 0.8 * double(avail)) {
-    cell.skipped = "needs " + fmt(gib(double(need))) + " GiB at batch " + std::to_string(B) +
-                   ", " + fmt(gib(double(avail))) + " GiB available";
+    cell.skipped = "needs " + fmt(gib(double(need))) + " GiB at batch " + std::to_string(B) + ", " +
+                   fmt(gib(double(avail))) + " GiB available";
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     return cell;
   }
@@ -283,20 +283,22 @@ int runLinformerTable(const BenchOptions &opt) {
       model = m, layer = l, variant = v;
   }
   if (names.empty())
-    return fail("'" + specPath + "' has no model; --linformer-table needs a model whose "
+    return fail("'" + specPath +
+                "' has no model; --linformer-table needs a model whose "
                 "attention is low-rank (kv lowrank(...))");
   if (!model)
-    return fail("no model of '" + specPath + "' has low-rank attention (kv lowrank(...)); its "
-                "models: " + names);
+    return fail("no model of '" + specPath +
+                "' has low-rank attention (kv lowrank(...)); its "
+                "models: " +
+                names);
   const int H = int(model.getHeads()), D = int(model.getDModel());
   if (D % H)
     return fail("d_model " + std::to_string(D) + " is not a multiple of heads " +
                 std::to_string(H));
   const int Dh = D / H;
   const std::string share = stringifyShareMode(variant.getLowrankAttr().getShare()).str();
-  const float scale =
-      variant.getScaleAttr() ? float(variant.getScaleAttr().getValueAsDouble())
-                             : float(1 / std::sqrt(double(Dh)));
+  const float scale = variant.getScaleAttr() ? float(variant.getScaleAttr().getValueAsDouble())
+                                             : float(1 / std::sqrt(double(Dh)));
   std::vector<int> lengths = opt.lengths, ranks = opt.ranks;
   std::sort(lengths.begin(), lengths.end());
   lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
@@ -322,7 +324,8 @@ int runLinformerTable(const BenchOptions &opt) {
   for (size_t i = 0; i < ranks.size(); ++i) {
     auto v = llvm::cast<attn::VariantOp>(b.clone(*variant));
     v.setSymName(variant.getSymName().str() + "_k" + std::to_string(ranks[i]));
-    v.setLowrankAttr(attn::LowRankAttr::get(&context, ranks[i], variant.getLowrankAttr().getShare()));
+    v.setLowrankAttr(
+        attn::LowRankAttr::get(&context, ranks[i], variant.getLowrankAttr().getShare()));
     if (int rc = compileCpuAttention(*module, v, shape, lowrank[i]))
       return rc;
   }
@@ -335,8 +338,8 @@ int runLinformerTable(const BenchOptions &opt) {
   if (!materialised)
     return fail(materialised.error());
 
-  train::AttentionFn unfusedFn = [fn = *materialised, scale](const AttentionInputs &in)
-      -> Expected<AttentionOutputs> {
+  train::AttentionFn unfusedFn = [fn = *materialised,
+                                  scale](const AttentionInputs &in) -> Expected<AttentionOutputs> {
     if (in.dout)
       return makeError("the unfused baseline runs the forward only");
     const std::vector<int64_t> &s = in.q->shape;
@@ -377,8 +380,8 @@ int runLinformerTable(const BenchOptions &opt) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const bool busy = std::atof(loadAverage().c_str()) > double(cores) - 0.5;
   std::cout << "attnc bench --linformer-table (cpu, fp32): model " << model.getSymName().str()
-            << " of " << specPath << "\n  d_model " << D << ", heads " << H << " (head dim "
-            << Dh << "), d_ff " << base.dff << ", ffn chunk "
+            << " of " << specPath << "\n  d_model " << D << ", heads " << H << " (head dim " << Dh
+            << "), d_ff " << base.dff << ", ffn chunk "
             << (base.ffnChunk ? std::to_string(base.ffnChunk) : "none") << ", objective "
             << stringifyObjective(model.getObjective()).str() << ", low-rank share = " << share
             << "\n  " << opt.layers << " layer" << (opt.layers == 1 ? "" : "s")
@@ -388,8 +391,8 @@ int runLinformerTable(const BenchOptions &opt) {
             << " forwards after a warm-up; max batch: the largest batch whose planned inference "
                "peak fits "
             << gibStr(opt.memoryGiB) << " GiB (the paper: a 16 GB V100)\n"
-            << "  machine: " << cores << " cores, load average "
-            << loadAverage() << " at the start (other work on the machine makes timings noisy)\n"
+            << "  machine: " << cores << " cores, load average " << loadAverage()
+            << " at the start (other work on the machine makes timings noisy)\n"
             << (busy ? "  warning: the machine is busy; OpenMP's default spin-waiting can stall "
                        "parallel regions for seconds on a shared machine (OMP_WAIT_POLICY=passive "
                        "avoids it)\n"
@@ -468,7 +471,8 @@ int runLinformerTable(const BenchOptions &opt) {
   auto ms = [](double v) { return fmt(v, v < 100 ? 2 : 1); };
   auto mb = [](const Cell &c) { return std::to_string(c.maxBatch); };
   auto check = [](const Cell &c) { return fmt(c.planCheck); };
-  std::cout << "\n" << w(13, "") << w(27, "forward ms") << w(24, "time saved (std/lin)")
+  std::cout << "\n"
+            << w(13, "") << w(27, "forward ms") << w(24, "time saved (std/lin)")
             << w(28, "max batch in " + gibStr(opt.memoryGiB) + " GiB")
             << w(24, "memory saved (lin/std)") << w(20, "plan check") << "\n"
             << w(7, "N") << w(6, "k") << w(9, "std-unf") << w(9, "std-fus") << w(9, "lin")
@@ -526,8 +530,8 @@ int runLinformerTable(const BenchOptions &opt) {
   std::vector<PlotLine> lines;
   for (size_t i = 0; i < ranks.size(); ++i) {
     std::string k = "k=" + std::to_string(ranks[i]);
-    PlotLine unf{k + " vs std-unfused", {}, int(i), ""}, fus{k + " vs std-fused", {}, int(i), "2,3"},
-        paper{k + " paper (V100)", {}, int(i), "8,4"};
+    PlotLine unf{k + " vs std-unfused", {}, int(i), ""},
+        fus{k + " vs std-fused", {}, int(i), "2,3"}, paper{k + " paper (V100)", {}, int(i), "8,4"};
     for (const TableRow &r : rows) {
       if (r.k != ranks[i] || r.linformer.skipped == "k > N")
         continue;

@@ -73,8 +73,8 @@ int runLshSweep(ModuleOp module, const BenchOptions &opt) {
     if (n <= T && T % n == 0)
       lengths.push_back(n);
   if (lengths.size() < 2) {
-    std::cerr << "attnc bench: error: the LSH sweep needs at least two lengths dividing "
-              << T << " tokens\n";
+    std::cerr << "attnc bench: error: the LSH sweep needs at least two lengths dividing " << T
+              << " tokens\n";
     return kExitInput;
   }
   const int chunk = opt.lshChunks.front();
@@ -84,8 +84,8 @@ int runLshSweep(ModuleOp module, const BenchOptions &opt) {
   if (int rc = compileLshBenchKernels(module, one, lengths.back(), false, lsh))
     return rc;
   OpBuilder b(module.getBody(), module.getBody()->end());
-  auto dense = b.create<attn::VariantOp>(b.getUnknownLoc(), "sweep_dense", nullptr, nullptr,
-                                         false, false, false, nullptr, nullptr, nullptr,
+  auto dense = b.create<attn::VariantOp>(b.getUnknownLoc(), "sweep_dense", nullptr, nullptr, false,
+                                         false, false, nullptr, nullptr, nullptr,
                                          attn::TileAttr::getAuto(b.getContext()));
   codegen::AttentionShape shape;
   shape.heads = H, shape.headDim = D, shape.elementType = b.getF32Type();
@@ -141,8 +141,8 @@ int runLshSweep(ModuleOp module, const BenchOptions &opt) {
       std::cout << std::setw(10) << fmt(usPerToken(t), 3);
     std::cout << "\n";
   }
-  std::cout << std::setw(14) << ("N=" + std::to_string(lengths.back()) + " / N=" +
-                                 std::to_string(lengths.front()));
+  std::cout << std::setw(14)
+            << ("N=" + std::to_string(lengths.back()) + " / N=" + std::to_string(lengths.front()));
   for (size_t c = 0; c < ms.front().size(); ++c)
     std::cout << std::setw(9) << fmt(ms.back()[c] / ms.front()[c]) << "x";
   std::cout << "   (per-token time ratio: flat = 1x)\n";
@@ -168,11 +168,12 @@ int runLshSweep(ModuleOp module, const BenchOptions &opt) {
   auto y = [&](double us) { return Tm + (1 - us / (ymax * 1.05)) * (Hh - Tm - Bm); };
   std::ofstream svg(opt.sweepSvg);
   svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << Hh
-      << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n"
+      << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
+         "fill='white'/>\n"
       << "<text x='" << L << "' y='18'>LSH vs dense: forward time per token (us) at B*N = " << T
-      << " tokens</text>\n<line x1='" << L << "' y1='" << Hh - Bm << "' x2='" << W - R
-      << "' y2='" << Hh - Bm << "' stroke='black'/>\n<line x1='" << L << "' y1='" << Tm
-      << "' x2='" << L << "' y2='" << Hh - Bm << "' stroke='black'/>\n";
+      << " tokens</text>\n<line x1='" << L << "' y1='" << Hh - Bm << "' x2='" << W - R << "' y2='"
+      << Hh - Bm << "' stroke='black'/>\n<line x1='" << L << "' y1='" << Tm << "' x2='" << L
+      << "' y2='" << Hh - Bm << "' stroke='black'/>\n";
   for (int n : lengths)
     svg << "<text x='" << x(n) - 14 << "' y='" << Hh - Bm + 16 << "'>" << n << "</text>\n";
   for (double us : {0.0, ymax / 2, ymax})

@@ -43,9 +43,8 @@ int compileFunctions(ModuleOp module, const std::string &target, const std::stri
   if (failed(pm.run(module)))
     return kExitInput;
   llvm::raw_string_ostream os(out.source);
-  if (failed(codegen::emitKernels(module, target == "cpu" ? codegen::Target::Cpu
-                                                          : codegen::Target::Cuda,
-                                  os, out.kernels)))
+  if (failed(codegen::emitKernels(
+          module, target == "cpu" ? codegen::Target::Cpu : codegen::Target::Cuda, os, out.kernels)))
     return kExitInput;
   return kExitOk;
 }
@@ -71,8 +70,8 @@ int compileModels(ModuleOp module, const std::string &target, const std::string 
   }
   for (attn::ModelOp model : models) {
     auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
-    auto variant = SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(
-        model, layer.getAttentionAttr());
+    auto variant =
+        SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
     codegen::AttentionShape shape;
     // LSH decides its dense fallback from N: compile for the model's length
     // (the kernels themselves take N at run time).
@@ -90,8 +89,7 @@ int compileModels(ModuleOp module, const std::string &target, const std::string 
     shape.withLengths = true;
     shape.differentiate = true;
     if (failed(codegen::buildAttentionFunction(module, variant,
-                                               (model.getSymName() + "_attention").str(),
-                                               shape)))
+                                               (model.getSymName() + "_attention").str(), shape)))
       return kExitInput;
   }
   return compileFunctions(module, target, arch, out);
@@ -136,9 +134,9 @@ int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std
                       entry.find("_shared_qk_") == std::string::npos;
       int smem = r->staticSmemBytes + (usesTile ? int(k.smemBytes) : 0);
       bool ok = !r->spills() && r->registers <= attnc::tile::kMaxRegsPerThread && smem <= limit;
-      os << "  " << (ok ? "ok  " : "FAIL") << " " << entry << ": " << r->registers
-         << " registers, " << r->spillStoreBytes << "+" << r->spillLoadBytes
-         << " bytes spilled, " << smem << " of " << limit << " bytes shared memory\n";
+      os << "  " << (ok ? "ok  " : "FAIL") << " " << entry << ": " << r->registers << " registers, "
+         << r->spillStoreBytes << "+" << r->spillLoadBytes << " bytes spilled, " << smem << " of "
+         << limit << " bytes shared memory\n";
       failures += !ok;
     }
   if (failures) {
@@ -227,12 +225,12 @@ int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp 
     std::cerr << "attnc: error: " << err << "\n";
     return kExitInput;
   }
-  std::cout << "wrote " << dir << "/{manifest.json," << info.source << ",attn.mlir}: "
-            << compiled.kernels.size() << " kernel(s) for " << info.target << " "
+  std::cout << "wrote " << dir << "/{manifest.json," << info.source
+            << ",attn.mlir}: " << compiled.kernels.size() << " kernel(s) for " << info.target << " "
             << info.arch << "\n";
   for (auto &[file, source] : stepFiles)
-    std::cout << "wrote " << dir << "/" << file << ": the compiled training step (batch "
-              << batch << "; attnc-rt train " << dir << " trains it)\n";
+    std::cout << "wrote " << dir << "/" << file << ": the compiled training step (batch " << batch
+              << "; attnc-rt train " << dir << " trains it)\n";
   return kExitOk;
 }
 
@@ -284,7 +282,7 @@ int runCompile(const CompileCommandOptions &opts) {
       ModelGraph g;
       // As attnc train runs it by default: standard layers recomputed.
       if (!compileModelGraph(*module, model, opts.planBatch, 0, true, g,
-                                            /*recomputeLayers=*/true))
+                             /*recomputeLayers=*/true))
         return kExitInput;
       if (opts.emit == "model-cuda")
         *os << g.step.cudaDeviceSource << "\n// ---- host side ----\n" << g.step.cudaHostSource;
@@ -315,8 +313,8 @@ int runCompile(const CompileCommandOptions &opts) {
       *os << compiled.source;
       return 0;
     }
-    if (int rc2 = writeArtifact(opts.output, buffer, *module, target, opts.arch,
-                                               compiled, opts.planBatch))
+    if (int rc2 = writeArtifact(opts.output, buffer, *module, target, opts.arch, compiled,
+                                opts.planBatch))
       return rc2;
     reportMemoryPlans(*module, opts.planBatch, std::cout);
     reportCompiledPlans(*module, opts.planBatch, std::cout);
@@ -336,14 +334,13 @@ int runCompile(const CompileCommandOptions &opts) {
     *os << rs.str() << "\n";
     return 0;
   }
-  std::cout << opts.spec << ": ok (" << spec->attentions.size()
-            << " attention variant(s), " << spec->models.size() << " model(s))\n";
+  std::cout << opts.spec << ": ok (" << spec->attentions.size() << " attention variant(s), "
+            << spec->models.size() << " model(s))\n";
   if (opts.memoryPlan) {
     reportMemoryPlans(*module, opts.planBatch, std::cout);
     reportCompiledPlans(*module, opts.planBatch, std::cout);
   }
   return 0;
 }
-
 
 } // namespace attnc::driver

@@ -73,8 +73,8 @@ void reportMemoryPlans(mlir::ModuleOp module, int batch, std::ostream &os) {
     train::Model m(c, train::AttentionFn(), 0);
     const train::Model::ActivationPlan t = m.activationPlan(batch);
     const train::Model::InferencePlan inf = m.inferencePlan(batch);
-    os << "memory plan of " << model.getSymName().str() << " (batch " << batch << ", seq "
-       << c.seq << ", fp32 CPU runtime): training " << mib(t.keptBytes) << " kept for the backward + "
+    os << "memory plan of " << model.getSymName().str() << " (batch " << batch << ", seq " << c.seq
+       << ", fp32 CPU runtime): training " << mib(t.keptBytes) << " kept for the backward + "
        << mib(t.scratchBytes) << " one layer's recomputation + " << mib(inf.weightBytes)
        << " weights and gradients; inference peak " << mib(inf.totalBytes()) << " (at "
        << inf.peakAt << ")\n";

@@ -17,8 +17,7 @@ namespace attnc::driver {
 /// `variant` (dims, layer kind, FFN, objective; the variant's LSH, low-rank
 /// and per-head parameters), after attn-resolve-tunables: what attnc train
 /// trains, attnc bench --linformer-table times and attnc tune measures.
-train::ModelConfig modelConfigOf(attn::ModelOp model, attn::LayerOp layer,
-                                 attn::VariantOp variant);
+train::ModelConfig modelConfigOf(attn::ModelOp model, attn::LayerOp layer, attn::VariantOp variant);
 
 /// The models whose FFN chunk the spec left `auto` (for the tuner); call
 /// before attn-resolve-tunables replaces it.

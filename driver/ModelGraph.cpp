@@ -22,8 +22,7 @@ using namespace mlir;
 namespace attnc::driver {
 
 bool compileModelGraph(ModuleOp resolved, attn::ModelOp model, int batch, int layers,
-                       bool emitSource, ModelGraph &out, bool recomputeLayers,
-                       bool fuseInChunks) {
+                       bool emitSource, ModelGraph &out, bool recomputeLayers, bool fuseInChunks) {
   OwningOpRef<ModuleOp> copy(resolved.clone());
   // Only this model (expand-model expands every model it finds).
   for (attn::ModelOp m : llvm::make_early_inc_range(copy->getOps<attn::ModelOp>())) {
@@ -115,8 +114,8 @@ int checkModelStepsWithNvrtc(ModuleOp resolved, const std::string &arch, int bat
     if (!compileModelGraph(resolved, model, batch, 0, /*emitSource=*/true, g,
                            /*recomputeLayers=*/true))
       return 1;
-    Expected<Cubin> cubin = nvrtc.compile(g.step.cudaSymbol + ".cu", g.step.cudaDeviceSource,
-                                          options);
+    Expected<Cubin> cubin =
+        nvrtc.compile(g.step.cudaSymbol + ".cu", g.step.cudaDeviceSource, options);
     if (!cubin) {
       std::cerr << "attnc: error: the CUDA step of " << model.getSymName().str() << ": "
                 << cubin.error() << "\n";
@@ -128,10 +127,9 @@ int checkModelStepsWithNvrtc(ModuleOp resolved, const std::string &arch, int bat
     for (const KernelResources &r : cubin->kernels) {
       bool ok = !r.spills() && r.registers <= attnc::tile::kMaxRegsPerThread &&
                 r.staticSmemBytes <= limit;
-      os << "  " << (ok ? "ok  " : "FAIL") << " " << r.name << ": " << r.registers
-         << " registers, " << r.spillStoreBytes << "+" << r.spillLoadBytes
-         << " bytes spilled, " << r.staticSmemBytes << " of " << limit
-         << " bytes shared memory\n";
+      os << "  " << (ok ? "ok  " : "FAIL") << " " << r.name << ": " << r.registers << " registers, "
+         << r.spillStoreBytes << "+" << r.spillLoadBytes << " bytes spilled, " << r.staticSmemBytes
+         << " of " << limit << " bytes shared memory\n";
       failures += !ok;
     }
   }
@@ -156,8 +154,7 @@ void reportCompiledPlans(ModuleOp resolved, int batch, std::ostream &os) {
     for (bool recompute : reversible ? std::vector<bool>{false} : std::vector<bool>{false, true}) {
       ModelGraph g;
       if (!compileModelGraph(resolved, model, batch, 0, false, g, recompute)) {
-        os << "compiled training step of " << model.getSymName().str()
-           << ": failed (see above)\n";
+        os << "compiled training step of " << model.getSymName().str() << ": failed (see above)\n";
         break;
       }
       os << "compiled training step of " << model.getSymName().str() << " (batch " << batch
@@ -171,8 +168,8 @@ void reportCompiledPlans(ModuleOp resolved, int batch, std::ostream &os) {
         ModelGraph d;
         if (!compileModelGraph(resolved, model, batch, layers, false, d, recompute))
           break;
-        os << " " << layers << ": " << mib(d.keptBytes) << " (arena " << mib(d.arenaBytes)
-           << ")" << (layers == 12 ? "" : ",");
+        os << " " << layers << ": " << mib(d.keptBytes) << " (arena " << mib(d.arenaBytes) << ")"
+           << (layers == 12 ? "" : ",");
       }
       os << "\n";
     }

@@ -21,8 +21,8 @@ namespace attnc::driver {
 struct ModelGraph {
   int64_t arenaBytes = 0, peakLiveBytes = 0, keptBytes = 0;
   int fusedKernels = 0, gemms = 0, attentionCalls = 0, rowChunks = 0;
-  std::string ir;                ///< the planned function, printed
-  train::CompiledStepDesc step;  ///< source, symbol, arguments (when emitted)
+  std::string ir;               ///< the planned function, printed
+  train::CompiledStepDesc step; ///< source, symbol, arguments (when emitted)
 };
 
 /// Compiles `model` (of a module after attn-resolve-tunables) for `batch`

@@ -68,7 +68,7 @@ int emitVariant(ModuleOp module, attn::VariantOp variant, const codegen::Attenti
     d.dropout = float(k.dropout);
     if (k.lsh)
       d.lsh = KernelDesc::Lsh{int(k.lsh->numBuckets), int(k.lsh->rounds), int(k.lsh->chunk),
-                              int(k.lsh->before), int(k.lsh->after), uint64_t(k.lsh->seed)};
+                              int(k.lsh->before),     int(k.lsh->after),  uint64_t(k.lsh->seed)};
     d.entryPoints = k.entryPoints;
     return d;
   };
@@ -122,8 +122,8 @@ int compileCudaAttention(ModuleOp module, attn::VariantOp variant,
   return kExitOk;
 }
 
-int emitCpuAttention(ModuleOp module, attn::VariantOp variant,
-                     const codegen::AttentionShape &shape, EmittedKernels &out) {
+int emitCpuAttention(ModuleOp module, attn::VariantOp variant, const codegen::AttentionShape &shape,
+                     EmittedKernels &out) {
   CompiledKernels compiled;
   std::optional<KernelDesc> fwd, bwd;
   if (int rc = emitVariant(module, variant, shape, "cpu", "sm_80", compiled, fwd, bwd))
@@ -137,8 +137,7 @@ static HostCompiler &hostCompiler() {
   return compiler;
 }
 
-std::vector<std::string> buildCpuAttentions(const std::vector<EmittedKernels> &emitted,
-                                            int threads,
+std::vector<std::string> buildCpuAttentions(const std::vector<EmittedKernels> &emitted, int threads,
                                             std::vector<std::optional<CpuAttention>> &out) {
   out.clear();
   out.resize(emitted.size());
@@ -152,8 +151,8 @@ std::vector<std::string> buildCpuAttentions(const std::vector<EmittedKernels> &e
   auto worker = [&] {
     for (size_t i = next++; i < emitted.size(); i = next++) {
       const EmittedKernels &e = emitted[i];
-      Expected<CpuAttention> k = CpuAttention::compile(e.source, e.fwd, e.bwd, *dirs,
-                                                       hostCompiler());
+      Expected<CpuAttention> k =
+          CpuAttention::compile(e.source, e.fwd, e.bwd, *dirs, hostCompiler());
       if (k)
         out[i].emplace(std::move(k).take());
       else
@@ -225,11 +224,11 @@ int runAttention(const RunOptions &opt) {
       variant = v;
   }
   if (!variant)
-    return fail(name.empty() ? "the spec has " + std::to_string(variants.size()) +
-                                   " attention variants (" + names +
-                                   "); name one with --op attention:NAME"
-                             : "no attention variant '" + name + "' in " + opt.spec +
-                                   " (it has: " + names + ")");
+    return fail(name.empty()
+                    ? "the spec has " + std::to_string(variants.size()) + " attention variants (" +
+                          names + "); name one with --op attention:NAME"
+                    : "no attention variant '" + name + "' in " + opt.spec + " (it has: " + names +
+                          ")");
 
   // --- inputs and weights (runtime/AttentionIO.h)
   AttentionSignature sig;
@@ -264,8 +263,8 @@ int runAttention(const RunOptions &opt) {
   AttentionIO &io = **loaded;
   int64_t B = io.B, H = io.H, N = io.N, D = io.D;
   if (sig.lowrank)
-    variant.setLowrankAttr(attn::LowRankAttr::get(
-        &context, io.kRows, variant.getLowrankAttr().getShare()));
+    variant.setLowrankAttr(
+        attn::LowRankAttr::get(&context, io.kRows, variant.getLowrankAttr().getShare()));
 
   // --- compile
   codegen::AttentionShape shape;
@@ -274,9 +273,7 @@ int runAttention(const RunOptions &opt) {
   shape.elementType = FloatType::getF32(&context);
   shape.withLengths = io.inputs.lengths != nullptr;
   shape.differentiate = io.inputs.dout != nullptr;
-  auto ms = [](auto a, auto b) {
-    return std::chrono::duration<double, std::milli>(b - a).count();
-  };
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   if (opt.target == "cuda") {
     // The GPU: kernels in --dtype (inputs and outputs stay f32 on the host),
     // NVRTC to CUBIN for --arch, or for the device's own arch when it was
@@ -305,8 +302,8 @@ int runAttention(const RunOptions &opt) {
       return fail(result.error());
     if (Status written = writeAttentionOutputs(opt.output, std::move(*result), io, sig); !written)
       return fail(written.error());
-    std::cerr << "attnc run: " << variant.getSymName().str() << " on [" << B << ", " << H
-              << ", " << N << ", " << D << "] " << opt.dtype << " " << arch
+    std::cerr << "attnc run: " << variant.getSymName().str() << " on [" << B << ", " << H << ", "
+              << N << ", " << D << "] " << opt.dtype << " " << arch
               << (io.inputs.dout ? " forward+backward" : " forward") << ": kernels ready in "
               << int(ms(t0, t1)) << " ms; forward " << kernels->forwardMs() << " ms, backward "
               << kernels->backwardMs() << " ms on the GPU; wrote " << opt.output << "\n";
@@ -325,9 +322,8 @@ int runAttention(const RunOptions &opt) {
   auto t2 = std::chrono::steady_clock::now();
   if (Status written = writeAttentionOutputs(opt.output, std::move(*result), io, sig); !written)
     return fail(written.error());
-  std::cerr << "attnc run: " << variant.getSymName().str() << " on [" << B << ", " << H << ", "
-            << N << ", " << D << "]"
-            << (io.inputs.dout ? " forward+backward" : " forward")
+  std::cerr << "attnc run: " << variant.getSymName().str() << " on [" << B << ", " << H << ", " << N
+            << ", " << D << "]" << (io.inputs.dout ? " forward+backward" : " forward")
             << ": kernels " << (kernels->fromCache() ? "from cache" : "compiled") << " in "
             << int(ms(t0, t1)) << " ms, ran in " << ms(t1, t2) << " ms; wrote " << opt.output
             << "\n";

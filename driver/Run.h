@@ -46,8 +46,7 @@ int emitCpuAttention(mlir::ModuleOp module, attn::VariantOp variant,
 /// (the kernel cache is shared and locked; each compile is its own
 /// process): out[i] holds the kernels, or the returned errors[i] says why
 /// not. What attnc tune uses to compile its candidates in parallel.
-std::vector<std::string> buildCpuAttentions(const std::vector<EmittedKernels> &emitted,
-                                            int threads,
+std::vector<std::string> buildCpuAttentions(const std::vector<EmittedKernels> &emitted, int threads,
                                             std::vector<std::optional<CpuAttention>> &out);
 
 /// The forward kernel of a variant for CUDA `arch`, emitted (no NVRTC yet):

@@ -46,8 +46,8 @@ bool readSpecFile(const std::string &path, std::string &out, std::string &err) {
   ss << in.rdbuf();
   out = ss.str();
   if (out.size() > kMaxSpecBytes) {
-    err = "'" + path + "' is " + std::to_string(out.size()) +
-          " bytes; specs are limited to " + std::to_string(kMaxSpecBytes) + " bytes";
+    err = "'" + path + "' is " + std::to_string(out.size()) + " bytes; specs are limited to " +
+          std::to_string(kMaxSpecBytes) + " bytes";
     return false;
   }
   return true;
@@ -85,8 +85,8 @@ LogicalResult printDiagnostic(Diagnostic &d) {
   return success();
 }
 
-OwningOpRef<ModuleOp> loadSpecModule(const std::string &path, const char *cmd,
-                                     MLIRContext &context, std::string *textOut) {
+OwningOpRef<ModuleOp> loadSpecModule(const std::string &path, const char *cmd, MLIRContext &context,
+                                     std::string *textOut) {
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     std::cerr << "attnc " << cmd << ": error: cannot open '" << path << "'\n";

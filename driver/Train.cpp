@@ -83,9 +83,9 @@ int pinRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Pr
   Expected<std::string> text = fs::readFile(path);
   if (text && !(pin == Pin::ReadWrite && !opt.resume)) {
     nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j["block_q"].is_number_integer() ||
-        !j["block_kv"].is_number_integer() || !j["ffn_chunk"].is_number_integer() ||
-        !j["spec_hash"].is_string() || !j["model"].is_string())
+    if (!j.is_object() || !j["block_q"].is_number_integer() || !j["block_kv"].is_number_integer() ||
+        !j["ffn_chunk"].is_number_integer() || !j["spec_hash"].is_string() ||
+        !j["model"].is_string())
       return fail(cmd, path + " is not a kernel-choices file (an object with integer block_q, "
                               "block_kv and ffn_chunk, and the spec_hash and model it belongs "
                               "to); remove it to choose again");
@@ -105,8 +105,8 @@ int pinRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Pr
                                 std::to_string(lshChunk)
                           : "")
                   << ")\n";
-      variant.setTileAttr(attn::TileAttr::get(variant.getContext(), bq, bkv, tile.getWarps(),
-                                              tile.getStages()));
+      variant.setTileAttr(
+          attn::TileAttr::get(variant.getContext(), bq, bkv, tile.getWarps(), tile.getStages()));
       c.ffnChunk = int(chunk);
       if (auto lr = variant.getLowrankAttr()) {
         variant.setLowrankAttr(attn::LowRankAttr::get(variant.getContext(), k, lr.getShare()));
@@ -127,8 +127,10 @@ int pinRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Pr
   // checkpoint fails with a spec mismatch, and that run keeps its choices.
   if (text && opt.resume && fs::readFile(opt.out + "/latest.json"))
     return kExitOk;
-  nlohmann::json j = {{"spec_hash", p.specHash},     {"model", p.name},
-                      {"block_q", tile.getBlockQ()}, {"block_kv", tile.getBlockKv()},
+  nlohmann::json j = {{"spec_hash", p.specHash},
+                      {"model", p.name},
+                      {"block_q", tile.getBlockQ()},
+                      {"block_kv", tile.getBlockKv()},
                       {"ffn_chunk", c.ffnChunk}};
   if (c.lowrank)
     j["k"] = c.lowrankK;
@@ -155,8 +157,9 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = 
       return fail(cmd, "--target cuda: " + driver.error() +
                            " (--engine cuda-sim checks the CUDA step on the CPU)");
   } else if (opt.precision != "auto" && opt.precision != "f32" && opt.engine != "cuda-sim") {
-    return fail(cmd, "--precision " + opt.precision + " needs --target cuda or --engine "
-                     "cuda-sim (the CPU step trains in fp32)");
+    return fail(cmd, "--precision " + opt.precision +
+                         " needs --target cuda or --engine "
+                         "cuda-sim (the CPU step trains in fp32)");
   }
   p.target = opt.target, p.precision = opt.precision, p.lossScale = opt.lossScale;
   std::string text;
@@ -193,8 +196,8 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = 
   const std::string dtype = attn::stringifyDType(model.getDtype()).str();
   if (p.precision == "auto")
     p.precision = p.target == "cpu" && opt.engine != "cuda-sim" ? "f32"
-                  : dtype == "fp32"                           ? "f32"
-                                                              : dtype;
+                  : dtype == "fp32"                             ? "f32"
+                                                                : dtype;
   auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
   auto variant =
       SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
@@ -273,7 +276,7 @@ int gradCheck(Prepared &p, const train::DataSource &data, const TrainCliOptions 
               << " with the masks of step 0, " << off->meanLoss() << " without\n";
   }
   model.setDropout(true, 0); // fixed masks: the loss is a function of the weights
-  train::LossFn loss; // the runtime engine: Model::run
+  train::LossFn loss;        // the runtime engine: Model::run
   std::unique_ptr<train::CompiledStep> step;
   if (opt.engine != "runtime") {
     Expected<std::unique_ptr<train::CompiledStep>> s =
@@ -289,8 +292,8 @@ int gradCheck(Prepared &p, const train::DataSource &data, const TrainCliOptions 
   if (!r)
     return fail("train", r.error());
   for (const train::GradCheckProbe &pr : r->probes)
-    std::cout << "  " << pr.param << "[" << pr.index << "]: analytic " << pr.analytic
-              << " numeric " << pr.numeric << "\n";
+    std::cout << "  " << pr.param << "[" << pr.index << "]: analytic " << pr.analytic << " numeric "
+              << pr.numeric << "\n";
   bool ok = r->worst <= opt.gradCheckTol;
   // A check where most probes hit jumps would prove nothing.
   ok = ok && r->probes.size() >= 2 * size_t(r->nonSmooth);
@@ -362,8 +365,8 @@ Expected<std::unique_ptr<train::CompiledStep>> compiledStep(Prepared &p, train::
   attn::LayerOp layer = *m.getBody().getOps<attn::LayerOp>().begin();
   if (layer.getFfnChunk()) {
     const int64_t rows = int64_t(batch) * p.config.seq;
-    layer.setFfnChunkAttr(mlir::Builder(m).getI64IntegerAttr(
-        p.config.ffnChunk > 0 ? p.config.ffnChunk : rows));
+    layer.setFfnChunkAttr(
+        mlir::Builder(m).getI64IntegerAttr(p.config.ffnChunk > 0 ? p.config.ffnChunk : rows));
   }
   ModelGraph g;
   if (!compileModelGraph(*p.module, m, batch, 0, /*emitSource=*/true, g, recomputeLayers,
@@ -436,8 +439,7 @@ int compareEngines(Prepared &p, const train::DataSource &data, const TrainCliOpt
   std::cout << "loss: runtime " << r->meanLoss() << ", "
             << (opt.engine == "cuda-sim" ? "cuda-sim " : "compiled ") << *loss << "\n"
             << "gradients: worst max|difference|/max|gradient| " << worst << " (" << where
-            << ") over " << params.size() << " tensors" << (ok ? "" : "  > 1e-3: FAILED")
-            << "\n";
+            << ") over " << params.size() << " tensors" << (ok ? "" : "  > 1e-3: FAILED") << "\n";
   return ok ? kExitOk : kExitInput;
 }
 
@@ -502,15 +504,14 @@ int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csv
       if (Status st = run(e); !st)
         return fail("bench", st.error());
       if (i >= 0)
-        e.ms.push_back(std::chrono::duration<double, std::milli>(
-                           std::chrono::steady_clock::now() - t0)
-                           .count());
+        e.ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count());
     }
   const double tokens = double(opt.batch) * p.config.seq;
-  std::cout << "training step of " << p.name << " (batch " << opt.batch << ", seq "
-            << p.config.seq << ", " << p.config.layers
-            << (p.config.reversible ? " reversible" : "") << " layer(s)), median of " << repeats
-            << ", interleaved:\n";
+  std::cout << "training step of " << p.name << " (batch " << opt.batch << ", seq " << p.config.seq
+            << ", " << p.config.layers << (p.config.reversible ? " reversible" : "")
+            << " layer(s)), median of " << repeats << ", interleaved:\n";
   std::ofstream csv(csvPath, std::ios::app);
   if (csv.tellp() == 0)
     csv << "model,batch,seq,layers,engine,ms,activation_bytes\n";
@@ -522,9 +523,8 @@ int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csv
     std::cout << "  " << std::left << std::setw(28) << e.name << std::right << std::fixed
               << std::setprecision(2) << std::setw(9) << m << " ms/step  " << std::setprecision(0)
               << std::setw(7) << tokens / m * 1e3 << " tokens/s  " << std::setprecision(2)
-              << "time vs runtime " << base / m << "x  activations "
-              << double(e.bytes) / (1 << 20) << " MiB ("
-              << double(e.bytes) / double(std::max<int64_t>(1, engines[0].bytes))
+              << "time vs runtime " << base / m << "x  activations " << double(e.bytes) / (1 << 20)
+              << " MiB (" << double(e.bytes) / double(std::max<int64_t>(1, engines[0].bytes))
               << "x)\n";
     csv << p.name << "," << opt.batch << "," << p.config.seq << "," << p.config.layers << ","
         << e.name << "," << m << "," << e.bytes << "\n";
@@ -597,17 +597,17 @@ int runTrain(const TrainCliOptions &opt) {
             << "final training loss " << s->finalLoss << "; held-out loss " << e.loss << " ("
             << e.bitsPerByte << " bits/byte), accuracy " << e.accuracy << " over " << e.positions
             << " positions\n"
-            << (compiled ? "compiled step: arena " + std::to_string(compiled->arenaBytes() / 1024) +
-                               " KiB, of which " + std::to_string(compiled->keptBytes() / 1024) +
-                               " KiB kept for the backward"
-                         : "activation memory plan: " + std::to_string(s->plan.keptBytes / 1024) +
-                               " KiB kept for the backward, " +
-                               std::to_string(s->plan.scratchBytes / 1024) +
-                               " KiB per-layer scratch")
+            << (compiled
+                    ? "compiled step: arena " + std::to_string(compiled->arenaBytes() / 1024) +
+                          " KiB, of which " + std::to_string(compiled->keptBytes() / 1024) +
+                          " KiB kept for the backward"
+                    : "activation memory plan: " + std::to_string(s->plan.keptBytes / 1024) +
+                          " KiB kept for the backward, " +
+                          std::to_string(s->plan.scratchBytes / 1024) + " KiB per-layer scratch")
             << "; peak resident memory " << peakRssMiB() << " MiB\n";
   if (compiled && p.precision == "fp16")
-    std::cout << "fp16 loss scale " << compiled->lossScale() << ", "
-              << compiled->overflowReruns() << " step(s) rerun after an overflow\n";
+    std::cout << "fp16 loss scale " << compiled->lossScale() << ", " << compiled->overflowReruns()
+              << " step(s) rerun after an overflow\n";
   std::cout << "wrote " << opt.out << "/{latest.json,train.csv,loss.svg}\n";
   return kExitOk;
 }
@@ -628,9 +628,9 @@ int runEval(const TrainCliOptions &opt) {
   Expected<train::EvalResult> e = train::evaluate(model, *data, opt.evalBatches, opt.batch);
   if (!e)
     return fail("eval", e.error());
-  std::cout << p.name << " at step " << ck->step << ": loss " << e->loss << " ("
-            << e->bitsPerByte << " bits/byte), accuracy " << e->accuracy << " over "
-            << e->positions << " positions\n";
+  std::cout << p.name << " at step " << ck->step << ": loss " << e->loss << " (" << e->bitsPerByte
+            << " bits/byte), accuracy " << e->accuracy << " over " << e->positions
+            << " positions\n";
   return kExitOk;
 }
 
@@ -690,11 +690,12 @@ int runGenerate(const TrainCliOptions &opt) {
     return rc;
   const train::ModelConfig &c = p.config;
   if (c.objective != train::Objective::CausalLm)
-    return fail("generate", "'" + p.name + "' is not a causal LM (objective causal_lm); use "
-                            "attnc fill for masked models");
+    return fail("generate", "'" + p.name +
+                                "' is not a causal LM (objective causal_lm); use "
+                                "attnc fill for masked models");
   if (c.vocab < 256)
-    return fail("generate", "the model's vocab " + std::to_string(c.vocab) +
-                                " cannot hold bytes (needs 256)");
+    return fail("generate",
+                "the model's vocab " + std::to_string(c.vocab) + " cannot hold bytes (needs 256)");
   std::vector<int32_t> tokens(opt.prompt.begin(), opt.prompt.end());
   for (int32_t &t : tokens)
     t &= 0xff;
@@ -745,13 +746,16 @@ int runFill(const TrainCliOptions &opt) {
     return rc;
   const train::ModelConfig &c = p.config;
   if (c.objective != train::Objective::Mlm)
-    return fail("fill", "'" + p.name + "' is not a masked LM (objective mlm); use attnc "
-                        "generate for causal models");
+    return fail("fill", "'" + p.name +
+                            "' is not a masked LM (objective mlm); use attnc "
+                            "generate for causal models");
   if (opt.maskChar.size() != 1)
     return fail("fill", "--mask-char must be one byte, found '" + opt.maskChar + "'");
   if (opt.text.empty() || opt.text.size() > size_t(c.seq))
-    return fail("fill", "--text must have 1 to " + std::to_string(c.seq) + " bytes (the model's "
-                        "sequence length), found " + std::to_string(opt.text.size()));
+    return fail("fill", "--text must have 1 to " + std::to_string(c.seq) +
+                            " bytes (the model's "
+                            "sequence length), found " +
+                            std::to_string(opt.text.size()));
   train::Batch b;
   b.B = 1, b.S = c.seq;
   b.inputs.assign(c.seq, ' ');

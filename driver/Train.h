@@ -23,9 +23,9 @@ struct TrainCliOptions {
   bool resume = true;
   int64_t stopAfter = 0; ///< > 0: stop (with a checkpoint) after this many steps
   // Checks instead of training (test aids, documented in docs/training.md):
-  int gradCheck = 0;          ///< finite-difference probes per parameter tensor
+  int gradCheck = 0; ///< finite-difference probes per parameter tensor
   float gradCheckEps = 1e-2f;
-  double gradCheckTol = 2e-2; ///< max relative error
+  double gradCheckTol = 2e-2;   ///< max relative error
   bool checkReversible = false; ///< rebuilt vs stored reversible inputs
   /// "compiled" (default): the step the whole-model passes compiled
   /// (docs/model-compilation.md); "runtime": Model::run assembles it.

@@ -4,8 +4,8 @@
 // is compiled (host compiler, kernel cache) and timed forward+backward at
 // the model's shape (median of --repeats after a warm-up); the three
 // fastest and the heuristic tile are re-timed interleaved, three rounds, and
-// the heuristic is kept unless one beats it beyond the measured spread. Every measurement goes into the database as it is
-// made, so a run stopped by --budget (or killed) continues where it was.
+// the heuristic is kept unless one beats it beyond the measured spread. Every measurement goes into
+// the database as it is made, so a run stopped by --budget (or killed) continues where it was.
 // Keys: this CPU (TuningDb's cpuDevice), the host compiler's identity, the
 // variant (its IR with the tile left out, hashed) and head dim, and the
 // bucket of the sequence length and heads (not the batch: `attnc compile`
@@ -96,7 +96,8 @@ std::string rejections(const tune::TileSpace &space) {
 RandomAttentionInputs::RandomAttentionInputs(attn::VariantOp variant, int64_t B, int64_t H,
                                              int64_t S, int64_t D, bool withDout) {
   std::mt19937 rng(7);
-  q_ = bench::randomTensor({B, H, S, D}, rng, 1.f), k_ = bench::randomTensor({B, H, S, D}, rng, 1.f);
+  q_ = bench::randomTensor({B, H, S, D}, rng, 1.f),
+  k_ = bench::randomTensor({B, H, S, D}, rng, 1.f);
   v_ = bench::randomTensor({B, H, S, D}, rng, 1.f);
   lengths_ = st::Tensor::i32({B}, std::vector<int32_t>(size_t(B), int32_t(S)));
   in.q = &q_, in.k = &k_, in.v = &v_, in.lengths = &lengths_;
@@ -128,8 +129,8 @@ class TileBench {
 public:
   TileBench(ModuleOp module, attn::ModelOp model, attn::VariantOp variant, int B, int repeats)
       : module_(module), variant_(variant), repeats_(repeats),
-        inputs_(variant, B, model.getHeads(), model.getSeq(),
-                model.getDModel() / model.getHeads(), /*withDout=*/true) {
+        inputs_(variant, B, model.getHeads(), model.getSeq(), model.getDModel() / model.getHeads(),
+                /*withDout=*/true) {
     const int64_t H = model.getHeads(), D = model.getDModel() / H, S = model.getSeq();
     shape_.batch = B, shape_.heads = H, shape_.seq = S, shape_.headDim = D, shape_.maxSeq = S;
     shape_.elementType = FloatType::getF32(module.getContext());
@@ -149,8 +150,7 @@ public:
       std::string key = tune::canonicalConfig(tune::configText(c));
       if (kernels_.count(key) || errors_.count(key))
         continue;
-      variant_.setTileAttr(
-          attn::TileAttr::get(module_.getContext(), c.blockQ, c.blockKv, 1, 1));
+      variant_.setTileAttr(attn::TileAttr::get(module_.getContext(), c.blockQ, c.blockKv, 1, 1));
       EmittedKernels e;
       if (emitCpuAttention(module_, variant_, shape_, e)) {
         errors_[key] = "the pipeline rejected the tile";
@@ -179,8 +179,7 @@ public:
       return nullptr;
     auto &slot = kernels_[key];
     if (!slot) {
-      variant_.setTileAttr(
-          attn::TileAttr::get(module_.getContext(), c.blockQ, c.blockKv, 1, 1));
+      variant_.setTileAttr(attn::TileAttr::get(module_.getContext(), c.blockQ, c.blockKv, 1, 1));
       if (compileCpuAttention(module_, variant_, shape_, slot))
         return nullptr;
     }
@@ -211,8 +210,7 @@ attn::VariantOp variantOf(attn::ModelOp model) {
 
 std::string cpuToolchain() { return hostToolchainId(); }
 
-std::optional<Finalists> chooseAmongFinalists(size_t n,
-                                              const std::function<double(size_t)> &time) {
+std::optional<Finalists> chooseAmongFinalists(size_t n, const std::function<double(size_t)> &time) {
   std::vector<std::vector<double>> rounds(n);
   for (int r = 0; r < 3; ++r)
     for (size_t i = 0; i < n; ++i) {
@@ -301,8 +299,7 @@ int runTune(const TuneOptions &opt) {
     // Configs whose workspace cannot fit are dropped before compiling.
     tune::TileSpace space = tune::cpuTileSpace(int(D), {opt.maxWorkspaceKib * 1024});
     if (space.candidates.empty())
-      return fail(name + ": no tile config fits (nothing compiled or run):\n" +
-                  rejections(space));
+      return fail(name + ": no tile config fits (nothing compiled or run):\n" + rejections(space));
     // The promising ones first: a --budget run measures those.
     tune::orderByCpuCost(space, int(S), int(D), variant.getCausal());
     std::cout << name << ": cost-model order:";
@@ -350,9 +347,8 @@ int runTune(const TuneOptions &opt) {
       CpuAttention *a = compileTile(c);
       Expected<AttentionOutputs> check =
           a ? a->run(tileBench.inputs())
-            : Expected<AttentionOutputs>(makeError(tileBench.error(c).empty()
-                                                       ? "did not compile"
-                                                       : tileBench.error(c)));
+            : Expected<AttentionOutputs>(
+                  makeError(tileBench.error(c).empty() ? "did not compile" : tileBench.error(c)));
       if (!check) {
         m.error = check.error();
       } else {
@@ -363,14 +359,14 @@ int runTune(const TuneOptions &opt) {
         return fail(s.error());
       ++done;
       if (tty) {
-        double best = timed.empty() ? 0 : std::min_element(timed.begin(), timed.end(),
-                                                           [](auto &x, auto &y) {
-                                                             return x.first < y.first;
-                                                           })->first;
+        double best =
+            timed.empty() ? 0 : std::min_element(timed.begin(), timed.end(), [](auto &x, auto &y) {
+                                  return x.first < y.first;
+                                })->first;
         std::cerr << "\r  " << name << ": " << done << "/" << space.candidates.size()
                   << " candidates, best " << bench::fmt(best, 3) << " ms, ETA "
-                  << bench::fmt(elapsed() / double(done) *
-                                    double(space.candidates.size() - done), 0)
+                  << bench::fmt(elapsed() / double(done) * double(space.candidates.size() - done),
+                                0)
                   << " s      " << std::flush;
       }
     }

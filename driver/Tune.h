@@ -21,8 +21,8 @@ namespace attnc::driver {
 struct TuneOptions {
   std::string spec, model;
   std::string target = "cpu";
-  std::string db;       ///< tuning database; "" = the user's (TuningDb::defaultPath)
-  double budget = 120;  ///< seconds of measuring per run (a rerun continues)
+  std::string db;      ///< tuning database; "" = the user's (TuningDb::defaultPath)
+  double budget = 120; ///< seconds of measuring per run (a rerun continues)
   int batch = 4;
   int repeats = 5;
   bool show = false;
@@ -88,8 +88,7 @@ struct Finalists {
   size_t best = 0;
   std::vector<double> med, spread; ///< median ms and (max - min) / median
 };
-std::optional<Finalists> chooseAmongFinalists(size_t n,
-                                              const std::function<double(size_t)> &time);
+std::optional<Finalists> chooseAmongFinalists(size_t n, const std::function<double(size_t)> &time);
 
 /// One layer's training step of a spec model (the runtime's model, its
 /// compiled attention, a synthetic batch), timed per FFN chunk.

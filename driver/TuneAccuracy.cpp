@@ -44,8 +44,7 @@ struct Calibration {
   std::optional<st::Tensor> params; ///< a checkpoint's per-head parameters
 };
 
-Calibration calibrationInputs(int B, int H, int N, int D, bool sharedQk, bool runs,
-                              uint32_t seed) {
+Calibration calibrationInputs(int B, int H, int N, int D, bool sharedQk, bool runs, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
   const int clusters = std::max(2, N / 32);
@@ -140,7 +139,8 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
     cal.q = got.q, cal.k = got.k, cal.v = got.v;
     if (got.hasParams)
       cal.params = got.params;
-    cal.lengths = got.hasLengths ? got.lengths : st::Tensor::i32({B}, std::vector<int32_t>(size_t(B), N));
+    cal.lengths =
+        got.hasLengths ? got.lengths : st::Tensor::i32({B}, std::vector<int32_t>(size_t(B), N));
     source = "layer 0's inputs of " + opt.checkpoint + " (step " + std::to_string(got.step) +
              ") on " + opt.data;
   } else {
@@ -203,9 +203,8 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
         if (chunk >= 8 && chunk < N)
           cands.push_back({tune::canonicalConfig("rounds=" + std::to_string(rounds) +
                                                  ",chunk=" + std::to_string(chunk)),
-                           attn::LshAttr::get(ctx, lsh.getBuckets(), rounds, chunk,
-                                              lsh.getBefore(), lsh.getAfter(), lsh.getSeed(),
-                                              false)});
+                           attn::LshAttr::get(ctx, lsh.getBuckets(), rounds, chunk, lsh.getBefore(),
+                                              lsh.getAfter(), lsh.getSeed(), false)});
   }
   // A candidate's own inputs. Low-rank: E = F = mean pooling over k equal
   // segments of the sequence (one of the projections the Linformer paper
@@ -288,8 +287,8 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
   // The frontier: a candidate is on it when no other is both faster and
   // more accurate.
   const Candidate *best = nullptr;
-  std::cout << name << " (" << (lr ? "low-rank" : "LSH") << ", N " << N << ", B " << B
-            << ", H " << H << ", D " << D << "): error-time frontier against exact attention ("
+  std::cout << name << " (" << (lr ? "low-rank" : "LSH") << ", N " << N << ", B " << B << ", H "
+            << H << ", D " << D << "): error-time frontier against exact attention ("
             << bench::fmt(exactMs, 3) << " ms) on " << source << "\n";
   std::cout << "  config               rel. error    ms      frontier  within "
             << bench::fmt(opt.maxError, 4) << "\n";
@@ -305,7 +304,8 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
     const bool within = c.relError <= opt.maxError;
     if (within && std::isfinite(c.ms) && (!best || c.ms < best->ms))
       best = &c;
-    std::cout << "  " << c.config << std::string(c.config.size() < 20 ? 20 - c.config.size() : 1, ' ')
+    std::cout << "  " << c.config
+              << std::string(c.config.size() < 20 ? 20 - c.config.size() : 1, ' ')
               << bench::fmt(c.relError, 4) << "      " << bench::fmt(c.ms, 3) << "  "
               << (dominated ? "  " : " *") << "        " << (within ? "yes" : "no") << "\n";
   }
@@ -316,9 +316,8 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
     db->choose(device, key, toolchain, "exact", exactMs, 0);
   } else if (exactMs <= best->ms) {
     std::cout << name << ": exact attention (" << bench::fmt(exactMs, 3)
-              << " ms) is as fast as the best candidate within the budget (" << best->config
-              << ", " << bench::fmt(best->ms, 3) << " ms) at N " << N
-              << ": use exact attention here\n";
+              << " ms) is as fast as the best candidate within the budget (" << best->config << ", "
+              << bench::fmt(best->ms, 3) << " ms) at N " << N << ": use exact attention here\n";
     db->choose(device, key, toolchain, "exact", exactMs, 0);
   } else {
     std::cout << name << ": chose " << best->config << " (error " << bench::fmt(best->relError, 4)
@@ -362,13 +361,13 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
                 << bench::fmt(e / a) << "\n";
     }
     const tune::KernelKey crossKey{signature + " crossover", key.shapeBucket};
-    const std::string cfg = threshold < 0 ? "exact_below=none" : "exact_below=" + std::to_string(threshold);
+    const std::string cfg =
+        threshold < 0 ? "exact_below=none" : "exact_below=" + std::to_string(threshold);
     db->choose(device, crossKey, toolchain, cfg, best->ms, 0);
     std::cout << name << ": "
               << (threshold < 0 ? "exact attention is as fast at every length measured"
                                 : best->config + " is faster from N = " +
-                                      std::to_string(threshold) +
-                                      " on; below it, exact attention")
+                                      std::to_string(threshold) + " on; below it, exact attention")
               << " (" << cfg << ")\n";
   }
   if (Status s = db->save(); !s) {

@@ -60,8 +60,8 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
     return fail(ok.error());
   const int sm = gpu->sm;
   if (opt.smemLimit > tile::smemLimitBytes(sm))
-    return fail("--smem-limit " + std::to_string(opt.smemLimit) + " is above " + opt.arch +
-                "'s " + std::to_string(tile::smemLimitBytes(sm)) +
+    return fail("--smem-limit " + std::to_string(opt.smemLimit) + " is above " + opt.arch + "'s " +
+                std::to_string(tile::smemLimitBytes(sm)) +
                 " bytes per block; it can only lower the limit");
   const int threads =
       opt.jobs > 0 ? opt.jobs : std::max(1, int(std::thread::hardware_concurrency()));
@@ -91,9 +91,9 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
       if (s.candidates.empty())
         return fail(name + ": no " + which + " tile config fits " + opt.arch +
                     " (nothing compiled or launched):\n" + why.substr(0, why.size() - 1));
-      std::cout << name << " " << which << " (" << stringifyDType(model.getDtype()).str()
-                << ", d" << D << ", " << opt.arch << "): " << s.candidates.size()
-                << " configs fit, " << s.rejected.size() << " dropped before compiling\n"
+      std::cout << name << " " << which << " (" << stringifyDType(model.getDtype()).str() << ", d"
+                << D << ", " << opt.arch << "): " << s.candidates.size() << " configs fit, "
+                << s.rejected.size() << " dropped before compiling\n"
                 << why;
       if (!backward)
         space = std::move(s);
@@ -105,9 +105,9 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
     shape.batch = opt.batch, shape.heads = model.getHeads(), shape.seq = model.getSeq();
     shape.headDim = D, shape.maxSeq = model.getSeq(), shape.withLengths = true;
     Builder b(module.getContext());
-    shape.elementType = bytes == 4                                   ? Type(b.getF32Type())
+    shape.elementType = bytes == 4                              ? Type(b.getF32Type())
                         : model.getDtype() == attn::DType::bf16 ? Type(b.getBF16Type())
-                                                                     : Type(b.getF16Type());
+                                                                : Type(b.getF16Type());
     const attn::TileAttr original = variant.getTile();
     std::vector<CudaCandidate> cands;
     for (const tile::TileConfig &c : space.candidates) {
@@ -115,8 +115,7 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
       cand.tile = c;
       variant.setTileAttr(
           attn::TileAttr::get(module.getContext(), c.blockQ, c.blockKv, c.warps, c.stages));
-      if (emitCudaAttention(module, variant, shape, opt.arch, cand.source, cand.dtype,
-                            cand.fwd))
+      if (emitCudaAttention(module, variant, shape, opt.arch, cand.source, cand.dtype, cand.fwd))
         cand.reason = "attn-tile rejected it (its error above)";
       cands.push_back(std::move(cand));
     }
@@ -151,8 +150,8 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
           else if (r->registers > tile::kMaxRegsPerThread)
             c.reason = std::to_string(r->registers) + " registers";
           else if (smem > smemLimit)
-            c.reason = std::to_string(smem) + " bytes of shared memory > " +
-                       std::to_string(smemLimit);
+            c.reason =
+                std::to_string(smem) + " bytes of shared memory > " + std::to_string(smemLimit);
           if (!c.reason.empty())
             break;
         }
@@ -171,11 +170,10 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
       if (c.passed)
         passed.push_back(&c);
       else
-        ptxas.rejected.push_back(
-            {c.tile, c.source.empty() ? "pipeline" : "ptxas", c.reason});
+        ptxas.rejected.push_back({c.tile, c.source.empty() ? "pipeline" : "ptxas", c.reason});
     std::cout << name << " forward: " << cands.size() << " compiled with NVRTC "
-              << NvrtcCompiler::version() << " on " << threads << " thread(s), "
-              << passed.size() << " pass ptxas's check\n"
+              << NvrtcCompiler::version() << " on " << threads << " thread(s), " << passed.size()
+              << " pass ptxas's check\n"
               << tune::summarizeRejections(ptxas);
     if (passed.empty())
       return fail(name + ": every forward config failed ptxas's check (nothing launched)");

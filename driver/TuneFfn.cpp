@@ -39,8 +39,7 @@ tune::KernelKey ffnKey(const train::ModelConfig &c) {
 
 FfnBench::FfnBench(attn::ModelOp model, int batch, int repeats) : batch_(batch), repeats_(repeats) {
   auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
-  variant_ =
-      SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
+  variant_ = SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
   cfg_ = modelConfigOf(model, layer, variant_);
   cfg_.layers = 1; // every layer's FFN is the same; one layer is the unit
 }
@@ -60,7 +59,8 @@ int FfnBench::compile(ModuleOp module) {
 double FfnBench::time(int chunk) {
   train::ModelConfig c = cfg_;
   c.ffnChunk = chunk;
-  train::Model m(c, [&](const AttentionInputs &in) { return attention_->run(in); }, 0);
+  train::Model m(
+      c, [&](const AttentionInputs &in) { return attention_->run(in); }, 0);
   bool ok = true;
   double ms = bench::medianMs(repeats_, [&] {
     m.zeroGrads();
@@ -155,11 +155,11 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
     std::cerr << "attnc tune: error: " << s.error() << "\n";
     return kExitInput;
   }
-  std::cout << name << " ffn (" << key.shapeBucket << ", " << rows << " rows): "
-            << tune::ffnChunkConfig(finalists[best]) << " " << bench::fmt(pick->med[best], 3)
-            << " ms per layer step (spread " << bench::fmt(100 * pick->spread[best], 1)
-            << " %); heuristic " << tune::ffnChunkConfig(heuristic) << " "
-            << bench::fmt(pick->med[0], 3) << " ms ("
+  std::cout << name << " ffn (" << key.shapeBucket << ", " << rows
+            << " rows): " << tune::ffnChunkConfig(finalists[best]) << " "
+            << bench::fmt(pick->med[best], 3) << " ms per layer step (spread "
+            << bench::fmt(100 * pick->spread[best], 1) << " %); heuristic "
+            << tune::ffnChunkConfig(heuristic) << " " << bench::fmt(pick->med[0], 3) << " ms ("
             << bench::fmt(pick->med[0] / pick->med[best]) << "x)"
             << (best == 0 ? ", kept: no chunk beat it beyond the noise" : "") << "\n";
   return kExitOk;

@@ -5,47 +5,64 @@ namespace attnc::ast {
 
 const char *exprTypeName(ExprType t) {
   switch (t) {
-  case ExprType::Unknown: return "unknown";
-  case ExprType::Int: return "int";
-  case ExprType::Float: return "float";
-  case ExprType::Bool: return "bool";
+  case ExprType::Unknown:
+    return "unknown";
+  case ExprType::Int:
+    return "int";
+  case ExprType::Float:
+    return "float";
+  case ExprType::Bool:
+    return "bool";
   }
   return "unknown";
 }
 
 const char *shareModeName(ShareMode m) {
   switch (m) {
-  case ShareMode::None: return "none";
-  case ShareMode::Headwise: return "headwise";
-  case ShareMode::Kv: return "kv";
-  case ShareMode::Layerwise: return "layerwise";
+  case ShareMode::None:
+    return "none";
+  case ShareMode::Headwise:
+    return "headwise";
+  case ShareMode::Kv:
+    return "kv";
+  case ShareMode::Layerwise:
+    return "layerwise";
   }
   return "none";
 }
 
 const char *dtypeName(DType d) {
   switch (d) {
-  case DType::F32: return "fp32";
-  case DType::F16: return "fp16";
-  case DType::BF16: return "bf16";
+  case DType::F32:
+    return "fp32";
+  case DType::F16:
+    return "fp16";
+  case DType::BF16:
+    return "bf16";
   }
   return "fp32";
 }
 
 const char *objectiveName(Objective o) {
   switch (o) {
-  case Objective::CausalLM: return "causal_lm";
-  case Objective::MLM: return "mlm";
-  case Objective::Duplicate: return "duplicate";
+  case Objective::CausalLM:
+    return "causal_lm";
+  case Objective::MLM:
+    return "mlm";
+  case Objective::Duplicate:
+    return "duplicate";
   }
   return "causal_lm";
 }
 
 const char *activationName(Activation a) {
   switch (a) {
-  case Activation::Gelu: return "gelu";
-  case Activation::Relu: return "relu";
-  case Activation::Silu: return "silu";
+  case Activation::Gelu:
+    return "gelu";
+  case Activation::Relu:
+    return "relu";
+  case Activation::Silu:
+    return "silu";
   }
   return "gelu";
 }
@@ -77,9 +94,7 @@ private:
   std::ostream &line() { return os << std::string(indent * 2, ' '); }
 
   void dump(const Expr &e) {
-    std::string type = e.type == ExprType::Unknown
-                           ? ""
-                           : std::string(" : ") + exprTypeName(e.type);
+    std::string type = e.type == ExprType::Unknown ? "" : std::string(" : ") + exprTypeName(e.type);
     switch (e.kind) {
     case ExprKind::IntLit:
       line() << "Int " << e.intValue << type << at(e.loc) << "\n";
@@ -116,18 +131,17 @@ private:
     line() << "Attention " << a.name << at(a.loc) << "\n";
     ++indent;
     if (a.kv == KvKind::LowRank)
-      line() << "KV lowrank k=" << a.lowRank.k.str()
-             << " share=" << shareModeName(a.lowRank.share) << at(a.lowRank.loc) << "\n";
+      line() << "KV lowrank k=" << a.lowRank.k.str() << " share=" << shareModeName(a.lowRank.share)
+             << at(a.lowRank.loc) << "\n";
     else
       line() << "KV direct\n";
     line() << "QK " << (a.sharedQK ? "shared" : "separate") << "\n";
     if (a.lsh) {
       const Lsh &l = *a.lsh;
       line() << "LSH buckets=" << l.buckets.str() << " rounds=" << l.rounds.str()
-             << " chunk=" << l.chunk.str() << " before=" << l.before
-             << " after=" << l.after << " seed=" << l.seed
-             << " dense_fallback=" << (l.denseFallback ? "true" : "false") << at(l.loc)
-             << "\n";
+             << " chunk=" << l.chunk.str() << " before=" << l.before << " after=" << l.after
+             << " seed=" << l.seed << " dense_fallback=" << (l.denseFallback ? "true" : "false")
+             << at(l.loc) << "\n";
     }
     if (a.causal)
       line() << "Mask causal" << at(a.causalLoc) << "\n";
@@ -165,9 +179,9 @@ private:
   void dump(const ModelDecl &m) {
     line() << "Model " << m.name << at(m.loc) << "\n";
     ++indent;
-    line() << "vocab=" << m.vocab.value << " seq=" << m.seq.value
-           << " d_model=" << m.dModel.value << " heads=" << m.heads.value
-           << " d_ff=" << m.dFf.value << " layers=" << m.layers.value << "\n";
+    line() << "vocab=" << m.vocab.value << " seq=" << m.seq.value << " d_model=" << m.dModel.value
+           << " heads=" << m.heads.value << " d_ff=" << m.dFf.value << " layers=" << m.layers.value
+           << "\n";
     line() << "dtype=" << dtypeName(m.dtype) << " objective=" << objectiveName(m.objective)
            << " dropout=" << m.dropout << "\n";
     for (const LayerDecl &l : m.layerDecls) {

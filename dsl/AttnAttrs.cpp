@@ -44,8 +44,8 @@ void LowRankAttr::print(AsmPrinter &p) const {
   p << ", share = " << stringifyShareMode(getShare()) << ">";
 }
 
-LogicalResult LowRankAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                                  int64_t k, ShareMode) {
+LogicalResult LowRankAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t k,
+                                  ShareMode) {
   if (!tunableIn(k, 1, int64_t(1) << 24))
     return emitError() << "low-rank k must be positive or auto, found " << k;
   return success();
@@ -78,13 +78,11 @@ Attribute LshAttr::parse(AsmParser &p, Type) {
               denseFallback = word == "true";
               return success();
             }
-            return p.parseInteger(key == "before" ? before
-                                  : key == "after" ? after
-                                                   : seed);
+            return p.parseInteger(key == "before" ? before : key == "after" ? after : seed);
           }))
     return {};
-  return p.getChecked<LshAttr>(loc, p.getContext(), buckets, rounds, chunk, before,
-                               after, seed, denseFallback);
+  return p.getChecked<LshAttr>(loc, p.getContext(), buckets, rounds, chunk, before, after, seed,
+                               denseFallback);
 }
 
 void LshAttr::print(AsmPrinter &p) const {
@@ -94,14 +92,13 @@ void LshAttr::print(AsmPrinter &p) const {
   printTunableValue(p, getRounds());
   p << ", chunk = ";
   printTunableValue(p, getChunk());
-  p << ", before = " << getBefore() << ", after = " << getAfter()
-    << ", seed = " << getSeed()
+  p << ", before = " << getBefore() << ", after = " << getAfter() << ", seed = " << getSeed()
     << ", dense_fallback = " << (getDenseFallback() ? "true" : "false") << ">";
 }
 
-LogicalResult LshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                              int64_t buckets, int64_t rounds, int64_t chunk,
-                              int64_t before, int64_t after, int64_t seed, bool) {
+LogicalResult LshAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t buckets,
+                              int64_t rounds, int64_t chunk, int64_t before, int64_t after,
+                              int64_t seed, bool) {
   if (buckets != kAuto && (buckets < 2 || buckets % 2 != 0))
     return emitError() << "LSH buckets must be even and at least 2, found " << buckets;
   if (!tunableIn(rounds, 1, 64))
@@ -109,8 +106,7 @@ LogicalResult LshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (!tunableIn(chunk, 1, int64_t(1) << 20))
     return emitError() << "LSH chunk must be at least 1, found " << chunk;
   if (before < 0 || before > 16 || after < 0 || after > 16)
-    return emitError() << "LSH before/after must be in [0, 16], found " << before
-                       << "/" << after;
+    return emitError() << "LSH before/after must be in [0, 16], found " << before << "/" << after;
   if (seed < 0)
     return emitError() << "LSH seed must be non-negative, found " << seed;
   return success();
@@ -143,14 +139,12 @@ void TileAttr::print(AsmPrinter &p) const {
   p << ">";
 }
 
-LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                               int64_t blockQ, int64_t blockKv, int64_t warps,
-                               int64_t stages) {
+LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t blockQ,
+                               int64_t blockKv, int64_t warps, int64_t stages) {
   if (!tunableIn(blockQ, 1, 1024) || !tunableIn(blockKv, 1, 1024))
-    return emitError() << "tile block sizes must be in [1, 1024] or auto, found "
-                       << blockQ << "x" << blockKv;
-  if (warps != kAuto && warps != 1 && warps != 2 && warps != 4 && warps != 8 &&
-      warps != 16)
+    return emitError() << "tile block sizes must be in [1, 1024] or auto, found " << blockQ << "x"
+                       << blockKv;
+  if (warps != kAuto && warps != 1 && warps != 2 && warps != 4 && warps != 8 && warps != 16)
     return emitError() << "tile warps must be 1, 2, 4, 8 or 16, found " << warps;
   if (!tunableIn(stages, 1, 8))
     return emitError() << "tile stages must be in [1, 8], found " << stages;
@@ -205,4 +199,3 @@ void AttnDialect::registerAttributes() {
 #include "dsl/AttnAttrs.cpp.inc"
       >();
 }
-

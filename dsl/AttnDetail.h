@@ -36,10 +36,10 @@ mlir::LogicalResult verifyScoreAndMask(mlir::Operation *op, mlir::Region &score,
 /// Two dimensions that may be equal (either dynamic, or the same).
 bool compatibleDim(int64_t a, int64_t b);
 /// Q, K, V, out, lse, lengths and projections of one attention agree.
-mlir::LogicalResult verifyAttentionShapes(mlir::Operation *op, mlir::Value query,
-                                          mlir::Value key, mlir::Value value, mlir::Type outType,
-                                          mlir::Type lseType, mlir::Value lengths,
-                                          mlir::Value projE, mlir::Value projF);
+mlir::LogicalResult verifyAttentionShapes(mlir::Operation *op, mlir::Value query, mlir::Value key,
+                                          mlir::Value value, mlir::Type outType, mlir::Type lseType,
+                                          mlir::Value lengths, mlir::Value projE,
+                                          mlir::Value projF);
 /// Per-head parameters are f32 [P, H].
 mlir::LogicalResult verifyParams(mlir::Operation *op, mlir::Value params, mlir::Value query);
 mlir::RankedTensorType tensorType(mlir::Value v);

@@ -68,9 +68,8 @@ bool dialect_detail::tunableIn(int64_t v, int64_t lo, int64_t hi) {
 
 /// Parses `< key = value, ... >`, calling `parseValue(key)` at each value.
 /// Keys may come in any order; each must appear exactly once.
-ParseResult
-dialect_detail::parseKeyValues(AsmParser &p, ArrayRef<StringRef> keys,
-               llvm::function_ref<ParseResult(StringRef)> parseValue) {
+ParseResult dialect_detail::parseKeyValues(AsmParser &p, ArrayRef<StringRef> keys,
+                                           llvm::function_ref<ParseResult(StringRef)> parseValue) {
   llvm::StringSet<> seen;
   if (p.parseLess())
     return failure();
@@ -93,4 +92,3 @@ dialect_detail::parseKeyValues(AsmParser &p, ArrayRef<StringRef> keys,
       return p.emitError(p.getCurrentLocation(), "missing key '") << key << "'";
   return success();
 }
-

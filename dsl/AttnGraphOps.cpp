@@ -94,8 +94,9 @@ LogicalResult MergeHeadsOp::verify() {
 LogicalResult AttentionGradOp::verify() {
   unsigned expected = (getProjE() ? 1 : 0) + (getProjF() ? 1 : 0) + (getParams() ? 1 : 0);
   if (getParamGrads().size() != expected)
-    return emitOpError("expects ") << expected << " parameter gradients (E, F, params present), found "
-                                   << getParamGrads().size();
+    return emitOpError("expects ")
+           << expected << " parameter gradients (E, F, params present), found "
+           << getParamGrads().size();
   if (getDquery().getType() != getQuery().getType() || getDkey().getType() != getKey().getType() ||
       getDvalue().getType() != getValue().getType() || getDout().getType() != getOut().getType())
     return emitOpError("dq, dk and dv must have the types of q, k and v, and dout the output's");
@@ -103,9 +104,9 @@ LogicalResult AttentionGradOp::verify() {
   unsigned i = 0;
   for (Value p : {getProjE(), getProjF(), getParams()})
     if (p && getParamGrads()[i++].getType() != p.getType())
-      return emitOpError("parameter gradient #") << i - 1 << " has type "
-                                                 << getParamGrads()[i - 1].getType()
-                                                 << ", its parameter " << p.getType();
+      return emitOpError("parameter gradient #")
+             << i - 1 << " has type " << getParamGrads()[i - 1].getType() << ", its parameter "
+             << p.getType();
   return success();
 }
 
@@ -118,8 +119,8 @@ LogicalResult AttentionGradOp::verifySymbolUses(SymbolTableCollection &symbols) 
 LogicalResult FusedRowsOp::verify() {
   Block &body = getBody().front();
   if (body.getNumArguments() != getInputs().size())
-    return emitOpError("body takes ") << body.getNumArguments() << " arguments for "
-                                      << getInputs().size() << " inputs";
+    return emitOpError("body takes ")
+           << body.getNumArguments() << " arguments for " << getInputs().size() << " inputs";
   // Row-indexed values (everything codegen reads or writes per row) have
   // `rows` rows; results always do.
   for (Type t : getResultTypes())
@@ -128,8 +129,8 @@ LogicalResult FusedRowsOp::verify() {
       return emitOpError("result type ") << t << " does not have " << getRows() << " rows";
   for (auto [arg, in] : llvm::zip(body.getArguments(), getInputs()))
     if (arg.getType() != in.getType())
-      return emitOpError("body argument type ") << arg.getType() << " differs from input "
-                                                << in.getType();
+      return emitOpError("body argument type ")
+             << arg.getType() << " differs from input " << in.getType();
   auto yield = llvm::cast<RowsYieldOp>(body.getTerminator());
   if (TypeRange(yield.getValues()) != getResultTypes())
     return emitOpError("yields types that differ from the results");
@@ -147,8 +148,8 @@ LogicalResult RowChunksOp::verify() {
     return emitOpError("chunk must be positive, found ") << getChunk();
   auto yield = llvm::cast<ChunksYieldOp>(body.getTerminator());
   if (yield.getValues().size() != getNumResults())
-    return emitOpError("body yields ") << yield.getValues().size() << " values for "
-                                       << getNumResults() << " results";
+    return emitOpError("body yields ")
+           << yield.getValues().size() << " values for " << getNumResults() << " results";
   // Every split input has the same rows R, cut into chunks of `chunk` rows
   // (the body's types); concatenated results have R rows again.
   std::optional<int64_t> rows;
@@ -159,9 +160,9 @@ LogicalResult RowChunksOp::verify() {
                                a.getDimSize(0) == getChunk())
                             : a == in;
     if (!ok)
-      return emitOpError("body argument #") << i << " " << a << " does not fit input " << in
-                                            << " (split inputs are chunks of " << getChunk()
-                                            << " rows)";
+      return emitOpError("body argument #")
+             << i << " " << a << " does not fit input " << in << " (split inputs are chunks of "
+             << getChunk() << " rows)";
     if (getSplit()[i]) {
       if (rows && *rows != in.getDimSize(0))
         return emitOpError("split inputs have different row counts: ")
@@ -182,4 +183,3 @@ LogicalResult RowChunksOp::verify() {
   }
   return success();
 }
-

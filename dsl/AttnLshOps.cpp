@@ -43,16 +43,14 @@ LogicalResult LshNormalizeOp::verify() {
 }
 
 LogicalResult LshHashOp::verify() {
-  auto q = tensorType(getQuery()), r = tensorType(getRotations()),
-       out = tensorType(getBuckets());
+  auto q = tensorType(getQuery()), r = tensorType(getRotations()), out = tensorType(getBuckets());
   if (failed(verifyQuery4d(*this, q)))
     return failure();
   int64_t nb = getNumBuckets();
   if (nb < 2 || nb % 2)
     return emitOpError("num_buckets must be even and at least 2, found ") << nb;
   if (r.getRank() != 3 || !r.getElementType().isF32() ||
-      !compatibleDim(r.getDimSize(1), q.getDimSize(3)) ||
-      !compatibleDim(r.getDimSize(2), nb / 2))
+      !compatibleDim(r.getDimSize(1), q.getDimSize(3)) || !compatibleDim(r.getDimSize(2), nb / 2))
     return emitOpError("rotations must be f32 [rounds, Dh, num_buckets/2], found ") << r;
   if (!sameBatchHeads(out, q, 4) || !out.getElementType().isInteger(32) ||
       !compatibleDim(out.getDimSize(2), r.getDimSize(0)) ||
@@ -127,8 +125,8 @@ LogicalResult LshUnsortOp::verify() {
 }
 
 LogicalResult LshCombineOp::verify() {
-  auto ro = tensorType(getRoundOut()), rl = tensorType(getRoundLse()),
-       o = tensorType(getOut()), l = tensorType(getLse());
+  auto ro = tensorType(getRoundOut()), rl = tensorType(getRoundLse()), o = tensorType(getOut()),
+       l = tensorType(getLse());
   if (ro.getRank() != 5 || rl.getRank() != 4 || o.getRank() != 4 || l.getRank() != 3 ||
       !compatibleDim(ro.getDimSize(3), o.getDimSize(2)) ||
       !compatibleDim(ro.getDimSize(4), o.getDimSize(3)) ||
@@ -139,12 +137,11 @@ LogicalResult LshCombineOp::verify() {
 }
 
 /// Rules shared by the fused LSH op and its gradient.
-template <typename OpTy>
-static LogicalResult verifyFusedLsh(OpTy op) {
+template <typename OpTy> static LogicalResult verifyFusedLsh(OpTy op) {
   auto q = tensorType(op.getQuery());
   if (failed(verifyAttentionShapes(op, op.getQuery(), op.getQuery(), op.getValue(),
-                                   op.getOut().getType(), op.getLse().getType(),
-                                   op.getLengths(), Value(), Value())))
+                                   op.getOut().getType(), op.getLse().getType(), op.getLengths(),
+                                   Value(), Value())))
     return failure();
   int64_t nb = op.getNumBuckets(), rounds = op.getRounds();
   if (nb < 2 || nb % 2)
@@ -152,9 +149,8 @@ static LogicalResult verifyFusedLsh(OpTy op) {
   if (rounds < 1 || op.getChunk() < 1 || op.getBefore() < 0 || op.getAfter() < 0)
     return op.emitOpError("rounds and chunk must be positive, before/after non-negative");
   auto r = tensorType(op.getRotations());
-  if (r.getRank() != 3 || !r.getElementType().isF32() ||
-      !compatibleDim(r.getDimSize(0), rounds) || !compatibleDim(r.getDimSize(1), q.getDimSize(3)) ||
-      !compatibleDim(r.getDimSize(2), nb / 2))
+  if (r.getRank() != 3 || !r.getElementType().isF32() || !compatibleDim(r.getDimSize(0), rounds) ||
+      !compatibleDim(r.getDimSize(1), q.getDimSize(3)) || !compatibleDim(r.getDimSize(2), nb / 2))
     return op.emitOpError("rotations must be f32 [rounds, Dh, num_buckets/2] = [")
            << rounds << ", " << q.getDimSize(3) << ", " << nb / 2 << "], found " << r;
   if (!(op.getScale().convertToDouble() > 0))
@@ -194,4 +190,3 @@ void FusedLshAttentionGradOp::getAsmBlockArgumentNames(Region &region,
                                                        OpAsmSetValueNameFn setName) {
   nameScalarRegionArgs(region, &region == &getMask(), setName);
 }
-

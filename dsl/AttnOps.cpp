@@ -27,28 +27,25 @@ HeadParamAttr VariantOp::lookupParam(StringRef name) {
 
 /// Checks that `region` is empty or one block with `argTypes` arguments whose
 /// `attn.yield` returns one value of type `resultType`.
-static LogicalResult verifyScalarRegion(Operation *op, Region &region,
-                                        StringRef name, TypeRange argTypes,
-                                        Type resultType) {
+static LogicalResult verifyScalarRegion(Operation *op, Region &region, StringRef name,
+                                        TypeRange argTypes, Type resultType) {
   if (region.empty())
     return success();
   if (!region.hasOneBlock())
     return op->emitOpError() << "'" << name << "' region must have one block";
   Block &block = region.front();
   if (block.getArgumentTypes() != argTypes)
-    return op->emitOpError() << "'" << name << "' region must take "
-                            << argTypes.size() << " arguments of types ("
-                            << argTypes << ")";
+    return op->emitOpError() << "'" << name << "' region must take " << argTypes.size()
+                             << " arguments of types (" << argTypes << ")";
   auto yield = llvm::dyn_cast<YieldOp>(block.getTerminator());
-  if (!yield || yield.getValues().size() != 1 ||
-      yield.getValues()[0].getType() != resultType)
-    return op->emitOpError() << "'" << name << "' region must yield one "
-                            << resultType;
+  if (!yield || yield.getValues().size() != 1 || yield.getValues()[0].getType() != resultType)
+    return op->emitOpError() << "'" << name << "' region must yield one " << resultType;
   return success();
 }
 
 /// Names score/mask region arguments after the spec's variables.
-void dialect_detail::nameScalarRegionArgs(Region &region, bool isMask, OpAsmSetValueNameFn setName) {
+void dialect_detail::nameScalarRegionArgs(Region &region, bool isMask,
+                                          OpAsmSetValueNameFn setName) {
   if (region.empty())
     return;
   static const char *const score[] = {"s", "b", "h", "q", "kv"};
@@ -92,8 +89,7 @@ void VariantOp::getAsmBlockArgumentNames(Region &region, OpAsmSetValueNameFn set
 void FusedAttentionOp::getAsmBlockArgumentNames(Region &region, OpAsmSetValueNameFn setName) {
   nameScalarRegionArgs(region, &region == &getMask(), setName);
 }
-void FusedAttentionGradOp::getAsmBlockArgumentNames(Region &region,
-                                                    OpAsmSetValueNameFn setName) {
+void FusedAttentionGradOp::getAsmBlockArgumentNames(Region &region, OpAsmSetValueNameFn setName) {
   nameScalarRegionArgs(region, &region == &getMask(), setName);
 }
 
@@ -146,7 +142,7 @@ StringRef attnc::attn::elementTypeName(Type t) {
 LogicalResult HeadParamOp::verify() {
   Operation *parent = (*this)->getParentOp();
   while (parent && !llvm::isa<VariantOp, FusedAttentionOp, FusedAttentionGradOp,
-                                       FusedLshAttentionOp, FusedLshAttentionGradOp>(parent))
+                              FusedLshAttentionOp, FusedLshAttentionGradOp>(parent))
     parent = parent->getParentOp();
   if (!parent)
     return emitOpError("must be inside an attn.variant or a fused attention op");
@@ -161,8 +157,7 @@ LogicalResult HeadParamOp::verify() {
 
 LogicalResult ModelOp::verify() {
   if (getDModel() % getHeads() != 0)
-    return emitOpError("heads (") << getHeads() << ") must divide d_model ("
-                                  << getDModel() << ")";
+    return emitOpError("heads (") << getHeads() << ") must divide d_model (" << getDModel() << ")";
   if (getObjective() == Objective::duplicate && getSeq() % 2 != 0)
     return emitOpError("the duplicate objective needs an even seq, found ") << getSeq();
   if (auto p = getDropout(); p && !(p->convertToDouble() >= 0 && p->convertToDouble() < 1))
@@ -189,15 +184,13 @@ LogicalResult LayerOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (!variant)
     return emitOpError("refers to unknown attention variant ") << getAttentionAttr();
   auto model = (*this)->getParentOfType<ModelOp>();
-  if (auto lr = variant.getLowrankAttr(); lr && !lr.isAutoK() &&
-                                          lr.getK() > static_cast<int64_t>(model.getSeq()))
+  if (auto lr = variant.getLowrankAttr();
+      lr && !lr.isAutoK() && lr.getK() > static_cast<int64_t>(model.getSeq()))
     return emitOpError("low-rank k = ")
-           << lr.getK() << " of " << getAttentionAttr() << " exceeds seq = "
-           << model.getSeq();
+           << lr.getK() << " of " << getAttentionAttr() << " exceeds seq = " << model.getSeq();
   Objective obj = model.getObjective();
   if ((obj == Objective::causal_lm || obj == Objective::duplicate) && !variant.getCausal())
-    return emitOpError("objective ") << stringifyObjective(obj)
-                                     << " needs causal attention, but "
+    return emitOpError("objective ") << stringifyObjective(obj) << " needs causal attention, but "
                                      << getAttentionAttr() << " is not causal";
   return success();
 }
@@ -213,15 +206,15 @@ bool dialect_detail::compatibleDim(int64_t a, int64_t b) {
 /// Shape rules shared by attn.attention and the fused ops: Q, K, V are
 /// [B, H, N, D] of one float type, out has Q's type, lse is f32 [B, H, Nq],
 /// lengths i32 [B], E/F [k, Nmax] or [H, k, Nmax].
-LogicalResult dialect_detail::verifyAttentionShapes(Operation *op, Value query, Value key, Value value,
-                                           Type outType, Type lseType, Value lengths,
-                                           Value projE, Value projF) {
+LogicalResult dialect_detail::verifyAttentionShapes(Operation *op, Value query, Value key,
+                                                    Value value, Type outType, Type lseType,
+                                                    Value lengths, Value projE, Value projF) {
   auto q = llvm::cast<RankedTensorType>(query.getType());
   auto k = llvm::cast<RankedTensorType>(key.getType());
   auto v = llvm::cast<RankedTensorType>(value.getType());
   auto emitOpError = [&](const Twine &msg = {}) { return op->emitOpError(msg); };
-  for (auto [name, t] : {std::pair<StringRef, RankedTensorType>{"query", q},
-                         {"key", k}, {"value", v}})
+  for (auto [name, t] :
+       {std::pair<StringRef, RankedTensorType>{"query", q}, {"key", k}, {"value", v}})
     if (t.getRank() != 4)
       return emitOpError() << name << " must be [B, H, N, Dh], found " << t;
   Type elt = q.getElementType();
@@ -245,8 +238,7 @@ LogicalResult dialect_detail::verifyAttentionShapes(Operation *op, Value query, 
       !compatible(lse.getDimSize(0), q.getDimSize(0)) ||
       !compatible(lse.getDimSize(1), q.getDimSize(1)) ||
       !compatible(lse.getDimSize(2), q.getDimSize(2)))
-    return emitOpError("result 'lse' must be f32 [B, H, N] matching the query, found ")
-           << lse;
+    return emitOpError("result 'lse' must be f32 [B, H, N] matching the query, found ") << lse;
   if (Value len = lengths) {
     auto t = llvm::cast<RankedTensorType>(len.getType());
     if (t.getRank() != 1 || !t.getElementType().isInteger(32) ||
@@ -258,14 +250,13 @@ LogicalResult dialect_detail::verifyAttentionShapes(Operation *op, Value query, 
   if (Value e = projE) {
     auto te = llvm::cast<RankedTensorType>(e.getType());
     if ((te.getRank() != 2 && te.getRank() != 3) || te.getElementType() != elt)
-      return emitOpError("E must be [k, N] or [H, k, N] of the query's element type, found ")
-             << te;
+      return emitOpError("E must be [k, N] or [H, k, N] of the query's element type, found ") << te;
     if (!compatible(te.getDimSize(te.getRank() - 1), k.getDimSize(2)) &&
         !ShapedType::isDynamic(k.getDimSize(2)) &&
         te.getDimSize(te.getRank() - 1) < k.getDimSize(2))
-      return emitOpError("E covers ") << te.getDimSize(te.getRank() - 1)
-                                      << " positions, fewer than the key length "
-                                      << k.getDimSize(2);
+      return emitOpError("E covers ")
+             << te.getDimSize(te.getRank() - 1) << " positions, fewer than the key length "
+             << k.getDimSize(2);
     if (Value f = projF; f && f.getType() != te)
       return emitOpError("F must have the type of E ") << te << ", found " << f.getType();
   }
@@ -285,9 +276,8 @@ LogicalResult dialect_detail::verifyParams(Operation *op, Value params, Value qu
 }
 
 LogicalResult AttentionOp::verify() {
-  if (failed(verifyAttentionShapes(*this, getQuery(), getKey(), getValue(),
-                                   getOut().getType(), getLse().getType(), getLengths(),
-                                   getProjE(), getProjF())))
+  if (failed(verifyAttentionShapes(*this, getQuery(), getKey(), getValue(), getOut().getType(),
+                                   getLse().getType(), getLengths(), getProjE(), getProjF())))
     return failure();
   return verifyParams(*this, getParams(), getQuery());
 }
@@ -304,16 +294,15 @@ LogicalResult AttentionOp::verifySymbolUses(SymbolTableCollection &symbols) {
     auto te = llvm::cast<RankedTensorType>(e.getType());
     bool perHead = lr.getShare() == ShareMode::none;
     if (te.getRank() != (perHead ? 3 : 2))
-      return emitOpError("with share = ") << stringifyShareMode(lr.getShare())
-                                          << " E must be " << (perHead ? "[H, k, N]" : "[k, N]")
-                                          << ", found " << te;
+      return emitOpError("with share = ") << stringifyShareMode(lr.getShare()) << " E must be "
+                                          << (perHead ? "[H, k, N]" : "[k, N]") << ", found " << te;
     int64_t kDim = te.getDimSize(te.getRank() - 2);
     if (!lr.isAutoK() && !ShapedType::isDynamic(kDim) && kDim != lr.getK())
       return emitOpError("E has ") << kDim << " rows but the variant's k is " << lr.getK();
     bool shared = lr.getShare() == ShareMode::kv || lr.getShare() == ShareMode::layerwise;
     if (shared && getProjF())
-      return emitOpError("with share = ") << stringifyShareMode(lr.getShare())
-                                          << " only E is given (E = F)";
+      return emitOpError("with share = ")
+             << stringifyShareMode(lr.getShare()) << " only E is given (E = F)";
     if (!shared && !getProjF())
       return emitOpError("with share = ") << stringifyShareMode(lr.getShare()) << " F is needed";
   } else if (getProjE()) {
@@ -321,11 +310,12 @@ LogicalResult AttentionOp::verifySymbolUses(SymbolTableCollection &symbols) {
   }
   if (auto lsh = variant.getLshAttr()) {
     if (getKey() != getQuery())
-      return emitOpError("shared-QK variant ") << getVariantAttr()
-                                               << " takes the query as its key operand";
+      return emitOpError("shared-QK variant ")
+             << getVariantAttr() << " takes the query as its key operand";
     if (Value r = getRotations()) {
       auto t = llvm::cast<RankedTensorType>(r.getType());
-      int64_t rounds = lsh.getRounds(), half = lsh.getBuckets() == kAuto ? kAuto : lsh.getBuckets() / 2;
+      int64_t rounds = lsh.getRounds(),
+              half = lsh.getBuckets() == kAuto ? kAuto : lsh.getBuckets() / 2;
       auto ok = [](int64_t dim, int64_t want) {
         return want == kAuto || ShapedType::isDynamic(dim) || dim == want;
       };
@@ -340,8 +330,8 @@ LogicalResult AttentionOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (Value p = getParams()) {
     int64_t rows = llvm::cast<RankedTensorType>(p.getType()).getDimSize(0);
     if (!ShapedType::isDynamic(rows) && rows != static_cast<int64_t>(numParams))
-      return emitOpError("params has ") << rows << " rows but " << getVariantAttr()
-                                        << " declares " << numParams << " parameter(s)";
+      return emitOpError("params has ") << rows << " rows but " << getVariantAttr() << " declares "
+                                        << numParams << " parameter(s)";
   } else if (numParams) {
     return emitOpError() << getVariantAttr() << " declares " << numParams
                          << " per-head parameter(s); pass them as params(...)";
@@ -363,8 +353,8 @@ LogicalResult LinearOp::verify() {
   if (x.getRank() != 3 || w.getRank() != 2 || r.getRank() != 4)
     return emitOpError("expects [B, N, C] × [C, H·D] → [B, H, N, D]");
   if (!compatibleDim(x.getDimSize(2), w.getDimSize(0)))
-    return emitOpError("input width ") << x.getDimSize(2) << " does not match weight rows "
-                                       << w.getDimSize(0);
+    return emitOpError("input width ")
+           << x.getDimSize(2) << " does not match weight rows " << w.getDimSize(0);
   if (!compatibleDim(r.getDimSize(0), x.getDimSize(0)) ||
       !compatibleDim(r.getDimSize(2), x.getDimSize(1)) ||
       (!r.isDynamicDim(1) && !r.isDynamicDim(3) && !w.isDynamicDim(1) &&
@@ -392,12 +382,11 @@ LogicalResult SeqProjectOp::verify() {
   if (p.getElementType() != x.getElementType() || r.getElementType() != x.getElementType())
     return emitOpError("projection, input and result must share one element type");
   if (p.getRank() == 3 && !compatibleDim(p.getDimSize(0), x.getDimSize(1)))
-    return emitOpError("per-head projection has ") << p.getDimSize(0) << " heads, input "
-                                                   << x.getDimSize(1);
+    return emitOpError("per-head projection has ")
+           << p.getDimSize(0) << " heads, input " << x.getDimSize(1);
   int64_t nmax = p.getDimSize(p.getRank() - 1), n = x.getDimSize(2);
   if (!ShapedType::isDynamic(nmax) && !ShapedType::isDynamic(n) && nmax < n)
-    return emitOpError("projection covers ") << nmax << " positions, fewer than the input's "
-                                             << n;
+    return emitOpError("projection covers ") << nmax << " positions, fewer than the input's " << n;
   int64_t k = p.getDimSize(p.getRank() - 2);
   if (r.getRank() != 4 || !compatibleDim(r.getDimSize(0), x.getDimSize(0)) ||
       !compatibleDim(r.getDimSize(1), x.getDimSize(1)) || !compatibleDim(r.getDimSize(2), k) ||
@@ -442,8 +431,8 @@ LogicalResult WeightedSumOp::verify() {
   if (p.getRank() != 4 || v.getRank() != 4 || o.getRank() != 4)
     return emitOpError("operands must be rank 4");
   if (!compatibleDim(p.getDimSize(3), v.getDimSize(2)))
-    return emitOpError("probabilities have ") << p.getDimSize(3) << " keys, values "
-                                              << v.getDimSize(2);
+    return emitOpError("probabilities have ")
+           << p.getDimSize(3) << " keys, values " << v.getDimSize(2);
   if (o.getElementType() != v.getElementType() ||
       !compatibleDim(o.getDimSize(2), p.getDimSize(2)) ||
       !compatibleDim(o.getDimSize(3), v.getDimSize(3)))
@@ -474,10 +463,8 @@ LogicalResult MaskOp::verifySymbolUses(SymbolTableCollection &symbols) {
 // Fused kernel ops
 //===----------------------------------------------------------------------===//
 
-
 /// Rules shared by the fused op and its gradient.
-template <typename OpTy>
-static LogicalResult verifyFusedCommon(OpTy op) {
+template <typename OpTy> static LogicalResult verifyFusedCommon(OpTy op) {
   bool lowrank = op.getKvSource() == KvSource::lowrank;
   if (lowrank && (!op.getProjE() || !op.getShare()))
     return op.emitOpError("kv_source = lowrank needs E and a share mode");
@@ -495,22 +482,19 @@ static LogicalResult verifyFusedCommon(OpTy op) {
 }
 
 LogicalResult FusedAttentionOp::verify() {
-  if (failed(verifyAttentionShapes(*this, getQuery(), getKey(), getValue(),
-                                   getOut().getType(), getLse().getType(), getLengths(),
-                                   getProjE(), getProjF())))
+  if (failed(verifyAttentionShapes(*this, getQuery(), getKey(), getValue(), getOut().getType(),
+                                   getLse().getType(), getLengths(), getProjE(), getProjF())))
     return failure();
   return verifyFusedCommon(*this);
 }
 
 LogicalResult FusedAttentionGradOp::verify() {
-  if (failed(verifyAttentionShapes(*this, getQuery(), getKey(), getValue(),
-                                   getOut().getType(), getLse().getType(), getLengths(),
-                                   getProjE(), getProjF())))
+  if (failed(verifyAttentionShapes(*this, getQuery(), getKey(), getValue(), getOut().getType(),
+                                   getLse().getType(), getLengths(), getProjE(), getProjF())))
     return failure();
   if (getDout().getType() != getOut().getType())
     return emitOpError("dout must have out's type");
-  if (getDquery().getType() != getQuery().getType() ||
-      getDkey().getType() != getKey().getType() ||
+  if (getDquery().getType() != getQuery().getType() || getDkey().getType() != getKey().getType() ||
       getDvalue().getType() != getValue().getType())
     return emitOpError("dq, dk, dv must have the types of q, k, v");
   auto sameOptional = [](Value grad, Value primal) {
@@ -522,7 +506,6 @@ LogicalResult FusedAttentionGradOp::verify() {
                        "with their types");
   return verifyFusedCommon(*this);
 }
-
 
 #define GET_OP_CLASSES
 #include "dsl/AttnOps.cpp.inc"

@@ -4,8 +4,8 @@
 namespace attnc {
 
 std::string SourceLoc::str() const {
-  return (file ? *file : std::string("<unknown>")) + ":" +
-         std::to_string(line) + ":" + std::to_string(col);
+  return (file ? *file : std::string("<unknown>")) + ":" + std::to_string(line) + ":" +
+         std::to_string(col);
 }
 
 /// Returns the text of line `line` (1-based) of `buffer`, or "" when the
@@ -24,8 +24,7 @@ static std::string_view lineText(std::string_view buffer, unsigned line) {
   return buffer.substr(start, end - start);
 }
 
-void DiagnosticEngine::emit(const char *kind, const SourceLoc &loc,
-                            const std::string &msg) {
+void DiagnosticEngine::emit(const char *kind, const SourceLoc &loc, const std::string &msg) {
   os << loc.str() << ": " << kind << ": " << msg << "\n";
   if (loc.line == 0)
     return;

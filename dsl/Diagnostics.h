@@ -29,8 +29,7 @@ struct SourceLoc {
 /// Collects errors and warnings against one source buffer.
 class DiagnosticEngine {
 public:
-  DiagnosticEngine(std::string_view buffer, std::ostream &os)
-      : buffer(buffer), os(os) {}
+  DiagnosticEngine(std::string_view buffer, std::ostream &os) : buffer(buffer), os(os) {}
 
   void error(const SourceLoc &loc, const std::string &message);
   void warning(const SourceLoc &loc, const std::string &message);

@@ -9,34 +9,62 @@ namespace attnc {
 
 const char *tokName(Tok t) {
   switch (t) {
-  case Tok::Eof: return "end of file";
-  case Tok::Error: return "invalid token";
-  case Tok::Ident: return "identifier";
-  case Tok::Int: return "integer";
-  case Tok::Float: return "number";
-  case Tok::LBrace: return "'{'";
-  case Tok::RBrace: return "'}'";
-  case Tok::LParen: return "'('";
-  case Tok::RParen: return "')'";
-  case Tok::Comma: return "','";
-  case Tok::Semi: return "';'";
-  case Tok::Assign: return "'='";
-  case Tok::Question: return "'?'";
-  case Tok::Colon: return "':'";
-  case Tok::Plus: return "'+'";
-  case Tok::Minus: return "'-'";
-  case Tok::Star: return "'*'";
-  case Tok::Slash: return "'/'";
-  case Tok::Percent: return "'%'";
-  case Tok::Less: return "'<'";
-  case Tok::LessEq: return "'<='";
-  case Tok::Greater: return "'>'";
-  case Tok::GreaterEq: return "'>='";
-  case Tok::EqEq: return "'=='";
-  case Tok::NotEq: return "'!='";
-  case Tok::AndAnd: return "'&&'";
-  case Tok::OrOr: return "'||'";
-  case Tok::Bang: return "'!'";
+  case Tok::Eof:
+    return "end of file";
+  case Tok::Error:
+    return "invalid token";
+  case Tok::Ident:
+    return "identifier";
+  case Tok::Int:
+    return "integer";
+  case Tok::Float:
+    return "number";
+  case Tok::LBrace:
+    return "'{'";
+  case Tok::RBrace:
+    return "'}'";
+  case Tok::LParen:
+    return "'('";
+  case Tok::RParen:
+    return "')'";
+  case Tok::Comma:
+    return "','";
+  case Tok::Semi:
+    return "';'";
+  case Tok::Assign:
+    return "'='";
+  case Tok::Question:
+    return "'?'";
+  case Tok::Colon:
+    return "':'";
+  case Tok::Plus:
+    return "'+'";
+  case Tok::Minus:
+    return "'-'";
+  case Tok::Star:
+    return "'*'";
+  case Tok::Slash:
+    return "'/'";
+  case Tok::Percent:
+    return "'%'";
+  case Tok::Less:
+    return "'<'";
+  case Tok::LessEq:
+    return "'<='";
+  case Tok::Greater:
+    return "'>'";
+  case Tok::GreaterEq:
+    return "'>='";
+  case Tok::EqEq:
+    return "'=='";
+  case Tok::NotEq:
+    return "'!='";
+  case Tok::AndAnd:
+    return "'&&'";
+  case Tok::OrOr:
+    return "'||'";
+  case Tok::Bang:
+    return "'!'";
   }
   return "token";
 }
@@ -109,8 +137,8 @@ Token Lexer::lexNumber(SourceLoc loc) {
   tok.loc = loc;
   tok.text = buf.substr(start, pos - start);
   if (std::isalpha(static_cast<unsigned char>(peek())) || peek() == '_') {
-    diag.error(here(), "unexpected '" + std::string(1, peek()) +
-                           "' after number '" + std::string(tok.text) + "'");
+    diag.error(here(), "unexpected '" + std::string(1, peek()) + "' after number '" +
+                           std::string(tok.text) + "'");
     tok.kind = Tok::Error;
     return tok;
   }
@@ -126,8 +154,7 @@ Token Lexer::lexNumber(SourceLoc loc) {
   } else {
     tok.kind = Tok::Int;
     if (text.size() > 18) { // beyond any dimension or seed we accept
-      diag.error(loc, "integer '" + text.substr(0, 40) +
-                          (text.size() > 40 ? "...'" : "'") +
+      diag.error(loc, "integer '" + text.substr(0, 40) + (text.size() > 40 ? "...'" : "'") +
                           " is too large (at most 18 digits)");
       tok.kind = Tok::Error;
       return tok;
@@ -183,23 +210,40 @@ Token Lexer::next() {
     return single(one);
   };
   switch (c) {
-  case '{': return single(Tok::LBrace);
-  case '}': return single(Tok::RBrace);
-  case '(': return single(Tok::LParen);
-  case ')': return single(Tok::RParen);
-  case ',': return single(Tok::Comma);
-  case ';': return single(Tok::Semi);
-  case '?': return single(Tok::Question);
-  case ':': return single(Tok::Colon);
-  case '+': return single(Tok::Plus);
-  case '-': return single(Tok::Minus);
-  case '*': return single(Tok::Star);
-  case '/': return single(Tok::Slash);
-  case '%': return single(Tok::Percent);
-  case '<': return twoOrOne('=', Tok::LessEq, Tok::Less);
-  case '>': return twoOrOne('=', Tok::GreaterEq, Tok::Greater);
-  case '=': return twoOrOne('=', Tok::EqEq, Tok::Assign);
-  case '!': return twoOrOne('=', Tok::NotEq, Tok::Bang);
+  case '{':
+    return single(Tok::LBrace);
+  case '}':
+    return single(Tok::RBrace);
+  case '(':
+    return single(Tok::LParen);
+  case ')':
+    return single(Tok::RParen);
+  case ',':
+    return single(Tok::Comma);
+  case ';':
+    return single(Tok::Semi);
+  case '?':
+    return single(Tok::Question);
+  case ':':
+    return single(Tok::Colon);
+  case '+':
+    return single(Tok::Plus);
+  case '-':
+    return single(Tok::Minus);
+  case '*':
+    return single(Tok::Star);
+  case '/':
+    return single(Tok::Slash);
+  case '%':
+    return single(Tok::Percent);
+  case '<':
+    return twoOrOne('=', Tok::LessEq, Tok::Less);
+  case '>':
+    return twoOrOne('=', Tok::GreaterEq, Tok::Greater);
+  case '=':
+    return twoOrOne('=', Tok::EqEq, Tok::Assign);
+  case '!':
+    return twoOrOne('=', Tok::NotEq, Tok::Bang);
   case '&':
     if (peek(1) == '&')
       return twoOrOne('&', Tok::AndAnd, Tok::AndAnd);

@@ -21,11 +21,29 @@ enum class Tok {
   Ident,
   Int,
   Float,
-  LBrace, RBrace, LParen, RParen,
-  Comma, Semi, Assign, Question, Colon,
-  Plus, Minus, Star, Slash, Percent,
-  Less, LessEq, Greater, GreaterEq, EqEq, NotEq,
-  AndAnd, OrOr, Bang,
+  LBrace,
+  RBrace,
+  LParen,
+  RParen,
+  Comma,
+  Semi,
+  Assign,
+  Question,
+  Colon,
+  Plus,
+  Minus,
+  Star,
+  Slash,
+  Percent,
+  Less,
+  LessEq,
+  Greater,
+  GreaterEq,
+  EqEq,
+  NotEq,
+  AndAnd,
+  OrOr,
+  Bang,
 };
 
 /// Human-readable spelling of a token kind, for "expected X" messages.
@@ -41,8 +59,7 @@ struct Token {
 
 class Lexer {
 public:
-  Lexer(std::string_view buffer, std::shared_ptr<const std::string> file,
-        DiagnosticEngine &diag)
+  Lexer(std::string_view buffer, std::shared_ptr<const std::string> file, DiagnosticEngine &diag)
       : buf(buffer), file(std::move(file)), diag(diag) {
     // Editors on some systems start UTF-8 files with a byte-order mark.
     if (buf.substr(0, 3) == "\xEF\xBB\xBF")
@@ -55,9 +72,7 @@ public:
 
 private:
   SourceLoc here() const { return SourceLoc{file, line, col}; }
-  char peek(size_t ahead = 0) const {
-    return pos + ahead < buf.size() ? buf[pos + ahead] : '\0';
-  }
+  char peek(size_t ahead = 0) const { return pos + ahead < buf.size() ? buf[pos + ahead] : '\0'; }
   bool atEnd(size_t ahead = 0) const { return pos + ahead >= buf.size(); }
   void advance();
   bool skipTrivia();

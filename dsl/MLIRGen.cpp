@@ -27,8 +27,8 @@ public:
   explicit MLIRGenImpl(MLIRContext &ctx) : builder(&ctx) {}
 
   OwningOpRef<ModuleOp> gen(const Spec &spec) {
-    Location loc = spec.attentions.empty() ? loc_(spec.models.front().loc)
-                                           : loc_(spec.attentions.front().loc);
+    Location loc =
+        spec.attentions.empty() ? loc_(spec.models.front().loc) : loc_(spec.attentions.front().loc);
     OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
     builder.setInsertionPointToEnd(module->getBody());
     for (const AttentionDecl &a : spec.attentions)
@@ -42,8 +42,8 @@ public:
 
 private:
   Location loc_(const SourceLoc &l) {
-    return FileLineColLoc::get(builder.getStringAttr(l.file ? *l.file : "<unknown>"),
-                               l.line, l.col);
+    return FileLineColLoc::get(builder.getStringAttr(l.file ? *l.file : "<unknown>"), l.line,
+                               l.col);
   }
 
   int64_t tunable(const Tunable &t) { return t.isAuto ? attn::kAuto : t.value; }
@@ -57,13 +57,12 @@ private:
         attn::TileAttr::get(ctx, tunable(a.tile.blockQ), tunable(a.tile.blockKv),
                             tunable(a.tile.warps), tunable(a.tile.stages)));
     if (a.kv == KvKind::LowRank)
-      op.setLowrankAttr(attn::LowRankAttr::get(
-          ctx, tunable(a.lowRank.k), static_cast<attn::ShareMode>(a.lowRank.share)));
+      op.setLowrankAttr(attn::LowRankAttr::get(ctx, tunable(a.lowRank.k),
+                                               static_cast<attn::ShareMode>(a.lowRank.share)));
     if (a.lsh) {
       const Lsh &l = *a.lsh;
-      op.setLshAttr(attn::LshAttr::get(ctx, tunable(l.buckets), tunable(l.rounds),
-                                       tunable(l.chunk), l.before, l.after, l.seed,
-                                       l.denseFallback));
+      op.setLshAttr(attn::LshAttr::get(ctx, tunable(l.buckets), tunable(l.rounds), tunable(l.chunk),
+                                       l.before, l.after, l.seed, l.denseFallback));
     }
     if (a.scale)
       op.setScaleAttr(builder.getF64FloatAttr(*a.scale));
@@ -74,8 +73,7 @@ private:
       for (const HeadParam &p : a.params)
         params.push_back(attn::HeadParamAttr::get(
             ctx, p.name,
-            p.init == HeadParam::Init::Alibi ? attn::ParamInit::alibi
-                                             : attn::ParamInit::constant,
+            p.init == HeadParam::Init::Alibi ? attn::ParamInit::alibi : attn::ParamInit::constant,
             llvm::APFloat(p.value), p.learned));
       op.setParamsAttr(builder.getArrayAttr(params));
     }
@@ -86,8 +84,10 @@ private:
       Block *block = builder.createBlock(&op.getScore());
       Location l = loc_(a.score->loc);
       block->addArguments({f32, idx, idx, idx, idx}, {l, l, l, l, l});
-      vars = {{"s", block->getArgument(0)}, {"b", block->getArgument(1)},
-              {"h", block->getArgument(2)}, {"q", block->getArgument(3)},
+      vars = {{"s", block->getArgument(0)},
+              {"b", block->getArgument(1)},
+              {"h", block->getArgument(2)},
+              {"q", block->getArgument(3)},
               {"kv", block->getArgument(4)}};
       Value v = convert(genExpr(*a.score), a.score->type, ExprType::Float, l);
       builder.create<attn::YieldOp>(l, v);
@@ -96,8 +96,10 @@ private:
       Block *block = builder.createBlock(&op.getMask());
       Location l = loc_(a.masks.front()->loc);
       block->addArguments({idx, idx, idx, idx}, {l, l, l, l});
-      vars = {{"b", block->getArgument(0)}, {"h", block->getArgument(1)},
-              {"q", block->getArgument(2)}, {"kv", block->getArgument(3)}};
+      vars = {{"b", block->getArgument(0)},
+              {"h", block->getArgument(1)},
+              {"q", block->getArgument(2)},
+              {"kv", block->getArgument(3)}};
       Value keep;
       for (const ExprPtr &m : a.masks) {
         Value v = genExpr(*m);
@@ -134,8 +136,7 @@ private:
             loc, x, builder.create<arith::ConstantOp>(loc, builder.getBoolAttr(true)));
       if (e.type == ExprType::Float)
         return builder.create<arith::NegFOp>(loc, x);
-      return builder.create<arith::SubIOp>(
-          loc, builder.create<arith::ConstantIndexOp>(loc, 0), x);
+      return builder.create<arith::SubIOp>(loc, builder.create<arith::ConstantIndexOp>(loc, 0), x);
     }
     case ExprKind::Binary:
       return genBinary(e, loc);
@@ -151,8 +152,8 @@ private:
   ExprType genOperands(const Expr &e, size_t first, Value &a, Value &b, Location loc) {
     ExprType ta = e.args[first]->type, tb = e.args[first + 1]->type;
     ExprType common = (ta == ExprType::Float || tb == ExprType::Float) ? ExprType::Float
-                      : ta == ExprType::Bool                             ? ExprType::Bool
-                                                                         : ExprType::Int;
+                      : ta == ExprType::Bool                           ? ExprType::Bool
+                                                                       : ExprType::Int;
     a = convert(genExpr(*e.args[first]), ta, common, loc);
     b = convert(genExpr(*e.args[first + 1]), tb, common, loc);
     return common;
@@ -168,7 +169,7 @@ private:
       return builder.create<arith::OrIOp>(loc, a, b);
     if (op == "==" || op == "!=" || op == "<" || op == "<=" || op == ">" || op == ">=") {
       if (t == ExprType::Float) {
-        auto pred = op == "==" ? arith::CmpFPredicate::OEQ
+        auto pred = op == "=="   ? arith::CmpFPredicate::OEQ
                     : op == "!=" ? arith::CmpFPredicate::UNE
                     : op == "<"  ? arith::CmpFPredicate::OLT
                     : op == "<=" ? arith::CmpFPredicate::OLE
@@ -176,7 +177,7 @@ private:
                                  : arith::CmpFPredicate::OGE;
         return builder.create<arith::CmpFOp>(loc, pred, a, b);
       }
-      auto pred = op == "==" ? arith::CmpIPredicate::eq
+      auto pred = op == "=="   ? arith::CmpIPredicate::eq
                   : op == "!=" ? arith::CmpIPredicate::ne
                   : op == "<"  ? arith::CmpIPredicate::slt
                   : op == "<=" ? arith::CmpIPredicate::sle
@@ -252,14 +253,13 @@ private:
     // sigmoid(x) = 1 / (1 + exp(-x))
     Value one = builder.create<arith::ConstantOp>(loc, builder.getF32FloatAttr(1.0f));
     Value ex = builder.create<math::ExpOp>(loc, builder.create<arith::NegFOp>(loc, x));
-    return builder.create<arith::DivFOp>(loc, one,
-                                         builder.create<arith::AddFOp>(loc, one, ex));
+    return builder.create<arith::DivFOp>(loc, one, builder.create<arith::AddFOp>(loc, one, ex));
   }
 
   void genModel(const ModelDecl &m) {
     auto op = builder.create<attn::ModelOp>(
-        loc_(m.loc), m.name, m.vocab.value, m.seq.value, m.dModel.value,
-        m.heads.value, m.dFf.value, m.layers.value, static_cast<attn::DType>(m.dtype),
+        loc_(m.loc), m.name, m.vocab.value, m.seq.value, m.dModel.value, m.heads.value, m.dFf.value,
+        m.layers.value, static_cast<attn::DType>(m.dtype),
         static_cast<attn::Objective>(m.objective),
         m.dropout > 0 ? builder.getF64FloatAttr(m.dropout) : FloatAttr());
     OpBuilder::InsertionGuard guard(builder);
@@ -270,8 +270,8 @@ private:
           l.reversible ? builder.getUnitAttr() : UnitAttr(), /*ffn_act=*/nullptr,
           /*ffn_chunk=*/nullptr);
       if (l.ffn) {
-        layer.setFfnActAttr(attn::ActivationAttr::get(
-            builder.getContext(), static_cast<attn::Activation>(l.ffn->act)));
+        layer.setFfnActAttr(attn::ActivationAttr::get(builder.getContext(),
+                                                      static_cast<attn::Activation>(l.ffn->act)));
         layer.setFfnChunkAttr(builder.getI64IntegerAttr(tunable(l.ffn->chunk)));
       }
     }
@@ -289,8 +289,7 @@ OwningOpRef<ModuleOp> mlirGen(MLIRContext &context, const Spec &spec) {
 
 void registerAttncDialects(MLIRContext &context) {
   DialectRegistry registry;
-  registry.insert<attn::AttnDialect, arith::ArithDialect, math::MathDialect,
-                  func::FuncDialect>();
+  registry.insert<attn::AttnDialect, arith::ArithDialect, math::MathDialect, func::FuncDialect>();
   context.appendDialectRegistry(registry);
   context.loadAllAvailableDialects();
 }

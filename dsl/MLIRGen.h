@@ -16,8 +16,7 @@ namespace attnc {
 /// Builds a module of `attn.variant` and `attn.model` ops from a spec that
 /// passed Sema, with `file:line:col` locations, and verifies it. Returns null
 /// (after the verifier's diagnostics) if verification fails.
-mlir::OwningOpRef<mlir::ModuleOp> mlirGen(mlir::MLIRContext &context,
-                                          const ast::Spec &spec);
+mlir::OwningOpRef<mlir::ModuleOp> mlirGen(mlir::MLIRContext &context, const ast::Spec &spec);
 
 /// Registers the dialects a spec's IR uses (attn, arith, math, func).
 void registerAttncDialects(mlir::MLIRContext &context);

@@ -130,8 +130,8 @@ bool Parser::argTunable(const Arg &a, Tunable &out) {
     return true;
   }
   if (a.value.kind != Tok::Int)
-    return error(a.value.loc, "expected an integer or 'auto' for '" + a.key +
-                                  "', found " + describe(a.value));
+    return error(a.value.loc,
+                 "expected an integer or 'auto' for '" + a.key + "', found " + describe(a.value));
   out.isAuto = false;
   out.value = a.value.intValue;
   return true;
@@ -139,8 +139,8 @@ bool Parser::argTunable(const Arg &a, Tunable &out) {
 
 bool Parser::argInt(const Arg &a, int64_t &out) {
   if (a.value.kind != Tok::Int)
-    return error(a.value.loc, "expected an integer for '" + a.key +
-                                  "', found " + describe(a.value));
+    return error(a.value.loc,
+                 "expected an integer for '" + a.key + "', found " + describe(a.value));
   out = a.value.intValue;
   return true;
 }
@@ -150,8 +150,8 @@ bool Parser::argBool(const Arg &a, bool &out) {
     out = a.value.text == "true";
     return true;
   }
-  return error(a.value.loc, "expected 'true' or 'false' for '" + a.key +
-                                "', found " + describe(a.value));
+  return error(a.value.loc,
+               "expected 'true' or 'false' for '" + a.key + "', found " + describe(a.value));
 }
 
 bool Parser::unknownArg(const Arg &a, const char *construct, const char *allowed) {
@@ -218,8 +218,10 @@ bool Parser::parseAttention(Spec &spec) {
               return false;
           } else if (a.key == "share") {
             static const std::pair<const char *, ShareMode> modes[] = {
-                {"none", ShareMode::None}, {"headwise", ShareMode::Headwise},
-                {"kv", ShareMode::Kv}, {"layerwise", ShareMode::Layerwise}};
+                {"none", ShareMode::None},
+                {"headwise", ShareMode::Headwise},
+                {"kv", ShareMode::Kv},
+                {"layerwise", ShareMode::Layerwise}};
             auto it = std::find_if(std::begin(modes), std::end(modes), [&](auto &m) {
               return a.value.kind == Tok::Ident && a.value.text == m.first;
             });
@@ -266,8 +268,7 @@ bool Parser::parseAttention(Spec &spec) {
         } else if (a.key == "after") {
           ok = argInt(a, lsh.after);
           lsh.afterLoc = a.value.loc;
-        }
-        else if (a.key == "seed")
+        } else if (a.key == "seed")
           ok = argInt(a, lsh.seed);
         else if (a.key == "dense_fallback")
           ok = argBool(a, lsh.denseFallback);
@@ -323,8 +324,8 @@ bool Parser::parseAttention(Spec &spec) {
         return errorExpected("a parameter name");
       p.name = std::string(tok.text);
       consume();
-      if (!expect(Tok::LParen, "'(h)' after the parameter name") ||
-          !expectKeyword("h") || !expect(Tok::RParen, "')'"))
+      if (!expect(Tok::LParen, "'(h)' after the parameter name") || !expectKeyword("h") ||
+          !expect(Tok::RParen, "')'"))
         return false;
       if (tok.kind == Tok::Assign) {
         consume();
@@ -383,14 +384,13 @@ bool Parser::parseModel(Spec &spec) {
     SourceLoc itemLoc = tok.loc;
     for (const char *once : {"dtype", "objective", "dropout"})
       if (isKeyword(once) && !seenFields.insert(once).second)
-        return error(itemLoc, "'" + std::string(once) + "' is given twice in model '" +
-                                  model.name + "'");
-    std::pair<const char *, Dim *> dims[] = {
-        {"vocab", &model.vocab},   {"seq", &model.seq},
-        {"d_model", &model.dModel}, {"heads", &model.heads},
-        {"d_ff", &model.dFf},      {"layers", &model.layers}};
-    auto dim = std::find_if(std::begin(dims), std::end(dims),
-                            [&](auto &d) { return isKeyword(d.first); });
+        return error(itemLoc,
+                     "'" + std::string(once) + "' is given twice in model '" + model.name + "'");
+    std::pair<const char *, Dim *> dims[] = {{"vocab", &model.vocab},    {"seq", &model.seq},
+                                             {"d_model", &model.dModel}, {"heads", &model.heads},
+                                             {"d_ff", &model.dFf},       {"layers", &model.layers}};
+    auto dim =
+        std::find_if(std::begin(dims), std::end(dims), [&](auto &d) { return isKeyword(d.first); });
     if (tok.kind == Tok::Semi) {
       consume();
     } else if (dim != std::end(dims)) {
@@ -512,8 +512,7 @@ bool Parser::parseLayer(ModelDecl &model) {
 //===----------------------------------------------------------------------===//
 
 std::string Parser::tooDeep() {
-  return "expression is nested too deeply (more than " + std::to_string(kMaxExprDepth) +
-         " levels)";
+  return "expression is nested too deeply (more than " + std::to_string(kMaxExprDepth) + " levels)";
 }
 
 bool Parser::enterNesting(const SourceLoc &loc) {
@@ -573,13 +572,27 @@ ExprPtr Parser::parseTernary() {
 /// Binary operator precedence, or -1 for a token that is not one.
 static int precedence(Tok t) {
   switch (t) {
-  case Tok::OrOr: return 1;
-  case Tok::AndAnd: return 2;
-  case Tok::EqEq: case Tok::NotEq: return 3;
-  case Tok::Less: case Tok::LessEq: case Tok::Greater: case Tok::GreaterEq: return 4;
-  case Tok::Plus: case Tok::Minus: return 5;
-  case Tok::Star: case Tok::Slash: case Tok::Percent: return 6;
-  default: return -1;
+  case Tok::OrOr:
+    return 1;
+  case Tok::AndAnd:
+    return 2;
+  case Tok::EqEq:
+  case Tok::NotEq:
+    return 3;
+  case Tok::Less:
+  case Tok::LessEq:
+  case Tok::Greater:
+  case Tok::GreaterEq:
+    return 4;
+  case Tok::Plus:
+  case Tok::Minus:
+    return 5;
+  case Tok::Star:
+  case Tok::Slash:
+  case Tok::Percent:
+    return 6;
+  default:
+    return -1;
   }
 }
 
@@ -686,8 +699,7 @@ ExprPtr Parser::parsePrimary() {
 // Entry point
 //===----------------------------------------------------------------------===//
 
-std::optional<Spec> parseAndCheck(std::string_view buffer,
-                                  const std::string &filename,
+std::optional<Spec> parseAndCheck(std::string_view buffer, const std::string &filename,
                                   DiagnosticEngine &diag) {
   auto file = std::make_shared<const std::string>(filename);
   if (buffer.find_first_not_of(" \t\r\n") == std::string_view::npos) {

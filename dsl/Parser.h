@@ -47,9 +47,7 @@ private:
   void consume();
   bool expect(Tok kind, const char *what);
   bool expectKeyword(std::string_view word);
-  bool isKeyword(std::string_view word) const {
-    return tok.kind == Tok::Ident && tok.text == word;
-  }
+  bool isKeyword(std::string_view word) const { return tok.kind == Tok::Ident && tok.text == word; }
   bool error(const SourceLoc &loc, const std::string &msg);
   bool errorExpected(const std::string &what);
   std::string describe(const Token &t) const;
@@ -89,8 +87,7 @@ private:
 
 /// Reads, parses and checks a spec held in `buffer`. Returns std::nullopt when
 /// any error was reported to `diag`.
-std::optional<ast::Spec> parseAndCheck(std::string_view buffer,
-                                       const std::string &filename,
+std::optional<ast::Spec> parseAndCheck(std::string_view buffer, const std::string &filename,
                                        DiagnosticEngine &diag);
 
 } // namespace attnc

@@ -13,8 +13,8 @@ using namespace ast;
 
 namespace {
 
-const char *const kBuiltins[] = {"abs", "exp", "log", "sqrt", "tanh", "sigmoid",
-                                 "min", "max", "where", "float"};
+const char *const kBuiltins[] = {"abs",     "exp", "log", "sqrt",  "tanh",
+                                 "sigmoid", "min", "max", "where", "float"};
 const char *const kVariables[] = {"s", "b", "h", "q", "kv"};
 const char *const kReservedWords[] = {"true", "false", "auto"};
 
@@ -31,8 +31,7 @@ bool readsVariable(const Expr &e, const char *name) {
 bool isNumeric(ExprType t) { return t == ExprType::Int || t == ExprType::Float; }
 
 ExprType promote(ExprType a, ExprType b) {
-  return (a == ExprType::Float || b == ExprType::Float) ? ExprType::Float
-                                                        : ExprType::Int;
+  return (a == ExprType::Float || b == ExprType::Float) ? ExprType::Float : ExprType::Int;
 }
 
 /// Types one score or mask expression in the scope of one attention variant.
@@ -80,23 +79,21 @@ private:
         if (e.name == v)
           return ExprType::Int;
       if (findParam(e.name))
-        return fail(e.loc, "per-head parameter '" + e.name +
-                               "' must be indexed by head: write '" + e.name + "(h)'");
-      return fail(e.loc, "unknown name '" + e.name +
-                             "'; expected s, b, h, q, kv or a declared parameter");
+        return fail(e.loc, "per-head parameter '" + e.name + "' must be indexed by head: write '" +
+                               e.name + "(h)'");
+      return fail(e.loc,
+                  "unknown name '" + e.name + "'; expected s, b, h, q, kv or a declared parameter");
     case ExprKind::Unary: {
       ExprType t = check(*e.args[0]);
       if (t == ExprType::Unknown)
         return t;
       if (e.name == "!") {
         if (t != ExprType::Bool)
-          return fail(e.loc, std::string("'!' needs a boolean operand, found ") +
-                                 exprTypeName(t));
+          return fail(e.loc, std::string("'!' needs a boolean operand, found ") + exprTypeName(t));
         return t;
       }
       if (!isNumeric(t))
-        return fail(e.loc, std::string("unary '-' needs a number, found ") +
-                               exprTypeName(t));
+        return fail(e.loc, std::string("unary '-' needs a number, found ") + exprTypeName(t));
       return t;
     }
     case ExprKind::Binary:
@@ -117,8 +114,8 @@ private:
 
   ExprType selectType(Expr &e, ExprType c, ExprType a, ExprType b) {
     if (c != ExprType::Bool)
-      return fail(e.args[0]->loc, std::string("condition must be boolean, found ") +
-                                      exprTypeName(c));
+      return fail(e.args[0]->loc,
+                  std::string("condition must be boolean, found ") + exprTypeName(c));
     if (a == ExprType::Bool && b == ExprType::Bool)
       return ExprType::Bool;
     if (!isNumeric(a) || !isNumeric(b))
@@ -135,12 +132,11 @@ private:
       return ExprType::Unknown;
     const std::string &op = e.name;
     auto mismatch = [&](const char *need) {
-      return fail(e.loc, "'" + op + "' needs " + need + " operands, found " +
-                             exprTypeName(a) + " and " + exprTypeName(b));
+      return fail(e.loc, "'" + op + "' needs " + need + " operands, found " + exprTypeName(a) +
+                             " and " + exprTypeName(b));
     };
     if (op == "&&" || op == "||")
-      return (a == ExprType::Bool && b == ExprType::Bool) ? ExprType::Bool
-                                                          : mismatch("boolean");
+      return (a == ExprType::Bool && b == ExprType::Bool) ? ExprType::Bool : mismatch("boolean");
     if (op == "==" || op == "!=") {
       if (a == ExprType::Bool && b == ExprType::Bool)
         return ExprType::Bool;
@@ -149,12 +145,10 @@ private:
     }
     if (op == "<" || op == "<=" || op == ">" || op == ">=")
       return (isNumeric(a) && isNumeric(b)) ? ExprType::Bool : mismatch("numeric");
-    if ((op == "/" || op == "%") && e.args[1]->kind == ExprKind::IntLit &&
-        e.args[1]->intValue == 0)
+    if ((op == "/" || op == "%") && e.args[1]->kind == ExprKind::IntLit && e.args[1]->intValue == 0)
       return fail(e.loc, "integer division by zero");
     if (op == "%")
-      return (a == ExprType::Int && b == ExprType::Int) ? ExprType::Int
-                                                        : mismatch("integer");
+      return (a == ExprType::Int && b == ExprType::Int) ? ExprType::Int : mismatch("integer");
     // + - * /
     if (!isNumeric(a) || !isNumeric(b))
       return mismatch("numeric");
@@ -171,8 +165,8 @@ private:
       if (t == ExprType::Unknown)
         return t;
       if (t != ExprType::Int)
-        return fail(e.args[0]->loc, std::string("a head index must be an integer, found ") +
-                                        exprTypeName(t));
+        return fail(e.args[0]->loc,
+                    std::string("a head index must be an integer, found ") + exprTypeName(t));
       if (p->learned && !(e.args[0]->kind == ExprKind::Var && e.args[0]->name == "h"))
         return fail(e.args[0]->loc, "learned parameter '" + e.name +
                                         "' must be indexed by 'h' (its gradient is "
@@ -185,9 +179,8 @@ private:
                              "max, where, float or a declared per-head parameter");
     size_t want = (e.name == "min" || e.name == "max") ? 2 : e.name == "where" ? 3 : 1;
     if (e.args.size() != want)
-      return fail(e.loc, "'" + e.name + "' takes " + std::to_string(want) +
-                             " argument" + (want == 1 ? "" : "s") + ", found " +
-                             std::to_string(e.args.size()));
+      return fail(e.loc, "'" + e.name + "' takes " + std::to_string(want) + " argument" +
+                             (want == 1 ? "" : "s") + ", found " + std::to_string(e.args.size()));
     std::vector<ExprType> ts;
     for (auto &a : e.args) {
       ts.push_back(check(*a));
@@ -198,8 +191,8 @@ private:
       return selectType(e, ts[0], ts[1], ts[2]);
     for (size_t i = 0; i < ts.size(); ++i)
       if (!isNumeric(ts[i]))
-        return fail(e.args[i]->loc, "'" + e.name + "' needs a number, found " +
-                                        exprTypeName(ts[i]));
+        return fail(e.args[i]->loc,
+                    "'" + e.name + "' needs a number, found " + exprTypeName(ts[i]));
     if (e.name == "abs")
       return ts[0];
     if (e.name == "min" || e.name == "max")
@@ -249,9 +242,9 @@ private:
     if (t.isAuto)
       return;
     if (t.value < lo || t.value > hi)
-      diag.error(t.present ? t.loc : fallback,
-                 std::string(what) + " must be in [" + std::to_string(lo) + ", " +
-                     std::to_string(hi) + "], found " + std::to_string(t.value));
+      diag.error(t.present ? t.loc : fallback, std::string(what) + " must be in [" +
+                                                   std::to_string(lo) + ", " + std::to_string(hi) +
+                                                   "], found " + std::to_string(t.value));
   }
 
   void checkAttention(AttentionDecl &a) {
@@ -289,7 +282,8 @@ private:
                                 "' is not supported with LSH attention yet; declare it "
                                 "'const' (a fixed per-head value)");
     } else if (a.sharedQK) {
-      diag.error(a.sharedQKLoc, "shared QK is only defined for LSH attention (add a 'bucket lsh(...)' clause)");
+      diag.error(a.sharedQKLoc,
+                 "shared QK is only defined for LSH attention (add a 'bucket lsh(...)' clause)");
     }
     if (a.scale && !(*a.scale > 0))
       diag.error(a.scaleLoc, "scale must be positive, found " + std::to_string(*a.scale));
@@ -301,8 +295,8 @@ private:
       for (const char *w : kReservedWords)
         reserved |= p.name == w;
       if (reserved)
-        diag.error(p.loc, "parameter name '" + p.name +
-                              "' is reserved (a variable or builtin function)");
+        diag.error(p.loc,
+                   "parameter name '" + p.name + "' is reserved (a variable or builtin function)");
       if (!seen.insert(p.name).second)
         diag.error(p.loc, "parameter '" + p.name + "' is declared twice");
     }
@@ -312,8 +306,8 @@ private:
     if (!a.tile.warps.isAuto) {
       int64_t w = a.tile.warps.value;
       if (w != 1 && w != 2 && w != 4 && w != 8 && w != 16)
-        diag.error(a.tile.warps.loc, "tile warps must be 1, 2, 4, 8 or 16, found " +
-                                         std::to_string(w));
+        diag.error(a.tile.warps.loc,
+                   "tile warps must be 1, 2, 4, 8 or 16, found " + std::to_string(w));
     }
     if (a.score) {
       ExprType t = ExprChecker(a, /*allowScore=*/true, diag).check(*a.score);
@@ -340,16 +334,14 @@ private:
     }
   }
 
-  void checkDim(const ModelDecl &m, const Dim &d, const char *name, int64_t lo,
-                int64_t hi) {
+  void checkDim(const ModelDecl &m, const Dim &d, const char *name, int64_t lo, int64_t hi) {
     if (!d.present) {
       diag.error(m.loc, "model '" + m.name + "' is missing '" + name + "'");
       return;
     }
     if (d.value < lo || d.value > hi)
-      diag.error(d.loc, std::string(name) + " must be in [" + std::to_string(lo) +
-                            ", " + std::to_string(hi) + "], found " +
-                            std::to_string(d.value));
+      diag.error(d.loc, std::string(name) + " must be in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "], found " + std::to_string(d.value));
   }
 
   void checkModel(ModelDecl &m) {
@@ -361,14 +353,12 @@ private:
     if (!m.dFf.present) {
       m.dFf.value = 4 * m.dModel.value;
     } else if (m.dFf.value < 1 || m.dFf.value > (1 << 20)) {
-      diag.error(m.dFf.loc, "d_ff must be in [1, 1048576], found " +
-                                std::to_string(m.dFf.value));
+      diag.error(m.dFf.loc, "d_ff must be in [1, 1048576], found " + std::to_string(m.dFf.value));
     }
     if (m.heads.present && m.dModel.present && m.heads.value > 0 &&
         m.dModel.value % m.heads.value != 0)
       diag.error(m.heads.loc, "heads (" + std::to_string(m.heads.value) +
-                                  ") must divide d_model (" +
-                                  std::to_string(m.dModel.value) + ")");
+                                  ") must divide d_model (" + std::to_string(m.dModel.value) + ")");
     if (m.objective == Objective::Duplicate && m.seq.present && m.seq.value % 2 != 0)
       diag.error(m.seq.loc, "the duplicate objective ('0 w 0 w') needs an even seq, found " +
                                 std::to_string(m.seq.value));
@@ -388,9 +378,8 @@ private:
       std::string kind = l.reversible ? "a reversible layer" : "a layer";
       std::string need = l.reversible ? "exactly one 'attention' and one 'ffn'"
                                       : "exactly one 'attention' and at most one 'ffn'";
-      diag.error(l.loc, kind + " needs " + need + ", found " +
-                            std::to_string(l.numAttention) + " attention and " +
-                            std::to_string(l.numFfn) + " ffn");
+      diag.error(l.loc, kind + " needs " + need + ", found " + std::to_string(l.numAttention) +
+                            " attention and " + std::to_string(l.numFfn) + " ffn");
     }
     if (l.ffn)
       checkTunable(l.ffn->chunk, "ffn chunk", 1, int64_t(1) << 24, l.ffn->loc);
@@ -404,18 +393,15 @@ private:
     if (a->kv == KvKind::LowRank && !a->lowRank.k.isAuto && m.seq.present &&
         a->lowRank.k.value > m.seq.value) {
       diag.error(a->lowRank.k.present ? a->lowRank.k.loc : a->lowRank.loc,
-                 "low-rank k = " + std::to_string(a->lowRank.k.value) +
-                     " exceeds seq = " + std::to_string(m.seq.value) + " of model '" +
-                     m.name + "'");
+                 "low-rank k = " + std::to_string(a->lowRank.k.value) + " exceeds seq = " +
+                     std::to_string(m.seq.value) + " of model '" + m.name + "'");
       diag.note(l.attentionLoc, "used here");
     }
-    bool needsCausal = m.objective == Objective::CausalLM ||
-                       m.objective == Objective::Duplicate;
+    bool needsCausal = m.objective == Objective::CausalLM || m.objective == Objective::Duplicate;
     if (needsCausal && !a->causal) {
-      diag.error(l.attentionLoc,
-                 std::string("objective ") + objectiveName(m.objective) +
-                     " predicts the next byte and needs causal attention, but '" +
-                     a->name + "' has no 'mask causal'");
+      diag.error(l.attentionLoc, std::string("objective ") + objectiveName(m.objective) +
+                                     " predicts the next byte and needs causal attention, but '" +
+                                     a->name + "' has no 'mask causal'");
     }
     if (m.objective == Objective::MLM && a->causal)
       diag.warning(l.attentionLoc, "objective mlm with causal attention '" + a->name +
@@ -436,8 +422,6 @@ bool isBuiltinFunction(const std::string &name) {
   return false;
 }
 
-bool checkSpec(Spec &spec, DiagnosticEngine &diag) {
-  return SpecChecker(spec, diag).run();
-}
+bool checkSpec(Spec &spec, DiagnosticEngine &diag) { return SpecChecker(spec, diag).run(); }
 
 } // namespace attnc

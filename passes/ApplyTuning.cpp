@@ -204,8 +204,8 @@ struct ApplyTuningPass : public attnc::impl::ApplyTuningBase<ApplyTuningPass> {
                                                                 : "f16";
     // attnc tune --target cuda's key; any GPU of this arch (compiling here
     // need not happen on the GPU), the newest entry when there are several.
-    const tune::KernelKey key = tune::cudaAttentionKey(dtype, headDim, variant.getSymName().str(),
-                                                       model.getSeq(), heads);
+    const tune::KernelKey key =
+        tune::cudaAttentionKey(dtype, headDim, variant.getSymName().str(), model.getSeq(), heads);
     const std::string tc = cudaToolchain.empty() ? nvrtcToolchainId() : std::string(cudaToolchain);
     const tune::Entry *best = nullptr;
     for (const tune::Entry *e : tuned.entries())

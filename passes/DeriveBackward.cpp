@@ -76,13 +76,13 @@ struct DeriveBackwardPass : public attnc::impl::DeriveBackwardBase<DeriveBackwar
       }
       auto op = llvm::cast<FusedAttentionOp>(fop);
       auto grad = b.create<FusedAttentionGradOp>(
-          op.getLoc(), op.getQuery().getType(), op.getKey().getType(),
-          op.getValue().getType(), typeOf(op.getProjE()), typeOf(op.getProjF()),
-          typeOf(op.getParams()), op.getQuery(), op.getKey(), op.getValue(), op.getOut(),
-          op.getLse(), dout, op.getLengths(), op.getProjE(), op.getProjF(), op.getParams(),
-          op.getKvSourceAttr(), op.getShareAttr(), op.getScaleAttr(), op.getCausalAttr(),
-          op.getKeyPaddingAttr(), op.getSharedQkAttr(), op.getSelfScoreAttr(), det,
-          op.getMaxBackAttr(), op.getMaxAheadAttr(), TileAttr::getAuto(b.getContext()), StringAttr(), op.getParamDeclsAttr(),
+          op.getLoc(), op.getQuery().getType(), op.getKey().getType(), op.getValue().getType(),
+          typeOf(op.getProjE()), typeOf(op.getProjF()), typeOf(op.getParams()), op.getQuery(),
+          op.getKey(), op.getValue(), op.getOut(), op.getLse(), dout, op.getLengths(),
+          op.getProjE(), op.getProjF(), op.getParams(), op.getKvSourceAttr(), op.getShareAttr(),
+          op.getScaleAttr(), op.getCausalAttr(), op.getKeyPaddingAttr(), op.getSharedQkAttr(),
+          op.getSelfScoreAttr(), det, op.getMaxBackAttr(), op.getMaxAheadAttr(),
+          TileAttr::getAuto(b.getContext()), StringAttr(), op.getParamDeclsAttr(),
           op.getDropoutAttr());
       IRMapping map;
       op.getScore().cloneInto(&grad.getScore(), map);
@@ -90,11 +90,12 @@ struct DeriveBackwardPass : public attnc::impl::DeriveBackwardBase<DeriveBackwar
 
       // With shared QK the key operand is the query: the kernels fold dk
       // (through the normalisation) into dq.
-      std::pair<Value, Value> flows[] = {
-          {op.getQuery(), grad.getDquery()},
-          {op.getSharedQk() ? Value() : op.getKey(), grad.getDkey()},
-          {op.getValue(), grad.getDvalue()}, {op.getProjE(), grad.getDprojE()},
-          {op.getProjF(), grad.getDprojF()}, {op.getParams(), grad.getDparams()}};
+      std::pair<Value, Value> flows[] = {{op.getQuery(), grad.getDquery()},
+                                         {op.getSharedQk() ? Value() : op.getKey(), grad.getDkey()},
+                                         {op.getValue(), grad.getDvalue()},
+                                         {op.getProjE(), grad.getDprojE()},
+                                         {op.getProjF(), grad.getDprojF()},
+                                         {op.getParams(), grad.getDparams()}};
       for (auto [primal, g] : flows)
         if (failed(flow(op, primal, g)))
           return signalPassFailure();
@@ -108,8 +109,8 @@ struct DeriveBackwardPass : public attnc::impl::DeriveBackwardBase<DeriveBackwar
     }
     b.create<func::ReturnOp>(ret.getLoc(), results);
     ret.erase();
-    func.setType(FunctionType::get(&getContext(), entry.getArgumentTypes(),
-                                   TypeRange(ValueRange(results))));
+    func.setType(
+        FunctionType::get(&getContext(), entry.getArgumentTypes(), TypeRange(ValueRange(results))));
     func->removeAttr("attn.differentiate");
     func->setAttr("attn.grad_of", b.getArrayAttr(gradOf));
   }

@@ -125,8 +125,8 @@ private:
     }
     if (auto d = llvm::dyn_cast<DropoutOp>(op)) {
       // The same mask on the cotangent.
-      accumulate(d.getInput(), g.make<DropoutOp>(d.getType(), get(d.getResult()),
-                                                 d.getRateAttr(), d.getStreamAttr()));
+      accumulate(d.getInput(), g.make<DropoutOp>(d.getType(), get(d.getResult()), d.getRateAttr(),
+                                                 d.getStreamAttr()));
       return success();
     }
     if (auto s = llvm::dyn_cast<SplitHeadsOp>(op)) {
@@ -323,8 +323,8 @@ struct DeriveModelBackwardPass
           return failure();
         continue;
       }
-      if (failed(reversible(g, adj, seg, llvm::cast<AddOp>(y1op), llvm::cast<AddOp>(y2op),
-                            rebuilt)))
+      if (failed(
+              reversible(g, adj, seg, llvm::cast<AddOp>(y1op), llvm::cast<AddOp>(y2op), rebuilt)))
         return failure();
     }
 

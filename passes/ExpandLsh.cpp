@@ -25,7 +25,6 @@ using namespace attnc::attn;
 
 namespace {
 
-
 struct ExpandLshPass : public attnc::impl::ExpandLshBase<ExpandLshPass> {
   using ExpandLshBase::ExpandLshBase;
 
@@ -61,24 +60,24 @@ struct ExpandLshPass : public attnc::impl::ExpandLshBase<ExpandLshPass> {
     int64_t numChunks = (n + chunk - 1) / chunk;
     Value keys = b.create<LshNormalizeOp>(loc, qType, q);
 
-    if (lsh.getDenseFallback() &&
-        numChunks - 1 <= std::min(lsh.getBefore(), lsh.getAfter())) {
+    if (lsh.getDenseFallback() && numChunks - 1 <= std::min(lsh.getBefore(), lsh.getAfter())) {
       if (report)
-        op.emitRemark() << "LSH attention " << ref << " at N = " << n << " with chunk = "
-                        << chunk << " has " << numChunks
+        op.emitRemark() << "LSH attention " << ref << " at N = " << n << " with chunk = " << chunk
+                        << " has " << numChunks
                         << " chunk(s), within min(before, after) + 1, so every query sees "
                            "every key: emitting dense attention with the same masks "
                            "(dense_fallback = false keeps LSH)";
-      auto scoresType = RankedTensorType::get(
-          {qType.getDimSize(0), qType.getDimSize(1), n, n}, b.getF32Type());
+      auto scoresType =
+          RankedTensorType::get({qType.getDimSize(0), qType.getDimSize(1), n, n}, b.getF32Type());
       Value s = b.create<ScoresOp>(loc, scoresType, q, keys, b.getF64FloatAttr(scale));
       if (!variant.getScore().empty())
         s = b.create<ScoreModOp>(loc, scoresType, ref, s, params);
-      s = b.create<SelfScoreOp>(loc, scoresType, s, b.getF64FloatAttr(double(attnc::kLshSelfScore)));
+      s = b.create<SelfScoreOp>(loc, scoresType, s,
+                                b.getF64FloatAttr(double(attnc::kLshSelfScore)));
       if (variant.getCausal() || lengths || !variant.getMask().empty())
         s = b.create<MaskOp>(loc, scoresType, ref, s, lengths, params);
-      auto softmax = b.create<SoftmaxOp>(loc, scoresType, op.getLse().getType(), s,
-                                         variant.getDropoutAttr());
+      auto softmax =
+          b.create<SoftmaxOp>(loc, scoresType, op.getLse().getType(), s, variant.getDropoutAttr());
       Value out = b.create<WeightedSumOp>(loc, op.getOut().getType(), softmax.getProbs(), v);
       op.getOut().replaceAllUsesWith(out);
       op.getLse().replaceAllUsesWith(softmax.getLse());
@@ -95,13 +94,13 @@ struct ExpandLshPass : public attnc::impl::ExpandLshBase<ExpandLshPass> {
     Type elt = qType.getElementType();
     Value buckets = b.create<LshHashOp>(loc, RankedTensorType::get({B, H, rounds, n}, i32), q,
                                         rotations, b.getI64IntegerAttr(lsh.getBuckets()));
-    Value perm = b.create<LshSortOp>(loc, RankedTensorType::get({B, H, rounds, npad}, i32),
-                                     buckets, b.getI64IntegerAttr(lsh.getBuckets()),
-                                     b.getI64IntegerAttr(chunk));
+    Value perm =
+        b.create<LshSortOp>(loc, RankedTensorType::get({B, H, rounds, npad}, i32), buckets,
+                            b.getI64IntegerAttr(lsh.getBuckets()), b.getI64IntegerAttr(chunk));
     auto sorted = b.create<LshChunkAttentionOp>(
         loc, RankedTensorType::get({B, H, rounds, npad, D}, elt),
-        RankedTensorType::get({B, H, rounds, npad}, f32), ref, q, keys, v, perm, lengths,
-        params, b.getI64IntegerAttr(chunk), b.getI64IntegerAttr(lsh.getBefore()),
+        RankedTensorType::get({B, H, rounds, npad}, f32), ref, q, keys, v, perm, lengths, params,
+        b.getI64IntegerAttr(chunk), b.getI64IntegerAttr(lsh.getBefore()),
         b.getI64IntegerAttr(lsh.getAfter()), b.getF64FloatAttr(scale));
     auto unsorted = b.create<LshUnsortOp>(loc, RankedTensorType::get({B, H, rounds, n, D}, elt),
                                           RankedTensorType::get({B, H, rounds, n}, f32),

@@ -68,8 +68,10 @@ struct ExpandModelPass : public attnc::impl::ExpandModelBase<ExpandModelPass> {
       return model.emitOpError("ffn chunk is auto; run attn-resolve-tunables first");
 
     // The arguments, in the runtime's parameter order.
-    std::vector<ArgSpec> args = {{"tokens", {R}}, {"targets", {R}},
-                                 {"tok_emb", {V + (mlm ? 1 : 0), D}}, {"pos_emb", {S, D}}};
+    std::vector<ArgSpec> args = {{"tokens", {R}},
+                                 {"targets", {R}},
+                                 {"tok_emb", {V + (mlm ? 1 : 0), D}},
+                                 {"pos_emb", {S, D}}};
     const bool layerwise = lowrank && lowrank.getShare() == ShareMode::layerwise;
     if (layerwise)
       args.push_back({"lowrank.E", {lowrank.getK(), S}});
@@ -103,7 +105,8 @@ struct ExpandModelPass : public attnc::impl::ExpandModelBase<ExpandModelPass> {
       if (numParams)
         args.push_back({p + "attn.head_params", {numParams, H}});
       if (lsh)
-        args.push_back({p + "attn.lsh_rotations", {lsh.getRounds(), Dh, lsh.getBuckets() / 2},
+        args.push_back({p + "attn.lsh_rotations",
+                        {lsh.getRounds(), Dh, lsh.getBuckets() / 2},
                         /*constant=*/true});
     }
     const int64_t width = rev ? 2 * D : D;
@@ -211,11 +214,11 @@ struct ExpandModelPass : public attnc::impl::ExpandModelBase<ExpandModelPass> {
           name(y, "the output of layer " + std::to_string(l) + " (" + tag + ")");
           return y;
         };
-        Value a = attention(l, g.layerNorm(x2, param(l, "ln1.gamma"), param(l, "ln1.beta"))
-                                   .getResult());
+        Value a =
+            attention(l, g.layerNorm(x2, param(l, "ln1.gamma"), param(l, "ln1.beta")).getResult());
         Value y1 = stream(x1, drop(a, l, 0), "y1");
-        Value f = feedForward(l, g.layerNorm(y1, param(l, "ln2.gamma"), param(l, "ln2.beta"))
-                                     .getResult());
+        Value f = feedForward(
+            l, g.layerNorm(y1, param(l, "ln2.gamma"), param(l, "ln2.beta")).getResult());
         x2 = stream(x2, drop(f, l, 1), "y2");
         x1 = y1;
       }
@@ -224,15 +227,16 @@ struct ExpandModelPass : public attnc::impl::ExpandModelBase<ExpandModelPass> {
     } else {
       for (int64_t l = 0; l < L; ++l) {
         g.layer = l;
-        Value a = drop(attention(l, g.layerNorm(x, param(l, "ln1.gamma"), param(l, "ln1.beta"))
-                                        .getResult()),
-                       l, 0);
+        Value a = drop(
+            attention(l, g.layerNorm(x, param(l, "ln1.gamma"), param(l, "ln1.beta")).getResult()),
+            l, 0);
         x = g.add(x, a);
         if (ffn)
-          x = g.add(x, drop(feedForward(l, g.layerNorm(x, param(l, "ln2.gamma"),
-                                                       param(l, "ln2.beta"))
-                                               .getResult()),
-                            l, 1));
+          x = g.add(
+              x,
+              drop(feedForward(
+                       l, g.layerNorm(x, param(l, "ln2.gamma"), param(l, "ln2.beta")).getResult()),
+                   l, 1));
         name(x, "the output of layer " + std::to_string(l));
       }
       g.layer = -1;

@@ -63,17 +63,17 @@ std::optional<Chain> match(WeightedSumOp sum) {
   if (c.mask && c.scoreMod && c.mask.getVariantAttr() != c.scoreMod.getVariantAttr())
     return std::nullopt;
   c.keys = c.scores.getKey().getDefiningOp<LshNormalizeOp>();
-  if (c.keys && (c.keys.getQuery() != c.scores.getQuery() ||
-                 !usedOnlyBy(c.keys.getKeys(), c.scores)))
+  if (c.keys &&
+      (c.keys.getQuery() != c.scores.getQuery() || !usedOnlyBy(c.keys.getKeys(), c.scores)))
     return std::nullopt;
   c.projK = c.scores.getKey().getDefiningOp<SeqProjectOp>();
   c.projV = sum.getValue().getDefiningOp<SeqProjectOp>();
   if (bool(c.projK) != bool(c.projV))
     return std::nullopt;
-  if (c.projK && (!usedOnlyBy(c.projK.getResult(), c.scores) ||
-                  !usedOnlyBy(c.projV.getResult(), sum) ||
-                  c.projK.getLengths() != c.projV.getLengths() ||
-                  llvm::cast<RankedTensorType>(c.projK.getInput().getType()).getRank() != 4))
+  if (c.projK &&
+      (!usedOnlyBy(c.projK.getResult(), c.scores) || !usedOnlyBy(c.projV.getResult(), sum) ||
+       c.projK.getLengths() != c.projV.getLengths() ||
+       llvm::cast<RankedTensorType>(c.projK.getInput().getType()).getRank() != 4))
     return std::nullopt;
   return c;
 }
@@ -91,12 +91,13 @@ struct FuseAttentionPass : public attnc::impl::FuseAttentionBase<FuseAttentionPa
   void fuse(Chain &c, SymbolTableCollection &symbols) {
     OpBuilder b(c.sum);
     MLIRContext *ctx = b.getContext();
-    FlatSymbolRefAttr ref = c.mask ? c.mask.getVariantAttr()
+    FlatSymbolRefAttr ref = c.mask       ? c.mask.getVariantAttr()
                             : c.scoreMod ? c.scoreMod.getVariantAttr()
                                          : FlatSymbolRefAttr();
     VariantOp variant = ref ? symbols.lookupNearestSymbolFrom<VariantOp>(c.sum, ref) : nullptr;
 
-    Value key = c.keys ? c.scores.getQuery() : c.scores.getKey(), value = c.sum.getValue(), e, f, lengths;
+    Value key = c.keys ? c.scores.getQuery() : c.scores.getKey(), value = c.sum.getValue(), e, f,
+          lengths;
     KvSource source = KvSource::direct;
     ShareModeAttr share;
     if (c.projK) {
@@ -119,14 +120,13 @@ struct FuseAttentionPass : public attnc::impl::FuseAttentionBase<FuseAttentionPa
     TileAttr tile = variant ? variant.getTile() : TileAttr::getAuto(ctx);
 
     auto fused = b.create<FusedAttentionOp>(
-        c.sum.getLoc(), c.sum.getOut().getType(), c.softmax.getLse().getType(),
-        c.scores.getQuery(), key, value, lengths, e, f, params,
-        KvSourceAttr::get(ctx, source), share, c.scores.getScaleAttr(),
+        c.sum.getLoc(), c.sum.getOut().getType(), c.softmax.getLse().getType(), c.scores.getQuery(),
+        key, value, lengths, e, f, params, KvSourceAttr::get(ctx, source), share,
+        c.scores.getScaleAttr(),
         c.mask && variant && variant.getCausal() ? b.getUnitAttr() : UnitAttr(),
         lengths ? b.getUnitAttr() : UnitAttr(), c.keys ? b.getUnitAttr() : UnitAttr(),
         c.self ? c.self.getValueAttr() : FloatAttr(), IntegerAttr(), IntegerAttr(), tile,
-        StringAttr(), variant ? variant.getParamsAttr() : ArrayAttr(),
-        c.softmax.getDropoutAttr());
+        StringAttr(), variant ? variant.getParamsAttr() : ArrayAttr(), c.softmax.getDropoutAttr());
     if (variant && c.scoreMod && !variant.getScore().empty()) {
       IRMapping map;
       variant.getScore().cloneInto(&fused.getScore(), map);

@@ -59,10 +59,10 @@ struct FuseLshPass : public attnc::impl::FuseLshBase<FuseLshPass> {
     OpBuilder b(combine);
     auto rounds = llvm::cast<RankedTensorType>(hash.getRotations().getType()).getDimSize(0);
     auto fused = b.create<FusedLshAttentionOp>(
-        combine.getLoc(), combine.getOut().getType(), combine.getLse().getType(),
-        chunk.getQuery(), chunk.getValue(), hash.getRotations(), chunk.getLengths(),
-        chunk.getParams(), hash.getNumBucketsAttr(), b.getI64IntegerAttr(rounds),
-        chunk.getChunkAttr(), chunk.getBeforeAttr(), chunk.getAfterAttr(), chunk.getScaleAttr(),
+        combine.getLoc(), combine.getOut().getType(), combine.getLse().getType(), chunk.getQuery(),
+        chunk.getValue(), hash.getRotations(), chunk.getLengths(), chunk.getParams(),
+        hash.getNumBucketsAttr(), b.getI64IntegerAttr(rounds), chunk.getChunkAttr(),
+        chunk.getBeforeAttr(), chunk.getAfterAttr(), chunk.getScaleAttr(),
         variant.getCausal() ? b.getUnitAttr() : UnitAttr(),
         chunk.getLengths() ? b.getUnitAttr() : UnitAttr(), variant.getTile(), StringAttr(),
         variant.getParamsAttr(), b.getI64IntegerAttr(variant.getLshAttr().getSeed()),

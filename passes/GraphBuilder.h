@@ -65,9 +65,7 @@ public:
     return make<attn::LayerNormOp>(x.getType(), f32({R}), f32({R}), x, g, beta,
                                    b.getF64FloatAttr(1e-5));
   }
-  mlir::Value columnSum(mlir::Value x) {
-    return make<attn::ColumnSumOp>(f32({shape(x)[1]}), x);
-  }
+  mlir::Value columnSum(mlir::Value x) { return make<attn::ColumnSumOp>(f32({shape(x)[1]}), x); }
   mlir::Value splitHeads(mlir::Value x, int64_t batch, int64_t heads) {
     auto s = shape(x);
     return make<attn::SplitHeadsOp>(f32({batch, heads, s[0] / batch, s[1] / heads}), x);

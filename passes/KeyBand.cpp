@@ -71,12 +71,23 @@ public:
       p = swapped(p);
     int64_t k = sign == 1 ? -c : c; // d PRED k
     switch (p) {
-    case arith::CmpIPredicate::slt: band.upper(k - 1); break;
-    case arith::CmpIPredicate::sle: band.upper(k); break;
-    case arith::CmpIPredicate::sgt: band.lower(k + 1); break;
-    case arith::CmpIPredicate::sge: band.lower(k); break;
-    case arith::CmpIPredicate::eq: band.upper(k), band.lower(k); break;
-    default: break; // ne and the unsigned predicates bound nothing here
+    case arith::CmpIPredicate::slt:
+      band.upper(k - 1);
+      break;
+    case arith::CmpIPredicate::sle:
+      band.upper(k);
+      break;
+    case arith::CmpIPredicate::sgt:
+      band.lower(k + 1);
+      break;
+    case arith::CmpIPredicate::sge:
+      band.lower(k);
+      break;
+    case arith::CmpIPredicate::eq:
+      band.upper(k), band.lower(k);
+      break;
+    default:
+      break; // ne and the unsigned predicates bound nothing here
     }
   }
 
@@ -84,11 +95,16 @@ private:
   /// c PRED d is d swapped(PRED) c.
   static arith::CmpIPredicate swapped(arith::CmpIPredicate p) {
     switch (p) {
-    case arith::CmpIPredicate::slt: return arith::CmpIPredicate::sgt;
-    case arith::CmpIPredicate::sle: return arith::CmpIPredicate::sge;
-    case arith::CmpIPredicate::sgt: return arith::CmpIPredicate::slt;
-    case arith::CmpIPredicate::sge: return arith::CmpIPredicate::sle;
-    default: return p; // eq, ne: symmetric; unsigned ones are ignored later
+    case arith::CmpIPredicate::slt:
+      return arith::CmpIPredicate::sgt;
+    case arith::CmpIPredicate::sle:
+      return arith::CmpIPredicate::sge;
+    case arith::CmpIPredicate::sgt:
+      return arith::CmpIPredicate::slt;
+    case arith::CmpIPredicate::sge:
+      return arith::CmpIPredicate::sle;
+    default:
+      return p; // eq, ne: symmetric; unsigned ones are ignored later
     }
   }
 
@@ -127,8 +143,8 @@ private:
       // A product is linear only with a constant side.
       const Linear &x = (b->q == 0 && b->kv == 0) ? *a : *b;
       const Linear &k = (b->q == 0 && b->kv == 0) ? *b : *a;
-      if (k.q != 0 || k.kv != 0 || std::abs(k.c) > kLimit ||
-          std::abs(x.q) > kLimit || std::abs(x.kv) > kLimit || std::abs(x.c) > kLimit)
+      if (k.q != 0 || k.kv != 0 || std::abs(k.c) > kLimit || std::abs(x.q) > kLimit ||
+          std::abs(x.kv) > kLimit || std::abs(x.c) > kLimit)
         return std::nullopt;
       return Linear{x.q * k.c, x.kv * k.c, x.c * k.c};
     }

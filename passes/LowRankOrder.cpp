@@ -51,8 +51,8 @@ struct LowRankOrderPass : public attnc::impl::LowRankOrderBase<LowRankOrderPass>
     bool moveBefore = before < after;
     if (report)
       op.emitRemark() << "projecting " << (moveBefore ? "before" : "after")
-                      << " the K/V map: " << static_cast<int64_t>(before)
-                      << " FLOPs before vs " << static_cast<int64_t>(after) << " after";
+                      << " the K/V map: " << static_cast<int64_t>(before) << " FLOPs before vs "
+                      << static_cast<int64_t>(after) << " after";
     if (!moveBefore) {
       op.setOrderAttr(b.getStringAttr("after"));
       return;
@@ -63,8 +63,8 @@ struct LowRankOrderPass : public attnc::impl::LowRankOrderBase<LowRankOrderPass>
                                         x.getElementType());
     Value ex = b.create<SeqProjectOp>(op.getLoc(), exType, op.getProj(), linear.getInput(),
                                       op.getLengths(), b.getStringAttr("before"));
-    Value mapped = b.create<LinearOp>(linear.getLoc(), op.getResult().getType(), ex,
-                                      linear.getWeight());
+    Value mapped =
+        b.create<LinearOp>(linear.getLoc(), op.getResult().getType(), ex, linear.getWeight());
     op.getResult().replaceAllUsesWith(mapped);
     op.erase();
     linear.erase();

@@ -61,17 +61,15 @@ struct LowerAttentionPass : public attnc::impl::LowerAttentionBase<LowerAttentio
     int64_t nk = llvm::cast<RankedTensorType>(key.getType()).getDimSize(2);
     auto scoresType = RankedTensorType::get(
         {qType.getDimSize(0), qType.getDimSize(1), qType.getDimSize(2), nk}, b.getF32Type());
-    Value s = b.create<ScoresOp>(loc, scoresType, op.getQuery(), key,
-                                 b.getF64FloatAttr(scale));
+    Value s = b.create<ScoresOp>(loc, scoresType, op.getQuery(), key, b.getF64FloatAttr(scale));
     FlatSymbolRefAttr ref = op.getVariantAttr();
     if (!variant.getScore().empty())
       s = b.create<ScoreModOp>(loc, scoresType, ref, s, op.getParams());
     bool padding = variant.getKeyPadding() && lengths;
     if (variant.getCausal() || padding || !variant.getMask().empty())
-      s = b.create<MaskOp>(loc, scoresType, ref, s, padding ? lengths : Value(),
-                           op.getParams());
-    auto softmax = b.create<SoftmaxOp>(loc, scoresType, op.getLse().getType(), s,
-                                       variant.getDropoutAttr());
+      s = b.create<MaskOp>(loc, scoresType, ref, s, padding ? lengths : Value(), op.getParams());
+    auto softmax =
+        b.create<SoftmaxOp>(loc, scoresType, op.getLse().getType(), s, variant.getDropoutAttr());
     Value out = b.create<WeightedSumOp>(loc, op.getOut().getType(), softmax.getProbs(), value);
     op.getOut().replaceAllUsesWith(out);
     op.getLse().replaceAllUsesWith(softmax.getLse());

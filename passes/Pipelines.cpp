@@ -62,14 +62,16 @@ namespace {
 // The command-line spellings of the options structs (attnc-opt).
 
 struct ResolvePipelineCl : public PassPipelineOptions<ResolvePipelineCl> {
-  Option<std::string> db{*this, "db", llvm::cl::desc("tuning database to apply first (none: "
-                                                     "heuristics only)")};
+  Option<std::string> db{*this, "db",
+                         llvm::cl::desc("tuning database to apply first (none: "
+                                        "heuristics only)")};
   Option<std::string> target{*this, "target", llvm::cl::desc("cpu or cuda entries"),
                              llvm::cl::init("cpu")};
   Option<std::string> arch{*this, "arch", llvm::cl::desc("cuda: the GPU architecture"),
                            llvm::cl::init("sm_80")};
-  Option<std::string> device{*this, "device", llvm::cl::desc("cpu: the device id (default: "
-                                                             "this machine's)")};
+  Option<std::string> device{*this, "device",
+                             llvm::cl::desc("cpu: the device id (default: "
+                                            "this machine's)")};
   Option<std::string> toolchain{*this, "toolchain",
                                 llvm::cl::desc("cpu: the host compiler's toolchain id")};
   Option<std::string> cudaToolchain{*this, "cuda-toolchain",
@@ -83,14 +85,12 @@ struct KernelPipelineCl : public PassPipelineOptions<KernelPipelineCl> {
                              llvm::cl::init("cuda")};
   Option<std::string> arch{*this, "arch", llvm::cl::desc("the CUDA architecture"),
                            llvm::cl::init("sm_80")};
-  Option<bool> reportLsh{*this, "report-lsh",
-                         llvm::cl::desc("remark when LSH falls back to dense"),
+  Option<bool> reportLsh{*this, "report-lsh", llvm::cl::desc("remark when LSH falls back to dense"),
                          llvm::cl::init(false)};
 };
 
 struct ModelStepPipelineCl : public PassPipelineOptions<ModelStepPipelineCl> {
-  Option<int64_t> batch{*this, "batch", llvm::cl::desc("sequences per step"),
-                        llvm::cl::init(1)};
+  Option<int64_t> batch{*this, "batch", llvm::cl::desc("sequences per step"), llvm::cl::init(1)};
   Option<bool> recomputeLayers{*this, "recompute-layers",
                                llvm::cl::desc("recompute standard layers in the backward"),
                                llvm::cl::init(false)};

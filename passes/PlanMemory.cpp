@@ -48,9 +48,8 @@ struct Buffer {
 FailureOr<int64_t> bytesOf(Operation *op, Value v) {
   auto type = llvm::cast<RankedTensorType>(v.getType());
   if (!type.hasStaticShape())
-    return op->emitOpError("result #")
-           << llvm::cast<OpResult>(v).getResultNumber() << " has a dynamic shape; cannot plan "
-           << type;
+    return op->emitOpError("result #") << llvm::cast<OpResult>(v).getResultNumber()
+                                       << " has a dynamic shape; cannot plan " << type;
   Type elem = type.getElementType();
   if (!elem.isIntOrFloat())
     return op->emitOpError("cannot size element type ") << elem << " for the memory plan";
@@ -212,8 +211,8 @@ struct PlanMemoryPass : public attnc::impl::PlanMemoryBase<PlanMemoryPass> {
     func->setAttr("attn.kept_bytes", b.getI64IntegerAttr(kept));
     if (report)
       func.emitRemark() << "arena " << arena << " bytes, peak live " << peak
-                        << " bytes, kept for the backward " << kept << " bytes, "
-                        << buffers.size() << " buffers";
+                        << " bytes, kept for the backward " << kept << " bytes, " << buffers.size()
+                        << " buffers";
     return success();
   }
 };

@@ -16,8 +16,7 @@ using namespace attnc::attn;
 
 namespace {
 
-struct ResolveTunablesPass
-    : public attnc::impl::ResolveTunablesBase<ResolveTunablesPass> {
+struct ResolveTunablesPass : public attnc::impl::ResolveTunablesBase<ResolveTunablesPass> {
   using ResolveTunablesBase::ResolveTunablesBase;
 
   /// Returns `value`, or `fallback` when it is `auto` (reporting the choice).
@@ -41,9 +40,9 @@ struct ResolveTunablesPass
       if (!inserted)
         it->second = std::min(it->second, seq);
       if (auto chunk = layer.getFfnChunk(); chunk && static_cast<int64_t>(*chunk) == kAuto)
-        layer.setFfnChunkAttr(IntegerAttr::get(
-            IntegerType::get(&getContext(), 64),
-            pick(layer, "ffn chunk", kAuto, std::min<int64_t>(seq, 128))));
+        layer.setFfnChunkAttr(
+            IntegerAttr::get(IntegerType::get(&getContext(), 64),
+                             pick(layer, "ffn chunk", kAuto, std::min<int64_t>(seq, 128))));
     });
 
     MLIRContext *ctx = &getContext();
@@ -52,17 +51,14 @@ struct ResolveTunablesPass
       int64_t seq = it == seqOf.end() ? int64_t(defaultSeq) : it->second;
       if (auto lr = v.getLowrankAttr())
         v.setLowrankAttr(LowRankAttr::get(
-            ctx, pick(v, "low-rank k", lr.getK(), std::min<int64_t>(256, seq)),
-            lr.getShare()));
+            ctx, pick(v, "low-rank k", lr.getK(), std::min<int64_t>(256, seq)), lr.getShare()));
       if (auto lsh = v.getLshAttr()) {
         int64_t chunk = pick(v, "LSH chunk", lsh.getChunk(), 64);
         int64_t rounds = pick(v, "LSH rounds", lsh.getRounds(), 4);
-        int64_t buckets =
-            std::clamp<int64_t>(((2 * seq / chunk) + 1) / 2 * 2, 2, int64_t(1) << 16);
+        int64_t buckets = std::clamp<int64_t>(((2 * seq / chunk) + 1) / 2 * 2, 2, int64_t(1) << 16);
         buckets = pick(v, "LSH buckets", lsh.getBuckets(), buckets);
-        v.setLshAttr(LshAttr::get(ctx, buckets, rounds, chunk, lsh.getBefore(),
-                                  lsh.getAfter(), lsh.getSeed(),
-                                  lsh.getDenseFallback()));
+        v.setLshAttr(LshAttr::get(ctx, buckets, rounds, chunk, lsh.getBefore(), lsh.getAfter(),
+                                  lsh.getSeed(), lsh.getDenseFallback()));
       }
     }
   }

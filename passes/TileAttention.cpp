@@ -30,15 +30,13 @@ struct TileAttentionPass : public attnc::impl::TileAttentionBase<TileAttentionPa
   void runOnOperation() override {
     int sm = 0;
     if (target != "cuda" && target != "cpu") {
-      getOperation().emitError("attn-tile: target must be cuda or cpu, found '") << target
-                                                                                  << "'";
+      getOperation().emitError("attn-tile: target must be cuda or cpu, found '") << target << "'";
       return signalPassFailure();
     }
     StringRef archName(arch);
-    if (target == "cuda" && (!archName.consume_front("sm_") ||
-                             archName.rtrim('a').getAsInteger(10, sm) || sm < 75)) {
-      getOperation().emitError("attn-tile: arch must be sm_75 or newer, found '") << arch
-                                                                                 << "'";
+    if (target == "cuda" &&
+        (!archName.consume_front("sm_") || archName.rtrim('a').getAsInteger(10, sm) || sm < 75)) {
+      getOperation().emitError("attn-tile: arch must be sm_75 or newer, found '") << arch << "'";
       return signalPassFailure();
     }
     unsigned counter = 0;
@@ -62,8 +60,7 @@ struct TileAttentionPass : public attnc::impl::TileAttentionBase<TileAttentionPa
   /// = chunk); CUDA blocks take block_q queries of a chunk and stream the
   /// window's keys in block_kv tiles, both dividing the chunk, with static
   /// shared memory (codegen/kernels/abi/attnc/abi/LshTileModel.h).
-  template <typename OpTy>
-  LogicalResult tileLsh(OpTy op, bool backward, unsigned &counter) {
+  template <typename OpTy> LogicalResult tileLsh(OpTy op, bool backward, unsigned &counter) {
     Type elt = op.getElementType();
     int64_t headDim = op.getHeadDim(), chunk = op.getChunk();
     TileAttr t = op.getTile();
@@ -86,8 +83,8 @@ struct TileAttentionPass : public attnc::impl::TileAttentionBase<TileAttentionPa
     if (target == "cuda") {
       auto describe = [&](InFlightDiagnostic d) -> InFlightDiagnostic {
         d << "LSH tile config " << chosen << " (" << elementTypeName(elt) << ", head dim "
-          << headDim << ", chunk " << chunk << ", " << (backward ? "backward" : "forward")
-          << ", " << arch << ") ";
+          << headDim << ", chunk " << chunk << ", " << (backward ? "backward" : "forward") << ", "
+          << arch << ") ";
         return d;
       };
       if (op.getNumBuckets() > attnc::tile::kLshMaxBuckets)
@@ -95,8 +92,8 @@ struct TileAttentionPass : public attnc::impl::TileAttentionBase<TileAttentionPa
                << op.getNumBuckets() << " buckets: the CUDA hash kernel's histogram holds at most "
                << attnc::tile::kLshMaxBuckets;
       if (stages != 1)
-        return describe(op.emitOpError()) << "pipelines " << stages
-                                          << " stages; the LSH kernels take stages = 1";
+        return describe(op.emitOpError())
+               << "pipelines " << stages << " stages; the LSH kernels take stages = 1";
       attnc::tile::LshTile c{int(blockQ), int(blockKv), int(warps)};
       int64_t smem = attnc::tile::lshSmemBytes(c, int(headDim));
       if (smem > attnc::tile::kLshSmemLimitBytes)
@@ -117,8 +114,7 @@ struct TileAttentionPass : public attnc::impl::TileAttentionBase<TileAttentionPa
     return success();
   }
 
-  template <typename OpTy>
-  LogicalResult tile(OpTy op, int sm, bool backward, unsigned &counter) {
+  template <typename OpTy> LogicalResult tile(OpTy op, int sm, bool backward, unsigned &counter) {
     Type elt = op.getElementType();
     int64_t headDim = op.getHeadDim();
     int elemBytes = elt.isF32() ? 4 : 2;

@@ -33,19 +33,20 @@ public:
     }
     return &obj[key];
   }
-  template <typename T> bool get(const json &obj, const std::string &where, const char *key, T &out) {
+  template <typename T>
+  bool get(const json &obj, const std::string &where, const char *key, T &out) {
     const json *v = field(obj, where, key);
     if (!v)
       return false;
     bool ok = std::is_same_v<T, std::string> ? v->is_string()
               : std::is_same_v<T, bool>      ? v->is_boolean()
-              : std::is_floating_point_v<T> ? v->is_number()
+              : std::is_floating_point_v<T>  ? v->is_number()
                                              : v->is_number_integer();
     if (!ok) {
       error = path + ": " + where + (where.empty() ? "" : ".") + key + ": expected " +
               (std::is_same_v<T, std::string> ? "a string"
                : std::is_same_v<T, bool>      ? "true or false"
-               : std::is_floating_point_v<T> ? "a number"
+               : std::is_floating_point_v<T>  ? "a number"
                                               : "an integer") +
               ", found " + v->dump();
       return false;
@@ -69,8 +70,8 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &pat
   if (!r.get(root, "", "format_version", m.formatVersion))
     return makeError(r.error);
   if (m.formatVersion != kManifestFormatVersion)
-    return makeError(path + ": format_version " + std::to_string(m.formatVersion) +
-                     " is not the " + std::to_string(kManifestFormatVersion) +
+    return makeError(path + ": format_version " + std::to_string(m.formatVersion) + " is not the " +
+                     std::to_string(kManifestFormatVersion) +
                      " this runtime reads; recompile the spec with this attnc");
   r.get(root, "", "target", m.target);
   r.get(root, "", "arch", m.arch);
@@ -82,8 +83,8 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &pat
   if (!kernels->is_array())
     return makeError(path + ": kernels: expected an array");
   if (m.source.find('/') != std::string::npos || m.source.empty())
-    return makeError(path + ": source: expected a file name in the artifact, found '" +
-                     m.source + "'");
+    return makeError(path + ": source: expected a file name in the artifact, found '" + m.source +
+                     "'");
   for (size_t i = 0; i < kernels->size(); ++i) {
     const json &k = (*kernels)[i];
     std::string where = "kernels[" + std::to_string(i) + "]";
@@ -164,8 +165,8 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &pat
     if (!r.error.empty())
       return makeError(r.error);
     if (kind != "forward" && kind != "backward")
-      return makeError(path + ": " + where + ".kind: expected forward or backward, found '" +
-                       kind + "'");
+      return makeError(path + ": " + where + ".kind: expected forward or backward, found '" + kind +
+                       "'");
     if (source != "direct" && source != "lowrank" && source != "lsh")
       return makeError(path + ": " + where +
                        ".kv_source: expected direct, lowrank or lsh, found '" + source + "'");
@@ -222,7 +223,8 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &pat
         mm.gradArgs.push_back(g.get<int>());
       }
       if (mm.batch <= 0 || mm.arenaBytes < 0)
-        return makeError(path + ": " + where + ": batch must be positive, arena_bytes not negative");
+        return makeError(path + ": " + where +
+                         ": batch must be positive, arena_bytes not negative");
       mm.configJson = config->dump();
       m.models.push_back(std::move(mm));
     }
@@ -259,8 +261,8 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
       return makeError(opt.dir + " was compiled for " + manifest->arch + "; this GPU is " +
                        dev->describe() + ": recompile with --arch " + dev->arch());
   } else if (manifest->target != "cpu") {
-    return makeError(manifestPath + ": target: expected cpu or cuda, found '" +
-                     manifest->target + "'");
+    return makeError(manifestPath + ": target: expected cpu or cuda, found '" + manifest->target +
+                     "'");
   }
   // The forward kernel, and the backward of the same function.
   const ManifestKernel *fwd = nullptr, *bwd = nullptr;
@@ -322,8 +324,8 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
     if (!dirs)
       return dirs.takeError();
     NvrtcCompiler nvrtc(&KernelCache::processDefault());
-    Expected<CudaAttention> kernels = CudaAttention::compile(
-        *source, manifest->arch, fwd->dtype, fwd->desc, bwdDesc, *dirs, nvrtc);
+    Expected<CudaAttention> kernels = CudaAttention::compile(*source, manifest->arch, fwd->dtype,
+                                                             fwd->desc, bwdDesc, *dirs, nvrtc);
     if (!kernels)
       return kernels.takeError();
     auto t1 = std::chrono::steady_clock::now();
@@ -342,8 +344,8 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
       return kernels.takeError();
     auto t1 = std::chrono::steady_clock::now();
     result = kernels->run((*io)->inputs);
-    timing = std::string("kernels ") + (kernels->fromCache() ? "from cache" : "compiled") +
-             " in " + std::to_string(int(ms(t0, t1))) + " ms, ran in " +
+    timing = std::string("kernels ") + (kernels->fromCache() ? "from cache" : "compiled") + " in " +
+             std::to_string(int(ms(t0, t1))) + " ms, ran in " +
              std::to_string(ms(t1, std::chrono::steady_clock::now())) + " ms";
   }
   if (!result)

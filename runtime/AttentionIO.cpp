@@ -13,8 +13,7 @@ namespace {
 
 /// Checks one tensor's dtype and shape (-1: any size).
 Status expectTensor(const std::string &file, const std::string &name, const st::Tensor &t,
-                    st::DType dtype, const std::vector<int64_t> &shape,
-                    const std::string &what) {
+                    st::DType dtype, const std::vector<int64_t> &shape, const std::string &what) {
   bool ok = t.dtype == dtype && t.shape.size() == shape.size();
   for (size_t i = 0; ok && i < shape.size(); ++i)
     ok = shape[i] < 0 || shape[i] == t.shape[i];
@@ -66,11 +65,9 @@ const st::Tensor *find(const st::File &f, const std::string &name) {
 
 } // namespace
 
-Expected<std::unique_ptr<AttentionIO>> loadAttentionIO(const std::string &inputsPath,
-                                                       const std::string &weightsPath,
-                                                       const std::string &gradPath,
-                                                       const AttentionSignature &sig,
-                                                       uint64_t seed) {
+Expected<std::unique_ptr<AttentionIO>>
+loadAttentionIO(const std::string &inputsPath, const std::string &weightsPath,
+                const std::string &gradPath, const AttentionSignature &sig, uint64_t seed) {
   auto io = std::make_unique<AttentionIO>();
   std::string err;
   if (!st::read(inputsPath, io->in, err))
@@ -83,8 +80,8 @@ Expected<std::unique_ptr<AttentionIO>> loadAttentionIO(const std::string &inputs
                             : " (or use a shared-QK variant)"));
   const st::Tensor &q = *find(io->in, "q");
   if (q.shape.size() != 4 || q.dtype != st::DType::F32)
-    return makeError(inputsPath + ": tensor 'q' is " + st::dtypeName(q.dtype) + " " +
-                     q.shapeStr() + "; expected F32 [B, H, N, Dh]");
+    return makeError(inputsPath + ": tensor 'q' is " + st::dtypeName(q.dtype) + " " + q.shapeStr() +
+                     "; expected F32 [B, H, N, Dh]");
   int64_t B = q.shape[0], H = q.shape[1], N = q.shape[2], D = q.shape[3];
   if (B < 1 || H < 1 || N < 1 || D < 1)
     return makeError(inputsPath + ": tensor 'q' " + q.shapeStr() + " has an empty dimension");
@@ -137,8 +134,8 @@ Expected<std::unique_ptr<AttentionIO>> loadAttentionIO(const std::string &inputs
     bool shared = sig.share == "kv" || sig.share == "layerwise";
     const st::Tensor *E = find(io->weights, "E");
     int64_t kRows = sig.k ? sig.k : E ? E->shape[E->shape.size() - 2] : std::min<int64_t>(256, N);
-    std::vector<int64_t> want = perHead ? std::vector<int64_t>{H, kRows, -1}
-                                        : std::vector<int64_t>{kRows, -1};
+    std::vector<int64_t> want =
+        perHead ? std::vector<int64_t>{H, kRows, -1} : std::vector<int64_t>{kRows, -1};
     std::string what = perHead ? "([H, k, Nmax] with share = none)" : "([k, Nmax])";
     if (E)
       if (Status s = expectTensor(weightsPath, "E", *E, st::DType::F32, want, what); !s)
@@ -149,8 +146,9 @@ Expected<std::unique_ptr<AttentionIO>> loadAttentionIO(const std::string &inputs
                        " positions; the inputs have N = " + std::to_string(N));
     want.back() = nmax;
     if (!E) {
-      io->eStore = randomProjection(seed, "E", perHead ? std::vector<int64_t>{H, kRows, nmax}
-                                                       : std::vector<int64_t>{kRows, nmax});
+      io->eStore = randomProjection(seed, "E",
+                                    perHead ? std::vector<int64_t>{H, kRows, nmax}
+                                            : std::vector<int64_t>{kRows, nmax});
       E = &io->eStore;
     }
     const st::Tensor *F = find(io->weights, "F");

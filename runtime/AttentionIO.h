@@ -29,8 +29,8 @@ struct ParamDecl {
 struct AttentionSignature {
   std::string name;
   bool lowrank = false;
-  std::string share;     ///< none, headwise, kv, layerwise
-  int64_t k = 0;         ///< low-rank rows; 0: E's rows, else min(256, N)
+  std::string share; ///< none, headwise, kv, layerwise
+  int64_t k = 0;     ///< low-rank rows; 0: E's rows, else min(256, N)
   bool keyPadding = false;
   std::vector<ParamDecl> params;
   /// Shared QK (LSH and its dense fallback): no 'k' input, no 'dk' output.
@@ -52,11 +52,9 @@ struct AttentionIO {
 };
 
 /// Reads `inputsPath` (and `weightsPath`, `gradPath` when not empty).
-Expected<std::unique_ptr<AttentionIO>> loadAttentionIO(const std::string &inputsPath,
-                                                       const std::string &weightsPath,
-                                                       const std::string &gradPath,
-                                                       const AttentionSignature &signature,
-                                                       uint64_t seed);
+Expected<std::unique_ptr<AttentionIO>>
+loadAttentionIO(const std::string &inputsPath, const std::string &weightsPath,
+                const std::string &gradPath, const AttentionSignature &signature, uint64_t seed);
 
 /// Writes out, lse and (after a backward) dq, dk, dv, dE, dF and
 /// d<param> [H] for every learned parameter, atomically. Shared-QK variants

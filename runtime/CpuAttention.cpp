@@ -66,10 +66,14 @@ const float *f32(const st::Tensor *t) {
 
 const char *kernelError(int code) {
   switch (code) {
-  case 1: return "a required pointer is null";
-  case 2: return "a size is not positive";
-  case 3: return "a workspace allocation failed";
-  default: return "unknown error";
+  case 1:
+    return "a required pointer is null";
+  case 2:
+    return "a size is not positive";
+  case 3:
+    return "a workspace allocation failed";
+  default:
+    return "unknown error";
   }
 }
 
@@ -110,7 +114,8 @@ Expected<AttentionOutputs> CpuAttention::run(const AttentionInputs &in) const {
     a.B = B, a.H = H, a.Nq = Nq, a.N = N, a.Nmax = Nmax, a.kProj = kProj;
     a.perHead = perHead, a.scale = fwd_.scale;
     if (in.dropout) // over the projected keys
-      a.dropout = fwd_.dropout, a.dropout_seed = in.dropoutSeed, a.dropout_offset = in.dropoutOffset;
+      a.dropout = fwd_.dropout, a.dropout_seed = in.dropoutSeed,
+      a.dropout_offset = in.dropoutOffset;
     if (int rc = reinterpret_cast<int (*)(const cpu::LowRankFwdArgs *)>(fwdFn_)(&a))
       return makeError("kernel " + fwd_.name + " failed: " + kernelError(rc));
   } else if (in.dout && in.forwardOut && in.forwardLse) {
@@ -128,7 +133,8 @@ Expected<AttentionOutputs> CpuAttention::run(const AttentionInputs &in) const {
     a.lengths = lengths, a.params = f32(in.params);
     a.B = B, a.H = H, a.Nq = Nq, a.Nk = N, a.scale = fwd_.scale;
     if (in.dropout) // training: the kernels' attention dropout
-      a.dropout = fwd_.dropout, a.dropout_seed = in.dropoutSeed, a.dropout_offset = in.dropoutOffset;
+      a.dropout = fwd_.dropout, a.dropout_seed = in.dropoutSeed,
+      a.dropout_offset = in.dropoutOffset;
     if (int rc = reinterpret_cast<int (*)(const AttnFwdArgs *)>(fwdFn_)(&a))
       return makeError("kernel " + fwd_.name + " failed: " + kernelError(rc));
   }
@@ -165,7 +171,8 @@ Expected<AttentionOutputs> CpuAttention::run(const AttentionInputs &in) const {
     g.B = B, g.H = H, g.Nq = Nq, g.N = N, g.Nmax = Nmax, g.kProj = kProj;
     g.perHead = perHead, g.scale = bwd_->scale;
     if (in.dropout) // the forward's masks, redrawn
-      g.dropout = fwd_.dropout, g.dropout_seed = in.dropoutSeed, g.dropout_offset = in.dropoutOffset;
+      g.dropout = fwd_.dropout, g.dropout_seed = in.dropoutSeed,
+      g.dropout_offset = in.dropoutOffset;
     if (int rc = reinterpret_cast<int (*)(const cpu::LowRankBwdArgs *)>(bwdFn_)(&g))
       return makeError("kernel " + bwd_->name + " failed: " + kernelError(rc));
   } else {
@@ -177,7 +184,8 @@ Expected<AttentionOutputs> CpuAttention::run(const AttentionInputs &in) const {
     g.dparams = dparams, g.dparams_partial = P ? partial.data() : nullptr;
     g.B = B, g.H = H, g.Nq = Nq, g.Nk = N, g.scale = bwd_->scale;
     if (in.dropout) // the forward's masks, redrawn
-      g.dropout = fwd_.dropout, g.dropout_seed = in.dropoutSeed, g.dropout_offset = in.dropoutOffset;
+      g.dropout = fwd_.dropout, g.dropout_seed = in.dropoutSeed,
+      g.dropout_offset = in.dropoutOffset;
     if (int rc = reinterpret_cast<int (*)(const AttnBwdArgs *)>(bwdFn_)(&g))
       return makeError("kernel " + bwd_->name + " failed: " + kernelError(rc));
   }

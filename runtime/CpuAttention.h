@@ -24,8 +24,8 @@ struct KernelDesc {
   std::string name;
   bool backward = false;
   int headDim = 0, blockQ = 0, blockKv = 0;
-  int warps = 1;      ///< CUDA: threads per block / 32
-  int smemBytes = 0;  ///< CUDA: dynamic shared memory per block
+  int warps = 1;     ///< CUDA: threads per block / 32
+  int smemBytes = 0; ///< CUDA: dynamic shared memory per block
   bool causal = false, keyPadding = false;
   int numParams = 0;
   bool lowrank = false;
@@ -46,12 +46,12 @@ struct KernelDesc {
 /// Host tensors of one attention call; all f32 except lengths (i32).
 struct AttentionInputs {
   const st::Tensor *q = nullptr, *k = nullptr, *v = nullptr;
-  const st::Tensor *lengths = nullptr; ///< [B]
-  const st::Tensor *E = nullptr;       ///< [k, Nmax] or [H, k, Nmax]
-  const st::Tensor *F = nullptr;       ///< like E, or null when F = E
-  const st::Tensor *params = nullptr;  ///< [P, H]
+  const st::Tensor *lengths = nullptr;   ///< [B]
+  const st::Tensor *E = nullptr;         ///< [k, Nmax] or [H, k, Nmax]
+  const st::Tensor *F = nullptr;         ///< like E, or null when F = E
+  const st::Tensor *params = nullptr;    ///< [P, H]
   const st::Tensor *rotations = nullptr; ///< LSH: [rounds, Dh, buckets/2]
-  const st::Tensor *dout = nullptr;    ///< cotangent of out: run the backward too
+  const st::Tensor *dout = nullptr;      ///< cotangent of out: run the backward too
   /// With dout: this call's forward results, already computed (a compiled
   /// step keeps them), so a dense kernel runs the backward only. Low-rank
   /// and LSH kernels recompute the forward (their backward also needs the

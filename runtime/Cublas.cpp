@@ -21,9 +21,9 @@ using CreateFn = cublasStatus_t (*)(cublasHandle_t *);
 using DestroyFn = cublasStatus_t (*)(cublasHandle_t);
 using SetStreamFn = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
 using SetMathModeFn = cublasStatus_t (*)(cublasHandle_t, cublasMath_t);
-using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
-                                    int, int, int, const void *, const void *, cudaDataType,
-                                    int, const void *, cudaDataType, int, const void *, void *,
+using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                    int, const void *, const void *, cudaDataType, int,
+                                    const void *, cudaDataType, int, const void *, void *,
                                     cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
 using GetStatusStringFn = const char *(*)(cublasStatus_t);
 
@@ -32,12 +32,12 @@ using GetStatusStringFn = const char *(*)(cublasStatus_t);
 /// The entry points used: X(symbol, type, required). cublasGetStatusString
 /// is missing from old cuBLAS versions; messages then carry the status name
 /// only.
-#define ATTNC_CUBLAS_FUNCTIONS(X)                                              \
-  X(cublasCreate_v2, CreateFn, true)                                           \
-  X(cublasDestroy_v2, DestroyFn, true)                                         \
-  X(cublasSetStream_v2, SetStreamFn, true)                                     \
-  X(cublasSetMathMode, SetMathModeFn, true)                                    \
-  X(cublasGemmEx, GemmExFn, true)                                              \
+#define ATTNC_CUBLAS_FUNCTIONS(X)                                                                  \
+  X(cublasCreate_v2, CreateFn, true)                                                               \
+  X(cublasDestroy_v2, DestroyFn, true)                                                             \
+  X(cublasSetStream_v2, SetStreamFn, true)                                                         \
+  X(cublasSetMathMode, SetMathModeFn, true)                                                        \
+  X(cublasGemmEx, GemmExFn, true)                                                                  \
   X(cublasGetStatusString, GetStatusStringFn, false)
 
 struct Cublas::Api {
@@ -51,16 +51,36 @@ struct Cublas::Api {
   std::string statusString(cublasStatus_t s) const {
     const char *name = nullptr;
     switch (s) {
-    case CUBLAS_STATUS_SUCCESS: name = "CUBLAS_STATUS_SUCCESS"; break;
-    case CUBLAS_STATUS_NOT_INITIALIZED: name = "CUBLAS_STATUS_NOT_INITIALIZED"; break;
-    case CUBLAS_STATUS_ALLOC_FAILED: name = "CUBLAS_STATUS_ALLOC_FAILED"; break;
-    case CUBLAS_STATUS_INVALID_VALUE: name = "CUBLAS_STATUS_INVALID_VALUE"; break;
-    case CUBLAS_STATUS_ARCH_MISMATCH: name = "CUBLAS_STATUS_ARCH_MISMATCH"; break;
-    case CUBLAS_STATUS_MAPPING_ERROR: name = "CUBLAS_STATUS_MAPPING_ERROR"; break;
-    case CUBLAS_STATUS_EXECUTION_FAILED: name = "CUBLAS_STATUS_EXECUTION_FAILED"; break;
-    case CUBLAS_STATUS_INTERNAL_ERROR: name = "CUBLAS_STATUS_INTERNAL_ERROR"; break;
-    case CUBLAS_STATUS_NOT_SUPPORTED: name = "CUBLAS_STATUS_NOT_SUPPORTED"; break;
-    case CUBLAS_STATUS_LICENSE_ERROR: name = "CUBLAS_STATUS_LICENSE_ERROR"; break;
+    case CUBLAS_STATUS_SUCCESS:
+      name = "CUBLAS_STATUS_SUCCESS";
+      break;
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      name = "CUBLAS_STATUS_NOT_INITIALIZED";
+      break;
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      name = "CUBLAS_STATUS_ALLOC_FAILED";
+      break;
+    case CUBLAS_STATUS_INVALID_VALUE:
+      name = "CUBLAS_STATUS_INVALID_VALUE";
+      break;
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      name = "CUBLAS_STATUS_ARCH_MISMATCH";
+      break;
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      name = "CUBLAS_STATUS_MAPPING_ERROR";
+      break;
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      name = "CUBLAS_STATUS_EXECUTION_FAILED";
+      break;
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      name = "CUBLAS_STATUS_INTERNAL_ERROR";
+      break;
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      name = "CUBLAS_STATUS_NOT_SUPPORTED";
+      break;
+    case CUBLAS_STATUS_LICENSE_ERROR:
+      name = "CUBLAS_STATUS_LICENSE_ERROR";
+      break;
     }
     std::string r = name ? name : "CUBLAS_STATUS " + std::to_string(int(s));
     if (cublasGetStatusString)
@@ -81,10 +101,14 @@ const char *const kLibraries[] = {"libcublas.so.13", "libcublas.so.12", "libcubl
 
 cublasComputeType_t computeType(GemmPrecision p) {
   switch (p) {
-  case GemmPrecision::F32: return CUBLAS_COMPUTE_32F;
-  case GemmPrecision::Tf32: return CUBLAS_COMPUTE_32F_FAST_TF32;
-  case GemmPrecision::Bf16: return CUBLAS_COMPUTE_32F_FAST_16BF;
-  case GemmPrecision::Fp16: return CUBLAS_COMPUTE_32F_FAST_16F;
+  case GemmPrecision::F32:
+    return CUBLAS_COMPUTE_32F;
+  case GemmPrecision::Tf32:
+    return CUBLAS_COMPUTE_32F_FAST_TF32;
+  case GemmPrecision::Bf16:
+    return CUBLAS_COMPUTE_32F_FAST_16BF;
+  case GemmPrecision::Fp16:
+    return CUBLAS_COMPUTE_32F_FAST_16F;
   }
   return CUBLAS_COMPUTE_32F;
 }
@@ -96,16 +120,17 @@ Expected<std::unique_ptr<Cublas::Api>> Cublas::open(const std::string &library) 
   void *lib = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char *why = ::dlerror();
-    return makeError(library + " not found: cuBLAS is not installed or not on the "
-                               "library path (" +
+    return makeError(library +
+                     " not found: cuBLAS is not installed or not on the "
+                     "library path (" +
                      (why ? why : "dlopen failed") + ")");
   }
   auto api = std::make_unique<Cublas::Api>();
   api->library = lib;
   std::string missing;
-#define ATTNC_RESOLVE(name, type, required)                                    \
-  api->name = reinterpret_cast<type>(::dlsym(lib, ATTNC_STRINGIFY(name)));     \
-  if (!api->name && required)                                                  \
+#define ATTNC_RESOLVE(name, type, required)                                                        \
+  api->name = reinterpret_cast<type>(::dlsym(lib, ATTNC_STRINGIFY(name)));                         \
+  if (!api->name && required)                                                                      \
     missing += std::string(missing.empty() ? "" : ", ") + ATTNC_STRINGIFY(name);
   ATTNC_CUBLAS_FUNCTIONS(ATTNC_RESOLVE)
 #undef ATTNC_RESOLVE
@@ -123,17 +148,21 @@ Expected<std::unique_ptr<Cublas::Api>> Cublas::open(const std::string &library) 
 
 const char *gemmPrecisionName(GemmPrecision p) {
   switch (p) {
-  case GemmPrecision::F32: return "f32";
-  case GemmPrecision::Tf32: return "tf32";
-  case GemmPrecision::Bf16: return "bf16";
-  case GemmPrecision::Fp16: return "fp16";
+  case GemmPrecision::F32:
+    return "f32";
+  case GemmPrecision::Tf32:
+    return "tf32";
+  case GemmPrecision::Bf16:
+    return "bf16";
+  case GemmPrecision::Fp16:
+    return "fp16";
   }
   return "?";
 }
 
 Expected<GemmPrecision> parseGemmPrecision(std::string_view name) {
-  for (GemmPrecision p : {GemmPrecision::F32, GemmPrecision::Tf32, GemmPrecision::Bf16,
-                          GemmPrecision::Fp16})
+  for (GemmPrecision p :
+       {GemmPrecision::F32, GemmPrecision::Tf32, GemmPrecision::Bf16, GemmPrecision::Fp16})
     if (name == gemmPrecisionName(p))
       return p;
   return makeError("unknown GEMM precision '" + std::string(name) +
@@ -245,8 +274,7 @@ Expected<std::unique_ptr<Cublas>> Cublas::create() {
 }
 
 Status Cublas::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
-                    const float *B, float *C, GemmPrecision p, CUstream stream,
-                    bool accumulate) {
+                    const float *B, float *C, GemmPrecision p, CUstream stream, bool accumulate) {
   const std::string what = "cublasGemmEx (M=" + std::to_string(M) + ", N=" + std::to_string(N) +
                            ", K=" + std::to_string(K) + ", ta=" + (ta ? "1" : "0") +
                            ", tb=" + (tb ? "1" : "0") + ", " + gemmPrecisionName(p) + ")";
@@ -265,10 +293,9 @@ Status Cublas::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const flo
   const void *first = g.swapped ? static_cast<const void *>(B) : A;
   const void *second = g.swapped ? static_cast<const void *>(A) : B;
   cublasStatus_t s = api_->cublasGemmEx(
-      h, g.transa ? CUBLAS_OP_T : CUBLAS_OP_N, g.transb ? CUBLAS_OP_T : CUBLAS_OP_N,
-      int(g.m), int(g.n), int(g.k), &alpha, first, CUDA_R_32F, int(g.lda), second,
-      CUDA_R_32F, int(g.ldb), &beta, C, CUDA_R_32F, int(g.ldc), computeType(p),
-      CUBLAS_GEMM_DEFAULT);
+      h, g.transa ? CUBLAS_OP_T : CUBLAS_OP_N, g.transb ? CUBLAS_OP_T : CUBLAS_OP_N, int(g.m),
+      int(g.n), int(g.k), &alpha, first, CUDA_R_32F, int(g.lda), second, CUDA_R_32F, int(g.ldb),
+      &beta, C, CUDA_R_32F, int(g.ldc), computeType(p), CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS)
     return makeError(what + ": " + api_->statusString(s));
   return {};

@@ -94,9 +94,8 @@ public:
   /// allowed (K = 0 gives C = 0, or C unchanged when accumulating).
   /// Errors name the call and the shape: "cublasGemmEx (M=.., N=.., K=..,
   /// ta=.., tb=.., tf32): CUBLAS_STATUS_INVALID_VALUE (...)".
-  Status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
-              const float *B, float *C, GemmPrecision p, CUstream stream,
-              bool accumulate = false);
+  Status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
+              float *C, GemmPrecision p, CUstream stream, bool accumulate = false);
 
 private:
   Cublas();

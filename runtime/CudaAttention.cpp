@@ -123,10 +123,12 @@ Status CudaAttention::loadHostProjections() {
   if (!so)
     return so.takeError();
   projections_ = std::make_shared<SharedObject>(std::move(so).take());
-  Expected<ProjectFwdFn *> fwd = projections_->function<ProjectFwdFn>("attnc_host_lowrank_project_fwd");
+  Expected<ProjectFwdFn *> fwd =
+      projections_->function<ProjectFwdFn>("attnc_host_lowrank_project_fwd");
   if (!fwd)
     return fwd.takeError();
-  Expected<ProjectBwdFn *> bwd = projections_->function<ProjectBwdFn>("attnc_host_lowrank_project_bwd");
+  Expected<ProjectBwdFn *> bwd =
+      projections_->function<ProjectBwdFn>("attnc_host_lowrank_project_bwd");
   if (!bwd)
     return bwd.takeError();
   projectFwd_ = *fwd, projectBwd_ = *bwd;
@@ -134,8 +136,7 @@ Status CudaAttention::loadHostProjections() {
 }
 
 Expected<CudaAttention> CudaAttention::compile(const std::string &source, const std::string &arch,
-                                               const std::string &dtype,
-                                               const KernelDesc &forward,
+                                               const std::string &dtype, const KernelDesc &forward,
                                                std::optional<KernelDesc> backward,
                                                const std::vector<std::string> &includeDirs,
                                                const NvrtcCompiler &compiler) {
@@ -187,7 +188,8 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   if (D != fwd_.headDim)
     return makeError("kernel " + fwd_.name + " was compiled for head dim " +
                      std::to_string(fwd_.headDim) + ", got " + std::to_string(D));
-  const int *lengths = in.lengths ? reinterpret_cast<const int *>(in.lengths->data.data()) : nullptr;
+  const int *lengths =
+      in.lengths ? reinterpret_cast<const int *>(in.lengths->data.data()) : nullptr;
   bool perHead = fwd_.share == "none";
   int kProj = 0, Nmax = 0, Nk = N;
   // Low-rank: project on the host; the GPU sees kProj valid keys.
@@ -228,8 +230,9 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   const long long rows = (long long)B * H * Nq;
   const unsigned rowBlocks = ceilDiv(rows, fwd_.warps);
   if (fwd_.sharedQk)
-    if (Status s = cuda::launch(fwdKernels_[0], {rowBlocks, 1, 1}, {unsigned(fwd_.warps * 32), 1, 1},
-                                0, nullptr, SharedQkArgs{dq->as<void>(), nullptr, dk->as<void>(), rows});
+    if (Status s =
+            cuda::launch(fwdKernels_[0], {rowBlocks, 1, 1}, {unsigned(fwd_.warps * 32), 1, 1}, 0,
+                         nullptr, SharedQkArgs{dq->as<void>(), nullptr, dk->as<void>(), rows});
         !s)
       return s.takeError();
   AttnFwdArgs a{};
@@ -244,11 +247,12 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   Expected<cuda::Event> e0 = cuda::Event::create(), e1 = cuda::Event::create(),
                         e2 = cuda::Event::create();
   if (!e0 || !e1 || !e2)
-    return makeError("cannot create CUDA events: " + (!e0 ? e0.error() : !e1 ? e1.error() : e2.error()));
+    return makeError("cannot create CUDA events: " + (!e0   ? e0.error()
+                                                      : !e1 ? e1.error()
+                                                            : e2.error()));
   (void)e0->record();
-  if (Status s = cuda::launch(fwdKernels_[flashFwd],
-                              {ceilDiv(Nq, fwd_.blockQ), unsigned(B * H), 1}, block,
-                              size_t(fwd_.smemBytes), nullptr, a);
+  if (Status s = cuda::launch(fwdKernels_[flashFwd], {ceilDiv(Nq, fwd_.blockQ), unsigned(B * H), 1},
+                              block, size_t(fwd_.smemBytes), nullptr, a);
       !s)
     return s.takeError();
   (void)e1->record();
@@ -258,7 +262,8 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
     forwardMs_ = *ms;
 
   AttentionOutputs out;
-  Expected<std::vector<float>> o = download(*dOut, nq, dtype_), l = download(*dLse, size_t(B) * H * Nq, "f32");
+  Expected<std::vector<float>> o = download(*dOut, nq, dtype_),
+                               l = download(*dLse, size_t(B) * H * Nq, "f32");
   if (!o || !l)
     return makeError(!o ? o.error() : l.error());
   out.out = st::Tensor::f32({B, H, Nq, D}, *o);
@@ -373,7 +378,8 @@ Expected<AttentionOutputs> CudaAttention::runLsh(const AttentionInputs &in) {
                      std::to_string(attnc::tile::kLshMaxBuckets));
   const int bh = B * H, npad = attnc::tile::lshPaddedLength(N, l.chunk);
   if (int64_t(bh) * R > attnc::tile::kLshMaxGridY)
-    return makeError("LSH kernel " + fwd_.name + ": B*H*rounds = " + std::to_string(int64_t(bh) * R) +
+    return makeError("LSH kernel " + fwd_.name +
+                     ": B*H*rounds = " + std::to_string(int64_t(bh) * R) +
                      " exceeds the grid's y limit 65535; split the batch");
   const size_t nqd = size_t(bh) * N * D, eb = elemBytes(dtype_);
   const size_t rounds = size_t(R);
@@ -390,8 +396,8 @@ Expected<AttentionOutputs> CudaAttention::runLsh(const AttentionInputs &in) {
     if (!*b)
       return b->takeError();
   std::optional<cuda::DeviceBuffer> dLen, dParams;
-  if (Status st = uploadOptional(in.lengths ? in.lengths->data.data() : nullptr, size_t(B) * 4,
-                                 dLen);
+  if (Status st =
+          uploadOptional(in.lengths ? in.lengths->data.data() : nullptr, size_t(B) * 4, dLen);
       !st)
     return st.takeError();
   if (Status st = uploadOptional(in.params ? in.params->data.data() : nullptr,

@@ -41,8 +41,7 @@ const ProcessDriver &processDriver() {
 const Driver &drv() { return *processDriver().driver; }
 
 std::string dimStr(Dim3 d) {
-  return std::to_string(d.x) + "x" + std::to_string(d.y) + "x" +
-         std::to_string(d.z);
+  return std::to_string(d.x) + "x" + std::to_string(d.y) + "x" + std::to_string(d.z);
 }
 
 } // namespace
@@ -61,21 +60,17 @@ Expected<std::unique_ptr<Driver>> Driver::load(const std::string &library) {
   std::unique_ptr<Driver> d(new Driver());
   d->library_ = lib;
   std::string missing;
-#define ATTNC_RESOLVE(name)                                                    \
-  d->name = reinterpret_cast<decltype(d->name)>(                               \
-      ::dlsym(lib, ATTNC_STRINGIFY(name)));                                    \
-  if (!d->name)                                                                \
+#define ATTNC_RESOLVE(name)                                                                        \
+  d->name = reinterpret_cast<decltype(d->name)>(::dlsym(lib, ATTNC_STRINGIFY(name)));              \
+  if (!d->name)                                                                                    \
     missing += std::string(missing.empty() ? "" : ", ") + ATTNC_STRINGIFY(name);
   ATTNC_CUDA_DRIVER_FUNCTIONS(ATTNC_RESOLVE)
 #undef ATTNC_RESOLVE
   if (!missing.empty())
-    return makeError(library + " lacks " + missing +
-                     ": the NVIDIA driver is older than the CUDA " +
-                     cudaToolkitVersion() +
-                     " headers attnc was built with; update the driver");
+    return makeError(library + " lacks " + missing + ": the NVIDIA driver is older than the CUDA " +
+                     cudaToolkitVersion() + " headers attnc was built with; update the driver");
   if (CUresult r = d->cuInit(0); r != CUDA_SUCCESS)
-    return makeError("the NVIDIA driver failed to initialise (cuInit): " +
-                     d->errorString(r));
+    return makeError("the NVIDIA driver failed to initialise (cuInit): " + d->errorString(r));
   if (CUresult r = d->cuDriverGetVersion(&d->version_); r != CUDA_SUCCESS)
     return makeError("cuDriverGetVersion: " + d->errorString(r));
   return d;
@@ -101,8 +96,7 @@ Driver::~Driver() {
 }
 
 std::string Driver::versionString() const {
-  return std::to_string(version_ / 1000) + "." +
-         std::to_string((version_ % 1000) / 10);
+  return std::to_string(version_ / 1000) + "." + std::to_string((version_ % 1000) / 10);
 }
 
 std::string Driver::errorString(CUresult r) const {
@@ -127,15 +121,12 @@ Status Driver::check(CUresult r, const std::string &what) const {
 // Devices and contexts
 //===----------------------------------------------------------------------===//
 
-std::string DeviceInfo::arch() const {
-  return "sm_" + std::to_string(ccMajor * 10 + ccMinor);
-}
+std::string DeviceInfo::arch() const { return "sm_" + std::to_string(ccMajor * 10 + ccMinor); }
 
 std::string DeviceInfo::describe() const {
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "%s (%s, %d SMs, %.1f GiB, %d KiB smem/block)",
-                name.c_str(), arch().c_str(), smCount,
-                double(totalMemoryBytes) / double(1ull << 30),
+  std::snprintf(buf, sizeof(buf), "%s (%s, %d SMs, %.1f GiB, %d KiB smem/block)", name.c_str(),
+                arch().c_str(), smCount, double(totalMemoryBytes) / double(1ull << 30),
                 maxSmemPerBlockOptin / 1024);
   return buf;
 }
@@ -162,8 +153,8 @@ Expected<DeviceInfo> queryDevice(int ordinal) {
   DeviceInfo info;
   info.ordinal = ordinal;
   char name[256] = {};
-  if (Status s = d.check(d.cuDeviceGetName(name, sizeof(name) - 1, dev),
-                         "cuDeviceGetName(" + where + ")");
+  if (Status s =
+          d.check(d.cuDeviceGetName(name, sizeof(name) - 1, dev), "cuDeviceGetName(" + where + ")");
       !s)
     return s.takeError();
   info.name = name;
@@ -181,14 +172,14 @@ Expected<DeviceInfo> queryDevice(int ordinal) {
       {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, &info.smCount, "SM count"},
       {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &info.maxThreadsPerBlock, "threads/block"},
       {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, &info.maxSmemPerBlock, "smem/block"},
-      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, &info.maxSmemPerBlockOptin, "opt-in smem/block"},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, &info.maxSmemPerBlockOptin,
+       "opt-in smem/block"},
       {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, &info.maxSmemPerSm, "smem/SM"},
       {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, &info.maxRegistersPerBlock, "registers/block"},
   };
   for (auto &a : attrs)
     if (Status s = d.check(d.cuDeviceGetAttribute(a.out, a.attr, dev),
-                           std::string("cuDeviceGetAttribute(") + a.what + ", " +
-                               where + ")");
+                           std::string("cuDeviceGetAttribute(") + a.what + ", " + where + ")");
         !s)
       return s.takeError();
   return info;
@@ -263,20 +254,19 @@ Expected<Module> Module::load(const std::string &image, const std::string &name)
   m.name_ = name;
   CUresult r = (*d)->cuModuleLoadData(&m.module_, image.data());
   if (r != CUDA_SUCCESS) {
-    std::string msg = "cannot load module " + name + " (" +
-                      std::to_string(image.size()) + "-byte CUBIN): " +
-                      (*d)->errorString(r);
+    std::string msg = "cannot load module " + name + " (" + std::to_string(image.size()) +
+                      "-byte CUBIN): " + (*d)->errorString(r);
     if (r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE ||
         r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
       msg += "; was it compiled for this GPU's arch, with a CUDA no newer "
-             "than the driver (" + (*d)->versionString() + ")?";
+             "than the driver (" +
+             (*d)->versionString() + ")?";
     return makeError(msg);
   }
   return m;
 }
 
-Module::Module(Module &&other) noexcept
-    : module_(other.module_), name_(std::move(other.name_)) {
+Module::Module(Module &&other) noexcept : module_(other.module_), name_(std::move(other.name_)) {
   other.module_ = nullptr;
 }
 
@@ -307,30 +297,28 @@ Expected<Kernel> Module::kernel(const std::string &name) const {
   return k;
 }
 
-Expected<std::pair<CUdeviceptr, size_t>>
-Module::global(const std::string &name) const {
+Expected<std::pair<CUdeviceptr, size_t>> Module::global(const std::string &name) const {
   CUdeviceptr p = 0;
   size_t bytes = 0;
   CUresult r = drv().cuModuleGetGlobal(&p, &bytes, module_, name.c_str());
   if (r != CUDA_SUCCESS)
-    return makeError("global '" + name + "' not found in module " + name_ +
-                     ": " + drv().errorString(r));
+    return makeError("global '" + name + "' not found in module " + name_ + ": " +
+                     drv().errorString(r));
   return std::make_pair(p, bytes);
 }
 
-Status launchKernel(Kernel &kernel, Dim3 grid, Dim3 block, size_t dynamicSmem,
-                    CUstream stream, const void *args) {
+Status launchKernel(Kernel &kernel, Dim3 grid, Dim3 block, size_t dynamicSmem, CUstream stream,
+                    const void *args) {
   Expected<const Driver *> dp = Driver::get();
   if (!dp)
     return dp.takeError();
   const Driver &d = **dp;
-  std::string shape = " (grid " + dimStr(grid) + ", block " + dimStr(block) +
-                      ", " + std::to_string(dynamicSmem) + " B dynamic smem)";
+  std::string shape = " (grid " + dimStr(grid) + ", block " + dimStr(block) + ", " +
+                      std::to_string(dynamicSmem) + " B dynamic smem)";
   if (dynamicSmem > kernel.dynamicSmemLimit) {
     // Kernels may only use more than 48 KiB after opting in, per function.
-    CUresult r = d.cuFuncSetAttribute(kernel.function,
-                                      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                      int(dynamicSmem));
+    CUresult r = d.cuFuncSetAttribute(
+        kernel.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(dynamicSmem));
     if (r != CUDA_SUCCESS) {
       std::string limit;
       CUdevice dev;
@@ -338,26 +326,21 @@ Status launchKernel(Kernel &kernel, Dim3 grid, Dim3 block, size_t dynamicSmem,
       if (d.cuCtxGetDevice(&dev) == CUDA_SUCCESS &&
           d.cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                                  dev) == CUDA_SUCCESS) {
-        d.cuFuncGetAttribute(&staticSmem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-                             kernel.function);
-        limit = "; the device allows " + std::to_string(optin) +
-                " B per block, the kernel has " + std::to_string(staticSmem) +
-                " B static";
+        d.cuFuncGetAttribute(&staticSmem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.function);
+        limit = "; the device allows " + std::to_string(optin) + " B per block, the kernel has " +
+                std::to_string(staticSmem) + " B static";
       }
-      return makeError("kernel " + kernel.name + ": cannot allow " +
-                       std::to_string(dynamicSmem) + " B of dynamic shared memory: " +
-                       d.errorString(r) + limit);
+      return makeError("kernel " + kernel.name + ": cannot allow " + std::to_string(dynamicSmem) +
+                       " B of dynamic shared memory: " + d.errorString(r) + limit);
     }
     kernel.dynamicSmemLimit = dynamicSmem;
   }
   // One struct parameter: kernelParams holds one pointer, to the struct.
   void *params[] = {const_cast<void *>(args)};
-  CUresult r = d.cuLaunchKernel(kernel.function, grid.x, grid.y, grid.z, block.x,
-                                block.y, block.z, unsigned(dynamicSmem), stream,
-                                params, nullptr);
+  CUresult r = d.cuLaunchKernel(kernel.function, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                unsigned(dynamicSmem), stream, params, nullptr);
   if (r != CUDA_SUCCESS)
-    return makeError("cannot launch kernel " + kernel.name + shape + ": " +
-                     d.errorString(r));
+    return makeError("cannot launch kernel " + kernel.name + shape + ": " + d.errorString(r));
   return {};
 }
 
@@ -387,8 +370,7 @@ Expected<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {
   return b;
 }
 
-DeviceBuffer::DeviceBuffer(DeviceBuffer &&other) noexcept
-    : ptr_(other.ptr_), size_(other.size_) {
+DeviceBuffer::DeviceBuffer(DeviceBuffer &&other) noexcept : ptr_(other.ptr_), size_(other.size_) {
   other.ptr_ = 0;
   other.size_ = 0;
 }
@@ -412,8 +394,8 @@ DeviceBuffer::~DeviceBuffer() {
 
 Status DeviceBuffer::upload(const void *host, size_t bytes) {
   if (bytes > size_)
-    return makeError("upload of " + std::to_string(bytes) + " B into a " +
-                     std::to_string(size_) + " B device buffer");
+    return makeError("upload of " + std::to_string(bytes) + " B into a " + std::to_string(size_) +
+                     " B device buffer");
   if (!bytes)
     return {};
   return drv().check(drv().cuMemcpyHtoD(ptr_, host, bytes), "cuMemcpyHtoD");
@@ -421,8 +403,8 @@ Status DeviceBuffer::upload(const void *host, size_t bytes) {
 
 Status DeviceBuffer::download(void *host, size_t bytes) const {
   if (bytes > size_)
-    return makeError("download of " + std::to_string(bytes) + " B from a " +
-                     std::to_string(size_) + " B device buffer");
+    return makeError("download of " + std::to_string(bytes) + " B from a " + std::to_string(size_) +
+                     " B device buffer");
   if (!bytes)
     return {};
   return drv().check(drv().cuMemcpyDtoH(host, ptr_, bytes), "cuMemcpyDtoH");
@@ -439,16 +421,12 @@ Expected<Event> Event::create() {
   if (!d)
     return d.takeError();
   Event e;
-  if (Status s = (*d)->check((*d)->cuEventCreate(&e.event_, CU_EVENT_DEFAULT),
-                             "cuEventCreate");
-      !s)
+  if (Status s = (*d)->check((*d)->cuEventCreate(&e.event_, CU_EVENT_DEFAULT), "cuEventCreate"); !s)
     return s.takeError();
   return e;
 }
 
-Event::Event(Event &&other) noexcept : event_(other.event_) {
-  other.event_ = nullptr;
-}
+Event::Event(Event &&other) noexcept : event_(other.event_) { other.event_ = nullptr; }
 
 Event &Event::operator=(Event &&other) noexcept {
   if (this != &other) {
@@ -474,8 +452,7 @@ Expected<float> Event::elapsedMs(const Event &start, const Event &end) {
   if (Status s = d.check(d.cuEventSynchronize(end.event_), "cuEventSynchronize"); !s)
     return s.takeError();
   float ms = 0;
-  if (Status s = d.check(d.cuEventElapsedTime(&ms, start.event_, end.event_),
-                         "cuEventElapsedTime");
+  if (Status s = d.check(d.cuEventElapsedTime(&ms, start.event_, end.event_), "cuEventElapsedTime");
       !s)
     return s.takeError();
   return ms;

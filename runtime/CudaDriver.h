@@ -35,43 +35,43 @@ namespace attnc::cuda {
 /// The driver entry points the runtime uses. The X-macro argument is the
 /// cuda.h name; it expands to the versioned name (e.g. cuMemAlloc_v2)
 /// wherever cuda.h defines such a mapping, in the member name too.
-#define ATTNC_CUDA_DRIVER_FUNCTIONS(X)                                         \
-  X(cuGetErrorString)                                                          \
-  X(cuGetErrorName)                                                            \
-  X(cuInit)                                                                    \
-  X(cuDriverGetVersion)                                                        \
-  X(cuDeviceGet)                                                               \
-  X(cuDeviceGetCount)                                                          \
-  X(cuDeviceGetName)                                                           \
-  X(cuDeviceGetAttribute)                                                      \
-  X(cuDeviceTotalMem)                                                          \
-  X(cuDevicePrimaryCtxRetain)                                                  \
-  X(cuDevicePrimaryCtxRelease)                                                 \
-  X(cuCtxSetCurrent)                                                           \
-  X(cuCtxGetCurrent)                                                           \
-  X(cuCtxGetDevice)                                                            \
-  X(cuCtxSynchronize)                                                          \
-  X(cuModuleLoadData)                                                          \
-  X(cuModuleUnload)                                                            \
-  X(cuModuleGetFunction)                                                       \
-  X(cuModuleGetGlobal)                                                         \
-  X(cuFuncSetAttribute)                                                        \
-  X(cuFuncGetAttribute)                                                        \
-  X(cuLaunchKernel)                                                            \
-  X(cuMemAlloc)                                                                \
-  X(cuMemFree)                                                                 \
-  X(cuMemcpyHtoD)                                                              \
-  X(cuMemcpyDtoH)                                                              \
-  X(cuMemcpyDtoD)                                                              \
-  X(cuMemsetD8)                                                                \
-  X(cuMemGetInfo)                                                              \
-  X(cuStreamCreate)                                                            \
-  X(cuStreamDestroy)                                                           \
-  X(cuStreamSynchronize)                                                       \
-  X(cuEventCreate)                                                             \
-  X(cuEventDestroy)                                                            \
-  X(cuEventRecord)                                                             \
-  X(cuEventSynchronize)                                                        \
+#define ATTNC_CUDA_DRIVER_FUNCTIONS(X)                                                             \
+  X(cuGetErrorString)                                                                              \
+  X(cuGetErrorName)                                                                                \
+  X(cuInit)                                                                                        \
+  X(cuDriverGetVersion)                                                                            \
+  X(cuDeviceGet)                                                                                   \
+  X(cuDeviceGetCount)                                                                              \
+  X(cuDeviceGetName)                                                                               \
+  X(cuDeviceGetAttribute)                                                                          \
+  X(cuDeviceTotalMem)                                                                              \
+  X(cuDevicePrimaryCtxRetain)                                                                      \
+  X(cuDevicePrimaryCtxRelease)                                                                     \
+  X(cuCtxSetCurrent)                                                                               \
+  X(cuCtxGetCurrent)                                                                               \
+  X(cuCtxGetDevice)                                                                                \
+  X(cuCtxSynchronize)                                                                              \
+  X(cuModuleLoadData)                                                                              \
+  X(cuModuleUnload)                                                                                \
+  X(cuModuleGetFunction)                                                                           \
+  X(cuModuleGetGlobal)                                                                             \
+  X(cuFuncSetAttribute)                                                                            \
+  X(cuFuncGetAttribute)                                                                            \
+  X(cuLaunchKernel)                                                                                \
+  X(cuMemAlloc)                                                                                    \
+  X(cuMemFree)                                                                                     \
+  X(cuMemcpyHtoD)                                                                                  \
+  X(cuMemcpyDtoH)                                                                                  \
+  X(cuMemcpyDtoD)                                                                                  \
+  X(cuMemsetD8)                                                                                    \
+  X(cuMemGetInfo)                                                                                  \
+  X(cuStreamCreate)                                                                                \
+  X(cuStreamDestroy)                                                                               \
+  X(cuStreamSynchronize)                                                                           \
+  X(cuEventCreate)                                                                                 \
+  X(cuEventDestroy)                                                                                \
+  X(cuEventRecord)                                                                                 \
+  X(cuEventSynchronize)                                                                            \
   X(cuEventElapsedTime)
 
 /// The loaded driver: a table of function pointers plus error formatting.
@@ -112,13 +112,13 @@ private:
 /// One device's properties.
 struct DeviceInfo {
   int ordinal = 0;
-  std::string name;                 ///< "NVIDIA H200"
-  int ccMajor = 0, ccMinor = 0;     ///< compute capability
+  std::string name;             ///< "NVIDIA H200"
+  int ccMajor = 0, ccMinor = 0; ///< compute capability
   int smCount = 0;
   size_t totalMemoryBytes = 0;
   int maxThreadsPerBlock = 0;
-  int maxSmemPerBlock = 0;          ///< without opt-in (48 KiB)
-  int maxSmemPerBlockOptin = 0;     ///< with cuFuncSetAttribute
+  int maxSmemPerBlock = 0;      ///< without opt-in (48 KiB)
+  int maxSmemPerBlockOptin = 0; ///< with cuFuncSetAttribute
   int maxSmemPerSm = 0;
   int maxRegistersPerBlock = 0;
 
@@ -203,11 +203,11 @@ struct Dim3 {
 /// limit is raised first. Errors name the kernel, the launch shape and
 /// cuGetErrorString. Asynchronous: errors in the kernel itself surface at
 /// the next synchronisation.
-Status launchKernel(Kernel &kernel, Dim3 grid, Dim3 block, size_t dynamicSmem,
-                    CUstream stream, const void *args);
+Status launchKernel(Kernel &kernel, Dim3 grid, Dim3 block, size_t dynamicSmem, CUstream stream,
+                    const void *args);
 template <typename Args>
-Status launch(Kernel &kernel, Dim3 grid, Dim3 block, size_t dynamicSmem,
-              CUstream stream, const Args &args) {
+Status launch(Kernel &kernel, Dim3 grid, Dim3 block, size_t dynamicSmem, CUstream stream,
+              const Args &args) {
   return launchKernel(kernel, grid, block, dynamicSmem, stream, &args);
 }
 

@@ -99,8 +99,7 @@ Status writeFileAtomic(const std::string &path, std::string_view bytes,
   std::string tmp = dir + "/" + tempPrefix + "XXXXXX";
   int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0)
-    return makeError("cannot create a temporary file in '" + dir +
-                     "': " + errnoText(errno));
+    return makeError("cannot create a temporary file in '" + dir + "': " + errnoText(errno));
   auto fail = [&](const std::string &what) {
     int err = errno;
     ::close(fd);
@@ -123,8 +122,7 @@ Status writeFileAtomic(const std::string &path, std::string_view bytes,
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    return makeError("cannot rename '" + tmp + "' to '" + path +
-                     "': " + errnoText(err));
+    return makeError("cannot rename '" + tmp + "' to '" + path + "': " + errnoText(err));
   }
   // Persist the directory entry too; best effort (some file systems refuse
   // fsync on directories, and the data itself is already safe).
@@ -151,20 +149,17 @@ std::string tempRoot() {
   return t && *t ? std::string(t) : std::string("/tmp");
 }
 
-Expected<TempDir> TempDir::create(const std::string &prefix,
-                                  const std::string &parent) {
+Expected<TempDir> TempDir::create(const std::string &prefix, const std::string &parent) {
   std::string base = parent.empty() ? tempRoot() : parent;
   std::string tmpl = base + "/" + prefix + "XXXXXX";
   if (!::mkdtemp(tmpl.data()))
-    return makeError("cannot create a temporary directory in '" + base +
-                     "': " + errnoText(errno));
+    return makeError("cannot create a temporary directory in '" + base + "': " + errnoText(errno));
   TempDir d;
   d.path_ = tmpl;
   return d;
 }
 
-TempDir::TempDir(TempDir &&other) noexcept
-    : path_(std::move(other.path_)), keep_(other.keep_) {
+TempDir::TempDir(TempDir &&other) noexcept : path_(std::move(other.path_)), keep_(other.keep_) {
   other.path_.clear();
 }
 

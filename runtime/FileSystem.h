@@ -27,8 +27,7 @@ Expected<std::string> readFile(const std::string &path);
 /// named `<dir>/<tempPrefix>XXXXXX` and removed on every failure path.
 /// `mode` applies to the published file.
 Status writeFileAtomic(const std::string &path, std::string_view bytes,
-                       const std::string &tempPrefix = ".tmp-",
-                       unsigned mode = 0644);
+                       const std::string &tempPrefix = ".tmp-", unsigned mode = 0644);
 
 /// write(2) until done, retrying on EINTR and short writes.
 bool writeAll(int fd, const char *p, size_t n);
@@ -47,8 +46,7 @@ std::string tempRoot();
 class TempDir {
 public:
   /// Creates `<parent>/<prefix>XXXXXX`; `parent` empty means tempRoot().
-  static Expected<TempDir> create(const std::string &prefix,
-                                  const std::string &parent = "");
+  static Expected<TempDir> create(const std::string &prefix, const std::string &parent = "");
   TempDir(TempDir &&other) noexcept;
   TempDir &operator=(TempDir &&other) noexcept;
   TempDir(const TempDir &) = delete;

@@ -36,10 +36,7 @@ std::vector<std::string> splitWords(const std::string &s) {
 std::string safeFileName(const std::string &name) {
   std::string out;
   for (char c : name)
-    out += (isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' ||
-            c == '.')
-               ? c
-               : '_';
+    out += (isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.') ? c : '_';
   if (out.empty() || out[0] == '.')
     out = "tu" + out;
   return out;
@@ -85,8 +82,7 @@ Expected<SharedObject> SharedObject::open(const std::string &path) {
   return so;
 }
 
-Expected<SharedObject> SharedObject::load(const std::string &image,
-                                          const std::string &name) {
+Expected<SharedObject> SharedObject::load(const std::string &image, const std::string &name) {
   std::string fail;
 #ifdef MFD_CLOEXEC
   // An anonymous file: nothing on disk to clean up or to be swapped under us.
@@ -113,8 +109,7 @@ Expected<SharedObject> SharedObject::load(const std::string &image,
   if (!dir)
     return makeError("cannot load " + name + ": " + dir.error() +
                      (fail.empty() ? "" : " (memfd: " + fail + ")"));
-  std::string path = dir->path() + "/" + std::to_string(loadCounter++) + "-" +
-                     safeFileName(name);
+  std::string path = dir->path() + "/" + std::to_string(loadCounter++) + "-" + safeFileName(name);
   if (Status s = fs::writeFileAtomic(path, image, ".tmp-", 0755); !s)
     return makeError("cannot load " + name + ": " + s.error());
   Expected<SharedObject> so = open(path);
@@ -170,8 +165,8 @@ Expected<void *> SharedObject::symbol(const std::string &symbol) const {
   ::dlerror(); // Clear: a symbol's value may legitimately be null.
   void *p = ::dlsym(handle_, symbol.c_str());
   if (const char *why = ::dlerror())
-    return makeError("symbol '" + symbol + "' not found in " + name_ + " (" +
-                     why + "); is it declared extern \"C\"?");
+    return makeError("symbol '" + symbol + "' not found in " + name_ + " (" + why +
+                     "); is it declared extern \"C\"?");
   return p;
 }
 
@@ -183,8 +178,7 @@ std::vector<std::string> HostCompiler::defaultFlags() {
   return {"-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-std=c++17"};
 }
 
-std::vector<std::string>
-HostCompiler::compilerCommand(const HostCompileOptions &options) {
+std::vector<std::string> HostCompiler::compilerCommand(const HostCompileOptions &options) {
   std::string cmd = options.compiler;
   if (cmd.empty())
     if (const char *cxx = std::getenv("CXX"); cxx && *cxx)
@@ -195,8 +189,7 @@ HostCompiler::compilerCommand(const HostCompileOptions &options) {
   return words;
 }
 
-Expected<std::string>
-HostCompiler::compilerIdentity(const std::vector<std::string> &compiler) {
+Expected<std::string> HostCompiler::compilerIdentity(const std::vector<std::string> &compiler) {
   static std::mutex mutex;
   static std::map<std::vector<std::string>, std::string> known;
   {
@@ -212,8 +205,7 @@ HostCompiler::compilerIdentity(const std::vector<std::string> &compiler) {
     return makeError("cannot run the host C++ compiler: " + r.error() +
                      " (set $CXX to a C++17 compiler)");
   if (!r->succeeded())
-    return makeError("'" + formatCommand(argv) + "' failed (" + r->describe() +
-                     "):\n" + r->output);
+    return makeError("'" + formatCommand(argv) + "' failed (" + r->describe() + "):\n" + r->output);
   std::lock_guard<std::mutex> lock(mutex);
   known[compiler] = r->output;
   return r->output;
@@ -244,9 +236,9 @@ std::string HostCompiler::cpuIdentity() {
   return id;
 }
 
-Expected<SharedObjectImage>
-HostCompiler::compile(const std::string &programName, const std::string &source,
-                      const HostCompileOptions &o) const {
+Expected<SharedObjectImage> HostCompiler::compile(const std::string &programName,
+                                                  const std::string &source,
+                                                  const HostCompileOptions &o) const {
   SharedObjectImage out;
   out.programName = programName;
   std::vector<std::string> compiler = compilerCommand(o);
@@ -254,8 +246,7 @@ HostCompiler::compile(const std::string &programName, const std::string &source,
   if (!identity)
     return makeError("cannot compile " + programName + ": " + identity.error());
 
-  std::vector<std::string> flags = o.defaultFlags ? defaultFlags()
-                                                  : std::vector<std::string>{};
+  std::vector<std::string> flags = o.defaultFlags ? defaultFlags() : std::vector<std::string>{};
   // GCC turns inline functions' statics and template static members into
   // STB_GNU_UNIQUE symbols: process-wide despite RTLD_LOCAL (two generated
   // objects would share one instance) and never unloaded. Clang has no such
@@ -278,8 +269,7 @@ HostCompiler::compile(const std::string &programName, const std::string &source,
   KernelCache *cache = o.useCache ? cache_ : nullptr;
   if (cache)
     if (std::optional<std::string> payload = cache->lookup(key))
-      if (Expected<std::vector<std::string>> blobs =
-              KernelCache::unpackBlobs(*payload, 2)) {
+      if (Expected<std::vector<std::string>> blobs = KernelCache::unpackBlobs(*payload, 2)) {
         out.image = std::move((*blobs)[0]);
         out.log = std::move((*blobs)[1]);
         out.fromCache = true;
@@ -313,26 +303,23 @@ HostCompiler::compile(const std::string &programName, const std::string &source,
   if (!r->succeeded()) {
     // Keep the source: the log's line numbers refer to it.
     dir->keep();
-    return makeError("host compiler failed on " + programName + " (" +
-                     r->describe() + ")\ncommand: " + formatCommand(argv) +
-                     "\nsource kept at " + srcPath + "\nlog:\n" +
-                     (out.log.empty() ? std::string("(empty)") : out.log));
+    return makeError("host compiler failed on " + programName + " (" + r->describe() +
+                     ")\ncommand: " + formatCommand(argv) + "\nsource kept at " + srcPath +
+                     "\nlog:\n" + (out.log.empty() ? std::string("(empty)") : out.log));
   }
   Expected<std::string> image = fs::readFile(soPath);
   if (!image)
-    return makeError("host compiler produced no shared object for " +
-                     programName + ": " + image.error() +
-                     "\ncommand: " + formatCommand(argv));
+    return makeError("host compiler produced no shared object for " + programName + ": " +
+                     image.error() + "\ncommand: " + formatCommand(argv));
   out.image = std::move(*image);
   if (cache)
     cache->store(key, KernelCache::packBlobs({out.image, out.log}));
   return out;
 }
 
-Expected<SharedObject>
-HostCompiler::compileAndLoad(const std::string &programName,
-                             const std::string &source,
-                             const HostCompileOptions &options) const {
+Expected<SharedObject> HostCompiler::compileAndLoad(const std::string &programName,
+                                                    const std::string &source,
+                                                    const HostCompileOptions &options) const {
   Expected<SharedObjectImage> image = compile(programName, source, options);
   if (!image)
     return image.takeError();

@@ -59,8 +59,8 @@ struct SharedObjectImage {
   std::string log;                  ///< compiler output (warnings)
   std::vector<std::string> command; ///< the compiler's argv
   bool fromCache = false;
-  std::string cacheKey;             ///< hex SHA-256
-  double compileSeconds = 0;        ///< 0 on a cache hit
+  std::string cacheKey;      ///< hex SHA-256
+  double compileSeconds = 0; ///< 0 on a cache hit
 };
 
 /// A loaded shared object (move-only); dlclosed when destroyed. Function
@@ -68,8 +68,7 @@ struct SharedObjectImage {
 class SharedObject {
 public:
   /// Loads an in-memory image; `name` appears in error messages.
-  static Expected<SharedObject> load(const std::string &image,
-                                     const std::string &name);
+  static Expected<SharedObject> load(const std::string &image, const std::string &name);
   /// dlopens a file.
   static Expected<SharedObject> open(const std::string &path);
 
@@ -95,7 +94,7 @@ private:
   SharedObject() = default;
   void reset();
   void *handle_ = nullptr;
-  int fd_ = -1;      ///< the memfd backing the object, if any
+  int fd_ = -1; ///< the memfd backing the object, if any
   std::string name_;
   std::string path_; ///< what dlopen was given
 };
@@ -108,12 +107,10 @@ public:
   /// Compiles `source` (written to a file named after `programName`, e.g.
   /// "attnc_cpu_dense.cpp") into a shared object. Errors carry the program
   /// name, the command line and the compiler's full output.
-  Expected<SharedObjectImage> compile(const std::string &programName,
-                                      const std::string &source,
+  Expected<SharedObjectImage> compile(const std::string &programName, const std::string &source,
                                       const HostCompileOptions &options) const;
   /// compile() then SharedObject::load().
-  Expected<SharedObject> compileAndLoad(const std::string &programName,
-                                        const std::string &source,
+  Expected<SharedObject> compileAndLoad(const std::string &programName, const std::string &source,
                                         const HostCompileOptions &options) const;
 
   /// The compiler command compile() would run: options.compiler, $CXX or c++.

@@ -73,16 +73,14 @@ CacheKey &CacheKey::add(std::string_view field, std::string_view value) {
   return *this;
 }
 
-CacheKey &CacheKey::addList(std::string_view field,
-                            const std::vector<std::string> &values) {
+CacheKey &CacheKey::addList(std::string_view field, const std::vector<std::string> &values) {
   add(field, "list:" + std::to_string(values.size()));
   for (const std::string &v : values)
     add("item", v);
   return *this;
 }
 
-CacheKey &CacheKey::addSortedList(std::string_view field,
-                                  std::vector<std::string> values) {
+CacheKey &CacheKey::addSortedList(std::string_view field, std::vector<std::string> values) {
   std::sort(values.begin(), values.end());
   return addList(field, values);
 }
@@ -92,9 +90,8 @@ namespace {
 /// Files a preprocessor may plausibly #include: the usual header suffixes,
 /// CUDA sources, and extensionless names (<vector>-style).
 bool mayBeIncluded(const std::filesystem::path &p) {
-  static const char *const kExts[] = {".h",   ".hh",  ".hpp", ".hxx",
-                                      ".cuh", ".cu",  ".inc", ".inl",
-                                      ".ipp", ".def", ".tcc"};
+  static const char *const kExts[] = {".h",   ".hh",  ".hpp", ".hxx", ".cuh", ".cu",
+                                      ".inc", ".inl", ".ipp", ".def", ".tcc"};
   std::string ext = p.extension().string();
   if (ext.empty())
     return true;
@@ -111,8 +108,7 @@ constexpr uintmax_t kMaxHashedFileBytes = 1u << 20;
 
 } // namespace
 
-CacheKey &CacheKey::addDirectoryTree(std::string_view field,
-                                     const std::string &dir) {
+CacheKey &CacheKey::addDirectoryTree(std::string_view field, const std::string &dir) {
   namespace sfs = std::filesystem;
   std::error_code ec;
   if (!sfs::is_directory(dir, ec)) {
@@ -120,8 +116,7 @@ CacheKey &CacheKey::addDirectoryTree(std::string_view field,
     return *this;
   }
   std::vector<std::string> files;
-  sfs::recursive_directory_iterator it(
-      dir, sfs::directory_options::skip_permission_denied, ec),
+  sfs::recursive_directory_iterator it(dir, sfs::directory_options::skip_permission_denied, ec),
       end;
   for (; !ec && it != end; it.increment(ec)) {
     const sfs::path &p = it->path();
@@ -129,8 +124,7 @@ CacheKey &CacheKey::addDirectoryTree(std::string_view field,
     bool isDir = it->is_directory(ec);
     // Skip .git, editor droppings and CMake build trees (a source root
     // passed as an include directory must not cost a scan of its builds).
-    if ((!name.empty() && name[0] == '.') ||
-        (isDir && sfs::exists(p / "CMakeCache.txt", ec))) {
+    if ((!name.empty() && name[0] == '.') || (isDir && sfs::exists(p / "CMakeCache.txt", ec))) {
       if (isDir)
         it.disable_recursion_pending();
       continue;
@@ -168,8 +162,7 @@ Sha256::Digest CacheKey::digest() const {
 // Entry encoding
 //===----------------------------------------------------------------------===//
 
-std::string KernelCache::encodeEntry(const Sha256::Digest &key,
-                                     std::string_view payload) {
+std::string KernelCache::encodeEntry(const Sha256::Digest &key, std::string_view payload) {
   std::string out;
   out.reserve(kHeaderBytes + payload.size());
   out.append(kMagic, sizeof(kMagic));
@@ -183,28 +176,24 @@ std::string KernelCache::encodeEntry(const Sha256::Digest &key,
   return out;
 }
 
-Expected<std::string> KernelCache::decodeEntry(const Sha256::Digest &key,
-                                               std::string_view bytes) {
+Expected<std::string> KernelCache::decodeEntry(const Sha256::Digest &key, std::string_view bytes) {
   if (bytes.size() < kHeaderBytes)
-    return makeError("truncated: " + std::to_string(bytes.size()) +
-                     " bytes, shorter than the " + std::to_string(kHeaderBytes) +
-                     "-byte header");
+    return makeError("truncated: " + std::to_string(bytes.size()) + " bytes, shorter than the " +
+                     std::to_string(kHeaderBytes) + "-byte header");
   const char *p = bytes.data();
   if (std::memcmp(p, kMagic, sizeof(kMagic)) != 0)
     return makeError("not an attnc cache entry (bad magic)");
   uint32_t version = getU32(p + 8);
   if (version != kEntryFormatVersion)
     return makeError("entry format version " + std::to_string(version) +
-                     ", this attnc reads version " +
-                     std::to_string(kEntryFormatVersion));
+                     ", this attnc reads version " + std::to_string(kEntryFormatVersion));
   if (std::memcmp(p + 56, key.data(), key.size()) != 0)
     return makeError("entry belongs to another key (foreign or renamed file)");
   uint64_t length = getU64(p + 16);
   uint64_t have = bytes.size() - kHeaderBytes;
   if (length != have)
-    return makeError("header says " + std::to_string(length) +
-                     " payload bytes, file has " + std::to_string(have) +
-                     (have < length ? " (truncated)" : " (trailing bytes)"));
+    return makeError("header says " + std::to_string(length) + " payload bytes, file has " +
+                     std::to_string(have) + (have < length ? " (truncated)" : " (trailing bytes)"));
   std::string_view payload = bytes.substr(kHeaderBytes);
   Sha256::Digest sum = Sha256::hash(payload);
   if (std::memcmp(p + 24, sum.data(), sum.size()) != 0)
@@ -222,8 +211,8 @@ std::string KernelCache::packBlobs(const std::vector<std::string_view> &blobs) {
   return out;
 }
 
-Expected<std::vector<std::string>>
-KernelCache::unpackBlobs(std::string_view payload, size_t count) {
+Expected<std::vector<std::string>> KernelCache::unpackBlobs(std::string_view payload,
+                                                            size_t count) {
   auto bad = [] { return makeError("malformed payload"); };
   if (payload.size() < 8 || getU64(payload.data()) != count)
     return bad();
@@ -267,8 +256,7 @@ KernelCache &KernelCache::processDefault() {
 }
 
 KernelCache::KernelCache(std::string dir, WarningHandler warn)
-    : dir_(std::move(dir)), warn_(std::move(warn)), enabled_(!dir_.empty()),
-      writable_(enabled_) {
+    : dir_(std::move(dir)), warn_(std::move(warn)), enabled_(!dir_.empty()), writable_(enabled_) {
   while (dir_.size() > 1 && dir_.back() == '/')
     dir_.pop_back();
 }
@@ -318,8 +306,7 @@ void KernelCache::degrade(const std::string &why, bool readsToo) {
       return;
   }
   warn(readsToo ? "kernel cache disabled: " + why + "; compiling without a cache"
-                : "kernel cache is read-only: " + why +
-                      "; new kernels will not be cached");
+                : "kernel cache is read-only: " + why + "; new kernels will not be cached");
 }
 
 std::optional<std::string> KernelCache::lookup(const CacheKey &key) {
@@ -339,14 +326,12 @@ std::optional<std::string> KernelCache::lookup(const CacheKey &key) {
     degrade("cannot read '" + path + "': " + std::strerror(err), /*readsToo=*/true);
     return miss();
   }
-  Expected<std::string> payload =
-      bytes.size() > kMaxEntryBytes
-          ? Expected<std::string>(makeError("implausibly large entry"))
-          : decodeEntry(key.digest(), bytes);
+  Expected<std::string> payload = bytes.size() > kMaxEntryBytes
+                                      ? Expected<std::string>(makeError("implausibly large entry"))
+                                      : decodeEntry(key.digest(), bytes);
   if (!payload) {
     // Never load a damaged entry: drop it so the recompiled one replaces it.
-    std::string msg = "ignoring bad kernel cache entry '" + path +
-                      "': " + payload.error();
+    std::string msg = "ignoring bad kernel cache entry '" + path + "': " + payload.error();
     if (::unlink(path.c_str()) != 0 && errno != ENOENT)
       msg += std::string(" (and could not delete it: ") + std::strerror(errno) + ")";
     else
@@ -382,8 +367,7 @@ void KernelCache::store(const CacheKey &key, std::string_view payload) {
   }
   // The key in the temp name only helps a person reading the directory.
   std::string prefix = std::string(kTempPrefix) + key.hex().substr(0, 16) + "-";
-  Status s = fs::writeFileAtomic(entryPath(key), encodeEntry(key.digest(), payload),
-                                 prefix);
+  Status s = fs::writeFileAtomic(entryPath(key), encodeEntry(key.digest(), payload), prefix);
   if (!s) {
     // A read-only cache (e.g. one prepared for a cluster) still serves hits.
     degrade(s.error(), /*readsToo=*/false);
@@ -405,8 +389,7 @@ void KernelCache::removeStaleTempFiles() {
       continue;
     std::string path = dir_ + "/" + e->d_name;
     struct stat st;
-    if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        st.st_mtime < cutoff)
+    if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_mtime < cutoff)
       ::unlink(path.c_str());
   }
   ::closedir(d);

@@ -130,15 +130,13 @@ public:
   static std::string encodeEntry(const Sha256::Digest &key, std::string_view payload);
   /// Validates an entry image and returns its payload, or an Error saying
   /// what is wrong with it (without the file name).
-  static Expected<std::string> decodeEntry(const Sha256::Digest &key,
-                                           std::string_view bytes);
+  static Expected<std::string> decodeEntry(const Sha256::Digest &key, std::string_view bytes);
 
   /// Packs several byte strings into one payload (count, then length-
   /// prefixed blobs), for entries that hold e.g. a CUBIN and its log.
   static std::string packBlobs(const std::vector<std::string_view> &blobs);
   /// Inverse of packBlobs; fails unless there are exactly `count` blobs.
-  static Expected<std::vector<std::string>> unpackBlobs(std::string_view payload,
-                                                        size_t count);
+  static Expected<std::vector<std::string>> unpackBlobs(std::string_view payload, size_t count);
 
 private:
   void warn(const std::string &message);

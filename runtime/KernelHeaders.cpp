@@ -30,8 +30,7 @@ std::string parentOf(const std::string &path) {
 /// /proc/self/exe would name the interpreter).
 std::string thisBinary() {
   Dl_info info{};
-  if (::dladdr(reinterpret_cast<void *>(&thisBinary), &info) && info.dli_fname &&
-      *info.dli_fname) {
+  if (::dladdr(reinterpret_cast<void *>(&thisBinary), &info) && info.dli_fname && *info.dli_fname) {
     if (char *real = ::realpath(info.dli_fname, nullptr)) {
       std::string path(real);
       std::free(real);
@@ -54,8 +53,11 @@ Expected<std::string> kernelHeaderRoot() {
     while (root.size() > 1 && root.back() == '/')
       root.pop_back();
     if (!isFile(root + kMarker))
-      return makeError("$ATTNC_KERNEL_INCLUDE is '" + root + "', which does not hold attnc's "
-                       "kernel headers (no " + root + kMarker + "); point it at a "
+      return makeError("$ATTNC_KERNEL_INCLUDE is '" + root +
+                       "', which does not hold attnc's "
+                       "kernel headers (no " +
+                       root + kMarker +
+                       "); point it at a "
                        "share/attnc/kernels folder of an installation, or unset it");
     return root;
   }
@@ -67,7 +69,8 @@ Expected<std::string> kernelHeaderRoot() {
   const std::string root = parentOf(parentOf(binary)) + "/share/attnc/kernels";
   if (!isFile(root + kMarker))
     return makeError("attnc's kernel headers are not at " + root + " (looked for " + root +
-                     kMarker + ", next to " + binary + "); reinstall attnc (cmake --install), "
+                     kMarker + ", next to " + binary +
+                     "); reinstall attnc (cmake --install), "
                      "or set ATTNC_KERNEL_INCLUDE to the share/attnc/kernels folder");
   return root;
 }

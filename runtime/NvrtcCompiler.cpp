@@ -110,9 +110,8 @@ std::vector<KernelResources> parsePtxasLog(std::string_view log) {
     if (line.rfind("ptxas", 0) != 0)
       continue;
     size_t colon = line.find(':');
-    std::string_view body = colon == std::string_view::npos
-                                ? trim(line.substr(5))
-                                : trim(line.substr(colon + 1));
+    std::string_view body =
+        colon == std::string_view::npos ? trim(line.substr(5)) : trim(line.substr(colon + 1));
     if (body.rfind("Compiling entry function", 0) == 0) {
       KernelResources k;
       k.name = quoted(body, 0);
@@ -222,20 +221,18 @@ Status checkGpuArchSupported(std::string_view arch, int nvrtcMajor) {
   int lastMajor = g->sm < 50 ? 11 : g->sm < 75 ? 12 : 0;
   if (lastMajor && nvrtcMajor > lastMajor) {
     std::string family = gpuArchFamily(g->sm);
-    return makeError(g->str() + (family.empty() ? "" : " (" + family + ")") +
-                     " needs a CUDA " + std::to_string(lastMajor) +
-                     " NVRTC: CUDA " + std::to_string(lastMajor + 1) +
+    return makeError(g->str() + (family.empty() ? "" : " (" + family + ")") + " needs a CUDA " +
+                     std::to_string(lastMajor) + " NVRTC: CUDA " + std::to_string(lastMajor + 1) +
                      ".x dropped it");
   }
   if (loaded) {
     std::vector<int> archs = NvrtcCompiler::supportedArchs();
-    if (!archs.empty() &&
-        std::find(archs.begin(), archs.end(), g->sm) == archs.end()) {
+    if (!archs.empty() && std::find(archs.begin(), archs.end(), g->sm) == archs.end()) {
       std::string list;
       for (int a : archs)
         list += (list.empty() ? "sm_" : ", sm_") + std::to_string(a);
-      return makeError(g->str() + " is not supported by NVRTC " +
-                       NvrtcCompiler::version() + " (it supports " + list + ")");
+      return makeError(g->str() + " is not supported by NVRTC " + NvrtcCompiler::version() +
+                       " (it supports " + list + ")");
     }
   }
   return {};
@@ -296,8 +293,8 @@ namespace {
 /// The fixed options of every compile (see NvrtcCompiler.h), without
 /// include paths.
 std::vector<std::string> baseOptions(const NvrtcOptions &o) {
-  std::vector<std::string> opts = {"--gpu-architecture=" + o.arch,
-                                   "--std=c++17", "-default-device"};
+  std::vector<std::string> opts = {"--gpu-architecture=" + o.arch, "--std=c++17",
+                                   "-default-device"};
   if (o.ptxasVerbose)
     opts.push_back("--ptxas-options=-v");
   return opts;
@@ -314,8 +311,7 @@ std::vector<std::string> NvrtcCompiler::effectiveOptions(const NvrtcOptions &o) 
   return opts;
 }
 
-Expected<Cubin> NvrtcCompiler::compile(const std::string &programName,
-                                       const std::string &source,
+Expected<Cubin> NvrtcCompiler::compile(const std::string &programName, const std::string &source,
                                        const NvrtcOptions &o) const {
   // Refuse unusable archs before NVRTC so the message says what to do.
   if (Status s = checkGpuArchSupported(o.arch); !s)
@@ -366,14 +362,11 @@ Expected<Cubin> NvrtcCompiler::compile(const std::string &programName,
     headerTexts.push_back(text.c_str());
   }
   std::unique_ptr<nvrtcProgram, ProgramDeleter> prog(new nvrtcProgram(nullptr));
-  nvrtcResult r = nvrtcCreateProgram(
-      prog.get(), source.c_str(), programName.c_str(), int(o.headers.size()),
-      headerTexts.data(), headerNames.data());
-  std::string context = programName + " for " + o.arch + "\noptions: " +
-                        joinOptions(out.options);
+  nvrtcResult r = nvrtcCreateProgram(prog.get(), source.c_str(), programName.c_str(),
+                                     int(o.headers.size()), headerTexts.data(), headerNames.data());
+  std::string context = programName + " for " + o.arch + "\noptions: " + joinOptions(out.options);
   if (r != NVRTC_SUCCESS)
-    return makeError("NVRTC could not create program " + context + "\n" +
-                     nvrtcGetErrorString(r));
+    return makeError("NVRTC could not create program " + context + "\n" + nvrtcGetErrorString(r));
   std::vector<const char *> argv;
   for (const std::string &opt : out.options)
     argv.push_back(opt.c_str());
@@ -388,9 +381,8 @@ Expected<Cubin> NvrtcCompiler::compile(const std::string &programName,
       out.log.pop_back();
   }
   if (r != NVRTC_SUCCESS)
-    return makeError("NVRTC failed to compile " + context + "\nerror: " +
-                     nvrtcGetErrorString(r) + "\nlog:\n" +
-                     (out.log.empty() ? std::string("(empty)") : out.log));
+    return makeError("NVRTC failed to compile " + context + "\nerror: " + nvrtcGetErrorString(r) +
+                     "\nlog:\n" + (out.log.empty() ? std::string("(empty)") : out.log));
 
   size_t cubinSize = 0;
   r = nvrtcGetCUBINSize(*prog, &cubinSize);
@@ -404,9 +396,8 @@ Expected<Cubin> NvrtcCompiler::compile(const std::string &programName,
   if (r != NVRTC_SUCCESS)
     return makeError("NVRTC could not return the CUBIN of " + context + "\n" +
                      nvrtcGetErrorString(r));
-  out.compileSeconds = std::chrono::duration<double>(
-                           std::chrono::steady_clock::now() - start)
-                           .count();
+  out.compileSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.kernels = parsePtxasLog(out.log);
   if (cache)
     cache->store(key, KernelCache::packBlobs({out.image, out.log}));

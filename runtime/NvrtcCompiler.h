@@ -62,8 +62,8 @@ std::vector<KernelResources> parsePtxasLog(std::string_view log);
 
 /// A real GPU architecture, "sm_80" or "sm_90a".
 struct GpuArch {
-  int sm = 0;          ///< 80 for sm_80
-  std::string suffix;  ///< "", "a" or "f"
+  int sm = 0;         ///< 80 for sm_80
+  std::string suffix; ///< "", "a" or "f"
   std::string str() const { return "sm_" + std::to_string(sm) + suffix; }
 };
 
@@ -101,14 +101,14 @@ struct NvrtcOptions {
 /// A compiled program.
 struct Cubin {
   std::string programName;
-  std::string arch;                  ///< "sm_80"
-  std::string image;                 ///< CUBIN bytes, for cuModuleLoadData
-  std::string log;                   ///< the full compiler log
+  std::string arch;                     ///< "sm_80"
+  std::string image;                    ///< CUBIN bytes, for cuModuleLoadData
+  std::string log;                      ///< the full compiler log
   std::vector<KernelResources> kernels; ///< parsed from the log
-  std::vector<std::string> options;  ///< as passed to NVRTC
+  std::vector<std::string> options;     ///< as passed to NVRTC
   bool fromCache = false;
-  std::string cacheKey;              ///< hex SHA-256
-  double compileSeconds = 0;         ///< 0 on a cache hit
+  std::string cacheKey;      ///< hex SHA-256
+  double compileSeconds = 0; ///< 0 on a cache hit
 
   /// The resources of kernel `name`, or null.
   const KernelResources *kernel(std::string_view name) const;
@@ -122,8 +122,7 @@ public:
   /// Compiles `source` (named `programName` in diagnostics, e.g.
   /// "attnc_fwd_dense.cu"). Errors carry the program name, the arch, the
   /// full option list and the complete compiler log.
-  Expected<Cubin> compile(const std::string &programName,
-                          const std::string &source,
+  Expected<Cubin> compile(const std::string &programName, const std::string &source,
                           const NvrtcOptions &options) const;
 
   /// The option list compile() passes to NVRTC for `options`.

@@ -2,8 +2,8 @@
 //
 // The generator behind everything random that must replay exactly: LSH
 // rotations (drawn the same on every target and on recomputation), and
-// dropout masks (the same mask on the forward and on recomputation). A value depends only on (seed, counter), never on
-// how many were drawn before or on which thread draws it (Salmon et al.,
+// dropout masks (the same mask on the forward and on recomputation). A value depends only on (seed,
+// counter), never on how many were drawn before or on which thread draws it (Salmon et al.,
 // "Parallel random numbers: as easy as 1, 2, 3", SC'11).
 //
 // lshRotation(seed, stream, index): N(0, 1) sample number `index` of

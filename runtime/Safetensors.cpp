@@ -19,11 +19,11 @@ struct DTypeInfo {
   const char *name;
   size_t size;
 };
-constexpr DTypeInfo kDTypes[] = {
-    {DType::F64, "F64", 8}, {DType::F32, "F32", 4}, {DType::F16, "F16", 2},
-    {DType::BF16, "BF16", 2}, {DType::I64, "I64", 8}, {DType::I32, "I32", 4},
-    {DType::I16, "I16", 2}, {DType::I8, "I8", 1},   {DType::U8, "U8", 1},
-    {DType::Bool, "BOOL", 1}};
+constexpr DTypeInfo kDTypes[] = {{DType::F64, "F64", 8}, {DType::F32, "F32", 4},
+                                 {DType::F16, "F16", 2}, {DType::BF16, "BF16", 2},
+                                 {DType::I64, "I64", 8}, {DType::I32, "I32", 4},
+                                 {DType::I16, "I16", 2}, {DType::I8, "I8", 1},
+                                 {DType::U8, "U8", 1},   {DType::Bool, "BOOL", 1}};
 
 /// Header JSON larger than this is refused (real headers are kilobytes).
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;
@@ -103,8 +103,8 @@ bool parse(const std::vector<uint8_t> &bytes, const std::string &name, File &out
   const uint8_t *dataBegin = bytes.data() + 8 + headerLen;
   uint64_t dataSize = bytes.size() - 8 - headerLen;
 
-  nlohmann::json header = nlohmann::json::parse(
-      bytes.begin() + 8, bytes.begin() + 8 + headerLen, nullptr, /*exceptions=*/false);
+  nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + headerLen,
+                                                nullptr, /*exceptions=*/false);
   if (header.is_discarded() || !header.is_object())
     return bad("the header is not a JSON object");
 
@@ -154,13 +154,11 @@ bool parse(const std::vector<uint8_t> &bytes, const std::string &name, File &out
       return badTensor("data_offsets must be [begin, end]");
     uint64_t begin = offs[0].get<uint64_t>(), end = offs[1].get<uint64_t>();
     if (begin > end || end > dataSize)
-      return badTensor("data_offsets [" + std::to_string(begin) + ", " +
-                       std::to_string(end) + "] outside the data section of " +
-                       std::to_string(dataSize) + " bytes");
+      return badTensor("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                       "] outside the data section of " + std::to_string(dataSize) + " bytes");
     if (end - begin != numel * info->size)
-      return badTensor("holds " + std::to_string(end - begin) + " bytes but " +
-                       info->name + " " + t.shapeStr() + " needs " +
-                       std::to_string(numel * info->size));
+      return badTensor("holds " + std::to_string(end - begin) + " bytes but " + info->name + " " +
+                       t.shapeStr() + " needs " + std::to_string(numel * info->size));
     t.data.assign(dataBegin + begin, dataBegin + end);
     ranges.push_back({begin, end});
     out.tensors.emplace(key, std::move(t));

@@ -47,8 +47,7 @@ struct File {
 /// file and, where it applies, the tensor and the offending value.
 bool read(const std::string &path, File &out, std::string &err);
 /// Parses an in-memory safetensors image (used by read() and the tests).
-bool parse(const std::vector<uint8_t> &bytes, const std::string &name, File &out,
-           std::string &err);
+bool parse(const std::vector<uint8_t> &bytes, const std::string &name, File &out, std::string &err);
 /// Serialises `file`; tensors are laid out in name order.
 std::vector<uint8_t> serialize(const File &file);
 /// Writes `file` to `path` atomically: a reader sees the old file or the new

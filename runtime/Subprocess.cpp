@@ -45,8 +45,7 @@ std::string ProcessResult::describe() const {
     return buf;
   }
   if (signal)
-    return "killed by signal " + std::to_string(signal) + " (" +
-           strsignal(signal) + ")";
+    return "killed by signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
   return "exit status " + std::to_string(exitCode);
 }
 
@@ -55,10 +54,9 @@ std::string formatCommand(const std::vector<std::string> &argv) {
   for (const std::string &a : argv) {
     if (!s.empty())
       s += ' ';
-    bool plain = !a.empty() && a.find_first_not_of(
-                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOP"
-                                   "QRSTUVWXYZ0123456789-_=+./,:@%") ==
-                                   std::string::npos;
+    bool plain =
+        !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOP"
+                                          "QRSTUVWXYZ0123456789-_=+./,:@%") == std::string::npos;
     if (plain) {
       s += a;
       continue;
@@ -71,8 +69,8 @@ std::string formatCommand(const std::vector<std::string> &argv) {
   return s;
 }
 
-Expected<ProcessResult> runProcess(const std::vector<std::string> &argv,
-                                   double timeoutSeconds, size_t maxOutputBytes) {
+Expected<ProcessResult> runProcess(const std::vector<std::string> &argv, double timeoutSeconds,
+                                   size_t maxOutputBytes) {
   if (argv.empty() || argv[0].empty())
     return makeError("no program to run");
   int pipeFds[2];
@@ -103,8 +101,7 @@ Expected<ProcessResult> runProcess(const std::vector<std::string> &argv,
 
   auto start = Clock::now();
   pid_t pid = -1;
-  int err = ::posix_spawnp(&pid, cargv[0], &setup.actions, &setup.attr,
-                           cargv.data(), environ);
+  int err = ::posix_spawnp(&pid, cargv[0], &setup.actions, &setup.attr, cargv.data(), environ);
   ::close(pipeFds[1]);
   if (err != 0) {
     ::close(pipeFds[0]);
@@ -122,9 +119,8 @@ Expected<ProcessResult> runProcess(const std::vector<std::string> &argv,
   for (;;) {
     int waitMs = -1;
     if (timeoutSeconds > 0) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      deadline - Clock::now())
-                      .count();
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) {
         res.timedOut = true;
         break;
@@ -173,8 +169,7 @@ Expected<ProcessResult> runProcess(const std::vector<std::string> &argv,
     res.signal = WTERMSIG(status);
   }
   if (truncated)
-    res.output += "\n[output truncated after " + std::to_string(maxOutputBytes) +
-                  " bytes]\n";
+    res.output += "\n[output truncated after " + std::to_string(maxOutputBytes) + " bytes]\n";
   return res;
 }
 

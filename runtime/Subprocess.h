@@ -32,8 +32,7 @@ struct ProcessResult {
 /// /dev/null. Fails only when the program cannot be started; a program that
 /// fails or times out is a ProcessResult saying so. `timeoutSeconds` <= 0
 /// means no limit. Output beyond `maxOutputBytes` is dropped (with a note).
-Expected<ProcessResult> runProcess(const std::vector<std::string> &argv,
-                                   double timeoutSeconds,
+Expected<ProcessResult> runProcess(const std::vector<std::string> &argv, double timeoutSeconds,
                                    size_t maxOutputBytes = 16u << 20);
 
 /// The command line as a shell would need it, for messages.

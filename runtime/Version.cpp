@@ -9,8 +9,7 @@ namespace attnc {
 const char *attncVersion() { return "0.1.0"; }
 
 std::string cudaToolkitVersion() {
-  return std::to_string(CUDA_VERSION / 1000) + "." +
-         std::to_string((CUDA_VERSION % 1000) / 10);
+  return std::to_string(CUDA_VERSION / 1000) + "." + std::to_string((CUDA_VERSION % 1000) / 10);
 }
 
 std::string nvrtcVersion() {

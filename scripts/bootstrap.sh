@@ -3,7 +3,7 @@
 # CUDA 13 cannot come from Debian: it is expected at /usr/local/cuda.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ python3 libgtest-dev
+packages=(cmake ninja-build g++ python3 libgtest-dev clang-format
           llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
           libcli11-dev nlohmann-json3-dev libopenblas-dev)
 

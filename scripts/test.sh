@@ -7,6 +7,9 @@ build="$root/build"
 
 "$root/scripts/build.sh" "$build"
 
+# The sources follow .clang-format (scripts/format.sh --fix rewrites them).
+"$root/scripts/format.sh"
+
 # The runtime-only configuration (what the GPU machine builds): no MLIR.
 rt="$root/build-runtime-only"
 if [ ! -f "$rt/build.ninja" ]; then

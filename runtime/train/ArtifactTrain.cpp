@@ -32,8 +32,10 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
                      "; training runs compiled steps for cpu and cuda");
   for (const ManifestModel &m : manifest->models)
     if (gpu && m.stepAbi != ATTNC_CUDA_STEP_ABI)
-      return makeError(manifestPath + ": the CUDA step of " + m.name + " was compiled for step "
-                       "ABI " + std::to_string(m.stepAbi) + ", this runtime runs ABI " +
+      return makeError(manifestPath + ": the CUDA step of " + m.name +
+                       " was compiled for step "
+                       "ABI " +
+                       std::to_string(m.stepAbi) + ", this runtime runs ABI " +
                        std::to_string(ATTNC_CUDA_STEP_ABI) +
                        "; recompile it with this attnc (attnc compile --target cuda)");
   if (gpu)
@@ -54,16 +56,17 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
     return makeError(manifestPath + " has no compiled model (the spec has none, or the "
                                     "artifact predates whole-model compilation)");
   if (!mm || (opt.model.empty() && manifest->models.size() > 1))
-    return makeError(opt.model.empty()
-                         ? manifestPath + " has several models (" + names + "); name one with --model"
-                         : "no model '" + opt.model + "' in " + manifestPath + " (it has: " +
-                               names + ")");
+    return makeError(
+        opt.model.empty()
+            ? manifestPath + " has several models (" + names + "); name one with --model"
+            : "no model '" + opt.model + "' in " + manifestPath + " (it has: " + names + ")");
   if (opt.batch && opt.batch != mm->batch)
     return makeError("--batch " + std::to_string(opt.batch) + ": " + opt.dir +
                      " planned the step of " + mm->name + " for batch " +
                      std::to_string(mm->batch) + " (attnc compile --plan-batch " +
                      std::to_string(opt.batch) + " plans another)");
-  Expected<ModelConfig> config = modelConfigFromJson(mm->configJson, manifestPath + ": " + mm->name + ".config");
+  Expected<ModelConfig> config =
+      modelConfigFromJson(mm->configJson, manifestPath + ": " + mm->name + ".config");
   if (!config)
     return config.takeError();
   config->dropoutSeed = opt.seed;
@@ -104,14 +107,13 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
     if (!dirs)
       return dirs.takeError();
     NvrtcCompiler nvrtc(&KernelCache::processDefault());
-    Expected<CudaAttention> kernels = CudaAttention::compile(
-        *kernelSource, dev->arch(), fwd->dtype, fwd->desc, bwd->desc, *dirs, nvrtc);
+    Expected<CudaAttention> kernels = CudaAttention::compile(*kernelSource, dev->arch(), fwd->dtype,
+                                                             fwd->desc, bwd->desc, *dirs, nvrtc);
     if (!kernels)
       return kernels.takeError();
     auto attention = std::make_shared<CudaAttention>(std::move(*kernels));
     attentionFn = [attention](const AttentionInputs &in) { return attention->run(in); };
-    std::cerr << "attnc-rt train: on " << dev->describe() << ", GEMMs in " << precision
-              << "\n";
+    std::cerr << "attnc-rt train: on " << dev->describe() << ", GEMMs in " << precision << "\n";
   } else {
     Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
     if (!dirs)
@@ -165,8 +167,8 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
   to.stepState = [compiled] { return compiled->stepState(); };
   to.restoreStepState = [compiled](const std::string &s) { return compiled->restoreStepState(s); };
   std::cerr << "attnc-rt train: " << mm->name << " from " << opt.dir << " (" << model.numParams()
-            << " parameters; compiled " << (gpu ? "CUDA " : "") << "step, arena " << mm->arenaBytes / 1024 << " KiB) on "
-            << data->describe() << "\n";
+            << " parameters; compiled " << (gpu ? "CUDA " : "") << "step, arena "
+            << mm->arenaBytes / 1024 << " KiB) on " << data->describe() << "\n";
   Expected<TrainSummary> s = train(model, *data, to, std::cerr);
   if (!s)
     return s.takeError();
@@ -176,8 +178,7 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
      << s->eval.bitsPerByte << " bits/byte), accuracy " << s->eval.accuracy << "\n"
      << (gpu && precision == "fp16"
              ? "fp16 loss scale " + std::to_string(compiled->lossScale()) + ", " +
-                   std::to_string(compiled->overflowReruns()) +
-                   " step(s) rerun after an overflow\n"
+                   std::to_string(compiled->overflowReruns()) + " step(s) rerun after an overflow\n"
              : std::string())
      << "wrote " << opt.out << "/{latest.json,train.csv,loss.svg}\n";
   return {};

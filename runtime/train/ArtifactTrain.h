@@ -31,8 +31,8 @@ struct ArtifactTrainOptions {
   /// CUDA artifacts: the GEMMs' (StepPrecision); auto: the attention
   /// kernels' dtype (the model's).
   std::string precision = "auto";
-  float lossScale = 0;           ///< fp16: the initial loss scale (0: LossScaler's)
-  bool hostOptimizer = false;    ///< CUDA artifacts: AdamW on the host, not the device
+  float lossScale = 0;        ///< fp16: the initial loss scale (0: LossScaler's)
+  bool hostOptimizer = false; ///< CUDA artifacts: AdamW on the host, not the device
 };
 
 /// Trains the artifact's model; the report goes to `os`, progress to stderr.

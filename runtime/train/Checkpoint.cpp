@@ -55,9 +55,7 @@ std::string join(const std::string &dir, const std::string &name) {
 }
 
 std::string jsonName(int64_t step) { return "ckpt-" + std::to_string(step) + ".json"; }
-std::string tensorsName(int64_t step) {
-  return "ckpt-" + std::to_string(step) + ".safetensors";
-}
+std::string tensorsName(int64_t step) { return "ckpt-" + std::to_string(step) + ".safetensors"; }
 
 /// "ckpt-<digits>" then `suffix` (after an optional "-<hex>" for tensors);
 /// the step, or -1.
@@ -84,8 +82,8 @@ int64_t parseStep(const std::string &name, const std::string &suffix, bool allow
 
 /// A plain file name inside the run directory (no path components).
 bool plainName(const std::string &name) {
-  return !name.empty() && name != "." && name != ".." &&
-         name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
 }
 
 Expected<nlohmann::json> readJson(const std::string &path) {
@@ -142,8 +140,7 @@ void removeStaleTemporaries(const std::string &dir) {
 /// written, `current`), and tensors files of `current` other than
 /// `currentTensors`. Checkpoints with a larger step than `current` (left by
 /// a run killed before it published them) are left alone. Best effort.
-void prune(const std::string &dir, int64_t current, const std::string &currentTensors,
-           int keep) {
+void prune(const std::string &dir, int64_t current, const std::string &currentTensors, int keep) {
   std::set<int64_t> jsonSteps;
   std::map<int64_t, std::vector<std::string>> tensorFiles;
   std::error_code ec;
@@ -259,8 +256,7 @@ Expected<Checkpoint> loadLatestCheckpoint(const std::string &dir,
   const std::string lpath = join(dir, kLatest);
   std::error_code ec;
   if (!std::filesystem::exists(lpath, ec))
-    return makeError("no checkpoint in '" + dir + "' (no " + kLatest +
-                     "): nothing to resume");
+    return makeError("no checkpoint in '" + dir + "' (no " + kLatest + "): nothing to resume");
 
   std::string jpath;
   nlohmann::json meta;
@@ -273,8 +269,8 @@ Expected<Checkpoint> loadLatestCheckpoint(const std::string &dir,
       return makeError("checkpoint file '" + lpath + "' is corrupt: no \"checkpoint\" name");
     std::string jname = l["checkpoint"].get<std::string>();
     if (!plainName(jname))
-      return makeError("checkpoint file '" + lpath + "' is corrupt: bad checkpoint name '" +
-                       jname + "'");
+      return makeError("checkpoint file '" + lpath + "' is corrupt: bad checkpoint name '" + jname +
+                       "'");
     jpath = join(dir, jname);
     Expected<nlohmann::json> m = readJson(jpath);
     if (!m)
@@ -288,8 +284,7 @@ Expected<Checkpoint> loadLatestCheckpoint(const std::string &dir,
                        "; this build reads " + std::to_string(kFormatVersion) + ")");
     for (const char *key : {"step", "spec_hash", "tensors", "tensors_sha256"})
       if (!meta.contains(key))
-        return makeError("checkpoint '" + jpath + "' is corrupt: field \"" + key +
-                         "\" is missing");
+        return makeError("checkpoint '" + jpath + "' is corrupt: field \"" + key + "\" is missing");
     if (!meta["step"].is_number_integer() || !meta["spec_hash"].is_string() ||
         !meta["tensors"].is_string() || !meta["tensors_sha256"].is_string())
       return makeError("checkpoint '" + jpath + "' is corrupt: a field has the wrong type");
@@ -310,8 +305,8 @@ Expected<Checkpoint> loadLatestCheckpoint(const std::string &dir,
 
   const std::string tname = meta["tensors"].get<std::string>();
   if (!plainName(tname))
-    return makeError("checkpoint '" + jpath + "' is corrupt: bad tensors file name '" +
-                     tname + "'");
+    return makeError("checkpoint '" + jpath + "' is corrupt: bad tensors file name '" + tname +
+                     "'");
   const std::string tpath = join(dir, tname);
   Expected<std::string> data = fs::readFile(tpath);
   if (!data)

@@ -31,8 +31,8 @@ namespace attnc::train {
 struct Checkpoint {
   int64_t step = 0;
   std::string specHash;
-  st::File tensors;      ///< weights and optimizer state
-  nlohmann::json state;  ///< anything else the trainer needs to resume exactly
+  st::File tensors;     ///< weights and optimizer state
+  nlohmann::json state; ///< anything else the trainer needs to resume exactly
 };
 
 /// Writes `ckpt` into `dir` (created if missing) atomically and makes it the

@@ -27,9 +27,7 @@ st::Tensor tensorOf(const float *p, std::vector<int64_t> shape) {
   return st::Tensor::f32(std::move(shape), std::vector<float>(p, p + n));
 }
 
-void copyOut(const st::Tensor &t, float *dst) {
-  std::memcpy(dst, t.data.data(), t.data.size());
-}
+void copyOut(const st::Tensor &t, float *dst) { std::memcpy(dst, t.data.data(), t.data.size()); }
 
 /// The CUDA step's translation unit under the emulator: the emulator, the
 /// kernels, the host code, and the launch the runtime calls (the emulator's
@@ -51,11 +49,13 @@ std::string cudaSimSource(const CompiledStepDesc &d) {
          ": 1;\n}\n"
          "extern \"C\" int attnc_simt_run_optimizer(const char *name, long long blocks, "
          "const void *args) {\n"
-         "  if (!std::strcmp(name, \"attnc_opt_grad_sumsq\")) return attnc_simt_run_struct(attnc_opt_grad_sumsq, "
+         "  if (!std::strcmp(name, \"attnc_opt_grad_sumsq\")) return "
+         "attnc_simt_run_struct(attnc_opt_grad_sumsq, "
          "blocks, args);\n"
          "  if (!std::strcmp(name, \"attnc_opt_grad_finalize\")) return "
          "attnc_simt_run_struct(attnc_opt_grad_finalize, blocks, args);\n"
-         "  if (!std::strcmp(name, \"attnc_opt_adamw\")) return attnc_simt_run_struct(attnc_opt_adamw, blocks, "
+         "  if (!std::strcmp(name, \"attnc_opt_adamw\")) return "
+         "attnc_simt_run_struct(attnc_opt_adamw, blocks, "
          "args);\n"
          "  return 2;\n}\n";
 }
@@ -66,10 +66,11 @@ CompiledStep::CompiledStep(CompiledStepDesc desc, Model &model, AttentionFn atte
                            SharedObject so)
     : desc_(std::move(desc)), model_(model), attention_(std::move(attention)), so_(std::move(so)) {}
 
-Expected<std::unique_ptr<CompiledStep>>
-CompiledStep::create(CompiledStepDesc desc, Model &model, AttentionFn attention,
-                     const HostCompiler &compiler, StepEngine engine,
-                     const StepPrecision &precision) {
+Expected<std::unique_ptr<CompiledStep>> CompiledStep::create(CompiledStepDesc desc, Model &model,
+                                                             AttentionFn attention,
+                                                             const HostCompiler &compiler,
+                                                             StepEngine engine,
+                                                             const StepPrecision &precision) {
   const bool sim = engine == StepEngine::CudaSim, gpu = engine == StepEngine::Cuda;
   Expected<std::vector<std::string>> includeDirs =
       kernelIncludeDirs(sim   ? KernelFamily::CudaEmulator

@@ -19,7 +19,7 @@
 #include <memory>
 
 struct attnc_model_env; // attnc/abi/cpu_step_env.h
-struct attnc_cuda_env; // attnc/abi/model_step_env.h
+struct attnc_cuda_env;  // attnc/abi/model_step_env.h
 
 namespace attnc::train {
 
@@ -122,14 +122,14 @@ private:
   /// (in program order) as the error and returns true.
   Status resetChecks();
   Expected<bool> readChecks();
-  int attendOnDevice(int64_t layer, const float *const *in, const float *dout,
-                     float *const *out, const float *forwardOut, const float *forwardLse);
+  int attendOnDevice(int64_t layer, const float *const *in, const float *dout, float *const *out,
+                     const float *forwardOut, const float *forwardLse);
   std::shared_ptr<CudaState> cuda_; ///< shared_ptr: CudaState is complete in one file only
   int attend(int64_t layer, const float *const *in, const float *dout, float *const *out,
              const float *forwardOut, const float *forwardLse);
 
-  using StepFn = int(const attnc_model_env *env, char *arena, void *const *args, float *const *grads,
-                     float *loss);
+  using StepFn = int(const attnc_model_env *env, char *arena, void *const *args,
+                     float *const *grads, float *loss);
   CompiledStepDesc desc_;
   StepEngine engine_ = StepEngine::Cpu;
   int64_t overflowReruns_ = 0;

@@ -47,7 +47,7 @@ struct CompiledStep::CudaState {
   OptStepState lastState{};      ///< ... as read back
   long long *decayRanges = nullptr;
   int numDecayRanges = 0;
-  bool resident = false; ///< the device holds the parameters (training)
+  bool resident = false;    ///< the device holds the parameters (training)
   bool hostCurrent = false; ///< ... and the host copies equal them (no update since)
   std::vector<void *> argPtrs;
   std::vector<float *> gradPtrs;
@@ -137,8 +137,8 @@ Status CompiledStep::initDevice(std::unique_ptr<StepDevice> device, cuda::GemmPr
   s.partials = static_cast<double *>(*partials);
   s.state = static_cast<OptStepState *>(*state);
   if (!ranges->empty())
-    if (Status st = s.device->upload(s.decayRanges, ranges->data(),
-                                     sizeof(long long) * ranges->size());
+    if (Status st =
+            s.device->upload(s.decayRanges, ranges->data(), sizeof(long long) * ranges->size());
         !st)
       return st.takeError();
 
@@ -202,8 +202,8 @@ int CompiledStep::attendOnDevice(int64_t layer, const float *const *in, const fl
   const size_t rot = size_t(c.lshRounds) * Dh * size_t(c.lshBuckets / 2);
   const size_t par = c.headParams.size() * H;
   // q, k, v, E, F, rotations, params; then dout, and the forward's out, lse.
-  const float *src[10] = {in[0], in[1], in[2], in[3], in[4], in[5], in[6], dout, forwardOut,
-                          forwardLse};
+  const float *src[10] = {in[0], in[1], in[2], in[3],      in[4],
+                          in[5], in[6], dout,  forwardOut, forwardLse};
   const size_t inSize[10] = {bhsd, bhsd, bhsd, e, e, rot, par, bhsd, bhsd, bhs};
   s.hostIn.resize(10);
   const float *host[10] = {};
@@ -447,8 +447,8 @@ Status CompiledStep::upload(const AdamW &adam) {
     if (Status st = s.device->upload(s.weights + seg.offset, params[i].value, bytes); !st)
       return st;
     // A parameter without moments yet (before the first step) starts at 0.
-    for (auto [moments, dst] : {std::pair{&adam.firstMoments(), s.m},
-                                std::pair{&adam.secondMoments(), s.v}}) {
+    for (auto [moments, dst] :
+         {std::pair{&adam.firstMoments(), s.m}, std::pair{&adam.secondMoments(), s.v}}) {
       auto it = moments->find(seg.name);
       Status st = it != moments->end() && !it->second.empty()
                       ? s.device->upload(dst + seg.offset, it->second.data(), bytes)

@@ -64,8 +64,7 @@ int64_t heldOutMaskStep(int64_t index) { return -1 - index; }
 std::string describePaths(const std::vector<std::string> &paths) {
   std::string s = "'" + paths.front() + "'";
   if (paths.size() > 1)
-    s += " and " + std::to_string(paths.size() - 1) + " more path" +
-         (paths.size() > 2 ? "s" : "");
+    s += " and " + std::to_string(paths.size() - 1) + " more path" + (paths.size() > 2 ? "s" : "");
   return s;
 }
 
@@ -103,8 +102,8 @@ Status listDirectory(const std::string &dir, std::vector<std::string> &files) {
 
 } // namespace
 
-Expected<ByteCorpus> ByteCorpus::load(const std::vector<std::string> &paths,
-                                      double heldOutFraction, int seq) {
+Expected<ByteCorpus> ByteCorpus::load(const std::vector<std::string> &paths, double heldOutFraction,
+                                      int seq) {
   if (paths.empty())
     return makeError("no corpus paths given");
   if (!(heldOutFraction >= 0.0 && heldOutFraction < 1.0))
@@ -127,8 +126,7 @@ Expected<ByteCorpus> ByteCorpus::load(const std::vector<std::string> &paths,
       files.push_back(path);
     } else {
       // Opening a FIFO would block; a device is not a corpus.
-      return makeError("cannot read corpus path '" + path +
-                       "': not a regular file or a directory");
+      return makeError("cannot read corpus path '" + path + "': not a regular file or a directory");
     }
   }
 
@@ -144,9 +142,9 @@ Expected<ByteCorpus> ByteCorpus::load(const std::vector<std::string> &paths,
 
   const int64_t n = int64_t(c.bytes_.size());
   const int64_t window = int64_t(seq) + 1;
-  const std::string what = "corpus " + describePaths(paths) + " (" +
-                           std::to_string(files.size()) + " file" +
-                           (files.size() == 1 ? "" : "s") + ", " + std::to_string(n) + " bytes)";
+  const std::string what = "corpus " + describePaths(paths) + " (" + std::to_string(files.size()) +
+                           " file" + (files.size() == 1 ? "" : "s") + ", " + std::to_string(n) +
+                           " bytes)";
   if (n < window)
     return makeError(what + " is shorter than one sequence: seq " + std::to_string(seq) +
                      " needs at least " + std::to_string(window) + " bytes");
@@ -174,9 +172,8 @@ Expected<ByteCorpus> ByteCorpus::load(const std::vector<std::string> &paths,
     while (need - heldFor(need) < window)
       ++need;
     return makeError(what + " leaves " + std::to_string(n - held) +
-                     " bytes to train on with held-out fraction " +
-                     fractionText(heldOutFraction) + ": seq " + std::to_string(seq) +
-                     " needs at least " + std::to_string(window) +
+                     " bytes to train on with held-out fraction " + fractionText(heldOutFraction) +
+                     ": seq " + std::to_string(seq) + " needs at least " + std::to_string(window) +
                      ", i.e. a corpus of at least " + std::to_string(need) +
                      " bytes or a smaller held-out fraction");
   }

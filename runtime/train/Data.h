@@ -62,8 +62,7 @@ public:
   /// MLM batches: the same windows (S bytes), then maskTokens(); held-out
   /// batch `index` is masked with step −1 − index (never a training step).
   Batch mlmBatch(uint64_t seed, int64_t step, int B, int S, int maskToken, int vocab) const;
-  Batch heldOutMlmBatch(int64_t index, int B, int S, uint64_t seed, int maskToken,
-                        int vocab) const;
+  Batch heldOutMlmBatch(int64_t index, int B, int S, uint64_t seed, int maskToken, int vocab) const;
 
 private:
   std::vector<uint8_t> bytes_;

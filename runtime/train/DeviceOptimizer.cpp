@@ -26,8 +26,7 @@ OptAdamWArgs adamWStepArgs(const AdamWConfig &c, int64_t step) {
   return a;
 }
 
-Expected<std::vector<long long>> decayRanges(const std::vector<FlatSegment> &segments,
-                                             int64_t n) {
+Expected<std::vector<long long>> decayRanges(const std::vector<FlatSegment> &segments, int64_t n) {
   std::vector<const FlatSegment *> sorted;
   for (const FlatSegment &s : segments) {
     if (s.size < 0 || s.offset < 0 || s.offset > n || s.size > n - s.offset)
@@ -37,8 +36,9 @@ Expected<std::vector<long long>> decayRanges(const std::vector<FlatSegment> &seg
     if (s.size > 0)
       sorted.push_back(&s);
   }
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const FlatSegment *a, const FlatSegment *b) { return a->offset < b->offset; });
+  std::stable_sort(sorted.begin(), sorted.end(), [](const FlatSegment *a, const FlatSegment *b) {
+    return a->offset < b->offset;
+  });
   std::vector<long long> ranges;
   for (size_t i = 0; i < sorted.size(); ++i) {
     const FlatSegment &s = *sorted[i];

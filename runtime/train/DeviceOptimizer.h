@@ -38,8 +38,7 @@ struct FlatSegment {
 /// end) ranges of the segments with decay, sorted, adjacent ones merged,
 /// flattened as begin0, end0, begin1, ... Empty segments are ignored.
 /// Errors name a segment outside [0, n) or two that overlap.
-Expected<std::vector<long long>> decayRanges(const std::vector<FlatSegment> &segments,
-                                             int64_t n);
+Expected<std::vector<long long>> decayRanges(const std::vector<FlatSegment> &segments, int64_t n);
 
 } // namespace attnc::train
 

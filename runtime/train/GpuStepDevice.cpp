@@ -84,8 +84,8 @@ private:
       return s;
     if (blocks == 0)
       return {};
-    return cuda::launchKernel(it->second, {unsigned(blocks), 1, 1}, {unsigned(threads), 1, 1},
-                              0, nullptr, args);
+    return cuda::launchKernel(it->second, {unsigned(blocks), 1, 1}, {unsigned(threads), 1, 1}, 0,
+                              nullptr, args);
   }
 
   cuda::Context ctx_;
@@ -100,8 +100,7 @@ private:
 
 Expected<std::unique_ptr<StepDevice>>
 createGpuStepDevice(const std::string &kernelSource, const std::string &programName,
-                    const std::vector<std::string> &includeDirs,
-                    cuda::GemmPrecision precision) {
+                    const std::vector<std::string> &includeDirs, cuda::GemmPrecision precision) {
   Expected<const cuda::Driver *> driver = cuda::Driver::get();
   if (!driver)
     return driver.takeError();
@@ -121,9 +120,8 @@ createGpuStepDevice(const std::string &kernelSource, const std::string &programN
   Expected<std::unique_ptr<cuda::Cublas>> blas = cuda::Cublas::create();
   if (!blas)
     return blas.takeError();
-  return std::unique_ptr<StepDevice>(
-      new GpuStepDevice(std::move(*ctx), std::move(*module), std::move(*blas),
-                        precision, **driver));
+  return std::unique_ptr<StepDevice>(new GpuStepDevice(std::move(*ctx), std::move(*module),
+                                                       std::move(*blas), precision, **driver));
 }
 
 } // namespace attnc::train

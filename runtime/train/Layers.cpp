@@ -71,8 +71,8 @@ constexpr int64_t kRowBlock = 128;
 // transposed operands need no copy beyond the packing.
 //===----------------------------------------------------------------------===//
 
-constexpr int MR = 6;  // rows per micro tile
-constexpr int NR = 16; // columns per micro tile (= one packed panel)
+constexpr int MR = 6;      // rows per micro tile
+constexpr int NR = 16;     // columns per micro tile (= one packed panel)
 constexpr int64_t MB = 96; // rows per OpenMP task
 
 typedef float v8 __attribute__((vector_size(32)));
@@ -109,9 +109,8 @@ PackedB packB(const float *src, int64_t sk, int64_t sj, int K, int N) {
 /// j0..j0+nc-1. Rows past mr reuse the last row's data and are discarded, so
 /// every stored element went through the identical instruction sequence.
 __attribute__((always_inline)) inline void microTile(const float *A, int64_t lda, int mr,
-                                                     const float *Bp, int K, float *C,
-                                                     int64_t ldc, int nc, const float *bias,
-                                                     bool accumulate) {
+                                                     const float *Bp, int K, float *C, int64_t ldc,
+                                                     int nc, const float *bias, bool accumulate) {
   const float *a[MR];
   for (int r = 0; r < MR; ++r)
     a[r] = A + (r < mr ? r : mr - 1) * lda;
@@ -147,14 +146,14 @@ __attribute__((always_inline)) inline void microTile(const float *A, int64_t lda
 
 /// Rows [i0, i1) of panel p.
 __attribute__((always_inline)) inline void macroTile(const float *A, int64_t lda, int64_t i0,
-                                                     int64_t i1, const PackedB &B, int p,
-                                                     float *C, int64_t ldc, const float *bias,
+                                                     int64_t i1, const PackedB &B, int p, float *C,
+                                                     int64_t ldc, const float *bias,
                                                      bool accumulate) {
   int j0 = p * NR, nc = std::min(NR, B.N - j0);
   const float *Bp = B.panel(p);
   for (int64_t i = i0; i < i1; i += MR)
-    microTile(A + i * lda, lda, int(std::min<int64_t>(MR, i1 - i)), Bp, B.K, C + i * ldc + j0,
-              ldc, nc, bias ? bias + j0 : nullptr, accumulate);
+    microTile(A + i * lda, lda, int(std::min<int64_t>(MR, i1 - i)), Bp, B.K, C + i * ldc + j0, ldc,
+              nc, bias ? bias + j0 : nullptr, accumulate);
 }
 
 using MacroFn = void (*)(const float *, int64_t, int64_t, int64_t, const PackedB &, int, float *,
@@ -240,8 +239,8 @@ void columnSums(const float *a, int64_t rows, int cols, float *out) {
 //===----------------------------------------------------------------------===//
 
 /// y[M, N] (=|+=) x[M, K]·w[K, N] with the loop GEMM (row-invariant).
-void gemmLoopNN(const float *x, const float *w, const float *b, float *y, int64_t M, int K,
-                int N, bool accumulate) {
+void gemmLoopNN(const float *x, const float *w, const float *b, float *y, int64_t M, int K, int N,
+                bool accumulate) {
   PackedB pw = packB(w, N, 1, K, N);
   gemmPacked(x, K, M, pw, y, N, b, accumulate);
 }
@@ -258,8 +257,7 @@ void gemmNN(const float *x, const float *w, float *y, int64_t M, int K, int N, b
 }
 
 /// dx[M, K] (=|+=) dy[M, N]·w[K, N]ᵀ.
-void gemmNT(const float *dy, const float *w, float *dx, int64_t M, int K, int N,
-            bool accumulate) {
+void gemmNT(const float *dy, const float *w, float *dx, int64_t M, int K, int N, bool accumulate) {
 #if defined(ATTNC_TRAIN_HAVE_CBLAS)
   if (N > 0) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), K, N, 1.0f, dy, N, w, N,
@@ -311,8 +309,8 @@ typedef int32_t v4i __attribute__((vector_size(16)));
 
 inline v4 splat(float c) { return v4{c, c, c, c}; }
 
-/// e^x on 4 lanes (SSE width: no ABI change without AVX): Cephes' polynomial with the 1.5·2^23 rounding trick (the
-/// scheme of codegen/kernels/cpu/attnc/common.h's expf_fast), a few ulp.
+/// e^x on 4 lanes (SSE width: no ABI change without AVX): Cephes' polynomial with the 1.5·2^23
+/// rounding trick (the scheme of codegen/kernels/cpu/attnc/common.h's expf_fast), a few ulp.
 /// Written on vector types because the scalar form does not vectorise
 /// without -fno-trapping-math, and libm's tanhf/expf calls cost more than
 /// the FFN's GEMMs. Inputs clamp to [−87.3, 88]; below, 0.
@@ -357,8 +355,7 @@ inline v4 reluGrad(v4 x) { return x > 0.0f ? splat(1.0f) : splat(0.0f); }
 /// out[i] = f(in[i]) (mul: out[i] *= f(in[i])) 4 lanes at a time; the tail
 /// goes through the same vector code (zero-padded), so every element gets
 /// the same arithmetic wherever it sits.
-template <bool Mul, class F>
-void mapLanes(F f, const float *in, float *out, int64_t n) {
+template <bool Mul, class F> void mapLanes(F f, const float *in, float *out, int64_t n) {
   int64_t blocks = (n + 3) / 4;
 #pragma omp parallel for schedule(static) if (n > 16384)
   for (int64_t b = 0; b < blocks; ++b) {
@@ -375,18 +372,24 @@ void mapLanes(F f, const float *in, float *out, int64_t n) {
 /// out[i] = act(in[i]) (in == out allowed).
 void applyAct(Activation a, const float *in, float *out, int64_t n) {
   switch (a) {
-  case Activation::Relu: return mapLanes<false>([](v4 x) { return relu(x); }, in, out, n);
-  case Activation::Gelu: return mapLanes<false>([](v4 x) { return gelu(x); }, in, out, n);
-  case Activation::Silu: return mapLanes<false>([](v4 x) { return silu(x); }, in, out, n);
+  case Activation::Relu:
+    return mapLanes<false>([](v4 x) { return relu(x); }, in, out, n);
+  case Activation::Gelu:
+    return mapLanes<false>([](v4 x) { return gelu(x); }, in, out, n);
+  case Activation::Silu:
+    return mapLanes<false>([](v4 x) { return silu(x); }, in, out, n);
   }
 }
 
 /// g[i] *= act'(pre[i]).
 void mulActGrad(Activation a, const float *pre, float *g, int64_t n) {
   switch (a) {
-  case Activation::Relu: return mapLanes<true>([](v4 x) { return reluGrad(x); }, pre, g, n);
-  case Activation::Gelu: return mapLanes<true>([](v4 x) { return geluGrad(x); }, pre, g, n);
-  case Activation::Silu: return mapLanes<true>([](v4 x) { return siluGrad(x); }, pre, g, n);
+  case Activation::Relu:
+    return mapLanes<true>([](v4 x) { return reluGrad(x); }, pre, g, n);
+  case Activation::Gelu:
+    return mapLanes<true>([](v4 x) { return geluGrad(x); }, pre, g, n);
+  case Activation::Silu:
+    return mapLanes<true>([](v4 x) { return siluGrad(x); }, pre, g, n);
   }
 }
 
@@ -452,8 +455,8 @@ void embeddingBackward(const int32_t *tokens, const float *dy, float *dtok, floa
 // Layer norm.
 //===----------------------------------------------------------------------===//
 
-void layerNormForward(const float *x, const float *gamma, const float *beta, float *y,
-                      float *mean, float *rstd, int64_t rows, int dim) {
+void layerNormForward(const float *x, const float *gamma, const float *beta, float *y, float *mean,
+                      float *rstd, int64_t rows, int dim) {
 #pragma omp parallel for schedule(static) if (rows * dim > 32768)
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = x + r * dim;
@@ -564,8 +567,8 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, con
     }
 }
 
-void linearForward(const float *x, const float *w, const float *b, float *y, int64_t rows,
-                   int in, int out, bool accumulate) {
+void linearForward(const float *x, const float *w, const float *b, float *y, int64_t rows, int in,
+                   int out, bool accumulate) {
   if (rows <= 0 || out <= 0)
     return;
   gemmNN(x, w, y, rows, in, out, accumulate);
@@ -592,9 +595,9 @@ void linearBackward(const float *dy, const float *x, const float *w, float *dx, 
 // Chunked feed-forward.
 //===----------------------------------------------------------------------===//
 
-void ffnForward(const float *x, const float *w1, const float *b1, const float *w2,
-                const float *b2, float *y, int64_t rows, int dim, int dff, int chunk,
-                Activation act, bool accumulate) {
+void ffnForward(const float *x, const float *w1, const float *b1, const float *w2, const float *b2,
+                float *y, int64_t rows, int dim, int dff, int chunk, Activation act,
+                bool accumulate) {
   if (rows <= 0 || dim <= 0)
     return;
   int64_t ch = chunk <= 0 ? rows : std::min<int64_t>(chunk, rows);
@@ -611,9 +614,9 @@ void ffnForward(const float *x, const float *w1, const float *b1, const float *w
   }
 }
 
-void ffnBackward(const float *dy, const float *x, const float *w1, const float *b1,
-                 const float *w2, float *dx, float *dw1, float *db1, float *dw2, float *db2,
-                 int64_t rows, int dim, int dff, int chunk, Activation act, bool accumulateDx) {
+void ffnBackward(const float *dy, const float *x, const float *w1, const float *b1, const float *w2,
+                 float *dx, float *dw1, float *db1, float *dw2, float *db2, int64_t rows, int dim,
+                 int dff, int chunk, Activation act, bool accumulateDx) {
   if (rows <= 0 || dim <= 0)
     return;
   int64_t ch = chunk <= 0 ? rows : std::min<int64_t>(chunk, rows);
@@ -632,8 +635,7 @@ void ffnBackward(const float *dy, const float *x, const float *w1, const float *
     linearBackward(dyc, ap, w2, dp, dw2, db2, n, dff, dim, false);
     mulActGrad(act, pp, dp, nh);
     // pre = x·w1 + b1: dx = dpre·w1ᵀ, dw1 += xᵀ·dpre, db1 += Σ dpre.
-    linearBackward(dp, xc, w1, dx ? dx + r0 * dim : nullptr, dw1, db1, n, dim, dff,
-                   accumulateDx);
+    linearBackward(dp, xc, w1, dx ? dx + r0 * dim : nullptr, dw1, db1, n, dim, dff, accumulateDx);
   }
 }
 

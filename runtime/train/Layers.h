@@ -31,8 +31,8 @@ void embeddingBackward(const int32_t *tokens, const float *dy, float *dtok, floa
 
 /// y = (x − mean)·rstd·gamma + beta per row (eps 1e-5); saves mean and rstd
 /// ([rows] each) for the backward.
-void layerNormForward(const float *x, const float *gamma, const float *beta, float *y,
-                      float *mean, float *rstd, int64_t rows, int dim);
+void layerNormForward(const float *x, const float *gamma, const float *beta, float *y, float *mean,
+                      float *rstd, int64_t rows, int dim);
 /// dx = ∂/∂x (written), dgamma, dbeta accumulated.
 void layerNormBackward(const float *dy, const float *x, const float *gamma, const float *mean,
                        const float *rstd, float *dx, float *dgamma, float *dbeta, int64_t rows,
@@ -45,8 +45,8 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, con
 
 /// y = x·w + b, x [rows, in], w [in, out], b [out] or null. `accumulate`
 /// adds into y instead of overwriting it.
-void linearForward(const float *x, const float *w, const float *b, float *y, int64_t rows,
-                   int in, int out, bool accumulate = false);
+void linearForward(const float *x, const float *w, const float *b, float *y, int64_t rows, int in,
+                   int out, bool accumulate = false);
 /// dx = dy·wᵀ (written; or null to skip; `accumulateDx` adds instead),
 /// dw += xᵀ·dy, db += Σ_rows dy (or null).
 void linearBackward(const float *dy, const float *x, const float *w, float *dx, float *dw,
@@ -58,21 +58,20 @@ enum class Activation { Relu, Gelu, Silu };
 /// intermediate is chunk × dff, never rows × dff. Writes (or, with
 /// `accumulate`, adds) the result into y. The result equals the unchunked
 /// one bit for bit (each row's arithmetic does not depend on the chunk).
-void ffnForward(const float *x, const float *w1, const float *b1, const float *w2,
-                const float *b2, float *y, int64_t rows, int dim, int dff, int chunk,
-                Activation act, bool accumulate = false);
+void ffnForward(const float *x, const float *w1, const float *b1, const float *w2, const float *b2,
+                float *y, int64_t rows, int dim, int dff, int chunk, Activation act,
+                bool accumulate = false);
 /// Backward of ffnForward, recomputing each chunk's intermediate: dx written
 /// (or added with `accumulateDx`), dw1/db1/dw2/db2 accumulated.
-void ffnBackward(const float *dy, const float *x, const float *w1, const float *b1,
-                 const float *w2, float *dx, float *dw1, float *db1, float *dw2, float *db2,
-                 int64_t rows, int dim, int dff, int chunk, Activation act,
-                 bool accumulateDx = false);
+void ffnBackward(const float *dy, const float *x, const float *w1, const float *b1, const float *w2,
+                 float *dx, float *dw1, float *db1, float *dw2, float *db2, int64_t rows, int dim,
+                 int dff, int chunk, Activation act, bool accumulateDx = false);
 
 /// The result of a cross-entropy evaluation.
 struct CrossEntropy {
-  double lossSum = 0; ///< Σ −log p(target) over counted rows (natural log)
-  int64_t count = 0;  ///< rows with a target ≥ 0
-  int64_t correct = 0;///< counted rows whose argmax (first on ties) is the target
+  double lossSum = 0;  ///< Σ −log p(target) over counted rows (natural log)
+  int64_t count = 0;   ///< rows with a target ≥ 0
+  int64_t correct = 0; ///< counted rows whose argmax (first on ties) is the target
 };
 /// Softmax cross-entropy of logits [rows, vocab] against targets (−1:
 /// ignored). With dlogits non-null writes ∂(lossSum · gradScale)/∂logits

@@ -102,9 +102,9 @@ Expected<LossScaler> LossScaler::fromJson(const json &j, const std::string &wher
       error = where + "." + key + ": missing";
       return;
     }
-    const bool ok = std::is_same_v<T, bool>            ? it->is_boolean()
-                    : std::is_floating_point_v<T>      ? it->is_number()
-                                                       : it->is_number_integer();
+    const bool ok = std::is_same_v<T, bool>       ? it->is_boolean()
+                    : std::is_floating_point_v<T> ? it->is_number()
+                                                  : it->is_number_integer();
     if (!ok) {
       error = where + "." + key + ": unexpected value " + it->dump();
       return;
@@ -130,8 +130,8 @@ Expected<LossScaler> LossScaler::fromJson(const json &j, const std::string &wher
                      num(c.minScale) + ", " + num(c.maxScale) + "]");
   if (good < 0 || good >= c.growthInterval)
     return makeError(where + ".good_steps: " + std::to_string(good) +
-                     " is outside [0, growth_interval) = [0, " +
-                     std::to_string(c.growthInterval) + ")");
+                     " is outside [0, growth_interval) = [0, " + std::to_string(c.growthInterval) +
+                     ")");
   if (skipped < 0)
     return makeError(where + ".skipped_steps: " + std::to_string(skipped) + " is negative");
   LossScaler s(c);

@@ -34,12 +34,12 @@ namespace attnc::train {
 
 struct LossScalerConfig {
   bool enabled = false;
-  float initScale = 65536.0f;     ///< 2^16
+  float initScale = 65536.0f; ///< 2^16
   float growthFactor = 2.0f;
   float backoffFactor = 0.5f;
-  int64_t growthInterval = 2000;  ///< consecutive finite steps before growing
+  int64_t growthInterval = 2000; ///< consecutive finite steps before growing
   float minScale = 1.0f;
-  float maxScale = 16777216.0f;   ///< 2^24: growth stops there (never Inf)
+  float maxScale = 16777216.0f; ///< 2^24: growth stops there (never Inf)
 
   /// Enabled for fp16 GEMMs (and so fp16 activations), disabled for f32,
   /// tf32 and bf16.

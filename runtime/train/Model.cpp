@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstring>
 
-
 namespace attnc::train {
 
 namespace {
@@ -272,20 +271,20 @@ Status Model::attention(int l, const float *z, float *a, int B, const float *dA,
   linearForward(out.data(), L.wo->value.data(), L.bo->value.data(), a, R, D, D);
   if (!dA)
     return {};
-  linearBackward(dA, out.data(), L.wo->value.data(), nullptr, L.wo->grad.data(),
-                 L.bo->grad.data(), R, D, D);
+  linearBackward(dA, out.data(), L.wo->value.data(), nullptr, L.wo->grad.data(), L.bo->grad.data(),
+                 R, D, D);
   std::vector<float> g(size_t(R) * D);
   mergeHeads(*r->dq, g.data(), B, S, H, Dh);
-  linearBackward(g.data(), z, L.wq->value.data(), dz, L.wq->grad.data(), L.bq->grad.data(), R,
-                 D, D);
+  linearBackward(g.data(), z, L.wq->value.data(), dz, L.wq->grad.data(), L.bq->grad.data(), R, D,
+                 D);
   if (!cfg_.sharedQk) {
     mergeHeads(*r->dk, g.data(), B, S, H, Dh);
-    linearBackward(g.data(), z, L.wk->value.data(), dz, L.wk->grad.data(), L.bk->grad.data(), R,
-                   D, D, /*accumulateDx=*/true);
+    linearBackward(g.data(), z, L.wk->value.data(), dz, L.wk->grad.data(), L.bk->grad.data(), R, D,
+                   D, /*accumulateDx=*/true);
   }
   mergeHeads(*r->dv, g.data(), B, S, H, Dh);
-  linearBackward(g.data(), z, L.wv->value.data(), dz, L.wv->grad.data(), L.bv->grad.data(), R, D,
-                 D, /*accumulateDx=*/true);
+  linearBackward(g.data(), z, L.wv->value.data(), dz, L.wv->grad.data(), L.bv->grad.data(), R, D, D,
+                 /*accumulateDx=*/true);
   if (E && r->dE)
     addTensorInto(E->grad, *r->dE);
   if (L.F && r->dF)
@@ -328,8 +327,8 @@ void Model::addFfn(int l, const float *z, float *y, int64_t R) {
   const LayerParams &L = layers_[l];
   const int D = cfg_.dModel, chunk = cfg_.ffnChunk > 0 ? cfg_.ffnChunk : int(R);
   if (!dropoutOn_) { // straight into the residual stream
-    ffnForward(z, L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
-               L.b2->value.data(), y, R, D, cfg_.dff, chunk, cfg_.act, /*accumulate=*/true);
+    ffnForward(z, L.w1->value.data(), L.b1->value.data(), L.w2->value.data(), L.b2->value.data(), y,
+               R, D, cfg_.dff, chunk, cfg_.act, /*accumulate=*/true);
     return;
   }
   std::vector<float> f(size_t(R) * D);
@@ -377,9 +376,10 @@ Status Model::standardBackward(int l, const float *dy, float *dx, int B) {
   if (L.w1) {
     layerNormForward(h.data(), L.ln2g->value.data(), L.ln2b->value.data(), z.data(), mean.data(),
                      rstd.data(), R, D);
-    ffnBackward(maskedCotangent(l, 1, dy, R * D, masked), z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
-                dz.data(), L.w1->grad.data(), L.b1->grad.data(), L.w2->grad.data(),
-                L.b2->grad.data(), R, D, cfg_.dff, chunk, cfg_.act);
+    ffnBackward(maskedCotangent(l, 1, dy, R * D, masked), z.data(), L.w1->value.data(),
+                L.b1->value.data(), L.w2->value.data(), dz.data(), L.w1->grad.data(),
+                L.b1->grad.data(), L.w2->grad.data(), L.b2->grad.data(), R, D, cfg_.dff, chunk,
+                cfg_.act);
     layerNormBackward(dz.data(), h.data(), L.ln2g->value.data(), mean.data(), rstd.data(),
                       dln.data(), L.ln2g->grad.data(), L.ln2b->grad.data(), R, D);
     for (size_t i = 0; i < dh.size(); ++i)
@@ -392,8 +392,8 @@ Status Model::standardBackward(int l, const float *dy, float *dx, int B) {
                            maskedCotangent(l, 0, dh.data(), R * D, masked), dz.data());
       !s)
     return s;
-  layerNormBackward(dz.data(), x.data(), L.ln1g->value.data(), mean.data(), rstd.data(),
-                    dln.data(), L.ln1g->grad.data(), L.ln1b->grad.data(), R, D);
+  layerNormBackward(dz.data(), x.data(), L.ln1g->value.data(), mean.data(), rstd.data(), dln.data(),
+                    L.ln1g->grad.data(), L.ln1b->grad.data(), R, D);
   for (size_t i = 0; i < dh.size(); ++i)
     dx[i] = dh[i] + dln[i];
   return {};
@@ -437,9 +437,10 @@ Status Model::reversibleBackward(int l, float *y1, float *y2, float *dy1, float 
   if (cfg_.storeReversibleInputs)
     std::memcpy(y2, savedH_[l].data(), f.size() * sizeof(float));
   std::vector<float> masked;
-  ffnBackward(maskedCotangent(l, 1, dy2, R * D, masked), z.data(), L.w1->value.data(), L.b1->value.data(), L.w2->value.data(),
-              dz.data(), L.w1->grad.data(), L.b1->grad.data(), L.w2->grad.data(),
-              L.b2->grad.data(), R, D, cfg_.dff, chunk, cfg_.act);
+  ffnBackward(maskedCotangent(l, 1, dy2, R * D, masked), z.data(), L.w1->value.data(),
+              L.b1->value.data(), L.w2->value.data(), dz.data(), L.w1->grad.data(),
+              L.b1->grad.data(), L.w2->grad.data(), L.b2->grad.data(), R, D, cfg_.dff, chunk,
+              cfg_.act);
   layerNormBackward(dz.data(), y1, L.ln2g->value.data(), mean.data(), rstd.data(), dln.data(),
                     L.ln2g->grad.data(), L.ln2b->grad.data(), R, D);
   for (size_t i = 0; i < dln.size(); ++i)
@@ -447,8 +448,8 @@ Status Model::reversibleBackward(int l, float *y1, float *y2, float *dy1, float 
   // Undo y1 = x1 + Attn(LN(x2)): x1 = y1 − Attn(LN(x2)); dx2 = dy2 + ∂/∂x2.
   layerNormForward(y2, L.ln1g->value.data(), L.ln1b->value.data(), z.data(), mean.data(),
                    rstd.data(), R, D);
-  if (Status s = attention(l, z.data(), f.data(), B, maskedCotangent(l, 0, dy1, R * D, masked),
-                           dz.data());
+  if (Status s =
+          attention(l, z.data(), f.data(), B, maskedCotangent(l, 0, dy1, R * D, masked), dz.data());
       !s)
     return s;
   dropoutMask(l, 0, f.data(), R * D);
@@ -526,9 +527,9 @@ Expected<StepResult> Model::run(const Batch &batch, bool backward) {
     counted += t >= 0;
   }
   std::vector<float> dlogits(backward ? size_t(R) * V : 0);
-  res.ce = softmaxCrossEntropy(logits_.data(), batch.targets.data(),
-                               backward ? dlogits.data() : nullptr, R, V,
-                               counted ? 1.0f / float(counted) : 0.0f);
+  res.ce =
+      softmaxCrossEntropy(logits_.data(), batch.targets.data(), backward ? dlogits.data() : nullptr,
+                          R, V, counted ? 1.0f / float(counted) : 0.0f);
   if (!backward) {
     savedX_.clear(); // eval and generate keep nothing
     savedH_.clear();
@@ -602,7 +603,7 @@ Model::InferencePlan Model::inferencePlan(int batch, int64_t attentionWorkspaceB
   for (const LayerParams &L : layers_)
     rotations += L.rotations.numel();
   p.weightBytes = 4 * (2 * numParams() + rotations); // value and grad of every parameter
-  p.inputBytes = 4 * 2 * R;                           // Batch::inputs, targets
+  p.inputBytes = 4 * 2 * R;                          // Batch::inputs, targets
   // Live for the whole run: x, top, y (standard) or x2 (reversible), and the
   // logits kept from the previous call.
   const int64_t run = RD + R * W + RD + R * V;
@@ -644,8 +645,8 @@ Model::InferencePlan Model::inferencePlan(int batch, int64_t attentionWorkspaceB
   // logits, the packed head weights, the cross-entropy's per-row loss
   // (double) and hit (byte).
   int64_t saved = keepsInputs ? 2 * RD * cfg_.layers : 0;
-  consider(RD + R * W + (cfg_.reversible ? RD : 0) + saved + R * W + 2 * R + R * V +
-               packed(W, V) + (9 * R + 3) / 4,
+  consider(RD + R * W + (cfg_.reversible ? RD : 0) + saved + R * W + 2 * R + R * V + packed(W, V) +
+               (9 * R + 3) / 4,
            "head");
   return p;
 }

@@ -45,11 +45,11 @@ struct ModelConfig {
   int ffnChunk = 0; ///< rows per FFN chunk; 0: all rows at once
   Objective objective = Objective::CausalLm;
   // The attention variant.
-  bool sharedQk = false;         ///< LSH: keys are the normalised queries
+  bool sharedQk = false; ///< LSH: keys are the normalised queries
   int lshRounds = 0, lshBuckets = 0;
-  uint64_t lshSeed = 0;          ///< rotations of layer l: Philox stream l
+  uint64_t lshSeed = 0; ///< rotations of layer l: Philox stream l
   bool lowrank = false;
-  std::string share;             ///< none, headwise, kv, layerwise
+  std::string share; ///< none, headwise, kv, layerwise
   int lowrankK = 0;
   std::vector<HeadParamInit> headParams;
   /// Dropout on the residual branches (after attention, after the FFN)

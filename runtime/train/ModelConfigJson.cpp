@@ -21,18 +21,28 @@ const char *objectiveName(Objective o) {
 std::string modelConfigToJson(const ModelConfig &c) {
   json params = json::array();
   for (const HeadParamInit &p : c.headParams)
-    params.push_back({{"name", p.name}, {"alibi", p.alibi}, {"value", p.value},
-                      {"learned", p.learned}});
-  json j = {{"vocab", c.vocab},         {"seq", c.seq},
-            {"d_model", c.dModel},      {"heads", c.heads},
-            {"d_ff", c.dff},            {"layers", c.layers},
-            {"reversible", c.reversible}, {"ffn", c.ffn},
-            {"activation", activationName(c.act)}, {"ffn_chunk", c.ffnChunk},
-            {"objective", objectiveName(c.objective)}, {"shared_qk", c.sharedQk},
-            {"lsh_rounds", c.lshRounds}, {"lsh_buckets", c.lshBuckets},
-            {"lsh_seed", c.lshSeed},    {"lowrank", c.lowrank},
-            {"share", c.share},         {"lowrank_k", c.lowrankK},
-            {"head_params", params},    {"dropout", c.dropout},
+    params.push_back(
+        {{"name", p.name}, {"alibi", p.alibi}, {"value", p.value}, {"learned", p.learned}});
+  json j = {{"vocab", c.vocab},
+            {"seq", c.seq},
+            {"d_model", c.dModel},
+            {"heads", c.heads},
+            {"d_ff", c.dff},
+            {"layers", c.layers},
+            {"reversible", c.reversible},
+            {"ffn", c.ffn},
+            {"activation", activationName(c.act)},
+            {"ffn_chunk", c.ffnChunk},
+            {"objective", objectiveName(c.objective)},
+            {"shared_qk", c.sharedQk},
+            {"lsh_rounds", c.lshRounds},
+            {"lsh_buckets", c.lshBuckets},
+            {"lsh_seed", c.lshSeed},
+            {"lowrank", c.lowrank},
+            {"share", c.share},
+            {"lowrank_k", c.lowrankK},
+            {"head_params", params},
+            {"dropout", c.dropout},
             {"attention_dropout", c.attentionDropout}};
   return j.dump();
 }
@@ -56,7 +66,7 @@ Expected<ModelConfig> modelConfigFromJson(const std::string &text, const std::st
     const json &v = j[key];
     bool ok = std::is_same_v<T, std::string> ? v.is_string()
               : std::is_same_v<T, bool>      ? v.is_boolean()
-              : std::is_floating_point_v<T> ? v.is_number()
+              : std::is_floating_point_v<T>  ? v.is_number()
                                              : v.is_number_integer();
     if (!ok) {
       error = where + "." + key + ": unexpected value " + v.dump();
@@ -76,8 +86,8 @@ Expected<ModelConfig> modelConfigFromJson(const std::string &text, const std::st
     return makeError(error);
   if (j.contains("head_params") && j["head_params"].is_array())
     for (const json &p : j["head_params"]) {
-      if (!p.is_object() || !p.contains("name") || !p["name"].is_string() ||
-          !p.contains("value") || !p["value"].is_number())
+      if (!p.is_object() || !p.contains("name") || !p["name"].is_string() || !p.contains("value") ||
+          !p["value"].is_number())
         return makeError(where + ".head_params: each needs a name and a value");
       c.headParams.push_back({p["name"].get<std::string>(), p.value("alibi", false),
                               p["value"].get<float>(), p.value("learned", true)});

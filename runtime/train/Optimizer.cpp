@@ -34,8 +34,8 @@ float learningRate(const AdamWConfig &c, int64_t step) {
   if (step >= c.totalSteps)
     return static_cast<float>(minLr);
   // Here start ≤ step < totalSteps, so the interval is not empty.
-  const double progress = static_cast<double>(step - start) /
-                          static_cast<double>(c.totalSteps - start);
+  const double progress =
+      static_cast<double>(step - start) / static_cast<double>(c.totalSteps - start);
   const double pi = 3.14159265358979323846;
   return static_cast<float>(minLr + (lr - minLr) * 0.5 * (1.0 + std::cos(pi * progress)));
 }
@@ -78,16 +78,14 @@ Expected<double> AdamW::step(const std::vector<ParamRef> &params) {
   std::set<std::string> names;
   for (const ParamRef &p : params) {
     if (p.size < 0 || (p.size > 0 && (!p.value || !p.grad)))
-      return makeError("AdamW: parameter '" + p.name +
-                       "' has no value or gradient buffer (size " +
+      return makeError("AdamW: parameter '" + p.name + "' has no value or gradient buffer (size " +
                        std::to_string(p.size) + ")");
     if (!names.insert(p.name).second)
       return makeError("AdamW: parameter '" + p.name + "' is listed twice");
     auto it = m_.find(p.name);
     if (it != m_.end() && static_cast<int64_t>(it->second.size()) != p.size)
-      return makeError("AdamW: parameter '" + p.name + "' has " +
-                       std::to_string(p.size) + " elements, its optimizer state has " +
-                       std::to_string(it->second.size()));
+      return makeError("AdamW: parameter '" + p.name + "' has " + std::to_string(p.size) +
+                       " elements, its optimizer state has " + std::to_string(it->second.size()));
   }
 
   const double norm = gradNorm(params);
@@ -109,8 +107,7 @@ Expected<double> AdamW::step(const std::vector<ParamRef> &params) {
   const float invBc2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(b2), t)));
   const float lrF = static_cast<float>(lr);
   const float eps = config_.eps;
-  const float decayFactor =
-      static_cast<float>(1.0 - lr * static_cast<double>(config_.weightDecay));
+  const float decayFactor = static_cast<float>(1.0 - lr * static_cast<double>(config_.weightDecay));
 
   for (const ParamRef &p : params) {
     std::vector<float> &mv = m_[p.name];
@@ -143,11 +140,9 @@ Expected<double> AdamW::step(const std::vector<ParamRef> &params) {
 
 void AdamW::saveState(st::File &out) const {
   for (const auto &[name, m] : m_)
-    out.tensors["adam.m." + name] =
-        st::Tensor::f32({static_cast<int64_t>(m.size())}, m);
+    out.tensors["adam.m." + name] = st::Tensor::f32({static_cast<int64_t>(m.size())}, m);
   for (const auto &[name, v] : v_)
-    out.tensors["adam.v." + name] =
-        st::Tensor::f32({static_cast<int64_t>(v.size())}, v);
+    out.tensors["adam.v." + name] = st::Tensor::f32({static_cast<int64_t>(v.size())}, v);
   out.metadata["adam.step"] = std::to_string(step_);
 }
 
@@ -183,9 +178,9 @@ Status AdamW::loadState(const st::File &in, const std::vector<ParamRef> &params)
         return makeError("optimizer state: tensor '" + key + "' has dtype " +
                          st::dtypeName(t.dtype) + ", expected F32");
       if (t.numel() != p.size)
-        return makeError("optimizer state: tensor '" + key + "' has " +
-                         std::to_string(t.numel()) + " elements " + t.shapeStr() +
-                         ", parameter '" + p.name + "' has " + std::to_string(p.size));
+        return makeError("optimizer state: tensor '" + key + "' has " + std::to_string(t.numel()) +
+                         " elements " + t.shapeStr() + ", parameter '" + p.name + "' has " +
+                         std::to_string(p.size));
       (which == 0 ? m : v)[p.name] = t.asF32();
     }
     if (m.count(p.name) != v.count(p.name))

@@ -59,8 +59,7 @@ public:
   /// Kernel `name` of attnc/optimizer.cuh (which every step module
   /// carries) over `blocks` blocks of opt::kThreads, its one struct
   /// argument (OptGradNormArgs or OptAdamWArgs) at `args`.
-  virtual Status launchOptimizer(const std::string &name, long long blocks,
-                                 const void *args) = 0;
+  virtual Status launchOptimizer(const std::string &name, long long blocks, const void *args) = 0;
   /// Row-major C[M, N] = op(A)·op(B), fp32 storage.
   virtual Status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
                       const float *B, float *C) = 0;
@@ -73,13 +72,12 @@ public:
 /// NVRTC, module load, cuBLAS.
 Expected<std::unique_ptr<StepDevice>>
 createGpuStepDevice(const std::string &kernelSource, const std::string &programName,
-                    const std::vector<std::string> &includeDirs,
-                    cuda::GemmPrecision precision);
+                    const std::vector<std::string> &includeDirs, cuda::GemmPrecision precision);
 
 /// The emulated device: host memory, the kernels compiled into `so` with
 /// the SIMT emulator (looked up by name, launched through its
-/// attnc_simt_run and attnc_simt_run_optimizer), GEMMs on the CPU with inputs rounded as `precision`
-/// rounds them. `so` must outlive the device.
+/// attnc_simt_run and attnc_simt_run_optimizer), GEMMs on the CPU with inputs rounded as
+/// `precision` rounds them. `so` must outlive the device.
 std::unique_ptr<StepDevice> createEmulatedStepDevice(const SharedObject &so,
                                                      cuda::GemmPrecision precision);
 

@@ -57,8 +57,8 @@ Expected<DataSource> DataSource::open(const std::string &spec, const ModelConfig
   if (model.vocab < 256)
     return makeError("text is read as bytes, so the model needs vocab >= 256; it has " +
                      std::to_string(model.vocab));
-  Expected<ByteCorpus> corpus = ByteCorpus::load(fs::splitPathList(spec), heldOutFraction,
-                                                 model.seq);
+  Expected<ByteCorpus> corpus =
+      ByteCorpus::load(fs::splitPathList(spec), heldOutFraction, model.seq);
   if (!corpus)
     return corpus.takeError();
   d.corpus_.emplace(std::move(corpus).take());
@@ -154,8 +154,8 @@ Expected<GradCheckResult> gradientCheck(Model &model, const Batch &batch, int pr
         idx = (idx + 1 + int64_t(r[1] % 7)) % pr.size;
       // Constant per-head parameters share their tensor with learned ones
       // and get no gradient by design: not probed.
-      const bool headParams = pr.name.size() >= 11 &&
-                              pr.name.compare(pr.name.size() - 11, 11, "head_params") == 0;
+      const bool headParams =
+          pr.name.size() >= 11 && pr.name.compare(pr.name.size() - 11, 11, "head_params") == 0;
       if (headParams && grad[size_t(idx)] == 0.0f)
         continue;
       const float orig = pr.value[idx];
@@ -184,7 +184,8 @@ Expected<GradCheckResult> gradientCheck(Model &model, const Batch &batch, int pr
         continue;
       }
       GradCheckProbe probe{pr.name, idx, double(grad[size_t(idx)]), *n2};
-      double err = std::abs(probe.analytic - probe.numeric) / std::max(std::abs(probe.numeric), floor);
+      double err =
+          std::abs(probe.analytic - probe.numeric) / std::max(std::abs(probe.numeric), floor);
       if (err > res.worst)
         res.worst = err, res.worstParam = pr.name;
       res.probes.push_back(probe);
@@ -267,7 +268,8 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
       const nlohmann::json &had = ck->state["config"].value(key, nlohmann::json());
       if (had != value)
         return makeError(where + " was trained with " + key + " = " + had.dump() + ", not " +
-                         value.dump() + "; resume with the same settings (or use a new --out, or "
+                         value.dump() +
+                         "; resume with the same settings (or use a new --out, or "
                          "--no-resume)");
     }
     if (ck->step > opt.steps)
@@ -295,10 +297,11 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
     if (Status s = opt.resident->upload(adam); !s)
       return s.takeError();
   // The host copies of a device-resident run, before they are read.
-  auto syncHost = [&]() -> Status { return opt.resident ? opt.resident->download(adam) : Status{}; };
+  auto syncHost = [&]() -> Status {
+    return opt.resident ? opt.resident->download(adam) : Status{};
+  };
   sum.firstStep = start;
-  const int64_t end =
-      opt.stopAfter > 0 ? std::min(opt.steps, start + opt.stopAfter) : opt.steps;
+  const int64_t end = opt.stopAfter > 0 ? std::min(opt.steps, start + opt.stopAfter) : opt.steps;
   auto save = [&](int64_t step) -> Status {
     if (Status s = syncHost(); !s)
       return s;
@@ -387,9 +390,8 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
       std::ios::fmtflags flags = log.flags();
       std::streamsize precision = log.precision();
       log << "\rstep " << step + 1 << "/" << opt.steps << "  loss " << std::fixed
-          << std::setprecision(4) << loss << "  " << std::setprecision(0)
-          << tokensPerStep / perStep << " tok/s  ETA "
-          << duration(perStep * double(end - step - 1)) << "      " << std::flush;
+          << std::setprecision(4) << loss << "  " << std::setprecision(0) << tokensPerStep / perStep
+          << " tok/s  ETA " << duration(perStep * double(end - step - 1)) << "      " << std::flush;
       log.flags(flags);
       log.precision(precision);
     }
@@ -399,8 +401,8 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
       Expected<EvalResult> e = evaluate(model, data, opt.evalBatches, opt.batch);
       if (!e)
         return e.takeError();
-      log << (tty ? "\n" : "") << "step " << step + 1 << ": eval loss " << e->loss
-          << " (" << e->bitsPerByte << " bits/byte), accuracy " << e->accuracy << "\n";
+      log << (tty ? "\n" : "") << "step " << step + 1 << ": eval loss " << e->loss << " ("
+          << e->bitsPerByte << " bits/byte), accuracy " << e->accuracy << "\n";
     }
     if (opt.checkpointEvery > 0 && (step + 1) % opt.checkpointEvery == 0 && step + 1 < end) {
       csv.flush(); // the log reaches the checkpoint's step before the checkpoint exists
@@ -429,8 +431,7 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
   // The curve of the whole run (resumed runs included).
   std::vector<double> all = earlierLosses;
   all.insert(all.end(), sum.losses.begin(), sum.losses.end());
-  if (Status s = writeLossSvg(opt.outDir + "/loss.svg", all, 0, "attnc train: loss per step");
-      !s)
+  if (Status s = writeLossSvg(opt.outDir + "/loss.svg", all, 0, "attnc train: loss per step"); !s)
     return s.takeError();
   return sum;
 }

@@ -43,24 +43,24 @@ public:
 };
 
 struct TrainOptions {
-  std::string outDir;           ///< checkpoints, train.csv, loss.svg
-  std::string data;             ///< "synthetic:duplicate" or file/directory paths (':'-separated)
+  std::string outDir; ///< checkpoints, train.csv, loss.svg
+  std::string data;   ///< "synthetic:duplicate" or file/directory paths (':'-separated)
   int64_t steps = 100;
   int batch = 8;
   uint64_t seed = 0;
   AdamWConfig adam;
-  int64_t evalEvery = 0;        ///< 0: only at the end
+  int64_t evalEvery = 0; ///< 0: only at the end
   int evalBatches = 8;
-  int64_t checkpointEvery = 0;  ///< 0: only at the end
+  int64_t checkpointEvery = 0; ///< 0: only at the end
   double heldOutFraction = 0.05;
-  std::string specHash;         ///< checkpoints of another spec are refused
-  bool resume = true;           ///< continue from outDir's latest checkpoint
-  int64_t stopAfter = 0;        ///< > 0: stop after this many steps (checkpointed); the
-                                ///< schedule still spans `steps`
-  bool progress = true;         ///< live line when stderr is a terminal
+  std::string specHash;  ///< checkpoints of another spec are refused
+  bool resume = true;    ///< continue from outDir's latest checkpoint
+  int64_t stopAfter = 0; ///< > 0: stop after this many steps (checkpointed); the
+                         ///< schedule still spans `steps`
+  bool progress = true;  ///< live line when stderr is a terminal
   /// The training step's forward and backward (mean loss; gradients in the
-  /// model's buffers, which the trainer zeroes first): a compiled whole-model step (CompiledStep) when set,
-  /// else Model::run.
+  /// model's buffers, which the trainer zeroes first): a compiled whole-model step (CompiledStep)
+  /// when set, else Model::run.
   std::function<Expected<double>(const Batch &batch, int64_t step)> stepFn;
   /// When set, the step and the optimizer run here instead (stepFn unused).
   ResidentTraining *resident = nullptr;
@@ -73,9 +73,9 @@ struct TrainOptions {
 
 /// Evaluation: the objective's metric on held-out (or fixed synthetic) data.
 struct EvalResult {
-  double loss = 0;          ///< mean cross-entropy (nats) over counted positions
-  double bitsPerByte = 0;   ///< loss / ln 2
-  double accuracy = 0;      ///< argmax accuracy over counted positions
+  double loss = 0;        ///< mean cross-entropy (nats) over counted positions
+  double bitsPerByte = 0; ///< loss / ln 2
+  double accuracy = 0;    ///< argmax accuracy over counted positions
   int64_t positions = 0;
 };
 

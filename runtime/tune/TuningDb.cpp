@@ -69,9 +69,8 @@ std::string nowIso() {
   std::tm tm{};
   ::gmtime_r(&t, &tm);
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ",
-                tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                tm.tm_min, tm.tm_sec, ms);
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
   return buf;
 }
 
@@ -102,8 +101,7 @@ const json *member(const json &obj, const char *key) {
   return it == obj.end() ? nullptr : &*it;
 }
 
-std::string getString(const json &obj, const char *key, const std::string &where,
-                      bool required) {
+std::string getString(const json &obj, const char *key, const std::string &where, bool required) {
   const json *v = member(obj, key);
   if (!v) {
     if (required)
@@ -121,8 +119,7 @@ int64_t getInt(const json &obj, const char *key, const std::string &where) {
     return 0;
   if (!v->is_number_integer())
     bad(where, std::string("'") + key + "' is not an integer");
-  if (v->is_number_unsigned() &&
-      v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
     bad(where, std::string("'") + key + "' is out of range");
   return v->get<int64_t>();
 }
@@ -175,8 +172,7 @@ json toJson(const Entry &e, bool withMeasured) {
                  {"logical_cpus", e.device.logicalCpus},
                  {"isa", e.device.isa}};
   j["toolchain"] = e.toolchain;
-  j["kernel"] = {{"signature", e.kernel.signature},
-                 {"shape_bucket", e.kernel.shapeBucket}};
+  j["kernel"] = {{"signature", e.kernel.signature}, {"shape_bucket", e.kernel.shapeBucket}};
   j["config"] = e.config;
   j["median_ms"] = e.medianMs;
   j["spread"] = e.spread;
@@ -185,8 +181,9 @@ json toJson(const Entry &e, bool withMeasured) {
   json ms = json::array();
   if (withMeasured)
     for (const Measurement &m : e.measured) {
-      json mj = {{"config", m.config}, {"median_ms", m.medianMs}, {"spread", m.spread},
-                 {"repeats", m.repeats}, {"at", m.at},           {"error", m.error}};
+      json mj = {{"config", m.config}, {"median_ms", m.medianMs},
+                 {"spread", m.spread}, {"repeats", m.repeats},
+                 {"at", m.at},         {"error", m.error}};
       if (m.relError >= 0)
         mj["rel_error"] = m.relError;
       ms.push_back(std::move(mj));
@@ -322,8 +319,7 @@ Expected<std::map<std::string, Entry>> loadFile(const std::string &path) {
   if (err == ENOENT)
     return entries;
   if (err != 0)
-    return makeError("cannot read tuning database '" + path +
-                     "': " + std::strerror(err));
+    return makeError("cannot read tuning database '" + path + "': " + std::strerror(err));
   try {
     parseDocument(text, entries);
   } catch (const FormatError &e) {
@@ -335,8 +331,8 @@ Expected<std::map<std::string, Entry>> loadFile(const std::string &path) {
   return entries;
 }
 
-Expected<std::string> dumpDocument(const std::vector<const Entry *> &entries,
-                                   bool withMeasured, bool forcePinned) {
+Expected<std::string> dumpDocument(const std::vector<const Entry *> &entries, bool withMeasured,
+                                   bool forcePinned) {
   json doc = json::object();
   doc["format_version"] = TuningDb::kFormatVersion;
   json es = json::array();
@@ -389,14 +385,12 @@ struct LockFile {
 
 std::string DeviceKey::id() const {
   if (kind == "cuda")
-    return "cuda:" + name + ":sm_" + std::to_string(ccMajor) +
-           std::to_string(ccMinor) + ":" + std::to_string(smCount) + "sm:" +
-           std::to_string(memoryBytes >> 20) + "MiB";
+    return "cuda:" + name + ":sm_" + std::to_string(ccMajor) + std::to_string(ccMinor) + ":" +
+           std::to_string(smCount) + "sm:" + std::to_string(memoryBytes >> 20) + "MiB";
   if (kind == "cpu")
     return "cpu:" + name + ":" + isa + ":" + std::to_string(logicalCpus) + "cpus";
-  return kind + ":" + name + ":cc" + std::to_string(ccMajor) + "." +
-         std::to_string(ccMinor) + ":" + std::to_string(smCount) + "sm:" +
-         std::to_string(memoryBytes >> 20) + "MiB:" + isa + ":" +
+  return kind + ":" + name + ":cc" + std::to_string(ccMajor) + "." + std::to_string(ccMinor) + ":" +
+         std::to_string(smCount) + "sm:" + std::to_string(memoryBytes >> 20) + "MiB:" + isa + ":" +
          std::to_string(logicalCpus) + "cpus";
 }
 
@@ -437,9 +431,8 @@ DeviceKey cpuDeviceFromCpuinfo(const std::string &cpuinfo, int logicalCpus) {
     d.name = "unknown cpu";
   d.logicalCpus = logicalCpus > 0 ? logicalCpus : processors;
   static const std::pair<const char *, const char *> kIsas[] = {
-      {"avx512f", "avx512f"}, {"avx2", "avx2"},   {"avx", "avx"},
-      {"sse4_2", "sse4.2"},   {"sse2", "sse2"},   {"sve", "sve"},
-      {"asimd", "neon"}};
+      {"avx512f", "avx512f"}, {"avx2", "avx2"}, {"avx", "avx"},   {"sse4_2", "sse4.2"},
+      {"sse2", "sse2"},       {"sve", "sve"},   {"asimd", "neon"}};
   for (const auto &[flag, isa] : kIsas)
     if (flags.count(flag)) {
       d.isa = isa;
@@ -469,8 +462,7 @@ DeviceKey cudaDevice(const cuda::DeviceInfo &info) {
 }
 
 std::string shapeBucket(int64_t n, int64_t batchHeads) {
-  return "n" + std::to_string(roundUpPow2(n)) + "-bh" +
-         std::to_string(roundUpPow2(batchHeads));
+  return "n" + std::to_string(roundUpPow2(n)) + "-bh" + std::to_string(roundUpPow2(batchHeads));
 }
 
 std::string canonicalConfig(const std::string &config) {
@@ -488,10 +480,9 @@ std::string canonicalConfig(const std::string &config) {
       cur += c;
   }
   flush();
-  std::stable_sort(items.begin(), items.end(),
-                   [](const std::string &a, const std::string &b) {
-                     return a.substr(0, a.find('=')) < b.substr(0, b.find('='));
-                   });
+  std::stable_sort(items.begin(), items.end(), [](const std::string &a, const std::string &b) {
+    return a.substr(0, a.find('=')) < b.substr(0, b.find('='));
+  });
   std::string out;
   for (const std::string &i : items)
     out += (out.empty() ? "" : ",") + i;
@@ -523,8 +514,7 @@ std::string Entry::describe() const {
 std::string TuningDb::keyOf(const DeviceKey &device, const KernelKey &kernel,
                             const std::string &toolchain) {
   const char sep = '\x1f';
-  return device.id() + sep + toolchain + sep + kernel.signature + sep +
-         kernel.shapeBucket;
+  return device.id() + sep + toolchain + sep + kernel.signature + sep + kernel.shapeBucket;
 }
 
 Expected<TuningDb> TuningDb::open(const std::string &path) {
@@ -579,8 +569,7 @@ const Entry *TuningDb::find(const DeviceKey &device, const KernelKey &kernel,
   return e && e->chosen() ? e : nullptr;
 }
 
-const Measurement *TuningDb::measured(const DeviceKey &device,
-                                      const KernelKey &kernel,
+const Measurement *TuningDb::measured(const DeviceKey &device, const KernelKey &kernel,
                                       const std::string &toolchain,
                                       const std::string &config) const {
   const Entry *e = entry(device, kernel, toolchain);
@@ -609,24 +598,21 @@ Entry &TuningDb::slot(const DeviceKey &device, const KernelKey &kernel,
   return it->second;
 }
 
-Status TuningDb::recordMeasurement(const DeviceKey &device,
-                                   const KernelKey &kernel,
-                                   const std::string &toolchain,
-                                   Measurement m) {
+Status TuningDb::recordMeasurement(const DeviceKey &device, const KernelKey &kernel,
+                                   const std::string &toolchain, Measurement m) {
   m.config = canonicalConfig(m.config);
   if (m.at.empty())
     m.at = nowIso();
   Entry &e = slot(device, kernel, toolchain);
   touch(keyOf(device, kernel, toolchain), Change::Measured);
-  auto it = std::lower_bound(
-      e.measured.begin(), e.measured.end(), m.config,
-      [](const Measurement &a, const std::string &c) { return a.config < c; });
+  auto it =
+      std::lower_bound(e.measured.begin(), e.measured.end(), m.config,
+                       [](const Measurement &a, const std::string &c) { return a.config < c; });
   if (it != e.measured.end() && it->config == m.config)
     *it = std::move(m);
   else
     e.measured.insert(it, std::move(m));
-  if (autosave_ &&
-      std::chrono::steady_clock::now() - lastSave_ >= *autosave_)
+  if (autosave_ && std::chrono::steady_clock::now() - lastSave_ >= *autosave_)
     return save();
   return {};
 }
@@ -636,8 +622,8 @@ void TuningDb::setAutosave(std::optional<std::chrono::milliseconds> interval) {
 }
 
 bool TuningDb::choose(const DeviceKey &device, const KernelKey &kernel,
-                      const std::string &toolchain, const std::string &config,
-                      double medianMs, double spread) {
+                      const std::string &toolchain, const std::string &config, double medianMs,
+                      double spread) {
   Entry &e = slot(device, kernel, toolchain);
   if (e.pinned && e.chosen())
     return false;
@@ -650,8 +636,7 @@ bool TuningDb::choose(const DeviceKey &device, const KernelKey &kernel,
   return true;
 }
 
-bool TuningDb::pin(const DeviceKey &device, const KernelKey &kernel,
-                   const std::string &toolchain) {
+bool TuningDb::pin(const DeviceKey &device, const KernelKey &kernel, const std::string &toolchain) {
   auto it = entries_.find(keyOf(device, kernel, toolchain));
   if (it == entries_.end() || !it->second.chosen())
     return false;
@@ -725,25 +710,24 @@ Status TuningDb::save() const {
 }
 
 std::string TuningDb::show() const {
-  std::string out = "tuning database " + (path_.empty() ? "(in memory)" : path_) +
-                    ": " + std::to_string(entries_.size()) +
+  std::string out = "tuning database " + (path_.empty() ? "(in memory)" : path_) + ": " +
+                    std::to_string(entries_.size()) +
                     (entries_.size() == 1 ? " entry\n" : " entries\n");
   if (entries_.empty())
     return out;
-  std::vector<std::vector<std::string>> rows = {
-      {"DEVICE", "TOOLCHAIN", "KERNEL", "BUCKET", "CONFIG", "MEDIAN_MS",
-       "SPREAD", "MEASURED", "PINNED", "UPDATED"}};
+  std::vector<std::vector<std::string>> rows = {{"DEVICE", "TOOLCHAIN", "KERNEL", "BUCKET",
+                                                 "CONFIG", "MEDIAN_MS", "SPREAD", "MEASURED",
+                                                 "PINNED", "UPDATED"}};
   for (const auto &[k, e] : entries_) {
     size_t failed = std::count_if(e.measured.begin(), e.measured.end(),
                                   [](const Measurement &m) { return m.failed(); });
     std::string count = std::to_string(e.measured.size());
     if (failed)
       count += " (" + std::to_string(failed) + " failed)";
-    rows.push_back({e.device.id(), e.toolchain, e.kernel.signature,
-                    e.kernel.shapeBucket, e.chosen() ? e.config : "-",
-                    e.chosen() ? formatMs(e.medianMs) : "-",
-                    e.chosen() ? formatMs(e.spread) : "-", count,
-                    e.pinned ? "yes" : "no", e.updated.empty() ? "-" : e.updated});
+    rows.push_back({e.device.id(), e.toolchain, e.kernel.signature, e.kernel.shapeBucket,
+                    e.chosen() ? e.config : "-", e.chosen() ? formatMs(e.medianMs) : "-",
+                    e.chosen() ? formatMs(e.spread) : "-", count, e.pinned ? "yes" : "no",
+                    e.updated.empty() ? "-" : e.updated});
   }
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto &r : rows)
@@ -769,8 +753,7 @@ Expected<std::string> TuningDb::exportPinned(bool allChosen) const {
   return dumpDocument(list, /*withMeasured=*/false, /*forcePinned=*/true);
 }
 
-Expected<size_t> TuningDb::importPinned(const std::string &text,
-                                        const std::string &origin) {
+Expected<size_t> TuningDb::importPinned(const std::string &text, const std::string &origin) {
   std::map<std::string, Entry> incoming;
   std::string what = origin.empty() ? "pinned configs" : "pinned configs '" + origin + "'";
   try {
@@ -782,9 +765,8 @@ Expected<size_t> TuningDb::importPinned(const std::string &text,
   }
   for (const auto &[key, e] : incoming)
     if (!e.chosen())
-      return makeError("cannot import " + what + ": the entry for " +
-                       e.kernel.signature + " [" + e.kernel.shapeBucket +
-                       "] on " + e.device.id() + " has no config");
+      return makeError("cannot import " + what + ": the entry for " + e.kernel.signature + " [" +
+                       e.kernel.shapeBucket + "] on " + e.device.id() + " has no config");
   std::string now = nowIso();
   for (const auto &[key, e] : incoming) {
     Entry &dst = slot(e.device, e.kernel, e.toolchain);
@@ -820,8 +802,7 @@ Expected<LayeredTuningDb> LayeredTuningDb::open(const std::string &projectPath,
   return l;
 }
 
-LayeredTuningDb::Hit LayeredTuningDb::find(const DeviceKey &device,
-                                           const KernelKey &kernel,
+LayeredTuningDb::Hit LayeredTuningDb::find(const DeviceKey &device, const KernelKey &kernel,
                                            const std::string &toolchain) const {
   for (const TuningDb *db : {project(), user()})
     if (db)

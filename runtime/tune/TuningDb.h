@@ -118,8 +118,8 @@ namespace attnc::tune {
 
 /// The hardware a measurement was taken on.
 struct DeviceKey {
-  std::string kind; ///< "cpu" or "cuda"
-  std::string name; ///< "NVIDIA H200", "AMD EPYC 9654 96-Core Processor"
+  std::string kind;             ///< "cpu" or "cuda"
+  std::string name;             ///< "NVIDIA H200", "AMD EPYC 9654 96-Core Processor"
   int ccMajor = 0, ccMinor = 0; ///< CUDA compute capability
   int smCount = 0;
   int64_t memoryBytes = 0; ///< device memory (CUDA)
@@ -167,7 +167,7 @@ std::string toolchainId(const std::string &kernelCompiler);
 
 /// One timed configuration.
 struct Measurement {
-  std::string config;  ///< canonical (canonicalConfig)
+  std::string config; ///< canonical (canonicalConfig)
   double medianMs = 0;
   double spread = 0;
   int repeats = 0;
@@ -233,8 +233,7 @@ public:
   /// The measurement of `config` (any spelling canonicalConfig unifies)
   /// for this key, or nullptr: the tuner skips configs that have one.
   const Measurement *measured(const DeviceKey &device, const KernelKey &kernel,
-                              const std::string &toolchain,
-                              const std::string &config) const;
+                              const std::string &toolchain, const std::string &config) const;
 
   /// Adds (or replaces, per config) one measurement. Autosaves when
   /// setAutosave() is on and the interval has passed since the last save;
@@ -248,15 +247,12 @@ public:
 
   /// Makes `config` the key's choice (updated = now). Returns false, and
   /// changes nothing, when the key's choice is pinned.
-  bool choose(const DeviceKey &device, const KernelKey &kernel,
-              const std::string &toolchain, const std::string &config,
-              double medianMs, double spread);
+  bool choose(const DeviceKey &device, const KernelKey &kernel, const std::string &toolchain,
+              const std::string &config, double medianMs, double spread);
   /// Pins / unpins the key's choice (updated = now); false when the key has
   /// no choice.
-  bool pin(const DeviceKey &device, const KernelKey &kernel,
-           const std::string &toolchain);
-  bool unpin(const DeviceKey &device, const KernelKey &kernel,
-             const std::string &toolchain);
+  bool pin(const DeviceKey &device, const KernelKey &kernel, const std::string &toolchain);
+  bool unpin(const DeviceKey &device, const KernelKey &kernel, const std::string &toolchain);
 
   /// Writes the database to path() atomically, merged with what is on disk
   /// now (see the file comment). Fails, leaving the file alone, when the
@@ -276,8 +272,7 @@ public:
   /// choice (see the file comment); nothing is imported when any entry is
   /// malformed. `origin` (a file name) prefixes error messages. Returns the
   /// number of entries imported.
-  Expected<size_t> importPinned(const std::string &json,
-                                const std::string &origin = "");
+  Expected<size_t> importPinned(const std::string &json, const std::string &origin = "");
 
   /// The key entries are stored under.
   static std::string keyOf(const DeviceKey &device, const KernelKey &kernel,
@@ -288,15 +283,13 @@ private:
   /// applies only these keys to the file.
   enum class Change { Measured, Chosen, Pinning };
   void touch(const std::string &key, Change change);
-  Entry &slot(const DeviceKey &device, const KernelKey &kernel,
-              const std::string &toolchain);
+  Entry &slot(const DeviceKey &device, const KernelKey &kernel, const std::string &toolchain);
 
   std::string path_;
   std::map<std::string, Entry> entries_;
   std::map<std::string, Change> dirty_;
   std::optional<std::chrono::milliseconds> autosave_;
-  mutable std::chrono::steady_clock::time_point lastSave_ =
-      std::chrono::steady_clock::now();
+  mutable std::chrono::steady_clock::time_point lastSave_ = std::chrono::steady_clock::now();
 };
 
 /// The project-local database over the user's: lookups consult the project
@@ -316,8 +309,7 @@ public:
   };
   /// The project layer's chosen entry for the key, else the user layer's,
   /// else a miss (the caller falls back to heuristics and says so).
-  Hit find(const DeviceKey &device, const KernelKey &kernel,
-           const std::string &toolchain) const;
+  Hit find(const DeviceKey &device, const KernelKey &kernel, const std::string &toolchain) const;
 
   TuningDb *project() { return project_ ? &*project_ : nullptr; }
   TuningDb *user() { return user_ ? &*user_ : nullptr; }

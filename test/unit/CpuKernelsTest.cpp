@@ -103,9 +103,9 @@ using CausalPad = TV<true, true, false, false>;
 using Mask = TV<false, false, true, false>;
 using Mod = TV<false, false, false, true>;
 using All = TV<true, true, true, true>;
-using Window = TV<true, false, false, false, 20>;           // causal, 21 keys back
-using BandAll = TV<false, true, true, true, 30, 5>;         // band plus everything
-using PastBand = TV<false, false, false, false, 40, -10>;   // 10..40 keys back only
+using Window = TV<true, false, false, false, 20>;               // causal, 21 keys back
+using BandAll = TV<false, true, true, true, 30, 5>;             // band plus everything
+using PastBand = TV<false, false, false, false, 40, -10>;       // 10..40 keys back only
 using Drop = TV<true, true, true, true, kNoBand, kNoBand, 250>; // everything + 25 % dropout
 using DropWindow = TV<true, false, false, false, 20, kNoBand, 100>;
 using DenseDrop = TV<false, false, false, false, kNoBand, kNoBand, 250>; // low-rank + dropout
@@ -123,8 +123,8 @@ struct RefSpec {
 constexpr unsigned long long kDropoutSeed = 0x5eedull;
 constexpr unsigned kDropoutOffset = 7;
 template <class V> RefSpec specOf() {
-  return {V::kCausal,     V::kKeyPadding,  V::kPatternMask, V::kHasScoreMod, V::kHasMaxBack,
-          V::kHasMaxAhead, V::kMaxBack,     V::kMaxAhead,    V::kDropP};
+  return {V::kCausal,      V::kKeyPadding, V::kPatternMask, V::kHasScoreMod, V::kHasMaxBack,
+          V::kHasMaxAhead, V::kMaxBack,    V::kMaxAhead,    V::kDropP};
 }
 
 struct RefInputs {
@@ -531,8 +531,8 @@ template <int BQ, int BKV, int D, class V> void checkFlashCase(const AttnCase &c
     }
   std::printf("[cpu-kernels] %-9s D=%-3d tile %3dx%-3d B=%d H=%d Nq=%-4d Nk=%-4d empty=%-4d "
               "err out %.1e lse %.1e dq %.1e dk %.1e dv %.1e dparams %.1e (abs: dq %.1e dk %.1e)\n",
-              variantName<V>(), D, BQ, BKV, c.B, c.H, c.Nq, c.Nk, emptyRows, eo.scaled,
-              el.scaled, edq.scaled, edk.scaled, edv.scaled, edp.scaled, edq.abs, edk.abs);
+              variantName<V>(), D, BQ, BKV, c.B, c.H, c.Nq, c.Nk, emptyRows, eo.scaled, el.scaled,
+              edq.scaled, edk.scaled, edv.scaled, edp.scaled, edq.abs, edk.abs);
 }
 
 struct NamedCase {
@@ -649,8 +649,8 @@ TEST(CpuFlashShapes, ZeroLengthsGiveZeroGradients) {
 TEST(CpuReference, AttentionBackwardMatchesFiniteDifferences) {
   RefSpec dropped{true, true, true, true};
   dropped.dropout = 0.3f; // fixed masks: the loss is a function of q, k, v
-  for (RefSpec sp : {RefSpec{}, RefSpec{true, true, true, true}, RefSpec{false, true, false, true},
-                     dropped}) {
+  for (RefSpec sp :
+       {RefSpec{}, RefSpec{true, true, true, true}, RefSpec{false, true, false, true}, dropped}) {
     RefInputs in;
     in.B = 2, in.H = 2, in.Nq = 6, in.Nk = 5, in.D = 3, in.scale = 0.7;
     in.lengths = {4, 5};
@@ -671,7 +671,8 @@ TEST(CpuReference, AttentionBackwardMatchesFiniteDifferences) {
         const double lm = refLoss(sp, in);
         x[t] = x0;
         const double num = (lp - lm) / (2 * eps);
-        ASSERT_NEAR(num, analytic[t], 1e-6 * std::max(1.0, std::fabs(num))) << what << "[" << t << "]";
+        ASSERT_NEAR(num, analytic[t], 1e-6 * std::max(1.0, std::fabs(num)))
+            << what << "[" << t << "]";
       }
     };
     fd(in.q, r.dq, "dq");
@@ -769,7 +770,8 @@ template <int BQ, int BKV, int D, class V = Dense> void checkLowRank(const LowRa
   const std::size_t np = std::size_t(c.B) * c.H * c.kp * D;
   Vec kpb(np, nan), vpb(np, nan), out(nq * D, nan), lse(nq, nan);
   attnc::cpu::LowRankFwdArgs fa{};
-  fa.q = q.data(), fa.k = k.data(), fa.v = v.data(), fa.E = E.data(), fa.F = shared ? E.data() : F.data();
+  fa.q = q.data(), fa.k = k.data(), fa.v = v.data(), fa.E = E.data(),
+  fa.F = shared ? E.data() : F.data();
   fa.kp = kpb.data(), fa.vp = vpb.data(), fa.out = out.data(), fa.lse = lse.data();
   fa.lengths = c.lengths.empty() ? nullptr : c.lengths.data();
   fa.params = nullptr;
@@ -811,8 +813,9 @@ template <int BQ, int BKV, int D, class V = Dense> void checkLowRank(const LowRa
     }
   std::printf("[cpu-kernels] lowrank %-9s%s D=%-3d tile %3dx%-3d B=%d H=%d N=%-4d Nmax=%-4d k=%-3d "
               "err out %.1e lse %.1e dq %.1e dk %.1e dv %.1e dE %.1e dF %.1e\n",
-              shareName(c.share), V::kDropout ? " dropout" : "", D, BQ, BKV, c.B, c.H, c.N, c.Nmax, c.kp, eo.scaled, el.scaled,
-              edq.scaled, edk.scaled, edv.scaled, edE.scaled, edF.scaled);
+              shareName(c.share), V::kDropout ? " dropout" : "", D, BQ, BKV, c.B, c.H, c.N, c.Nmax,
+              c.kp, eo.scaled, el.scaled, edq.scaled, edk.scaled, edv.scaled, edE.scaled,
+              edF.scaled);
 }
 
 std::vector<NamedCase> lowRankGrid() {
@@ -889,8 +892,7 @@ TEST(CpuUnfused, MatchesReference) {
 }
 
 TEST(CpuBuild, Configuration) {
-  std::printf("[cpu-kernels] SIMD width %d floats, CBLAS %s, OpenMP %s\n",
-              attnc::cpu::kVecWidth,
+  std::printf("[cpu-kernels] SIMD width %d floats, CBLAS %s, OpenMP %s\n", attnc::cpu::kVecWidth,
 #ifdef ATTNC_CPU_HAVE_CBLAS
               "yes",
 #else
@@ -945,7 +947,8 @@ TEST(CpuDeterminism, LowRankBitIdenticalAcrossThreadCounts) {
   constexpr int D = 32;
   std::mt19937 g(3);
   const Vec q = randn(std::size_t(B) * H * Nq * D, g), k = randn(std::size_t(B) * H * N * D, g);
-  const Vec v = randn(k.size(), g), dout = randn(q.size(), g), E = randn(std::size_t(kp) * Nmax, g, 0.1f);
+  const Vec v = randn(k.size(), g), dout = randn(q.size(), g),
+            E = randn(std::size_t(kp) * Nmax, g, 0.1f);
   const std::vector<int> lengths = {120, 150};
   std::vector<Vec> dEs, dks;
   for (int threads : {1, 2, 3}) {
@@ -953,15 +956,41 @@ TEST(CpuDeterminism, LowRankBitIdenticalAcrossThreadCounts) {
     const std::size_t np = std::size_t(B) * H * kp * D;
     Vec kpb(np), vpb(np), out(q.size()), lse(std::size_t(B) * H * Nq), delta(lse.size());
     Vec dkp(np), dvp(np), dq(q.size()), dk(k.size()), dv(k.size()), dE(E.size(), 0.0f);
-    attnc::cpu::LowRankFwdArgs fa{q.data(), k.data(), v.data(), E.data(), E.data(), kpb.data(),
-                                  vpb.data(), out.data(), lse.data(), lengths.data(), nullptr,
-                                  B, H, Nq, N, Nmax, kp, false, 0.2f};
+    attnc::cpu::LowRankFwdArgs fa{q.data(),   k.data(),   v.data(),   E.data(),   E.data(),
+                                  kpb.data(), vpb.data(), out.data(), lse.data(), lengths.data(),
+                                  nullptr,    B,          H,          Nq,         N,
+                                  Nmax,       kp,         false,      0.2f};
     ASSERT_EQ((attnc::cpu::lowrank_fwd<64, 64, D, Dense>(fa)), 0);
-    attnc::cpu::LowRankBwdArgs ba{q.data(), k.data(), v.data(), E.data(), E.data(), kpb.data(),
-                                  vpb.data(), out.data(), dout.data(), lse.data(), lengths.data(),
-                                  nullptr, delta.data(), dkp.data(), dvp.data(), dq.data(),
-                                  dk.data(), dv.data(), dE.data(), dE.data(), nullptr, nullptr,
-                                  B, H, Nq, N, Nmax, kp, false, 0.2f};
+    attnc::cpu::LowRankBwdArgs ba{q.data(),
+                                  k.data(),
+                                  v.data(),
+                                  E.data(),
+                                  E.data(),
+                                  kpb.data(),
+                                  vpb.data(),
+                                  out.data(),
+                                  dout.data(),
+                                  lse.data(),
+                                  lengths.data(),
+                                  nullptr,
+                                  delta.data(),
+                                  dkp.data(),
+                                  dvp.data(),
+                                  dq.data(),
+                                  dk.data(),
+                                  dv.data(),
+                                  dE.data(),
+                                  dE.data(),
+                                  nullptr,
+                                  nullptr,
+                                  B,
+                                  H,
+                                  Nq,
+                                  N,
+                                  Nmax,
+                                  kp,
+                                  false,
+                                  0.2f};
     ASSERT_EQ((attnc::cpu::lowrank_bwd<64, 64, D, Dense>(ba)), 0);
     dEs.push_back(dE);
     dks.push_back(dk);
@@ -989,8 +1018,8 @@ TEST(CpuDeterminism, LowRankLoopProjectionsAcrossThreadCounts) {
     for (int threads : {1, 2, 3}) {
       setThreads(threads);
       Vec xp(dxp.size()), dx(x.size()), dE(E.size(), 0.5f);
-      ASSERT_EQ(lowrank_project_fwd_loops(x.data(), E.data(), xp.data(), lengths.data(), B, H, N,
-                                          D, kp, Nmax, perHead),
+      ASSERT_EQ(lowrank_project_fwd_loops(x.data(), E.data(), xp.data(), lengths.data(), B, H, N, D,
+                                          kp, Nmax, perHead),
                 0);
       ASSERT_EQ(lowrank_project_bwd_loops(x.data(), E.data(), dxp.data(), dx.data(), dE.data(),
                                           lengths.data(), B, H, N, D, kp, Nmax, perHead),
@@ -1029,8 +1058,8 @@ TEST(CpuArgs, InvalidArgumentsAreRejected) {
   Vec buf(4096, 0.0f);
   int lens[2] = {1, 1};
   float params[8] = {1, 1, 1, 1, 0, 0, 0, 0};
-  attnc::AttnFwdArgs f{buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), lens, params,
-                       1, 1, 4, 4, 1.0f};
+  attnc::AttnFwdArgs f{buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), lens,
+                       params,     1,          1,          4,          4,          1.0f};
   EXPECT_EQ((flash_fwd<16, 16, 32, Dense>(f)), kOk);
   auto fwdWith = [&](auto mutate) {
     attnc::AttnFwdArgs g = f;
@@ -1048,9 +1077,10 @@ TEST(CpuArgs, InvalidArgumentsAreRejected) {
   EXPECT_EQ(fwdWith([](attnc::AttnFwdArgs &g) { g.Nk = 0; }), kErrBadSize);
 
   float dparams[2] = {0, 0};
-  attnc::AttnBwdArgs b{buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), buf.data(),
-                       lens, params, buf.data(), buf.data(), buf.data(), buf.data(), dparams,
-                       nullptr, 1, 1, 4, 4, 1.0f};
+  attnc::AttnBwdArgs b{buf.data(), buf.data(), buf.data(), buf.data(), buf.data(),
+                       buf.data(), lens,       params,     buf.data(), buf.data(),
+                       buf.data(), buf.data(), dparams,    nullptr,    1,
+                       1,          4,          4,          1.0f};
   EXPECT_EQ((flash_bwd<16, 16, 32, All>(b)), kOk);
   auto bwdWith = [&](auto mutate) {
     attnc::AttnBwdArgs g = b;
@@ -1064,12 +1094,12 @@ TEST(CpuArgs, InvalidArgumentsAreRejected) {
   EXPECT_EQ((unfused_fwd<32, Dense>(attnc::AttnFwdArgs{})), kErrNullPointer);
 
   // Low-rank: N > Nmax, non-positive k.
-  EXPECT_EQ(lowrank_project_fwd(buf.data(), buf.data(), buf.data(), nullptr, 1, 1, 8, 4, 2, 6,
-                                false),
-            kErrBadSize);
-  EXPECT_EQ(lowrank_project_fwd(buf.data(), buf.data(), buf.data(), nullptr, 1, 1, 8, 4, 0, 8,
-                                false),
-            kErrBadSize);
+  EXPECT_EQ(
+      lowrank_project_fwd(buf.data(), buf.data(), buf.data(), nullptr, 1, 1, 8, 4, 2, 6, false),
+      kErrBadSize);
+  EXPECT_EQ(
+      lowrank_project_fwd(buf.data(), buf.data(), buf.data(), nullptr, 1, 1, 8, 4, 0, 8, false),
+      kErrBadSize);
   EXPECT_EQ(lowrank_project_fwd(nullptr, buf.data(), buf.data(), nullptr, 1, 1, 8, 4, 2, 8, false),
             kErrNullPointer);
 }

@@ -397,8 +397,8 @@ RefResult refRun(const Problem &p, const DVec &q, const DVec &v, bool backward,
         const double lse = m + std::log(l);
         lseR[std::size_t(r) * N + i] = lse;
         for (std::size_t s = s0; s < s1; ++s) {
-          const double w = std::exp(pairs[s].s - lse) *
-                           refDropout(p, b * p.H + h, r, i, pairs[s].j);
+          const double w =
+              std::exp(pairs[s].s - lse) * refDropout(p, b * p.H + h, r, i, pairs[s].j);
           for (int d = 0; d < D; ++d)
             oR[(std::size_t(r) * N + i) * D + d] += w * vb[pairs[s].j * D + d];
         }
@@ -534,10 +534,10 @@ template <class V> RefResult refFor(const Problem &p, const KernelResult &) {
 }
 
 struct Err {
-  double abs = 0.0;    // max |kernel − reference|
-  double scaled = 0.0; // max |kernel − reference| / max(1, |reference|)
+  double abs = 0.0;         // max |kernel − reference|
+  double scaled = 0.0;      // max |kernel − reference| / max(1, |reference|)
   double absModerate = 0.0; // max |kernel − reference| where |reference| ≤ 100
-  std::size_t n = 0;   // compared finite elements
+  std::size_t n = 0;        // compared finite elements
   void merge(const Err &o) {
     abs = std::max(abs, o.abs);
     absModerate = std::max(absModerate, o.absModerate);
@@ -644,9 +644,9 @@ template <int CH, int BE, int AF, int D, class V> void runGrid(int g, int B, int
   std::printf("[ grid %2d ] CHUNK=%d BEFORE=%d AFTER=%d D=%d: %d cases (%d empty rows, %d "
               "self-only rows); max abs (scaled) error out %.2e (%.2e) lse %.2e [%.2e where "
               "|lse| <= 100] (%.2e) dq %.2e (%.2e) dv %.2e (%.2e)\n",
-              g, CH, BE, AF, D, ge.cases, ge.emptyRows, ge.selfOnlyRows, ge.out.abs,
-              ge.out.scaled, ge.lse.abs, ge.lse.absModerate, ge.lse.scaled, ge.dq.abs,
-              ge.dq.scaled, ge.dv.abs, ge.dv.scaled);
+              g, CH, BE, AF, D, ge.cases, ge.emptyRows, ge.selfOnlyRows, ge.out.abs, ge.out.scaled,
+              ge.lse.abs, ge.lse.absModerate, ge.lse.scaled, ge.dq.abs, ge.dq.scaled, ge.dv.abs,
+              ge.dv.scaled);
 }
 
 using Dense = Plain<false, false>;
@@ -666,16 +666,18 @@ TEST(CpuLshGrid, Chunk16_B1A1_D64_Alibi) { runGrid<16, 1, 1, 64, Alibi<false, fa
 TEST(CpuLshGrid, Chunk8_B1A0_D32_AlibiCausalPad) {
   runGrid<8, 1, 0, 32, Alibi<true, true>>(9, 3, 2);
 }
-TEST(CpuLshGrid, Chunk4_B0A0_D128_AlibiCausal) { runGrid<4, 0, 0, 128, Alibi<true, false>>(10, 1, 2); }
+TEST(CpuLshGrid, Chunk4_B0A0_D128_AlibiCausal) {
+  runGrid<4, 0, 0, 128, Alibi<true, false>>(10, 1, 2);
+}
 // Chunks above the 64-query sub-block (a partial last sub-block with 96).
 TEST(CpuLshGrid, Chunk96_B1A0_D32_Dense) { runGrid<96, 1, 0, 32, Dense>(11, 2, 2); }
-TEST(CpuLshGrid, Chunk128_B1A1_D64_AlibiPad) { runGrid<128, 1, 1, 64, Alibi<false, true>>(12, 3, 1); }
+TEST(CpuLshGrid, Chunk128_B1A1_D64_AlibiPad) {
+  runGrid<128, 1, 1, 64, Alibi<false, true>>(12, 3, 1);
+}
 TEST(CpuLshGrid, Chunk64_B1A0_D64_Causal) { runGrid<64, 1, 0, 64, Causal>(13, 2, 2); }
 // Attention dropout: each round's probabilities masked on the original
 // positions (rows sums and lse undropped), the backward redrawing them.
-template <class Base> struct WithDropout : Base {
-  static constexpr bool kDropout = true;
-};
+template <class Base> struct WithDropout : Base { static constexpr bool kDropout = true; };
 TEST(CpuLshGrid, Chunk8_B1A0_D32_CausalDropout) {
   runGrid<8, 1, 0, 32, WithDropout<Causal>>(14, 2, 2);
 }
@@ -710,8 +712,8 @@ TEST(CpuLshReference, GradientMatchesFiniteDifferences) {
       const double err = std::fabs(fd - grad[t]) / std::max(1.0, std::fabs(grad[t]));
       worst = std::max(worst, err);
       ++checked;
-      EXPECT_LT(err, 1e-6) << (which == 0 ? "dq" : "dv") << "[" << t << "]: analytic "
-                           << grad[t] << ", finite difference " << fd;
+      EXPECT_LT(err, 1e-6) << (which == 0 ? "dq" : "dv") << "[" << t << "]: analytic " << grad[t]
+                           << ", finite difference " << fd;
     }
   }
   // The shape has kept pairs, masked rows and a non-trivial key path.
@@ -1008,7 +1010,8 @@ TEST(CpuLshKernel, DISABLED_TimingPerToken) {
       for (int i = 0; i < reps; ++i) {
         const auto t0 = std::chrono::steady_clock::now();
         ASSERT_EQ(f(), 0);
-        t = std::min(t, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        t = std::min(t,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
       std::printf("    %.2f ms, %.0f ns/token\n", t * 1e3, t * 1e9 / double(p.rows()));
     };

@@ -48,8 +48,7 @@ void columnMajorGemm(const ColumnMajorGemm &g, const float *X, const float *Y, f
 /// Row-major C[M, N] = op(A)·op(B) in double, A stored [K, M] when ta else
 /// [M, K], B stored [N, K] when tb else [K, N].
 std::vector<double> rowMajorReference(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                                      const std::vector<float> &A,
-                                      const std::vector<float> &B) {
+                                      const std::vector<float> &A, const std::vector<float> &B) {
   std::vector<double> C(size_t(M * N));
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
@@ -149,8 +148,8 @@ TEST(CublasMapping, ExpectedArguments) {
 //===----------------------------------------------------------------------===//
 
 TEST(CublasPrecision, ParseRoundTripsAndNamesBadValues) {
-  for (GemmPrecision p : {GemmPrecision::F32, GemmPrecision::Tf32, GemmPrecision::Bf16,
-                          GemmPrecision::Fp16}) {
+  for (GemmPrecision p :
+       {GemmPrecision::F32, GemmPrecision::Tf32, GemmPrecision::Bf16, GemmPrecision::Fp16}) {
     Expected<GemmPrecision> q = parseGemmPrecision(gemmPrecisionName(p));
     ASSERT_TRUE(q.ok()) << q.error();
     EXPECT_EQ(*q, p);
@@ -171,8 +170,7 @@ TEST(CublasPrecision, ParseRoundTripsAndNamesBadValues) {
 TEST(CublasLoad, MissingLibraryIsAClearError) {
   Expected<std::unique_ptr<Cublas>> c = Cublas::load("libcublas-attnc-does-not-exist.so.13");
   ASSERT_FALSE(c.ok());
-  EXPECT_TRUE(contains(c.error(), "libcublas-attnc-does-not-exist.so.13 not found:"))
-      << c.error();
+  EXPECT_TRUE(contains(c.error(), "libcublas-attnc-does-not-exist.so.13 not found:")) << c.error();
   Status s = Cublas::probe("libcublas-attnc-does-not-exist.so.13");
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error(), c.error());
@@ -200,8 +198,8 @@ TEST(CublasLoad, CreateLoadsOrExplains) {
   const std::string &e = c.error();
   const bool noLibrary = contains(e, "libcublas.so.13 not found:") &&
                          contains(e, "also tried libcublas.so.12, libcublas.so");
-  const bool noHandle = contains(e, "cublasCreate_v2 (libcublas.so") &&
-                        contains(e, "CUBLAS_STATUS_");
+  const bool noHandle =
+      contains(e, "cublasCreate_v2 (libcublas.so") && contains(e, "CUBLAS_STATUS_");
   EXPECT_TRUE(noLibrary || noHandle) << e;
 }
 
@@ -218,7 +216,8 @@ TEST(CublasGpu, GemmMatchesReferenceInEveryPrecision) {
   ASSERT_TRUE(cb.ok()) << cb.error();
   const int64_t M = 37, N = 29, K = 53;
   std::mt19937 rng(7);
-  const std::vector<float> A = randomMatrix(size_t(M * K), rng), B = randomMatrix(size_t(K * N), rng);
+  const std::vector<float> A = randomMatrix(size_t(M * K), rng),
+                           B = randomMatrix(size_t(K * N), rng);
   Expected<DeviceBuffer> dA = DeviceBuffer::allocate(A.size() * 4),
                          dB = DeviceBuffer::allocate(B.size() * 4),
                          dC = DeviceBuffer::allocate(size_t(M * N) * 4);
@@ -238,8 +237,8 @@ TEST(CublasGpu, GemmMatchesReferenceInEveryPrecision) {
                      " tb=" + std::to_string(tb));
         // The buffers hold A and B as given; with ta/tb they are read as
         // the stored transposes ([K, M] and [N, K]).
-        Status s = (*cb)->gemm(ta, tb, M, N, K, dA->as<float>(), dB->as<float>(),
-                               dC->as<float>(), p, nullptr);
+        Status s = (*cb)->gemm(ta, tb, M, N, K, dA->as<float>(), dB->as<float>(), dC->as<float>(),
+                               p, nullptr);
         ASSERT_TRUE(s.ok()) << s.error();
         std::vector<float> C(size_t(M * N));
         ASSERT_TRUE(dC->download(C.data(), C.size() * 4));

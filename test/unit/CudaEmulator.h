@@ -78,9 +78,7 @@ struct DenseVariant {
   static constexpr bool kDropout = false;
   static constexpr int kMaxBack = 0, kMaxAhead = 0;
   static float score(float s, int, int, int, int, const float *, int) { return s; }
-  static float score_grad(float, int, int, int, int, const float *, int, float *) {
-    return 1.0f;
-  }
+  static float score_grad(float, int, int, int, int, const float *, int, float *) { return 1.0f; }
   static bool keep(int, int, int, int, const float *, int) { return true; }
 };
 
@@ -114,9 +112,7 @@ template <int kWindow> struct ModVariant {
 
 /// `Base` with attention dropout compiled in (the masks of codegen/kernels/abi/attnc/abi/Philox.h
 /// attentionKeep, drawn when the arguments' dropout is above 0).
-template <class Base> struct WithDropout : Base {
-  static constexpr bool kDropout = true;
-};
+template <class Base> struct WithDropout : Base { static constexpr bool kDropout = true; };
 
 } // namespace emu
 

@@ -66,10 +66,10 @@ std::string generate(const DType &dt, int D, int sm, std::vector<Entry> &entries
     auto entry = [&](const std::string &prefix, const TileConfig &c, const char *args,
                      const char *body, int smem) {
       const std::string name = prefix + v.op;
-      os << "extern \"C\" __global__ void __launch_bounds__(" << c.warps * 32 << ", 1) "
-         << name << "(attnc::" << args << " a) {\n  attnc::" << body << "<" << c.blockQ << ", "
-         << c.blockKv << ", " << D << ", " << c.warps << ", " << c.stages << ", " << dt.cuda
-         << ", " << v.type << ">(a);\n}\n";
+      os << "extern \"C\" __global__ void __launch_bounds__(" << c.warps * 32 << ", 1) " << name
+         << "(attnc::" << args << " a) {\n  attnc::" << body << "<" << c.blockQ << ", " << c.blockKv
+         << ", " << D << ", " << c.warps << ", " << c.stages << ", " << dt.cuda << ", " << v.type
+         << ">(a);\n}\n";
       entries.push_back({name, smem});
     };
     entry("attnc_fwd_", f, "AttnFwdArgs", "flash_fwd",
@@ -192,9 +192,9 @@ TEST_P(CudaKernels, CompileWithoutSpills) {
 
   const TileConfig f = defaultTile(cell.dtype->bytes, cell.headDim, cell.sm, false);
   const TileConfig b = defaultTile(cell.dtype->bytes, cell.headDim, cell.sm, true);
-  std::printf("sm_%d %s D=%d: fwd tile %dx%d w%d s%d, bwd tile %dx%d w%d s%d, %.1f s\n",
-              cell.sm, cell.dtype->name, cell.headDim, f.blockQ, f.blockKv, f.warps, f.stages,
-              b.blockQ, b.blockKv, b.warps, b.stages, c.seconds);
+  std::printf("sm_%d %s D=%d: fwd tile %dx%d w%d s%d, bwd tile %dx%d w%d s%d, %.1f s\n", cell.sm,
+              cell.dtype->name, cell.headDim, f.blockQ, f.blockKv, f.warps, f.stages, b.blockQ,
+              b.blockKv, b.warps, b.stages, c.seconds);
   forEachReport(c.log, entries, [&](const Entry &e, const Usage &u) {
     std::printf("  %-28s %3d regs  %d spill st  %d spill ld  %d stack  smem %d+%d of %d\n",
                 e.name.c_str(), u.registers, u.spillStores, u.spillLoads, u.stackFrame,
@@ -249,7 +249,7 @@ struct AsyncCopies {
   int committed = 0;
 };
 inline std::vector<AsyncCopies> asyncCopies; ///< [thread], reset for every block
-inline int leftoverCopies = 0; ///< copies still pending when a thread exited
+inline int leftoverCopies = 0;               ///< copies still pending when a thread exited
 inline AsyncCopies &curCopies() { return asyncCopies[block->current]; }
 
 /// ldmatrix row addresses and mma operands of the block being run
@@ -326,8 +326,7 @@ void ldsmX2Trans(unsigned (&r)[2], const void *p) { emuLdmatrix<2, true>(r, p); 
 /// j of lane (g, t) holds row g + 8 (j % 2), columns 2t + 8 (j / 2) + {0, 1};
 /// B (16 x 8) register j holds rows 2t + 8j + {0, 1} of column g; C element
 /// j is row g + 8 (j / 2), column 2t + j % 2.
-template <class T>
-void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+template <class T> void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   const int w = threadIdx.x / 32, l = threadIdx.x % 32, g = l / 4, t = l % 4;
   for (int j = 0; j < 4; ++j)
     emu::fragA[w][l][j] = a[j];
@@ -342,9 +341,7 @@ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
     const int lane = 4 * (row % 8) + (col % 8) / 2, reg = (row / 8) + 2 * (col / 8);
     return half(emu::fragA[w][lane][reg], col % 2);
   };
-  auto B = [&](int k, int n) {
-    return half(emu::fragB[w][4 * n + (k % 8) / 2][k / 8], k % 2);
-  };
+  auto B = [&](int k, int n) { return half(emu::fragB[w][4 * n + (k % 8) / 2][k / 8], k % 2); };
   for (int j = 0; j < 4; ++j) {
     const int row = g + 8 * (j / 2), col = 2 * t + j % 2;
     float sum = 0.f;
@@ -376,9 +373,9 @@ struct Problem {
   float scale;
   bool mod; ///< EmuMod (else EmuDense)
   std::vector<int> lengths;
-  std::vector<float> params;          ///< [2 * H]
-  std::vector<float> q, k, v, dout;   ///< already rounded to the kernel's T
-  float dropout = 0;                  ///< attention dropout (0: none)
+  std::vector<float> params;        ///< [2 * H]
+  std::vector<float> q, k, v, dout; ///< already rounded to the kernel's T
+  float dropout = 0;                ///< attention dropout (0: none)
   unsigned long long dropoutSeed = 0;
   unsigned dropoutOffset = 0;
 };
@@ -431,8 +428,7 @@ void refForward(const Problem &p, std::vector<double> &out, std::vector<double> 
         for (int j = 0; j < p.Nk; ++j) {
           s[j] = -std::numeric_limits<double>::infinity();
           if (refKept(p, b, i, j))
-            s[j] = refScore(p, p.scale * dot(&p.q[row * D], &p.k[(bh * p.Nk + j) * D], D), h, i,
-                            j);
+            s[j] = refScore(p, p.scale * dot(&p.q[row * D], &p.k[(bh * p.Nk + j) * D], D), h, i, j);
           m = std::max(m, s[j]);
         }
         if (m == -std::numeric_limits<double>::infinity())
@@ -470,8 +466,7 @@ void refBackward(const Problem &p, const std::vector<float> &out, const std::vec
             continue;
           const size_t col = bh * p.Nk + j;
           double d[3];
-          const double sc = refScore(p, p.scale * dot(&p.q[row * D], &p.k[col * D], D), h, i,
-                                     j, d);
+          const double sc = refScore(p, p.scale * dot(&p.q[row * D], &p.k[col * D], D), h, i, j, d);
           const double pr = std::exp(sc - lse[row]), z = refDropout(p, b, h, i, j);
           const double ds = pr * (z * dot(&p.dout[row * D], &p.v[col * D], D) - delta);
           const double g = ds * d[0];
@@ -529,8 +524,7 @@ void expectClose(const char *what, const std::vector<float> &got, const std::vec
       << " (max |ref| " << maxRef << ")";
 }
 
-Problem makeProblem(int B, int H, int Nq, int Nk, int D, bool mod, bool roundHalf,
-                    bool roundBf16) {
+Problem makeProblem(int B, int H, int Nq, int Nk, int D, bool mod, bool roundHalf, bool roundBf16) {
   Problem p{B, H, Nq, Nk, D, 1.0f / std::sqrt(float(D)), mod, {}, {}, {}, {}, {}, {}};
   for (int b = 0; b < B; ++b) // full, partial and empty (b = 2) key sets
     p.lengths.push_back(b == 0 ? Nk : b == 1 ? Nk - 13 : 0);
@@ -562,12 +556,10 @@ struct EmuShape {
 
 /// Forward, then the four backward kernels, of one (T, D, tiles, variant)
 /// against the reference.
-template <class T, int D, int FQ, int FKV, int FW, int FS, int BQ, int BKV, int BW, int BS,
-          class V>
+template <class T, int D, int FQ, int FKV, int FW, int FS, int BQ, int BKV, int BW, int BS, class V>
 void runEmulated(const EmuShape &shape, double tol) {
   constexpr bool kHalf = std::is_same_v<T, __half>, kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  Problem p = makeProblem(shape.B, shape.H, shape.Nq, shape.Nk, D, V::kNumParams > 0, kHalf,
-                          kBf16);
+  Problem p = makeProblem(shape.B, shape.H, shape.Nq, shape.Nk, D, V::kNumParams > 0, kHalf, kBf16);
   if (V::kDropout)
     p.dropout = kEmuDropout, p.dropoutSeed = 0x5eed1234abcdull, p.dropoutOffset = 7;
   std::printf("D=%d fwd %dx%d w%d s%d, bwd %dx%d w%d s%d, %s%s, B=%d H=%d Nq=%d Nk=%d\n", D, FQ,
@@ -582,12 +574,24 @@ void runEmulated(const EmuShape &shape, double tol) {
   lengths.n = p.lengths.size();
   Buffer<float> params(p.params);
 
-  attnc::AttnFwdArgs fa{q.ptr(), k.ptr(), v.ptr(), out.ptr(), lse.ptr(), lengths.ptr(),
-                        V::kNumParams ? params.ptr() : nullptr, p.B, p.H, p.Nq, p.Nk, p.scale,
-                        p.dropout, p.dropoutOffset, p.dropoutSeed};
-  ASSERT_TRUE(launch((p.Nq + FQ - 1) / FQ, BH, FW * 32,
-                     [&] { attnc::flash_fwd<FQ, FKV, D, FW, FS, T, V>(fa); }))
-      << "forward deadlocked";
+  attnc::AttnFwdArgs fa{q.ptr(),
+                        k.ptr(),
+                        v.ptr(),
+                        out.ptr(),
+                        lse.ptr(),
+                        lengths.ptr(),
+                        V::kNumParams ? params.ptr() : nullptr,
+                        p.B,
+                        p.H,
+                        p.Nq,
+                        p.Nk,
+                        p.scale,
+                        p.dropout,
+                        p.dropoutOffset,
+                        p.dropoutSeed};
+  ASSERT_TRUE(launch((p.Nq + FQ - 1) / FQ, BH, FW * 32, [&] {
+    attnc::flash_fwd<FQ, FKV, D, FW, FS, T, V>(fa);
+  })) << "forward deadlocked";
   std::vector<double> refOut, refLse;
   refForward(p, refOut, refLse);
   expectClose("out", out.values(), refOut, tol);
@@ -602,22 +606,33 @@ void runEmulated(const EmuShape &shape, double tol) {
   Buffer<float> delta(size_t(BH) * p.Nq);
   Buffer<T> dq(p.q.size()), dk(p.k.size()), dv(p.v.size());
   Buffer<float> dparams(std::vector<float>(2 * p.H, 0.25f)); // accumulated into
-  const long long ws = attnc::tile::bwd_workspace_floats(p.B, p.H, p.Nq, p.Nk,
-                                                         V::kNumParams, BKV);
+  const long long ws = attnc::tile::bwd_workspace_floats(p.B, p.H, p.Nq, p.Nk, V::kNumParams, BKV);
   Buffer<float> partial(size_t(std::max(ws, 1LL)));
-  attnc::AttnBwdArgs ba{q.ptr(),       k.ptr(),        v.ptr(),
-                        bOut.ptr(),    dout.ptr(),     bLse.ptr(),
-                        lengths.ptr(), V::kNumParams ? params.ptr() : nullptr,
-                        delta.ptr(),   dq.ptr(),       dk.ptr(),
-                        dv.ptr(),      V::kNumParams ? dparams.ptr() : nullptr,
+  attnc::AttnBwdArgs ba{q.ptr(),
+                        k.ptr(),
+                        v.ptr(),
+                        bOut.ptr(),
+                        dout.ptr(),
+                        bLse.ptr(),
+                        lengths.ptr(),
+                        V::kNumParams ? params.ptr() : nullptr,
+                        delta.ptr(),
+                        dq.ptr(),
+                        dk.ptr(),
+                        dv.ptr(),
+                        V::kNumParams ? dparams.ptr() : nullptr,
                         V::kNumParams ? partial.ptr() : nullptr,
-                        p.B,           p.H,            p.Nq,
-                        p.Nk,          p.scale,        p.dropout,
-                        p.dropoutOffset, p.dropoutSeed};
+                        p.B,
+                        p.H,
+                        p.Nq,
+                        p.Nk,
+                        p.scale,
+                        p.dropout,
+                        p.dropoutOffset,
+                        p.dropoutSeed};
   const int qBlocks = (p.Nq + BQ - 1) / BQ, kvBlocks = (p.Nk + BKV - 1) / BKV;
-  ASSERT_TRUE(launch(qBlocks, BH, BW * 32, [&] {
-    attnc::flash_bwd_preprocess<BQ, BKV, D, BW, BS, T, V>(ba);
-  }));
+  ASSERT_TRUE(launch(qBlocks, BH, BW * 32,
+                     [&] { attnc::flash_bwd_preprocess<BQ, BKV, D, BW, BS, T, V>(ba); }));
   ASSERT_TRUE(launch(kvBlocks, BH, BW * 32, [&] {
     attnc::flash_bwd_dkdv<BQ, BKV, D, BW, BS, T, V>(ba);
   })) << "dK/dV deadlocked";
@@ -625,9 +640,8 @@ void runEmulated(const EmuShape &shape, double tol) {
     attnc::flash_bwd_dq<BQ, BKV, D, BW, BS, T, V>(ba);
   })) << "dQ deadlocked";
   if (V::kNumParams > 0) {
-    ASSERT_TRUE(launch(V::kNumParams * p.H, 1, BW * 32, [&] {
-      attnc::flash_bwd_dparams<BQ, BKV, D, BW, BS, T, V>(ba);
-    }));
+    ASSERT_TRUE(launch(V::kNumParams * p.H, 1, BW * 32,
+                       [&] { attnc::flash_bwd_dparams<BQ, BKV, D, BW, BS, T, V>(ba); }));
   }
 
   std::vector<double> rdq, rdk, rdv, rdp;
@@ -644,8 +658,8 @@ void runEmulated(const EmuShape &shape, double tol) {
       x += 0.25;
     expectClose("dparams", dparams.values(), rdp, tol);
   }
-  EXPECT_TRUE(delta.guardsIntact() && dq.guardsIntact() && dk.guardsIntact() &&
-              dv.guardsIntact() && dparams.guardsIntact() && partial.guardsIntact())
+  EXPECT_TRUE(delta.guardsIntact() && dq.guardsIntact() && dk.guardsIntact() && dv.guardsIntact() &&
+              dparams.guardsIntact() && partial.guardsIntact())
       << "backward wrote out of bounds";
 }
 

@@ -95,8 +95,7 @@ bool dependsOnWindow(const Kernel &k) {
 /// the entry points of every (part, variant) as the emitter writes them.
 std::string generate(const DType &dt, const std::vector<Part> &parts, std::vector<Entry> &entries) {
   std::ostringstream os;
-  os << "// Generated for CudaLshTest: " << dt.name
-     << ".\n#include \"attnc/lsh.cuh\"\n\n";
+  os << "// Generated for CudaLshTest: " << dt.name << ".\n#include \"attnc/lsh.cuh\"\n\n";
   writeVariants(os);
   for (const Part &part : parts)
     for (int D : part.dims) {
@@ -104,17 +103,16 @@ std::string generate(const DType &dt, const std::vector<Part> &parts, std::vecto
       const LshTile t = lshDefaultTile(cfg.chunk, D);
       for (const VariantCase &v : kVariants) {
         const std::string op = std::string(v.op) + "_d" + std::to_string(D) + "_c" +
-                               std::to_string(cfg.chunk) + "_" + std::to_string(cfg.before) +
-                               "_" + std::to_string(cfg.after);
+                               std::to_string(cfg.chunk) + "_" + std::to_string(cfg.before) + "_" +
+                               std::to_string(cfg.after);
         for (const Kernel &k : kKernels) {
           if (!part.allKernels && !dependsOnWindow(k))
             continue;
           const std::string name = k.prefix + op;
-          os << "extern \"C\" __global__ void __launch_bounds__(" << t.warps * 32 << ", 1) "
-             << name << "(attnc::AttnLshArgs a) {\n  attnc::" << k.body << "<" << cfg.chunk
-             << ", " << cfg.before << ", " << cfg.after << ", " << D << ", " << t.blockQ
-             << ", " << t.blockKv << ", " << t.warps << ", " << dt.cuda << ", " << v.type
-             << ">(a);\n}\n";
+          os << "extern \"C\" __global__ void __launch_bounds__(" << t.warps * 32 << ", 1) " << name
+             << "(attnc::AttnLshArgs a) {\n  attnc::" << k.body << "<" << cfg.chunk << ", "
+             << cfg.before << ", " << cfg.after << ", " << D << ", " << t.blockQ << ", "
+             << t.blockKv << ", " << t.warps << ", " << dt.cuda << ", " << v.type << ">(a);\n}\n";
           entries.push_back({name, k.smem(t, D)});
         }
       }
@@ -131,9 +129,8 @@ void compileAndCheck(const DType &dt, int sm, const std::vector<Part> &parts) {
   expectNoHeaderWarnings(c.log);
   std::printf("sm_%d %s: %zu entry points, %.1f s\n", sm, dt.name, entries.size(), c.seconds);
   forEachReport(c.log, entries, [](const Entry &e, const Usage &u) {
-    std::printf("  %-44s %3d regs  %d spill st  %d spill ld  %d stack  smem %d\n",
-                e.name.c_str(), u.registers, u.spillStores, u.spillLoads, u.stackFrame,
-                u.staticSmem);
+    std::printf("  %-44s %3d regs  %d spill st  %d spill ld  %d stack  smem %d\n", e.name.c_str(),
+                u.registers, u.spillStores, u.spillLoads, u.stackFrame, u.staticSmem);
     expectNoSpills(u, 255);
     EXPECT_EQ(u.staticSmem, e.staticSmem);
     EXPECT_LE(u.staticSmem, kLshSmemLimitBytes);
@@ -184,10 +181,10 @@ class CudaLshNvrtc : public testing::TestWithParam<std::pair<int, const DType *>
 TEST_P(CudaLshNvrtc, CompileWithoutSpills) {
   const int sm = GetParam().first;
   const DType &dt = *GetParam().second;
-  compileAndCheck(dt, sm,
-                  {{std::vector<int>(std::begin(kHeadDims), std::end(kHeadDims)), kConfigs[0],
-                    true},
-                   {{32, 64, 128}, kConfigs[1], false}});
+  compileAndCheck(
+      dt, sm,
+      {{std::vector<int>(std::begin(kHeadDims), std::end(kHeadDims)), kConfigs[0], true},
+       {{32, 64, 128}, kConfigs[1], false}});
 }
 
 std::vector<std::pair<int, const DType *>> nvrtcCells() {
@@ -475,9 +472,8 @@ void refBackward(const LshSetup &s, const std::vector<double> &q, const std::vec
   for (size_t row = 0; row < rows; ++row) {
     const double kdk = dotD(&k[row * D], &dk[row * D], D);
     for (int d = 0; d < D; ++d)
-      dq[row * D + d] += norms[row] > 1e-6
-                             ? (dk[row * D + d] - k[row * D + d] * kdk) / norms[row]
-                             : dk[row * D + d] / 1e-6;
+      dq[row * D + d] += norms[row] > 1e-6 ? (dk[row * D + d] - k[row * D + d] * kdk) / norms[row]
+                                           : dk[row * D + d] / 1e-6;
   }
 }
 
@@ -526,15 +522,14 @@ struct Shape {
 
 /// Hash, forward and backward of one (T, config, tile, variant) against
 /// the reference, on the emulator.
-template <class T, int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS,
-          class V>
+template <class T, int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS, class V>
 void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyRows = nullptr) {
   constexpr bool kMod = V::kNumParams > 0;
-  LshSetup s{shape.B, shape.H, shape.N, D, shape.R, shape.NB, CHUNK, BEFORE, AFTER,
-          shape.scale, kMod, {}, {}, {}};
-  std::printf("%s D=%d chunk %d (-%d, +%d) tile %dx%d w%d, %s, B=%d H=%d N=%d R=%d NB=%d\n",
-              dtype, D, CHUNK, BEFORE, AFTER, BQ, BKV, WARPS, kMod ? "modified" : "dense",
-              s.B, s.H, s.N, s.R, s.NB);
+  LshSetup s{shape.B, shape.H, shape.N,     D,    shape.R, shape.NB, CHUNK,
+             BEFORE,  AFTER,   shape.scale, kMod, {},      {},       {}};
+  std::printf("%s D=%d chunk %d (-%d, +%d) tile %dx%d w%d, %s, B=%d H=%d N=%d R=%d NB=%d\n", dtype,
+              D, CHUNK, BEFORE, AFTER, BQ, BKV, WARPS, kMod ? "modified" : "dense", s.B, s.H, s.N,
+              s.R, s.NB);
   for (int b = 0; b < s.B; ++b) // full, partial and empty key sets
     s.lengths.push_back(b == 0 ? s.N : b == 1 ? s.N - 13 : 0);
   for (int h = 0; h < s.H; ++h)
@@ -570,8 +565,7 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
   Buffer<float> blse(rows), brot(rot), bparams(std::vector<double>(s.params)), bkeys(elems),
       bround(size_t(s.R) * elems), broundLse(size_t(s.R) * rows), bdelta(rows),
       brdq(size_t(s.R) * elems), brdk(size_t(s.R) * elems), brdv(size_t(s.R) * elems);
-  Buffer<int> blengths(s.lengths), bbuckets(size_t(BH) * s.R * s.N),
-      bperm(size_t(BH) * s.R * npad);
+  Buffer<int> blengths(s.lengths), bbuckets(size_t(BH) * s.R * s.N), bperm(size_t(BH) * s.R * npad);
   attnc::AttnLshArgs a{};
   a.q = bq.ptr();
   a.v = bv.ptr();
@@ -660,8 +654,7 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
       << "dq deadlocked";
   ASSERT_TRUE(emu::launch(gdk.x, gdk.y, NT, [&] { attnc::lsh_bwd_dkdv<ATTNC_LSH_ARGS>(a); }))
       << "dkdv deadlocked";
-  ASSERT_TRUE(
-      emu::launch(grow.x, grow.y, NT, [&] { attnc::lsh_bwd_combine<ATTNC_LSH_ARGS>(a); }));
+  ASSERT_TRUE(emu::launch(grow.x, grow.y, NT, [&] { attnc::lsh_bwd_combine<ATTNC_LSH_ARGS>(a); }));
 #undef ATTNC_LSH_ARGS
   std::vector<double> rdq, rdv;
   refBackward(s, q, v, dout, outT, roundLseF, rdq, rdv);
@@ -709,13 +702,12 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
     }
   }
 
-  for (bool ok : {bq.guardsIntact(), bv.guardsIntact(), bdout.guardsIntact(),
-                  bout.guardsIntact(), bdq.guardsIntact(), bdv.guardsIntact(),
-                  blse.guardsIntact(), bkeys.guardsIntact(), bround.guardsIntact(),
-                  broundLse.guardsIntact(), bdelta.guardsIntact(), brdq.guardsIntact(),
-                  brdk.guardsIntact(), brdv.guardsIntact(), bbuckets.guardsIntact(),
-                  bperm.guardsIntact(), bout2.guardsIntact(), blse2.guardsIntact(),
-                  broundLse2.guardsIntact()})
+  for (bool ok :
+       {bq.guardsIntact(), bv.guardsIntact(), bdout.guardsIntact(), bout.guardsIntact(),
+        bdq.guardsIntact(), bdv.guardsIntact(), blse.guardsIntact(), bkeys.guardsIntact(),
+        bround.guardsIntact(), broundLse.guardsIntact(), bdelta.guardsIntact(), brdq.guardsIntact(),
+        brdk.guardsIntact(), brdv.guardsIntact(), bbuckets.guardsIntact(), bperm.guardsIntact(),
+        bout2.guardsIntact(), blse2.guardsIntact(), broundLse2.guardsIntact()})
     EXPECT_TRUE(ok) << "a kernel wrote out of bounds";
 }
 
@@ -836,15 +828,14 @@ TEST(CudaLshEmulated, Fp32Dropout) {
   runLsh<float, 16, 1, 0, 32, 16, 16, 4, emu::WithDropout<EmuDense>>({1, 2, 50, 2, 4, 1.0f},
                                                                      kTolFp32, "fp32");
   runLsh<float, 32, 1, 1, 64, 16, 8, 2, emu::WithDropout<EmuMod>>({3, 2, 77, 3, 8, 0.125f},
-                                                                   kTolFp32, "fp32");
+                                                                  kTolFp32, "fp32");
 }
 TEST(CudaLshEmulated, Fp16Dropout) {
   runLsh<__half, 32, 1, 0, 64, 32, 32, 4, emu::WithDropout<EmuMod>>({2, 2, 70, 2, 8, 0.5f},
                                                                     kTolFp16, "fp16");
 }
 TEST(CudaLshEmulated, Bf16D32) {
-  runLsh<__nv_bfloat16, 32, 1, 1, 32, 32, 32, 4, EmuMod>({3, 1, 61, 3, 6, 1.0f}, kTolBf16,
-                                                          "bf16");
+  runLsh<__nv_bfloat16, 32, 1, 1, 32, 32, 32, 4, EmuMod>({3, 1, 61, 3, 6, 1.0f}, kTolBf16, "bf16");
 }
 
 } // namespace

@@ -667,8 +667,7 @@ TEST(CudaModelStep, EmbedGradSortsRowsByTokenAndSumsInOrder) {
   };
   for (const Shape sh : {Shape{7, 100, 37, 200}, Shape{3, 90, 300, 40}, Shape{1, 16, 5, 129}}) {
     const long long R = sh.B * sh.S, V = sh.V, S = sh.S, C = sh.C;
-    SCOPED_TRACE("R " + std::to_string(R) + " V " + std::to_string(V) + " C " +
-                 std::to_string(C));
+    SCOPED_TRACE("R " + std::to_string(R) + " V " + std::to_string(V) + " C " + std::to_string(C));
     std::vector<int> tokens(static_cast<size_t>(R));
     std::uniform_int_distribution<int> any(0, int(V) - 1), few(0, 2);
     for (int &t : tokens) // half the rows on three tokens; the last token never
@@ -683,8 +682,7 @@ TEST(CudaModelStep, EmbedGradSortsRowsByTokenAndSumsInOrder) {
     // Row `k` of `out` against the rows r of dy with inRow(k, r), in
     // increasing r: bit for bit a float sum in that order, and within
     // 1e-5 of a double one.
-    auto check = [&](const char *what, const std::vector<float> &out, long long rows,
-                     auto inRow) {
+    auto check = [&](const char *what, const std::vector<float> &out, long long rows, auto inRow) {
       for (long long k = 0; k < rows; ++k)
         for (long long c = 0; c < C; ++c) {
           float inOrder = 0;

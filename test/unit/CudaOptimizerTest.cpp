@@ -91,20 +91,20 @@ INSTANTIATE_TEST_SUITE_P(Archs, CudaOptimizerNvrtc, testing::Values("sm_75", "sm
 //===----------------------------------------------------------------------===//
 
 TEST(CudaOptimizerHost, DecayRangesMergeSortAndCheck) {
-  Expected<std::vector<long long>> r =
-      decayRanges({{"c", 30, 10, true},
-                   {"a", 0, 10, true},
-                   {"b", 10, 5, true},
-                   {"e", 15, 0, false},
-                   {"d", 15, 15, false},
-                   {"f", 40, 2, true}},
-                  42);
+  Expected<std::vector<long long>> r = decayRanges({{"c", 30, 10, true},
+                                                    {"a", 0, 10, true},
+                                                    {"b", 10, 5, true},
+                                                    {"e", 15, 0, false},
+                                                    {"d", 15, 15, false},
+                                                    {"f", 40, 2, true}},
+                                                   42);
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ(*r, (std::vector<long long>{0, 15, 30, 42}));
   Expected<std::vector<long long>> none = decayRanges({{"a", 0, 10, false}}, 10);
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
-  Expected<std::vector<long long>> overlap = decayRanges({{"a", 0, 10, true}, {"b", 9, 2, false}}, 20);
+  Expected<std::vector<long long>> overlap =
+      decayRanges({{"a", 0, 10, true}, {"b", 9, 2, false}}, 20);
   ASSERT_FALSE(overlap.ok());
   EXPECT_TRUE(contains(overlap.error(), "'a' and 'b' overlap")) << overlap.error();
   Expected<std::vector<long long>> outside = decayRanges({{"w", 5, 10, true}}, 12);
@@ -118,7 +118,8 @@ TEST(CudaOptimizerHost, LaunchShapes) {
   static_assert(reduceBlocks(kThreads * kItemsPerThread) == 1);
   static_assert(reduceBlocks(kThreads * kItemsPerThread + 1) == 2);
   static_assert(reduceBlocks(1LL << 40) == kMaxPartials);
-  static_assert(elementwiseBlocks(257) == 2 && elementwiseBlocks(1LL << 40) == kMaxElementwiseBlocks);
+  static_assert(elementwiseBlocks(257) == 2 &&
+                elementwiseBlocks(1LL << 40) == kMaxElementwiseBlocks);
   static_assert(sizeof(OptStepState) == 24);
 }
 
@@ -178,8 +179,8 @@ struct Param {
 // Offsets 0, 1000, 1037, 1057, 1107, 3607; n = 3907. Uneven sizes so that
 // decayed and undecayed ranges cross block and warp boundaries, and ranges
 // shorter than a grid-stride step (q, b2) so a thread skips several at once.
-const Param kParams[] = {{"w1", 1000, true}, {"b1", 37, false}, {"q", 20, true},
-                         {"b2", 50, false}, {"w2", 2500, true}, {"ln", 300, false}};
+const Param kParams[] = {{"w1", 1000, true}, {"b1", 37, false},  {"q", 20, true},
+                         {"b2", 50, false},  {"w2", 2500, true}, {"ln", 300, false}};
 
 /// The device side: a flat buffer of every parameter, as the GPU step keeps it.
 struct Device {
@@ -244,8 +245,8 @@ struct Cpu {
     std::vector<float> out;
     for (const Param &p : kParams) {
       auto it = f.tensors.find(std::string("adam.") + which + "." + p.name);
-      std::vector<float> t = it == f.tensors.end() ? std::vector<float>(size_t(p.size), 0.0f)
-                                                   : it->second.asF32();
+      std::vector<float> t =
+          it == f.tensors.end() ? std::vector<float>(size_t(p.size), 0.0f) : it->second.asF32();
       out.insert(out.end(), t.begin(), t.end());
     }
     EXPECT_EQ(int64_t(out.size()), n);
@@ -261,8 +262,8 @@ struct Cpu {
 
 /// |a - b| <= 1e-6·|b| (+ a tiny absolute slack for values near 0);
 /// counts elements that agree bit for bit.
-void expectClose(const std::vector<float> &got, const std::vector<float> &want,
-                 const char *what, int64_t &identical) {
+void expectClose(const std::vector<float> &got, const std::vector<float> &want, const char *what,
+                 int64_t &identical) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_TRUE(std::isfinite(got[i])) << what << "[" << i << "]";
@@ -342,12 +343,12 @@ TEST(CudaOptimizerEmu, AdamWWithClippingMatchesCpuOverSeveralSteps) {
     int grid, copy;
   };
   const StepCase steps[] = {
-      {1.0f, 65536.0f, opt::elementwiseBlocks(3907), opt::kCopyFp16},    // clipped
-      {1e-3f, 1024.0f, 3, opt::kCopyBf16},                               // not clipped
-      {0.02f, 1.0f, 1, opt::kCopyNone},                                  // norm ~1.2: clipped
-      {1e-4f, 32768.0f, opt::elementwiseBlocks(3907), opt::kCopyFp16},   // not clipped
-      {4.0f, 2.0f, 7, opt::kCopyBf16},                                   // clipped
-      {2e-3f, 65536.0f, opt::elementwiseBlocks(3907), opt::kCopyNone},   // past warm-up, cosine
+      {1.0f, 65536.0f, opt::elementwiseBlocks(3907), opt::kCopyFp16},  // clipped
+      {1e-3f, 1024.0f, 3, opt::kCopyBf16},                             // not clipped
+      {0.02f, 1.0f, 1, opt::kCopyNone},                                // norm ~1.2: clipped
+      {1e-4f, 32768.0f, opt::elementwiseBlocks(3907), opt::kCopyFp16}, // not clipped
+      {4.0f, 2.0f, 7, opt::kCopyBf16},                                 // clipped
+      {2e-3f, 65536.0f, opt::elementwiseBlocks(3907), opt::kCopyNone}, // past warm-up, cosine
   };
   int64_t identical = 0, compared = 0, step = 0;
   for (const StepCase &s : steps) {
@@ -393,9 +394,9 @@ TEST(CudaOptimizerEmu, AdamWWithClippingMatchesCpuOverSeveralSteps) {
 }
 
 TEST(CudaOptimizerEmu, NonFiniteGradientSkipsTheStepEntirely) {
-  for (const float bad : {std::numeric_limits<float>::infinity(),
-                          -std::numeric_limits<float>::infinity(),
-                          std::numeric_limits<float>::quiet_NaN()}) {
+  for (const float bad :
+       {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+        std::numeric_limits<float>::quiet_NaN()}) {
     SCOPED_TRACE("bad gradient " + std::to_string(bad));
     Fixture f;
     LossScaler scaler(LossScalerConfig::forPrecision(attnc::cuda::GemmPrecision::Fp16));
@@ -495,8 +496,8 @@ TEST(CudaOptimizerEmu, ReductionIsDeterministicAndExact) {
 }
 
 TEST(CudaOptimizerEmu, CastWritesRoundedCopies) {
-  std::vector<float> src = {0.0f, -0.0f, 1.0f, 1.0f / 3.0f, -2.5e-8f, 65504.0f, 65520.0f,
-                            1e20f, -3.3e38f, 6.1e-5f};
+  std::vector<float> src = {0.0f,     -0.0f,    1.0f,  1.0f / 3.0f, -2.5e-8f,
+                            65504.0f, 65520.0f, 1e20f, -3.3e38f,    6.1e-5f};
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.0f, 100.0f);
   for (int i = 0; i < 600; ++i)

@@ -141,9 +141,8 @@ struct VariantCase {
   const char *source; ///< struct definition
   int numParams;
 };
-inline const VariantCase kVariants[] = {
-    {"dense", "AttnVariant_dense", kDenseVariant, 0},
-    {"mod", "AttnVariant_mod", kModVariant, 2}};
+inline const VariantCase kVariants[] = {{"dense", "AttnVariant_dense", kDenseVariant, 0},
+                                        {"mod", "AttnVariant_mod", kModVariant, 2}};
 
 /// The part of a generated translation unit before its entry points: the
 /// emitter's helpers, then every variant.

@@ -15,8 +15,7 @@ inline double refDropoutFactor(unsigned long long seed, unsigned offset, int row
                                float p) {
   if (p <= 0)
     return 1.0;
-  return attnc::philox::attentionKeep(seed, offset, row, i, j, p) ? 1.0 / (1.0 - double(p))
-                                                                  : 0.0;
+  return attnc::philox::attentionKeep(seed, offset, row, i, j, p) ? 1.0 / (1.0 - double(p)) : 0.0;
 }
 
 #endif // ATTNC_TEST_UNIT_DROPOUTREFERENCE_H

@@ -22,11 +22,26 @@
 namespace {
 
 std::vector<float> probes() {
-  std::vector<float> v = {0.0f,       -0.0f,      1.0f,         -1.5f,       65504.0f,
-                          65519.0f,   65520.0f,   70000.0f,     -1e9f,       6.1035156e-05f,
-                          5.9604645e-08f, 2.9802322e-08f, 2.9802326e-08f, 1e-10f,
-                          1.0009766f, 1.0004883f, 1.0014648f,   3.0e38f,
-                          1.00390625f, 1.01171875f, // bf16 ties: to even
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.5f,
+                          65504.0f,
+                          65519.0f,
+                          65520.0f,
+                          70000.0f,
+                          -1e9f,
+                          6.1035156e-05f,
+                          5.9604645e-08f,
+                          2.9802322e-08f,
+                          2.9802326e-08f,
+                          1e-10f,
+                          1.0009766f,
+                          1.0004883f,
+                          1.0014648f,
+                          3.0e38f,
+                          1.00390625f,
+                          1.01171875f, // bf16 ties: to even
                           std::numeric_limits<float>::infinity(),
                           -std::numeric_limits<float>::infinity()};
   std::mt19937 rng(7);

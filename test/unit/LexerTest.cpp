@@ -36,9 +36,9 @@ TEST(Lexer, NumbersAndOperators) {
   std::vector<Tok> kinds;
   for (auto &t : l.tokens)
     kinds.push_back(t.kind);
-  EXPECT_EQ(kinds, (std::vector<Tok>{Tok::Ident, Tok::Assign, Tok::Int, Tok::Ident,
-                                     Tok::Minus, Tok::Float, Tok::LessEq, Tok::NotEq,
-                                     Tok::AndAnd, Tok::OrOr, Tok::Percent, Tok::Eof}));
+  EXPECT_EQ(kinds, (std::vector<Tok>{Tok::Ident, Tok::Assign, Tok::Int, Tok::Ident, Tok::Minus,
+                                     Tok::Float, Tok::LessEq, Tok::NotEq, Tok::AndAnd, Tok::OrOr,
+                                     Tok::Percent, Tok::Eof}));
   EXPECT_EQ(l.tokens[2].intValue, 256);
   EXPECT_DOUBLE_EQ(l.tokens[5].floatValue, 150.0);
 }
@@ -53,15 +53,13 @@ TEST(Lexer, TracksLinesAndColumnsAcrossComments) {
 TEST(Lexer, ReportsBinaryBytesAsHex) {
   Lexed l = lex("model \x01");
   EXPECT_EQ(l.tokens.back().kind, Tok::Error);
-  EXPECT_NE(l.errors.find("t.attn:1:7: error: unexpected character '\\x01'"),
-            std::string::npos)
+  EXPECT_NE(l.errors.find("t.attn:1:7: error: unexpected character '\\x01'"), std::string::npos)
       << l.errors;
 }
 
 TEST(Lexer, ReportsUnterminatedComment) {
   Lexed l = lex("model /* never closed");
-  EXPECT_NE(l.errors.find("t.attn:1:7: error: unterminated block comment"),
-            std::string::npos)
+  EXPECT_NE(l.errors.find("t.attn:1:7: error: unterminated block comment"), std::string::npos)
       << l.errors;
 }
 
@@ -72,6 +70,5 @@ TEST(Lexer, RejectsHugeIntegers) {
 
 TEST(Lexer, RejectsNumberFollowedByLetters) {
   Lexed l = lex("seq 12abc");
-  EXPECT_NE(l.errors.find("unexpected 'a' after number '12'"), std::string::npos)
-      << l.errors;
+  EXPECT_NE(l.errors.find("unexpected 'a' after number '12'"), std::string::npos) << l.errors;
 }

@@ -79,8 +79,7 @@ TEST(Parser, LongOperatorChainIsBounded) {
 TEST(Parser, CommentOnlySpecIsEmpty) {
   Result r = parse("// nothing here\n");
   EXPECT_FALSE(r.spec);
-  EXPECT_NE(r.errors.find("t.attn:1:1: error: the spec defines nothing"),
-            std::string::npos)
+  EXPECT_NE(r.errors.find("t.attn:1:1: error: the spec defines nothing"), std::string::npos)
       << r.errors;
 }
 

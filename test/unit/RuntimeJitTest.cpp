@@ -206,8 +206,7 @@ TEST(Sha256, FinishResets) {
 // Kernel cache
 //===----------------------------------------------------------------------===//
 
-CacheKey sampleKey(const std::string &source = "kernel source",
-                   const std::string &arch = "sm_80") {
+CacheKey sampleKey(const std::string &source = "kernel source", const std::string &arch = "sm_80") {
   CacheKey k("cubin");
   k.add("compiler", "nvrtc 13.0").add("arch", arch).addSortedList("options", {"-O3", "-DX=1"});
   k.add("source", source);
@@ -271,8 +270,7 @@ TEST(KernelCache, KeyIsSensitiveToEveryInput) {
             CacheKey("cubin").add("compiler", "nvrtc 13.1").hex());
   // Field boundaries are part of the key: ("ab","c") is not ("a","bc").
   EXPECT_NE(CacheKey("k").add("ab", "c").hex(), CacheKey("k").add("a", "bc").hex());
-  EXPECT_NE(CacheKey("k").addList("o", {"a", "b"}).hex(),
-            CacheKey("k").addList("o", {"ab"}).hex());
+  EXPECT_NE(CacheKey("k").addList("o", {"a", "b"}).hex(), CacheKey("k").addList("o", {"ab"}).hex());
   // Sorted lists ignore order; ordered lists do not.
   EXPECT_EQ(CacheKey("k").addSortedList("o", {"-DA", "-DB"}).hex(),
             CacheKey("k").addSortedList("o", {"-DB", "-DA"}).hex());
@@ -406,7 +404,8 @@ TEST(KernelCache, WrongMagicVersionOrKeyIsDetected) {
   EXPECT_TRUE(t.cache.lookup(other).has_value());
 
   // Something that is not a cache entry at all.
-  writeRaw(path, "\x7f" "ELF not ours, much longer than the header of an entry, "
+  writeRaw(path, "\x7f"
+                 "ELF not ours, much longer than the header of an entry, "
                  "so the magic is what gives it away..............................");
   expectRejected(t, key, path, "bad magic");
 }
@@ -552,12 +551,14 @@ TEST(KernelCache, StaleTemporaryFilesAreRemoved) {
 
 TEST(NvrtcPtxasLog, ParsesEntriesRegistersSpillsAndSmem) {
   const char *log =
-      "ptxas info    : Overriding maximum register limit 256 for 'spilly' with  24 of maxrregcount option\n"
+      "ptxas info    : Overriding maximum register limit 256 for 'spilly' with  24 of maxrregcount "
+      "option\n"
       "ptxas info    : 0 bytes gmem\n"
       "ptxas info    : Compiling entry function 'spilly' for 'sm_80'\n"
       "ptxas info    : Function properties for spilly\n"
       "ptxas         .     512 bytes stack frame, 936 bytes spill stores, 900 bytes spill loads\n"
-      "ptxas info    : Used 24 registers, used 0 barriers, 512 bytes cumulative stack size, 372 bytes cmem[0]\n"
+      "ptxas info    : Used 24 registers, used 0 barriers, 512 bytes cumulative stack size, 372 "
+      "bytes cmem[0]\n"
       "ptxas info    : Compile time = 21.709 ms\n"
       "ptxas info    : Function properties for _Z6helperf\n"
       "ptxas         .     8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
@@ -621,7 +622,9 @@ extern "C" __global__ void attnc_test_spill(const float *x, float *y, int n) {
 )";
 
 bool isElf(const std::string &image) {
-  return image.size() > 4 && image.compare(0, 4, "\x7f" "ELF") == 0;
+  return image.size() > 4 && image.compare(0, 4,
+                                           "\x7f"
+                                           "ELF") == 0;
 }
 
 TEST(NvrtcCompiler, CompilesCubinForTuringAmpereHopper) {
@@ -941,12 +944,11 @@ TEST(HostCompiler, BuildsLoadsAndCallsASharedObject) {
 
 TEST(HostCompiler, DefaultFlagsAndCompilerSelection) {
   EXPECT_EQ(HostCompiler::defaultFlags(),
-            (std::vector<std::string>{"-O3", "-march=native", "-fPIC", "-shared",
-                                      "-fopenmp", "-std=c++17"}));
+            (std::vector<std::string>{"-O3", "-march=native", "-fPIC", "-shared", "-fopenmp",
+                                      "-std=c++17"}));
   {
     ScopedEnv cxx("CXX", "ccache  g++-12");
-    EXPECT_EQ(HostCompiler::compilerCommand({}),
-              (std::vector<std::string>{"ccache", "g++-12"}));
+    EXPECT_EQ(HostCompiler::compilerCommand({}), (std::vector<std::string>{"ccache", "g++-12"}));
     HostCompileOptions o;
     o.compiler = "clang++";
     EXPECT_EQ(HostCompiler::compilerCommand(o), std::vector<std::string>{"clang++"});
@@ -1062,8 +1064,8 @@ TEST(HostCompiler, CompileErrorCarriesCommandAndLog) {
   // in the scratch directory.
   ScopedEnv tmpdir("TMPDIR", tmp.path().c_str());
   HostCompiler cc;
-  Expected<SharedObjectImage> r = cc.compile(
-      "attnc_cpu_broken.cpp", "extern \"C\" int f() { return undeclared_name; }\n", {});
+  Expected<SharedObjectImage> r =
+      cc.compile("attnc_cpu_broken.cpp", "extern \"C\" int f() { return undeclared_name; }\n", {});
   ASSERT_FALSE(r.ok());
   const std::string &e = r.error();
   EXPECT_TRUE(contains(e, "attnc_cpu_broken.cpp")) << e;
@@ -1119,7 +1121,8 @@ TEST(HostCompiler, LoadingGarbageFailsCleanly) {
 TEST(CudaDriver, MissingLibraryIsReportedClearly) {
   Expected<std::unique_ptr<cuda::Driver>> d = cuda::Driver::load("libattnc-no-such-driver.so.1");
   ASSERT_FALSE(d.ok());
-  EXPECT_TRUE(contains(d.error(), "libattnc-no-such-driver.so.1 not found: no NVIDIA driver on this machine"))
+  EXPECT_TRUE(contains(d.error(),
+                       "libattnc-no-such-driver.so.1 not found: no NVIDIA driver on this machine"))
       << d.error();
 }
 
@@ -1160,14 +1163,14 @@ TEST(CudaDriver, DeviceInfoDescribesItself) {
 }
 
 /// Skips the calling test unless a driver and a device are present.
-#define REQUIRE_GPU()                                                          \
-  do {                                                                         \
-    Status avail = cuda::Driver::available();                                  \
-    if (!avail)                                                                \
-      GTEST_SKIP() << avail.error();                                           \
-    Expected<int> n = cuda::deviceCount();                                     \
-    if (!n || *n == 0)                                                         \
-      GTEST_SKIP() << "no CUDA device";                                        \
+#define REQUIRE_GPU()                                                                              \
+  do {                                                                                             \
+    Status avail = cuda::Driver::available();                                                      \
+    if (!avail)                                                                                    \
+      GTEST_SKIP() << avail.error();                                                               \
+    Expected<int> n = cuda::deviceCount();                                                         \
+    if (!n || *n == 0)                                                                             \
+      GTEST_SKIP() << "no CUDA device";                                                            \
   } while (0)
 
 struct ScaleArgs {

@@ -96,35 +96,34 @@ TEST(Safetensors, RejectsNonJsonHeader) {
 }
 
 TEST(Safetensors, RejectsSizeMismatchNamingTheTensor) {
-  std::string err = parseError(
-      image(R"({"q":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", 12));
+  std::string err =
+      parseError(image(R"({"q":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", 12));
   EXPECT_NE(err.find("tensor 'q'"), std::string::npos) << err;
   EXPECT_NE(err.find("needs 16"), std::string::npos) << err;
 }
 
 TEST(Safetensors, RejectsOffsetsOutsideData) {
-  std::string err = parseError(
-      image(R"({"k":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8));
+  std::string err =
+      parseError(image(R"({"k":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8));
   EXPECT_NE(err.find("tensor 'k'"), std::string::npos) << err;
   EXPECT_NE(err.find("outside the data section"), std::string::npos) << err;
 }
 
 TEST(Safetensors, RejectsUnknownDtype) {
-  std::string err = parseError(
-      image(R"({"v":{"dtype":"F8_E9","shape":[1],"data_offsets":[0,1]}})", 1));
+  std::string err =
+      parseError(image(R"({"v":{"dtype":"F8_E9","shape":[1],"data_offsets":[0,1]}})", 1));
   EXPECT_NE(err.find("unsupported dtype"), std::string::npos) << err;
 }
 
 TEST(Safetensors, RejectsOverlappingTensors) {
-  std::string err = parseError(image(
-      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-      12));
+  std::string err = parseError(image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                     R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                                     12));
   EXPECT_NE(err.find("overlap"), std::string::npos) << err;
 }
 
 TEST(Safetensors, RejectsNegativeDimension) {
-  std::string err = parseError(
-      image(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", 0));
+  std::string err =
+      parseError(image(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", 0));
   EXPECT_NE(err.find("invalid dimension"), std::string::npos) << err;
 }

@@ -110,8 +110,8 @@ TEST(TrainDataCorpus, DirectoryOrderAndSeparators) {
   EXPECT_EQ(contents(*c), std::string("A\0BB\0\0CCC", 9));
 
   // Explicit paths keep their order; a directory expands in place.
-  Expected<ByteCorpus> d = ByteCorpus::load({lone, s.path("corpus/sub"), s.path("corpus/a.txt")},
-                                            0.0, 1);
+  Expected<ByteCorpus> d =
+      ByteCorpus::load({lone, s.path("corpus/sub"), s.path("corpus/a.txt")}, 0.0, 1);
   ASSERT_TRUE(d.ok()) << d.error();
   EXPECT_EQ(contents(*d), std::string("Z\0CCC\0A", 7));
 
@@ -421,11 +421,11 @@ TEST(TrainDataArguments, BadShapes) {
   ASSERT_TRUE(c.ok()) << c.error();
 #ifdef NDEBUG
   auto empty = [](const Batch &b) { return b.B == 0 && b.inputs.empty() && b.targets.empty(); };
-  EXPECT_TRUE(empty(duplicateBatch(1, 0, 4, 7, 256)));  // odd S
-  EXPECT_TRUE(empty(duplicateBatch(1, 0, 4, 2, 256)));  // S < 4
-  EXPECT_TRUE(empty(duplicateBatch(1, 0, 4, 8, 1)));    // no token besides 0
-  EXPECT_TRUE(empty(duplicateBatch(1, 0, 0, 8, 256)));  // no rows
-  EXPECT_TRUE(empty(c->causalBatch(1, 0, 4, 100)));     // S+1 > training part
+  EXPECT_TRUE(empty(duplicateBatch(1, 0, 4, 7, 256))); // odd S
+  EXPECT_TRUE(empty(duplicateBatch(1, 0, 4, 2, 256))); // S < 4
+  EXPECT_TRUE(empty(duplicateBatch(1, 0, 4, 8, 1)));   // no token besides 0
+  EXPECT_TRUE(empty(duplicateBatch(1, 0, 0, 8, 256))); // no rows
+  EXPECT_TRUE(empty(c->causalBatch(1, 0, 4, 100)));    // S+1 > training part
   EXPECT_TRUE(empty(c->mlmBatch(1, 0, 4, 100, 256, 256)));
   EXPECT_TRUE(empty(c->heldOutCausalBatch(c->heldOutBatches(4, 16), 4, 16)));
   EXPECT_TRUE(empty(c->heldOutCausalBatch(-1, 4, 16)));

@@ -38,9 +38,12 @@ const Activation kActs[] = {Activation::Relu, Activation::Gelu, Activation::Silu
 
 const char *actName(Activation a) {
   switch (a) {
-  case Activation::Relu: return "relu";
-  case Activation::Gelu: return "gelu";
-  case Activation::Silu: return "silu";
+  case Activation::Relu:
+    return "relu";
+  case Activation::Gelu:
+    return "gelu";
+  case Activation::Silu:
+    return "silu";
   }
   return "?";
 }
@@ -69,8 +72,8 @@ void expectClose(const VF &got, const VD &ref, double tol, const std::string &wh
       worst = i;
     }
   }
-  EXPECT_LE(err, tol * scale) << what << ": worst at " << worst << " got " << got[worst]
-                              << " want " << ref[worst];
+  EXPECT_LE(err, tol * scale) << what << ": worst at " << worst << " got " << got[worst] << " want "
+                              << ref[worst];
 }
 
 bool sameBits(const VF &a, const VF &b) {
@@ -120,16 +123,19 @@ LinGrads refLinearBwd(const VD &dy, const VD &x, const VD &w, int rows, int in, 
 
 double refAct(Activation a, double x) {
   switch (a) {
-  case Activation::Relu: return x > 0 ? x : 0;
+  case Activation::Relu:
+    return x > 0 ? x : 0;
   case Activation::Gelu:
     return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-  case Activation::Silu: return x / (1 + std::exp(-x));
+  case Activation::Silu:
+    return x / (1 + std::exp(-x));
   }
   return x;
 }
 double refActGrad(Activation a, double x) {
   switch (a) {
-  case Activation::Relu: return x > 0 ? 1 : 0;
+  case Activation::Relu:
+    return x > 0 ? 1 : 0;
   case Activation::Gelu: {
     double c = std::sqrt(2 / M_PI), t = std::tanh(c * (x + 0.044715 * x * x * x));
     return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
@@ -311,7 +317,8 @@ TEST(TrainLayersEmbedding, ForwardMatchesReference) {
       VD ref(y.size());
       for (int r = 0; r < rows; ++r)
         for (int j = 0; j < dim; ++j)
-          ref[size_t(r) * dim + j] = double(tok[size_t(t[r]) * dim + j]) + pos[size_t(r % seq) * dim + j];
+          ref[size_t(r) * dim + j] =
+              double(tok[size_t(t[r]) * dim + j]) + pos[size_t(r % seq) * dim + j];
       expectClose(y, ref, 1e-6, "rows " + std::to_string(rows) + " dim " + std::to_string(dim));
     }
 }
@@ -356,8 +363,7 @@ TEST(TrainLayersLayerNorm, ForwardMatchesReference) {
       for (float &v : x)
         v += 5.0f; // an offset the mean has to remove
       VF y(x.size()), mean(rows), rstd(rows);
-      layerNormForward(x.data(), g.data(), b.data(), y.data(), mean.data(), rstd.data(), rows,
-                       dim);
+      layerNormForward(x.data(), g.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, dim);
       VD ry, rm, rr;
       refLayerNorm(toD(x), toD(g), toD(b), rows, dim, ry, rm, rr);
       std::string what = "rows " + std::to_string(rows) + " dim " + std::to_string(dim);
@@ -388,8 +394,7 @@ TEST(TrainLayersLayerNorm, BackwardMatchesReference) {
       VF x = randn(size_t(rows) * dim, 30, 2.0f), g = randn(dim, 31), b = randn(dim, 32),
          dy = randn(size_t(rows) * dim, 33);
       VF y(x.size()), mean(rows), rstd(rows);
-      layerNormForward(x.data(), g.data(), b.data(), y.data(), mean.data(), rstd.data(), rows,
-                       dim);
+      layerNormForward(x.data(), g.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, dim);
       VF dx(x.size(), 123.0f); // written, not accumulated
       VF dg = randn(dim, 34), db = randn(dim, 35);
       VD refDg = toD(dg), refDb = toD(db);
@@ -450,9 +455,9 @@ TEST(TrainLayersLinear, ForwardMatchesReference) {
             if (acc)
               for (size_t i = 0; i < ref.size(); ++i)
                 ref[i] += y0[i];
-            expectClose(y, ref, 1e-5, "rows " + std::to_string(rows) + " in " +
-                                          std::to_string(in) + " out " + std::to_string(out) +
-                                          (bias ? " bias" : "") + (acc ? " acc" : ""));
+            expectClose(y, ref, 1e-5,
+                        "rows " + std::to_string(rows) + " in " + std::to_string(in) + " out " +
+                            std::to_string(out) + (bias ? " bias" : "") + (acc ? " acc" : ""));
           }
 }
 
@@ -482,8 +487,8 @@ TEST(TrainLayersLinear, BackwardConventions) {
           expectClose(db, ref.db, 1e-5, what + " db");
           // Null dx and db are skipped; dw alone still accumulates.
           VF dw2 = dw0;
-          linearBackward(dy.data(), x.data(), w.data(), nullptr, dw2.data(), nullptr, rows, in,
-                         out, accDx);
+          linearBackward(dy.data(), x.data(), w.data(), nullptr, dw2.data(), nullptr, rows, in, out,
+                         accDx);
           expectClose(dw2, ref.dw, 1e-5, what + " dw (dx, db null)");
         }
 }
@@ -499,8 +504,8 @@ TEST(TrainLayersFfn, ForwardMatchesReference) {
         for (int chunk : {1, 5, rows, rows + 3}) {
           FfnParams p = makeFfn(rows, dim, kDff, 70);
           VF y(size_t(rows) * dim, 55.0f);
-          ffnForward(p.x.data(), p.w1.data(), p.b1.data(), p.w2.data(), p.b2.data(), y.data(),
-                     rows, dim, kDff, chunk, a);
+          ffnForward(p.x.data(), p.w1.data(), p.b1.data(), p.w2.data(), p.b2.data(), y.data(), rows,
+                     dim, kDff, chunk, a);
           VD ref = refFfn(toD(p), rows, dim, kDff, a);
           expectClose(y, ref, 1e-5,
                       std::string(actName(a)) + " rows " + std::to_string(rows) + " dim " +
@@ -522,9 +527,8 @@ TEST(TrainLayersFfn, ChunkedEqualsUnchunkedBitForBit) {
             VF y = y0;
             ffnForward(p.x.data(), p.w1.data(), p.b1.data(), p.w2.data(), p.b2.data(), y.data(),
                        rows, dim, kDff, chunk, a, acc);
-            EXPECT_TRUE(sameBits(y, whole))
-                << actName(a) << " rows " << rows << " dim " << dim << " chunk " << chunk
-                << (acc ? " acc" : "");
+            EXPECT_TRUE(sameBits(y, whole)) << actName(a) << " rows " << rows << " dim " << dim
+                                            << " chunk " << chunk << (acc ? " acc" : "");
           }
         }
 }
@@ -573,8 +577,8 @@ TEST(TrainLayersFfn, BackwardMatchesReference) {
                 v[i] += base[i];
               return v;
             };
-            std::string what = std::string(actName(a)) + " rows " + std::to_string(rows) +
-                               " dim " + std::to_string(dim) + " chunk " + std::to_string(chunk) +
+            std::string what = std::string(actName(a)) + " rows " + std::to_string(rows) + " dim " +
+                               std::to_string(dim) + " chunk " + std::to_string(chunk) +
                                (accDx ? " accDx" : "");
             expectClose(dx, accDx ? plus(g.dx, dx0) : g.dx, 2e-5, what + " dx");
             expectClose(dw1, plus(g.dw1, dw10), 2e-5, what + " dw1");
@@ -591,10 +595,10 @@ TEST(TrainLayersFfn, DirectionalFiniteDifferenceOfFp32Backward) {
     VF dy = randn(size_t(rows) * dim, 111);
     VF dx(p.x.size()), dw1(p.w1.size(), 0.0f), db1(p.b1.size(), 0.0f), dw2(p.w2.size(), 0.0f),
         db2(p.b2.size(), 0.0f);
-    ffnBackward(dy.data(), p.x.data(), p.w1.data(), p.b1.data(), p.w2.data(), dx.data(),
-                dw1.data(), db1.data(), dw2.data(), db2.data(), rows, dim, kDff, chunk, a);
-    double ana = dotD(dx, u.x) + dotD(dw1, u.w1) + dotD(db1, u.b1) + dotD(dw2, u.w2) +
-                 dotD(db2, u.b2);
+    ffnBackward(dy.data(), p.x.data(), p.w1.data(), p.b1.data(), p.w2.data(), dx.data(), dw1.data(),
+                db1.data(), dw2.data(), db2.data(), rows, dim, kDff, chunk, a);
+    double ana =
+        dotD(dx, u.x) + dotD(dw1, u.w1) + dotD(db1, u.b1) + dotD(dw2, u.w2) + dotD(db2, u.b2);
     auto lossAt = [&](float e) {
       FfnParams q = p;
       auto shift = [e](VF &v, const VF &d) {
@@ -674,9 +678,9 @@ TEST(TrainLayersCrossEntropy, MatchesReferenceWithIgnoredRows) {
 
 TEST(TrainLayersCrossEntropy, ArgmaxTiesPickTheFirst) {
   const int vocab = 5;
-  VF l = {1, 3, 3, 0, 3,   // tie among 1, 2, 4: argmax 1
-          2, 2, 2, 2, 2,   // all equal: argmax 0
-          0, 7, 1, 7, 7};  // argmax 1
+  VF l = {1, 3, 3, 0, 3,  // tie among 1, 2, 4: argmax 1
+          2, 2, 2, 2, 2,  // all equal: argmax 0
+          0, 7, 1, 7, 7}; // argmax 1
   std::vector<int32_t> t = {1, 0, 3};
   CrossEntropy ce = softmaxCrossEntropy(l.data(), t.data(), nullptr, 3, vocab, 1.0f);
   EXPECT_EQ(ce.count, 3);
@@ -755,8 +759,8 @@ AllOutputs runAll(int threads) {
   VF dh(ffn.size()), dwout(wout.size(), 0.0f), dbout(vocab, 0.0f);
   linearBackward(dlogits.data(), ffn.data(), wout.data(), dh.data(), dwout.data(), dbout.data(),
                  rows, dim, vocab);
-  o.v = {emb, dtok, dpos, ln, mean, rstd, dln, dg, db, ffn, fdx, dw1, db1, dw2, db2,
-         logits, dlogits, dh, dwout, dbout};
+  o.v = {emb, dtok, dpos, ln,  mean, rstd,   dln,     dg, db,    ffn,
+         fdx, dw1,  db1,  dw2, db2,  logits, dlogits, dh, dwout, dbout};
   o.loss = ce.lossSum;
   setThreads(2);
   return o;

@@ -44,8 +44,8 @@ struct Param {
 std::vector<ParamRef> refs(std::vector<Param> &ps) {
   std::vector<ParamRef> r;
   for (Param &p : ps)
-    r.push_back({p.name, p.value.data(), p.grad.data(),
-                 static_cast<int64_t>(p.value.size()), p.decay});
+    r.push_back(
+        {p.name, p.value.data(), p.grad.data(), static_cast<int64_t>(p.value.size()), p.decay});
   return r;
 }
 
@@ -176,7 +176,7 @@ TEST(TrainOptimizer, LearningRateSchedule) {
   EXPECT_FLOAT_EQ(learningRate(c, 0), 1e-4f);
   EXPECT_FLOAT_EQ(learningRate(c, 4), 5e-4f);
   EXPECT_FLOAT_EQ(learningRate(c, 9), 1e-3f);
-  EXPECT_FLOAT_EQ(learningRate(c, 10), 1e-3f); // cosine starts at lr
+  EXPECT_FLOAT_EQ(learningRate(c, 10), 1e-3f);   // cosine starts at lr
   EXPECT_FLOAT_EQ(learningRate(c, 60), 5.5e-4f); // half way: the mean
   EXPECT_FLOAT_EQ(learningRate(c, 35),
                   float(1e-4 + 9e-4 * 0.5 * (1 + std::cos(std::acos(-1.0) * 0.25))));
@@ -250,8 +250,8 @@ TEST(TrainOptimizer, MatchesDoubleReferenceWithClipping) {
 }
 
 TEST(TrainOptimizer, NonFiniteGradientUpdatesNothing) {
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(),
-                    std::numeric_limits<float>::infinity()}) {
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     std::vector<Param> ps = makeParams();
     AdamWConfig c;
     c.lr = 1e-2f;
@@ -334,8 +334,8 @@ TEST(TrainOptimizer, StateRoundTripResumesBitIdentically) {
     ASSERT_TRUE(na && nb);
     EXPECT_EQ(*na, *nb);
     for (size_t k = 0; k < a.size(); ++k)
-      ASSERT_EQ(0, std::memcmp(a[k].value.data(), b[k].value.data(),
-                               a[k].value.size() * sizeof(float)))
+      ASSERT_EQ(
+          0, std::memcmp(a[k].value.data(), b[k].value.data(), a[k].value.size() * sizeof(float)))
           << "step " << s << " parameter " << a[k].name;
   }
 }
@@ -427,8 +427,8 @@ TEST(TrainOptimizerCheckpoint, RoundTrip) {
   EXPECT_EQ(l->specHash, "spec-aaaa");
   EXPECT_EQ(l->state, c.state);
   EXPECT_EQ(st::serialize(l->tensors), st::serialize(c.tensors));
-  EXPECT_EQ(listDir(dir), (std::vector<std::string>{"ckpt-5.json", "ckpt-5.safetensors",
-                                                    "latest.json"}));
+  EXPECT_EQ(listDir(dir),
+            (std::vector<std::string>{"ckpt-5.json", "ckpt-5.safetensors", "latest.json"}));
   // The per-checkpoint JSON has the documented fields.
   nlohmann::json j = nlohmann::json::parse(*fs::readFile(dir + "/ckpt-5.json"));
   EXPECT_EQ(j["format_version"], 1);
@@ -451,9 +451,8 @@ TEST(TrainOptimizerCheckpoint, KeepsTheNewest) {
             (std::vector<std::string>{"ckpt-20.json", "ckpt-20.safetensors", "ckpt-30.json",
                                       "ckpt-30.safetensors", "latest.json"}));
   ASSERT_TRUE(saveCheckpoint(d.path(), smallCheckpoint(40), 1));
-  EXPECT_EQ(listDir(d.path()), (std::vector<std::string>{"ckpt-40.json",
-                                                         "ckpt-40.safetensors",
-                                                         "latest.json"}));
+  EXPECT_EQ(listDir(d.path()),
+            (std::vector<std::string>{"ckpt-40.json", "ckpt-40.safetensors", "latest.json"}));
   EXPECT_EQ(loadLatestCheckpoint(d.path(), "")->step, 40);
   EXPECT_FALSE(saveCheckpoint(d.path(), smallCheckpoint(50), 0));
 }
@@ -523,9 +522,9 @@ TEST(TrainOptimizerCheckpoint, MissingOrCorruptLatest) {
 
   ASSERT_TRUE(saveCheckpoint(d.path(), smallCheckpoint(1)));
   const std::string latest = d.path() + "/latest.json";
-  for (std::string bad : {std::string("{\"checkpoint\": \"ckpt-1.js"), std::string(""),
-                          std::string("[1, 2]"), std::string("{\"checkpoint\": 3}"),
-                          std::string("{\"checkpoint\": \"../x.json\"}")}) {
+  for (std::string bad :
+       {std::string("{\"checkpoint\": \"ckpt-1.js"), std::string(""), std::string("[1, 2]"),
+        std::string("{\"checkpoint\": 3}"), std::string("{\"checkpoint\": \"../x.json\"}")}) {
     writeText(latest, bad);
     EXPECT_TRUE(hasCheckpoint(d.path()));
     l = loadLatestCheckpoint(d.path(), "");
@@ -630,9 +629,8 @@ TEST(TrainOptimizerCheckpoint, SurvivesKillDuringWrite) {
     fs::TempDir probe = tempDir();
     ASSERT_TRUE(saveCheckpoint(probe.path(), bigCheckpoint(0), 2));
   }
-  const double saveMs = std::chrono::duration<double, std::milli>(
-                            std::chrono::steady_clock::now() - t0)
-                            .count();
+  const double saveMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   int64_t maxCompleted = -1; // the newest save a child reported complete
   int64_t lastLoaded = -1;
@@ -678,8 +676,7 @@ TEST(TrainOptimizerCheckpoint, SurvivesKillDuringWrite) {
     ::kill(pid, SIGKILL);
     int wstatus = 0;
     ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
-    ASSERT_TRUE(WIFSIGNALED(wstatus))
-        << "the child ended on its own, status " << wstatus;
+    ASSERT_TRUE(WIFSIGNALED(wstatus)) << "the child ended on its own, status " << wstatus;
     int64_t s = 0;
     while (::read(fds[0], &s, sizeof s) == sizeof s)
       maxCompleted = std::max(maxCompleted, s);
@@ -711,8 +708,7 @@ TEST(TrainOptimizerCheckpoint, SurvivesKillDuringWrite) {
   }
   std::printf("[ info ] one save %.0f ms; %d of %d kills left a temporary file; "
               "newest completed step %lld, loaded %lld\n",
-              saveMs, midWriteKills, kIterations, (long long)maxCompleted,
-              (long long)lastLoaded);
+              saveMs, midWriteKills, kIterations, (long long)maxCompleted, (long long)lastLoaded);
   EXPECT_GE(midWriteKills, 1); // the polling kills land inside a write
 
   // A clean save afterwards removes the killed writers' leftovers and prunes.

@@ -76,9 +76,9 @@ TEST(TuneSpace, CpuSpaceAndConfigText) {
 // The tuner's CPU workspace formula is the kernels' own layout sizes.
 template <int BQ, int BKV, int D> long long kernelWorkspaceBytes() {
   using namespace attnc::cpu::detail;
-  return 4 * static_cast<long long>(std::max({FwdLayout<BQ, BKV, D>::kTotal,
-                                              DkDvLayout<BQ, BKV, D>::kTotal,
-                                              DqLayout<BQ, BKV, D>::kTotal}));
+  return 4 * static_cast<long long>(
+                 std::max({FwdLayout<BQ, BKV, D>::kTotal, DkDvLayout<BQ, BKV, D>::kTotal,
+                           DqLayout<BQ, BKV, D>::kTotal}));
 }
 
 TEST(TuneSpace, CpuWorkspaceIsTheKernelsLayout) {
@@ -110,8 +110,10 @@ TEST(TuneSpace, CpuWorkspaceLimit) {
 // the work, and the order it gives is by cost.
 TEST(TuneSpace, CpuCostModel) {
   using tune::cpuTileCost;
-  EXPECT_GT(cpuTileCost({16, 16, 1, 1}, 1024, 64, false), cpuTileCost({64, 64, 1, 1}, 1024, 64, false));
-  EXPECT_GT(cpuTileCost({128, 128, 1, 1}, 40, 64, false), cpuTileCost({32, 32, 1, 1}, 40, 64, false));
+  EXPECT_GT(cpuTileCost({16, 16, 1, 1}, 1024, 64, false),
+            cpuTileCost({64, 64, 1, 1}, 1024, 64, false));
+  EXPECT_GT(cpuTileCost({128, 128, 1, 1}, 40, 64, false),
+            cpuTileCost({32, 32, 1, 1}, 40, 64, false));
   const double full = cpuTileCost({64, 64, 1, 1}, 4096, 64, false);
   const double half = cpuTileCost({64, 64, 1, 1}, 4096, 64, true);
   EXPECT_NEAR(half / full, 0.5, 0.02);

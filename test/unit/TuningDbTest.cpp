@@ -257,8 +257,8 @@ TEST(TuningDb, ToolchainMismatchIsAMiss) {
 TEST(TuningDb, MeasurementsSurviveAnInterruption) {
   Scratch s;
   std::string path = s.path("tuning.json");
-  const std::vector<std::string> space = {"bq=64,w=4", "bq=128,w=4", "bq=64,w=8",
-                                          "bq=128,w=8", "bq=32,w=4"};
+  const std::vector<std::string> space = {"bq=64,w=4", "bq=128,w=4", "bq=64,w=8", "bq=128,w=8",
+                                          "bq=32,w=4"};
   {
     TuningDb db = openOk(path);
     db.setAutosave(std::chrono::milliseconds(0)); // save after every measurement

@@ -21,8 +21,8 @@ int main(int argc, char **argv) {
   mlir::registerCSEPass();
 
   mlir::DialectRegistry registry;
-  registry.insert<attnc::attn::AttnDialect, mlir::arith::ArithDialect,
-                  mlir::math::MathDialect, mlir::func::FuncDialect>();
+  registry.insert<attnc::attn::AttnDialect, mlir::arith::ArithDialect, mlir::math::MathDialect,
+                  mlir::func::FuncDialect>();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "attnc optimizer driver\n", registry));
 }

@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
   attnc::train::ArtifactTrainOptions topts;
   CLI::App *train = app.add_subcommand(
       "train", "Train the compiled model of an artifact (attnc compile --target cpu|cuda -o DIR; "
-      "a CUDA artifact trains on the GPU)");
+               "a CUDA artifact trains on the GPU)");
   train->add_option("dir", topts.dir, "artifact directory")->required();
   train->add_option("--model", topts.model, "which compiled model (default: the only one)");
   train->add_option("--data", topts.data, "text file(s) or directory, or synthetic:duplicate")
@@ -58,14 +58,16 @@ int main(int argc, char **argv) {
   train->add_option("--checkpoint-every", topts.checkpointEvery, "checkpoint every N steps")
       ->capture_default_str();
   train->add_option("--out", topts.out, "run directory")->capture_default_str();
-  train->add_option("--precision", topts.precision,
-                    "CUDA artifacts: the GEMMs' compute precision (fp32 storage and master "
-                    "weights; fp16 with dynamic loss scaling); auto: the attention kernels' "
-                    "dtype (the model's)")
+  train
+      ->add_option("--precision", topts.precision,
+                   "CUDA artifacts: the GEMMs' compute precision (fp32 storage and master "
+                   "weights; fp16 with dynamic loss scaling); auto: the attention kernels' "
+                   "dtype (the model's)")
       ->check(CLI::IsMember({"auto", "f32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
-  train->add_option("--loss-scale", topts.lossScale,
-                    "--precision fp16: the initial loss scale (default 65536)")
+  train
+      ->add_option("--loss-scale", topts.lossScale,
+                   "--precision fp16: the initial loss scale (default 65536)")
       ->check(CLI::PositiveNumber);
   train->add_flag("--host-optimizer", topts.hostOptimizer,
                   "CUDA artifacts: AdamW on the host on downloaded gradients (default: on the "

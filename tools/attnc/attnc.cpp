@@ -24,8 +24,8 @@ int main(int argc, char **argv) {
   CLI::App app{"attnc: a compiler for attention variants (dense, low-rank "
                "Linformer, LSH Reformer, user-defined)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("attnc ") + attnc::attncVersion() +
-                                        " (CUDA " + attnc::cudaToolkitVersion() + ")");
+  app.set_version_flag("--version", std::string("attnc ") + attnc::attncVersion() + " (CUDA " +
+                                        attnc::cudaToolkitVersion() + ")");
 
   attnc::driver::CompileCommandOptions copts;
   CLI::App *compile = app.add_subcommand("compile", "Check a spec and lower it");
@@ -35,11 +35,13 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   compile->add_option("--arch", copts.arch, "CUDA architecture (sm_75 or newer)")
       ->capture_default_str();
-  compile->add_option("--emit", copts.emit,
-                      "print one stage instead of writing an artifact: ast, mlir "
-                      "(attn dialect), lowered (after the pass pipeline), cuda, cpp, graph "
-                      "(each model's planned training step), model-cpp (its C++), model-cuda (its CUDA "
-                      "kernels, then the host code ordering them)")
+  compile
+      ->add_option(
+          "--emit", copts.emit,
+          "print one stage instead of writing an artifact: ast, mlir "
+          "(attn dialect), lowered (after the pass pipeline), cuda, cpp, graph "
+          "(each model's planned training step), model-cpp (its C++), model-cuda (its CUDA "
+          "kernels, then the host code ordering them)")
       ->check(CLI::IsMember(
           {"ast", "mlir", "lowered", "cuda", "cpp", "graph", "model-cpp", "model-cuda"}));
   compile->add_flag("--check-nvrtc", copts.checkNvrtc,
@@ -48,13 +50,14 @@ int main(int argc, char **argv) {
   compile->add_flag("--memory-plan", copts.memoryPlan,
                     "print each model's training and inference memory plan (always printed "
                     "with an artifact)");
-  compile->add_option("--plan-batch", copts.planBatch,
-                      "batch of the memory plans and of --emit graph/model-cpp")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+  compile
+      ->add_option("--plan-batch", copts.planBatch,
+                   "batch of the memory plans and of --emit graph/model-cpp")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   compile->add_option("-o,--output", copts.output,
                       "with --emit: the file to write (default stdout); without: "
                       "the artifact directory");
-
 
   attnc::driver::BenchOptions bopts;
   CLI::App *bench = app.add_subcommand(
@@ -62,19 +65,38 @@ int main(int argc, char **argv) {
   bench->add_option("--target", bopts.target, "where to run")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  bench->add_option("--n", bopts.lengths, "sequence lengths")->delimiter(',')->check(CLI::PositiveNumber)->capture_default_str();
-  bench->add_option("--k", bopts.ranks, "low-rank projection lengths")->delimiter(',')->check(CLI::PositiveNumber)->capture_default_str();
-  bench->add_option("--batch", bopts.batch, "batch size")->check(CLI::PositiveNumber)->capture_default_str();
-  bench->add_option("--heads", bopts.heads, "heads")->check(CLI::PositiveNumber)->capture_default_str();
-  bench->add_option("--head-dim", bopts.headDim, "head dim")->check(CLI::IsMember({32, 64, 128}))->capture_default_str();
-  bench->add_option("--repeats", bopts.repeats, "timed repeats per kernel")->check(CLI::PositiveNumber)->capture_default_str();
-  bench->add_option("--max-backward-n", bopts.maxBackwardN, "time fwd+bwd up to this N")->capture_default_str();
-  bench->add_option("--max-unfused-n", bopts.maxUnfusedN, "run the unfused baseline up to this N")->capture_default_str();
+  bench->add_option("--n", bopts.lengths, "sequence lengths")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench->add_option("--k", bopts.ranks, "low-rank projection lengths")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench->add_option("--batch", bopts.batch, "batch size")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench->add_option("--heads", bopts.heads, "heads")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench->add_option("--head-dim", bopts.headDim, "head dim")
+      ->check(CLI::IsMember({32, 64, 128}))
+      ->capture_default_str();
+  bench->add_option("--repeats", bopts.repeats, "timed repeats per kernel")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench->add_option("--max-backward-n", bopts.maxBackwardN, "time fwd+bwd up to this N")
+      ->capture_default_str();
+  bench->add_option("--max-unfused-n", bopts.maxUnfusedN, "run the unfused baseline up to this N")
+      ->capture_default_str();
   bench->add_flag("!--no-backward", bopts.backward, "time the forward only");
   bench->add_option("--csv", bopts.csv, "CSV output (--linformer-table: attnc-linformer-table.csv)")
-      ->each([&](const std::string &) { bopts.csvGiven = true; })->capture_default_str();
-  bench->add_option("--svg", bopts.svg, "plot output (--linformer-table: attnc-linformer-table.svg)")
-      ->each([&](const std::string &) { bopts.svgGiven = true; })->capture_default_str();
+      ->each([&](const std::string &) { bopts.csvGiven = true; })
+      ->capture_default_str();
+  bench
+      ->add_option("--svg", bopts.svg, "plot output (--linformer-table: attnc-linformer-table.svg)")
+      ->each([&](const std::string &) { bopts.svgGiven = true; })
+      ->capture_default_str();
   bench->add_option("--tuned", bopts.tunedSpec,
                     "only the tuned-vs-heuristic comparison of this spec's tuned kernels "
                     "(the tuning database: $ATTNC_TUNING_DB or the user cache)");
@@ -85,29 +107,39 @@ int main(int argc, char **argv) {
                     "on the compiled one (time, memory)");
   bench->add_option("--model", bopts.model, "--engines: which model of the spec");
   bench->add_option("--layers", bopts.layers, "--linformer-table: layers of the models")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  bench->add_option("--memory-gib", bopts.memoryGiB,
-                    "--linformer-table: memory budget of the max-batch search (GiB)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench
+      ->add_option("--memory-gib", bopts.memoryGiB,
+                   "--linformer-table: memory budget of the max-batch search (GiB)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   bench->add_option("--lsh-rounds", bopts.lshRounds, "LSH hash rounds to time")
-      ->delimiter(',')->check(CLI::Range(1, 64))->capture_default_str();
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   bench->add_option("--lsh-chunks", bopts.lshChunks, "LSH chunk sizes to time")
-      ->delimiter(',')->check(CLI::IsMember({16, 32, 64, 128, 256}))->capture_default_str();
+      ->delimiter(',')
+      ->check(CLI::IsMember({16, 32, 64, 128, 256}))
+      ->capture_default_str();
   bench->add_option("--lsh-buckets", bopts.lshBuckets, "LSH buckets (even)")
-      ->check(CLI::Range(2, 1024))->capture_default_str();
-  bench->add_option("--sweep-tokens", bopts.sweepTokens,
-                    "LSH sweep: B*N held at this many tokens (0 skips the sweep)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::Range(2, 1024))
+      ->capture_default_str();
+  bench
+      ->add_option("--sweep-tokens", bopts.sweepTokens,
+                   "LSH sweep: B*N held at this many tokens (0 skips the sweep)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   bench->add_option("--sweep-n", bopts.sweepLengths, "LSH sweep lengths (dividing the tokens)")
-      ->delimiter(',')->capture_default_str();
+      ->delimiter(',')
+      ->capture_default_str();
   bench->add_option("--sweep-csv", bopts.sweepCsv, "LSH sweep CSV output")->capture_default_str();
   bench->add_option("--sweep-svg", bopts.sweepSvg, "LSH sweep plot output")->capture_default_str();
 
   attnc::driver::RunOptions ropts;
   CLI::App *run = app.add_subcommand(
       "run", "Run one attention op on safetensors inputs (forward, and backward with --grad)");
-  run->add_option("spec", ropts.spec, "the .attn spec file, or an artifact directory")
-      ->required();
+  run->add_option("spec", ropts.spec, "the .attn spec file, or an artifact directory")->required();
   run->add_option("--op", ropts.op, "attention or attention:NAME")->capture_default_str();
   run->add_option("--inputs", ropts.inputs,
                   "safetensors with q, k, v [B, H, N, Dh] f32 and optional lengths [B] i32")
@@ -122,12 +154,14 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   run->add_option("--arch", ropts.arch, "--target cuda: the architecture (default: the GPU's)");
   run->add_option("--dtype", ropts.dtype, "--target cuda: the kernels' element type")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+      ->capture_default_str();
   run->add_option("--seed", ropts.seed, "seed of weights the weights file lacks")
       ->capture_default_str();
   attnc::driver::TrainCliOptions topts;
   CLI::App *trainCmd = app.add_subcommand("train", "Train a spec's model (CPU, fp32)");
-  CLI::App *evalCmd = app.add_subcommand("eval", "Evaluate the latest checkpoint of a training run");
+  CLI::App *evalCmd =
+      app.add_subcommand("eval", "Evaluate the latest checkpoint of a training run");
   for (CLI::App *sub : {trainCmd, evalCmd}) {
     sub->add_option("spec", topts.spec, "the .attn spec file")->required();
     sub->add_option("--model", topts.model, "which model of the spec (default: the only one)");
@@ -137,68 +171,87 @@ int main(int argc, char **argv) {
     sub->add_option("--out", topts.out, "run directory: checkpoints, train.csv, loss.svg")
         ->capture_default_str();
     sub->add_option("--batch", topts.batch, "sequences per step")
-        ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+        ->check(CLI::Range(1, 1 << 16))
+        ->capture_default_str();
     sub->add_option("--seed", topts.seed, "seed of the weights and the data order")
         ->capture_default_str();
     sub->add_option("--eval-batches", topts.evalBatches, "batches per evaluation")
-        ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+        ->check(CLI::Range(1, 1 << 20))
+        ->capture_default_str();
     sub->add_option("--target", topts.target, "where to run")
-        ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+        ->check(CLI::IsMember({"cpu", "cuda"}))
+        ->capture_default_str();
   }
   trainCmd->add_option("--steps", topts.steps, "optimizer steps in all (a resumed run continues)")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 40))->capture_default_str();
-  trainCmd->add_option("--precision", topts.precision,
-                       "--target cuda: the GEMMs' compute precision (fp32 storage and master "
-                       "weights; fp16 with dynamic loss scaling); auto: the model's dtype, "
-                       "which the GPU's attention kernels use too")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
+      ->capture_default_str();
+  trainCmd
+      ->add_option("--precision", topts.precision,
+                   "--target cuda: the GEMMs' compute precision (fp32 storage and master "
+                   "weights; fp16 with dynamic loss scaling); auto: the model's dtype, "
+                   "which the GPU's attention kernels use too")
       ->check(CLI::IsMember({"auto", "f32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
-  trainCmd->add_option("--loss-scale", topts.lossScale,
-                       "--precision fp16: the initial loss scale (default 65536; halved on "
-                       "overflow, doubled after 2000 good steps, at most 2^24)")
+  trainCmd
+      ->add_option("--loss-scale", topts.lossScale,
+                   "--precision fp16: the initial loss scale (default 65536; halved on "
+                   "overflow, doubled after 2000 good steps, at most 2^24)")
       ->check(CLI::PositiveNumber);
   trainCmd->add_option("--lr", topts.lr, "peak learning rate (AdamW)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   trainCmd->add_option("--warmup", topts.warmup, "linear warm-up steps, then cosine decay")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   trainCmd->add_option("--weight-decay", topts.weightDecay, "AdamW weight decay")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   trainCmd->add_option("--clip", topts.clip, "clip the global gradient norm (0: off)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   trainCmd->add_option("--eval-every", topts.evalEvery, "evaluate every N steps (0: at the end)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  trainCmd->add_option("--checkpoint-every", topts.checkpointEvery,
-                       "checkpoint every N steps (and at the end)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  trainCmd
+      ->add_option("--checkpoint-every", topts.checkpointEvery,
+                   "checkpoint every N steps (and at the end)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   trainCmd->add_flag("!--no-resume", topts.resume,
                      "start from scratch even if --out has a checkpoint");
-  trainCmd->add_option("--stop-after", topts.stopAfter,
-                       "stop after this many steps of this invocation, with a checkpoint "
-                       "(train in slices; the schedule still spans --steps)")
+  trainCmd
+      ->add_option("--stop-after", topts.stopAfter,
+                   "stop after this many steps of this invocation, with a checkpoint "
+                   "(train in slices; the schedule still spans --steps)")
       ->check(CLI::PositiveNumber);
-  trainCmd->add_option("--grad-check", topts.gradCheck,
-                       "instead of training: finite-difference N coordinates of every "
-                       "parameter tensor on one batch")
+  trainCmd
+      ->add_option("--grad-check", topts.gradCheck,
+                   "instead of training: finite-difference N coordinates of every "
+                   "parameter tensor on one batch")
       ->check(CLI::Range(1, 1000));
   trainCmd->add_option("--grad-check-eps", topts.gradCheckEps, "finite-difference step")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   trainCmd->add_option("--grad-check-tol", topts.gradCheckTol, "largest relative error")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   trainCmd->add_flag("--check-reversible", topts.checkReversible,
                      "instead of training: compare the reversible backward with one from "
                      "stored inputs, and print the activation plans for 2, 6, 12 layers");
 
-  trainCmd->add_option("--engine", topts.engine,
-                       "compiled: the training step compiled by the whole-model passes; "
-                       "runtime: the runtime assembles each step around the generated attention; "
-                       "cuda-sim: the compiled CUDA step with its kernels on a SIMT emulator "
-                       "on the CPU (slow: checks the generated CUDA without a GPU)")
+  trainCmd
+      ->add_option("--engine", topts.engine,
+                   "compiled: the training step compiled by the whole-model passes; "
+                   "runtime: the runtime assembles each step around the generated attention; "
+                   "cuda-sim: the compiled CUDA step with its kernels on a SIMT emulator "
+                   "on the CPU (slow: checks the generated CUDA without a GPU)")
       ->check(CLI::IsMember({"runtime", "compiled", "cuda-sim"}))
       ->capture_default_str();
-  trainCmd->add_option("--optimizer", topts.optimizer,
-                       "--target cuda / --engine cuda-sim: device (AdamW on the device, the "
-                       "parameters stay there) or host (the CPU AdamW on downloaded "
-                       "gradients, parameters uploaded each step)")
+  trainCmd
+      ->add_option("--optimizer", topts.optimizer,
+                   "--target cuda / --engine cuda-sim: device (AdamW on the device, the "
+                   "parameters stay there) or host (the CPU AdamW on downloaded "
+                   "gradients, parameters uploaded each step)")
       ->check(CLI::IsMember({"device", "host"}))
       ->capture_default_str();
   trainCmd->add_flag("!--no-recompute", topts.recomputeLayers,
@@ -209,7 +262,8 @@ int main(int argc, char **argv) {
                      "instead of training: one batch through both engines; compare the "
                      "losses and every parameter gradient");
 
-  CLI::App *generateCmd = app.add_subcommand("generate", "Continue a prompt with a trained causal model");
+  CLI::App *generateCmd =
+      app.add_subcommand("generate", "Continue a prompt with a trained causal model");
   CLI::App *fillCmd = app.add_subcommand("fill", "Fill masked bytes with a trained masked model");
   for (CLI::App *sub : {generateCmd, fillCmd}) {
     sub->add_option("spec", topts.spec, "the .attn spec file")->required();
@@ -220,38 +274,51 @@ int main(int argc, char **argv) {
   }
   generateCmd->add_option("--prompt", topts.prompt, "the text to continue");
   generateCmd->add_option("--bytes", topts.bytes, "bytes to generate")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   generateCmd->add_option("--temperature", topts.temperature, "sampling temperature (0: greedy)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   fillCmd->add_option("--text", topts.text, "text with masked bytes")->required();
   fillCmd->add_option("--mask-char", topts.maskChar, "the byte that marks a masked position")
       ->capture_default_str();
 
   attnc::driver::TuneOptions tuneOpts;
   CLI::App *tuneCmd = app.add_subcommand(
-      "tune", "Measure tile configs of a spec's kernels on this machine (CPU) into the tuning database");
+      "tune",
+      "Measure tile configs of a spec's kernels on this machine (CPU) into the tuning database");
   tuneCmd->add_option("spec", tuneOpts.spec, "the .attn spec file");
   tuneCmd->add_option("--model", tuneOpts.model, "only this model of the spec");
   tuneCmd->add_option("--target", tuneOpts.target, "where to measure")
-      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   tuneCmd->add_option("--db", tuneOpts.db,
                       "tuning database (default: $ATTNC_TUNING_DB, else the user cache)");
-  tuneCmd->add_option("--budget", tuneOpts.budget, "seconds of measuring (a rerun continues; the cost model's first candidate is always measured)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+  tuneCmd
+      ->add_option("--budget", tuneOpts.budget,
+                   "seconds of measuring (a rerun continues; the cost model's first candidate is "
+                   "always measured)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   tuneCmd->add_option("--batch", tuneOpts.batch, "batch of the measured shape")
-      ->check(CLI::Range(1, 4096))->capture_default_str();
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   tuneCmd->add_option("--repeats", tuneOpts.repeats, "timed repeats per measurement (median)")
-      ->check(CLI::Range(1, 1000))->capture_default_str();
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   tuneCmd->add_flag("--show", tuneOpts.show, "list the database instead of tuning");
-  tuneCmd->add_option("--max-workspace-kib", tuneOpts.maxWorkspaceKib,
-                      "CPU: drop tiles whose per-thread workspace exceeds this (KiB)")
+  tuneCmd
+      ->add_option("--max-workspace-kib", tuneOpts.maxWorkspaceKib,
+                   "CPU: drop tiles whose per-thread workspace exceeds this (KiB)")
       ->check(CLI::NonNegativeNumber);
-  tuneCmd->add_option("-j,--jobs", tuneOpts.jobs,
-                      "candidates compiled in parallel (default: one per CPU)")
+  tuneCmd
+      ->add_option("-j,--jobs", tuneOpts.jobs,
+                   "candidates compiled in parallel (default: one per CPU)")
       ->check(CLI::NonNegativeNumber);
-  tuneCmd->add_option("--max-error", tuneOpts.maxError,
-                      "choose k / LSH rounds and chunk: the fastest whose relative error "
-                      "against exact attention is at most this")
+  tuneCmd
+      ->add_option("--max-error", tuneOpts.maxError,
+                   "choose k / LSH rounds and chunk: the fastest whose relative error "
+                   "against exact attention is at most this")
       ->check(CLI::PositiveNumber);
   tuneCmd->add_option("--checkpoint", tuneOpts.checkpoint,
                       "--max-error (LSH): calibrate on this trained run's attention inputs");
@@ -259,8 +326,9 @@ int main(int argc, char **argv) {
                       "--checkpoint: the data the run was trained on (FILE|synthetic:duplicate)");
   tuneCmd->add_option("--arch", tuneOpts.arch, "CUDA: the architecture whose limits apply")
       ->capture_default_str();
-  tuneCmd->add_option("--smem-limit", tuneOpts.smemLimit,
-                      "CUDA: shared memory per block in bytes (default: the arch's)")
+  tuneCmd
+      ->add_option("--smem-limit", tuneOpts.smemLimit,
+                   "CUDA: shared memory per block in bytes (default: the arch's)")
       ->check(CLI::NonNegativeNumber);
 
   try {

@@ -324,9 +324,8 @@ ATTNC_ALWAYS_INLINE void gemmPanel(int N, int K, const float *ATTNC_RESTRICT A, 
 /// sizes (tile shapes) propagate.
 template <bool ACC>
 ATTNC_ALWAYS_INLINE void gemm(int M, int N, int K, const float *ATTNC_RESTRICT A,
-                              std::ptrdiff_t ars, std::ptrdiff_t acs,
-                              const float *ATTNC_RESTRICT B, std::ptrdiff_t ldb,
-                              float *ATTNC_RESTRICT C, std::ptrdiff_t ldc) {
+                              std::ptrdiff_t ars, std::ptrdiff_t acs, const float *ATTNC_RESTRICT B,
+                              std::ptrdiff_t ldb, float *ATTNC_RESTRICT C, std::ptrdiff_t ldc) {
   constexpr int MR = kMicroRows;
   int i = 0;
   for (; i + MR <= M; i += MR)
@@ -415,7 +414,7 @@ inline void setError(int &err, int code) {
   }
 }
 
-} // namespace cpu
+} // namespace ATTNC_CPU_NAMESPACE_ATTR
 } // namespace attnc
 
 #endif // ATTNC_CPU_COMMON_H

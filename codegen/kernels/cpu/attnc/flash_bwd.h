@@ -41,39 +41,37 @@ namespace detail {
 /// dropout, else 0 (dropped) or 1/(1 − p). With it the backward is
 /// dS = P ∘ (m/(1 − p) ∘ dP − delta), dV = (m/(1 − p) ∘ P)ᵀ dO, where
 /// delta = rowsum(dO ∘ O) of the dropped output.
-template <class Variant>
-inline float dropoutScale(const AttnBwdArgs &a, int bh, int i, int j) {
+template <class Variant> inline float dropoutScale(const AttnBwdArgs &a, int bh, int i, int j) {
   if constexpr (Variant::kDropout) {
     if (a.dropout > 0.0f)
-      return philox::attentionDropoutScale(a.dropout_seed, a.dropout_offset, bh, i, j,
-                                           a.dropout);
+      return philox::attentionDropoutScale(a.dropout_seed, a.dropout_offset, bh, i, j, a.dropout);
   }
   (void)a, (void)bh, (void)i, (void)j;
   return 1.0f;
 }
 
 template <int BQ, int BKV, int D> struct DkDvLayout {
-  static constexpr std::size_t kKt = 0;                              // [D][BKV]
-  static constexpr std::size_t kVt = kKt + std::size_t(D) * BKV;     // [D][BKV]
-  static constexpr std::size_t kQ = kVt + std::size_t(D) * BKV;      // [BQ][D] tail copy
-  static constexpr std::size_t kDO = kQ + std::size_t(BQ) * D;       // [BQ][D] tail copy
-  static constexpr std::size_t kS = kDO + std::size_t(BQ) * D;       // [BQ][BKV]
-  static constexpr std::size_t kDP = kS + std::size_t(BQ) * BKV;     // [BQ][BKV]
-  static constexpr std::size_t kDK = kDP + std::size_t(BQ) * BKV;    // [BKV][D]
-  static constexpr std::size_t kDV = kDK + std::size_t(BKV) * D;     // [BKV][D]
+  static constexpr std::size_t kKt = 0;                           // [D][BKV]
+  static constexpr std::size_t kVt = kKt + std::size_t(D) * BKV;  // [D][BKV]
+  static constexpr std::size_t kQ = kVt + std::size_t(D) * BKV;   // [BQ][D] tail copy
+  static constexpr std::size_t kDO = kQ + std::size_t(BQ) * D;    // [BQ][D] tail copy
+  static constexpr std::size_t kS = kDO + std::size_t(BQ) * D;    // [BQ][BKV]
+  static constexpr std::size_t kDP = kS + std::size_t(BQ) * BKV;  // [BQ][BKV]
+  static constexpr std::size_t kDK = kDP + std::size_t(BQ) * BKV; // [BKV][D]
+  static constexpr std::size_t kDV = kDK + std::size_t(BKV) * D;  // [BKV][D]
   static constexpr std::size_t kTotal = kDV + std::size_t(BKV) * D;
 };
 
 template <int BQ, int BKV, int D> struct DqLayout {
-  static constexpr std::size_t kQt = 0;                              // [D][BQ]
-  static constexpr std::size_t kDOt = kQt + std::size_t(D) * BQ;     // [D][BQ]
-  static constexpr std::size_t kK = kDOt + std::size_t(D) * BQ;      // [BKV][D] tail copy
-  static constexpr std::size_t kV = kK + std::size_t(BKV) * D;       // [BKV][D] tail copy
-  static constexpr std::size_t kSt = kV + std::size_t(BKV) * D;      // [BKV][BQ]
-  static constexpr std::size_t kDPt = kSt + std::size_t(BKV) * BQ;   // [BKV][BQ]
-  static constexpr std::size_t kDQ = kDPt + std::size_t(BKV) * BQ;   // [BQ][D]
-  static constexpr std::size_t kLse = kDQ + std::size_t(BQ) * D;     // [BQ]
-  static constexpr std::size_t kDelta = kLse + BQ;                   // [BQ]
+  static constexpr std::size_t kQt = 0;                            // [D][BQ]
+  static constexpr std::size_t kDOt = kQt + std::size_t(D) * BQ;   // [D][BQ]
+  static constexpr std::size_t kK = kDOt + std::size_t(D) * BQ;    // [BKV][D] tail copy
+  static constexpr std::size_t kV = kK + std::size_t(BKV) * D;     // [BKV][D] tail copy
+  static constexpr std::size_t kSt = kV + std::size_t(BKV) * D;    // [BKV][BQ]
+  static constexpr std::size_t kDPt = kSt + std::size_t(BKV) * BQ; // [BKV][BQ]
+  static constexpr std::size_t kDQ = kDPt + std::size_t(BKV) * BQ; // [BQ][D]
+  static constexpr std::size_t kLse = kDQ + std::size_t(BQ) * D;   // [BQ]
+  static constexpr std::size_t kDelta = kLse + BQ;                 // [BQ]
   static constexpr std::size_t kTotal = kDelta + BQ;
 };
 
@@ -162,7 +160,7 @@ inline void flashBwdDkDvBlock(const AttnBwdArgs &a, float *ws, int b, int h, int
           g = ds * dsds;
         }
         srow[j] = p * mscale; // P (dropped, as the forward weighted V)
-        dprow[j] = g;          // g
+        dprow[j] = g;         // g
       }
     }
     gemm<true>(BKV, D, BQ, S, 1, BKV, doRow, D, dV, D); // dV += Pᵀ·dO
@@ -303,8 +301,8 @@ int flash_bwd(const AttnBwdArgs &a) {
   static_assert(BLOCK_Q > 0 && BLOCK_KV > 0 && HEAD_DIM > 0, "bad tile");
   constexpr int D = HEAD_DIM;
   constexpr int P = Variant::kNumParams;
-  if (int e = detail::checkCommon<Variant>(a.q, a.k, a.v, a.lengths, a.params, a.B, a.H, a.Nq,
-                                           a.Nk))
+  if (int e =
+          detail::checkCommon<Variant>(a.q, a.k, a.v, a.lengths, a.params, a.B, a.H, a.Nq, a.Nk))
     return e;
   if (!a.out || !a.dout || !a.lse || !a.delta || !a.dq || !a.dk || !a.dv)
     return kErrNullPointer;
@@ -355,8 +353,7 @@ int flash_bwd(const AttnBwdArgs &a) {
           continue;
         const int kb = static_cast<int>(t % nKB);
         const int bh = static_cast<int>(t / nKB);
-        detail::flashBwdDkDvBlock<BLOCK_Q, BLOCK_KV, D, Variant>(a, ws.data(), bh / H, bh % H,
-                                                                 kb);
+        detail::flashBwdDkDvBlock<BLOCK_Q, BLOCK_KV, D, Variant>(a, ws.data(), bh / H, bh % H, kb);
       }
     }
   }
@@ -400,7 +397,7 @@ int flash_bwd(const AttnBwdArgs &a) {
   return kOk;
 }
 
-} // namespace cpu
+} // namespace ATTNC_CPU_NAMESPACE_ATTR
 } // namespace attnc
 
 #endif // ATTNC_CPU_FLASH_BWD_H

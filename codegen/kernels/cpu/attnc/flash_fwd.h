@@ -88,17 +88,17 @@ ATTNC_ALWAYS_INLINE void scoreKeyRow(float *ATTNC_RESTRICT row, float *ATTNC_RES
 }
 
 template <int BQ, int BKV, int D> struct FwdLayout {
-  static constexpr std::size_t kQt = 0;                            // [D][BQ]
-  static constexpr std::size_t kK = kQt + std::size_t(D) * BQ;     // [BKV][D] tail copy
-  static constexpr std::size_t kV = kK + std::size_t(BKV) * D;     // [BKV][D] tail copy
-  static constexpr std::size_t kSt = kV + std::size_t(BKV) * D;    // [BKV][BQ]
-  static constexpr std::size_t kO = kSt + std::size_t(BKV) * BQ;   // [BQ][D]
-  static constexpr std::size_t kM = kO + std::size_t(BQ) * D;      // running max
-  static constexpr std::size_t kL = kM + BQ;                       // running sum
-  static constexpr std::size_t kMt = kL + BQ;                      // tile max
-  static constexpr std::size_t kMUse = kMt + BQ;                   // exp reference
-  static constexpr std::size_t kAlpha = kMUse + BQ;                // rescale factor
-  static constexpr std::size_t kSum = kAlpha + BQ;                 // tile sum
+  static constexpr std::size_t kQt = 0;                          // [D][BQ]
+  static constexpr std::size_t kK = kQt + std::size_t(D) * BQ;   // [BKV][D] tail copy
+  static constexpr std::size_t kV = kK + std::size_t(BKV) * D;   // [BKV][D] tail copy
+  static constexpr std::size_t kSt = kV + std::size_t(BKV) * D;  // [BKV][BQ]
+  static constexpr std::size_t kO = kSt + std::size_t(BKV) * BQ; // [BQ][D]
+  static constexpr std::size_t kM = kO + std::size_t(BQ) * D;    // running max
+  static constexpr std::size_t kL = kM + BQ;                     // running sum
+  static constexpr std::size_t kMt = kL + BQ;                    // tile max
+  static constexpr std::size_t kMUse = kMt + BQ;                 // exp reference
+  static constexpr std::size_t kAlpha = kMUse + BQ;              // rescale factor
+  static constexpr std::size_t kSum = kAlpha + BQ;               // tile sum
   static constexpr std::size_t kTotal = kSum + BQ;
 };
 
@@ -159,8 +159,7 @@ inline void flashFwdBlock(const AttnFwdArgs &a, float *ws, int b, int h, int qb)
     gemm<false>(BKV, BQ, D, kb, D, 1, qt, BQ, St, BQ); // Sᵀ = K·Qᵀ
 
     // Does any entry of this tile need the mask test?
-    const bool needMask = nk < BKV || Variant::kHasMask ||
-                          (Variant::kCausal && kv0 + BKV - 1 > q0);
+    const bool needMask = nk < BKV || Variant::kHasMask || (Variant::kCausal && kv0 + BKV - 1 > q0);
     for (int i = 0; i < BQ; ++i)
       mt[i] = kNegInf;
     for (int j = 0; j < BKV; ++j)
@@ -218,8 +217,8 @@ inline void flashFwdBlock(const AttnFwdArgs &a, float *ws, int b, int h, int qb)
 template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, class Variant>
 int flash_fwd(const AttnFwdArgs &a) {
   static_assert(BLOCK_Q > 0 && BLOCK_KV > 0 && HEAD_DIM > 0, "bad tile");
-  if (int e = detail::checkCommon<Variant>(a.q, a.k, a.v, a.lengths, a.params, a.B, a.H, a.Nq,
-                                           a.Nk))
+  if (int e =
+          detail::checkCommon<Variant>(a.q, a.k, a.v, a.lengths, a.params, a.B, a.H, a.Nq, a.Nk))
     return e;
   if (!a.out || !a.lse)
     return kErrNullPointer;
@@ -242,14 +241,14 @@ int flash_fwd(const AttnFwdArgs &a) {
         continue;
       const int qb = static_cast<int>(t % nQB);
       const int bh = static_cast<int>(t / nQB);
-      detail::flashFwdBlock<BLOCK_Q, BLOCK_KV, HEAD_DIM, Variant>(a, ws.data(), bh / a.H,
-                                                                  bh % a.H, qb);
+      detail::flashFwdBlock<BLOCK_Q, BLOCK_KV, HEAD_DIM, Variant>(a, ws.data(), bh / a.H, bh % a.H,
+                                                                  qb);
     }
   }
   return err;
 }
 
-} // namespace cpu
+} // namespace ATTNC_CPU_NAMESPACE_ATTR
 } // namespace attnc
 
 #endif // ATTNC_CPU_FLASH_FWD_H

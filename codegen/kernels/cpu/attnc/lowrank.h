@@ -33,7 +33,6 @@
 #include "flash_bwd.h"
 #include "flash_fwd.h"
 
-
 namespace attnc {
 namespace cpu ATTNC_CPU_NAMESPACE_ATTR {
 
@@ -61,9 +60,9 @@ constexpr int kProjRowBlock = 64; // rows per task of the loop GEMMs
 /// without lengths). x: [B, H, N, D]; e: [kProj, Nmax], or [H, kProj, Nmax]
 /// when perHead; xp: [B, H, kProj, D] (fully written). Loop GEMMs, OpenMP
 /// over (b, h, block of 64 projected rows); bit-identical for any thread count.
-inline int lowrank_project_fwd_loops(const float *x, const float *e, float *xp,
-                                     const int *lengths, int B, int H, int N, int D, int kProj,
-                                     int Nmax, bool perHead) {
+inline int lowrank_project_fwd_loops(const float *x, const float *e, float *xp, const int *lengths,
+                                     int B, int H, int N, int D, int kProj, int Nmax,
+                                     bool perHead) {
   if (int err = detail::checkProj(x, e, xp, B, H, N, D, kProj, Nmax))
     return err;
   constexpr int RB = detail::kProjRowBlock;
@@ -193,9 +192,9 @@ inline int lowrank_project_bwd_loops(const float *x, const float *e, const float
 #ifdef ATTNC_CPU_HAVE_CBLAS
 /// lowrank_project_fwd with cblas_sgemm, one call per (b, h) (OpenBLAS
 /// threads internally; its results depend on its thread count).
-inline int lowrank_project_fwd_cblas(const float *x, const float *e, float *xp,
-                                     const int *lengths, int B, int H, int N, int D, int kProj,
-                                     int Nmax, bool perHead) {
+inline int lowrank_project_fwd_cblas(const float *x, const float *e, float *xp, const int *lengths,
+                                     int B, int H, int N, int D, int kProj, int Nmax,
+                                     bool perHead) {
   if (int err = detail::checkProj(x, e, xp, B, H, N, D, kProj, Nmax))
     return err;
   const std::size_t eHead = perHead ? std::size_t(kProj) * Nmax : 0;
@@ -207,8 +206,8 @@ inline int lowrank_project_fwd_cblas(const float *x, const float *e, float *xp,
         zeroFloats(dst, std::size_t(kProj) * D);
         continue;
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kProj, D, n, 1.0f, e + h * eHead,
-                  Nmax, x + rowOffset(b, h, H, N, 0, D), D, 0.0f, dst, D);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kProj, D, n, 1.0f, e + h * eHead, Nmax,
+                  x + rowOffset(b, h, H, N, 0, D), D, 0.0f, dst, D);
     }
   return kOk;
 }
@@ -228,8 +227,8 @@ inline int lowrank_project_bwd_cblas(const float *x, const float *e, const float
       float *dxb = dx + rowOffset(b, h, H, N, 0, D);
       const float *dxpb = dxp + rowOffset(b, h, H, kProj, 0, D);
       if (n > 0)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, D, kProj, 1.0f, e + h * eHead,
-                    Nmax, dxpb, D, 0.0f, dxb, D);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, D, kProj, 1.0f, e + h * eHead, Nmax,
+                    dxpb, D, 0.0f, dxb, D);
       zeroFloats(dxb + std::size_t(n) * D, std::size_t(N - n) * D);
       if (de && n > 0)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kProj, n, D, 1.0f, dxpb, D,
@@ -242,8 +241,8 @@ inline int lowrank_project_bwd_cblas(const float *x, const float *e, const float
 /// The projection used by lowrank_fwd: CBLAS when ATTNC_USE_CBLAS is defined
 /// (and <cblas.h> found) unless ATTNC_LOWRANK_LOOPS is also defined, else the
 /// loop version.
-inline int lowrank_project_fwd(const float *x, const float *e, float *xp, const int *lengths,
-                               int B, int H, int N, int D, int kProj, int Nmax, bool perHead) {
+inline int lowrank_project_fwd(const float *x, const float *e, float *xp, const int *lengths, int B,
+                               int H, int N, int D, int kProj, int Nmax, bool perHead) {
 #if defined(ATTNC_CPU_HAVE_CBLAS) && !defined(ATTNC_LOWRANK_LOOPS)
   return lowrank_project_fwd_cblas(x, e, xp, lengths, B, H, N, D, kProj, Nmax, perHead);
 #else
@@ -253,8 +252,8 @@ inline int lowrank_project_fwd(const float *x, const float *e, float *xp, const 
 
 /// The projection backward used by lowrank_bwd (same selection as above).
 inline int lowrank_project_bwd(const float *x, const float *e, const float *dxp, float *dx,
-                               float *de, const int *lengths, int B, int H, int N, int D,
-                               int kProj, int Nmax, bool perHead) {
+                               float *de, const int *lengths, int B, int H, int N, int D, int kProj,
+                               int Nmax, bool perHead) {
 #if defined(ATTNC_CPU_HAVE_CBLAS) && !defined(ATTNC_LOWRANK_LOOPS)
   return lowrank_project_bwd_cblas(x, e, dxp, dx, de, lengths, B, H, N, D, kProj, Nmax, perHead);
 #else
@@ -325,14 +324,14 @@ int lowrank_bwd(const LowRankBwdArgs &a) {
   if (int e = flash_bwd<BLOCK_Q, BLOCK_KV, HEAD_DIM, Variant>(g))
     return e;
   float *dF = a.dF ? a.dF : (a.F == a.E ? a.dE : nullptr);
-  if (int e = lowrank_project_bwd(a.k, a.E, a.dkp, a.dk, a.dE, a.lengths, a.B, a.H, a.N,
-                                  HEAD_DIM, a.kProj, a.Nmax, a.perHead))
+  if (int e = lowrank_project_bwd(a.k, a.E, a.dkp, a.dk, a.dE, a.lengths, a.B, a.H, a.N, HEAD_DIM,
+                                  a.kProj, a.Nmax, a.perHead))
     return e;
-  return lowrank_project_bwd(a.v, a.F, a.dvp, a.dv, dF, a.lengths, a.B, a.H, a.N, HEAD_DIM,
-                             a.kProj, a.Nmax, a.perHead);
+  return lowrank_project_bwd(a.v, a.F, a.dvp, a.dv, dF, a.lengths, a.B, a.H, a.N, HEAD_DIM, a.kProj,
+                             a.Nmax, a.perHead);
 }
 
-} // namespace cpu
+} // namespace ATTNC_CPU_NAMESPACE_ATTR
 } // namespace attnc
 
 #endif // ATTNC_CPU_LOWRANK_H

@@ -16,8 +16,8 @@ namespace cpu ATTNC_CPU_NAMESPACE_ATTR {
 namespace lsh_detail {
 /// Backward, dq of one (b, h, query chunk) in round r (queries' path).
 template <int CHUNK, int BEFORE, int AFTER, int D, class Variant>
-inline void bwdDqChunk(const AttnLshArgs &a, const Common &cm, const float *delta,
-                       const float *rw, int b, int h, int r, int c) {
+inline void bwdDqChunk(const AttnLshArgs &a, const Common &cm, const float *delta, const float *rw,
+                       int b, int h, int r, int c) {
   using Cf = Cfg<CHUNK, BEFORE, AFTER, D>;
   using L = BwdLayout<CHUNK, BEFORE, AFTER, D>;
   constexpr int BQ = Cf::kBQ;
@@ -348,8 +348,8 @@ int lsh_bwd(const AttnLshArgs &a) {
           ld::bwdDkDvChunk<CHUNK, BEFORE, AFTER, D, Variant>(a, cm, delta.data(), rw.data(),
                                                              dk.data(), bhi / H, bhi % H, r, c);
         else
-          ld::bwdDqChunk<CHUNK, BEFORE, AFTER, D, Variant>(a, cm, delta.data(), rw.data(),
-                                                           bhi / H, bhi % H, r, c);
+          ld::bwdDqChunk<CHUNK, BEFORE, AFTER, D, Variant>(a, cm, delta.data(), rw.data(), bhi / H,
+                                                           bhi % H, r, c);
       }
     }
 
@@ -380,7 +380,7 @@ int lsh_bwd(const AttnLshArgs &a) {
   return kOk;
 }
 
-} // namespace cpu
+} // namespace ATTNC_CPU_NAMESPACE_ATTR
 } // namespace attnc
 
 #endif // ATTNC_CPU_LSH_BWD_H

@@ -16,7 +16,7 @@ namespace cpu ATTNC_CPU_NAMESPACE_ATTR {
 
 namespace lsh_detail {
 
-constexpr int kHashRows = 64;       ///< rows of one hashing task
+constexpr int kHashRows = 64; ///< rows of one hashing task
 
 /// A 64-byte aligned int buffer (no exceptions: check the result of reset).
 class IntBuffer {
@@ -95,17 +95,17 @@ template <int CHUNK, int BEFORE, int AFTER, int D> struct BwdLayout {
   static constexpr std::size_t kDelta = kLse + C::kBQ;                     // [kBQ]
   static constexpr std::size_t kDqTotal = kDelta + C::kBQ;
   // dk/dv task
-  static constexpr std::size_t kKt = 0;                                   // [D][CHUNK] keys
-  static constexpr std::size_t kVt = kKt + std::size_t(D) * CHUNK;        // [D][CHUNK]
-  static constexpr std::size_t kQw = kVt + std::size_t(D) * CHUNK;        // [kWin][D]
-  static constexpr std::size_t kDOw = kQw + std::size_t(C::kWin) * D;     // [kWin][D]
-  static constexpr std::size_t kS = kDOw + std::size_t(C::kWin) * D;      // [kBI][CHUNK]
-  static constexpr std::size_t kDP = kS + std::size_t(C::kBI) * CHUNK;    // [kBI][CHUNK]
-  static constexpr std::size_t kDK = kDP + std::size_t(C::kBI) * CHUNK;   // [CHUNK][D]
-  static constexpr std::size_t kDV = kDK + std::size_t(CHUNK) * D;        // [CHUNK][D]
-  static constexpr std::size_t kVc = kDV + std::size_t(CHUNK) * D;        // [CHUNK][D]
-  static constexpr std::size_t kLseW = kVc + std::size_t(CHUNK) * D;      // [kWin]
-  static constexpr std::size_t kDeltaW = kLseW + C::kWin;                 // [kWin]
+  static constexpr std::size_t kKt = 0;                                 // [D][CHUNK] keys
+  static constexpr std::size_t kVt = kKt + std::size_t(D) * CHUNK;      // [D][CHUNK]
+  static constexpr std::size_t kQw = kVt + std::size_t(D) * CHUNK;      // [kWin][D]
+  static constexpr std::size_t kDOw = kQw + std::size_t(C::kWin) * D;   // [kWin][D]
+  static constexpr std::size_t kS = kDOw + std::size_t(C::kWin) * D;    // [kBI][CHUNK]
+  static constexpr std::size_t kDP = kS + std::size_t(C::kBI) * CHUNK;  // [kBI][CHUNK]
+  static constexpr std::size_t kDK = kDP + std::size_t(C::kBI) * CHUNK; // [CHUNK][D]
+  static constexpr std::size_t kDV = kDK + std::size_t(CHUNK) * D;      // [CHUNK][D]
+  static constexpr std::size_t kVc = kDV + std::size_t(CHUNK) * D;      // [CHUNK][D]
+  static constexpr std::size_t kLseW = kVc + std::size_t(CHUNK) * D;    // [kWin]
+  static constexpr std::size_t kDeltaW = kLseW + C::kWin;               // [kWin]
   static constexpr std::size_t kDkdvTotal = kDeltaW + C::kWin;
   static constexpr std::size_t kTotal = kDqTotal > kDkdvTotal ? kDqTotal : kDkdvTotal;
   static constexpr std::size_t kInts = 2 * std::size_t(C::kWin) + C::kBQ;
@@ -128,11 +128,11 @@ template <class Variant> inline int checkArgs(const AttnLshArgs &a) {
 /// The state both directions share: key denominators, buckets, permutation,
 /// and the per-thread workspaces.
 struct Common {
-  AlignedBuffer den;   // [B, H, N]: max(|q|, 1e-6)
-  IntBuffer buckets;   // [B, H, R, N]
-  IntBuffer perm;      // [B, H, R, Npad]: positions by slot, -1 in pad slots
-  AlignedBuffer ws;    // per-thread float workspaces
-  IntBuffer iws;       // per-thread int workspaces
+  AlignedBuffer den; // [B, H, N]: max(|q|, 1e-6)
+  IntBuffer buckets; // [B, H, R, N]
+  IntBuffer perm;    // [B, H, R, Npad]: positions by slot, -1 in pad slots
+  AlignedBuffer ws;  // per-thread float workspaces
+  IntBuffer iws;     // per-thread int workspaces
   std::size_t wsFloats = 0, wsInts = 0;
   int nth = 1; // threads the workspaces are sized for
   int B = 0, H = 0, N = 0, R = 0, NB = 0, Npad = 0, C = 0;
@@ -204,8 +204,8 @@ template <int D> ATTNC_ALWAYS_INLINE void prefetchRows(float *base, const int *p
 
 /// Keys of gathered rows in place: row j /= den[pos[j]] (pad rows are 0).
 template <int D>
-ATTNC_ALWAYS_INLINE void normaliseRows(float *ATTNC_RESTRICT rows, const float *den,
-                                       const int *pos, int n) {
+ATTNC_ALWAYS_INLINE void normaliseRows(float *ATTNC_RESTRICT rows, const float *den, const int *pos,
+                                       int n) {
   for (int j = 0; j < n; ++j)
     if (pos[j] >= 0) {
       float *ATTNC_RESTRICT r = rows + std::size_t(j) * D;
@@ -229,8 +229,8 @@ template <class Variant>
 inline float lshDropout(const AttnLshArgs &a, std::size_t bh, int r, int qi, int kj) {
   if constexpr (Variant::kDropout) {
     if (a.dropout > 0.0f)
-      return philox::attentionDropoutScale(a.dropout_seed, a.dropout_offset,
-                                           int(bh) * a.rounds + r, qi, kj, a.dropout);
+      return philox::attentionDropoutScale(a.dropout_seed, a.dropout_offset, int(bh) * a.rounds + r,
+                                           qi, kj, a.dropout);
   }
   (void)a, (void)bh, (void)r, (void)qi, (void)kj;
   return 1.0f;
@@ -238,7 +238,7 @@ inline float lshDropout(const AttnLshArgs &a, std::size_t bh, int r, int qi, int
 
 } // namespace lsh_detail
 
-} // namespace cpu
+} // namespace ATTNC_CPU_NAMESPACE_ATTR
 } // namespace attnc
 
 #endif // ATTNC_CPU_LSH_COMMON_H

@@ -17,8 +17,8 @@ namespace lsh_detail {
 /// their window; the round is folded into out (running sum), mRun, lRun
 /// (running maximum and sum).
 template <int CHUNK, int BEFORE, int AFTER, int D, class Variant>
-inline void fwdChunk(const AttnLshArgs &a, const Common &cm, float *mRun, float *lRun, int b,
-                     int h, int r, int c) {
+inline void fwdChunk(const AttnLshArgs &a, const Common &cm, float *mRun, float *lRun, int b, int h,
+                     int r, int c) {
   using Cf = Cfg<CHUNK, BEFORE, AFTER, D>;
   using L = FwdLayout<CHUNK, BEFORE, AFTER, D>;
   constexpr int BQ = Cf::kBQ;
@@ -78,7 +78,7 @@ inline void fwdChunk(const AttnLshArgs &a, const Common &cm, float *mRun, float 
     if (!anyQuery)
       continue;
     transposePadded<BQ, D>(Qt, Qc + std::size_t(q0) * D, nq, D); // pad rows are zero
-    gemm<false>(nw, BQ, D, Kw, D, 1, Qt, BQ, St, BQ); // Sᵀ = K_w·Qᵀ
+    gemm<false>(nw, BQ, D, Kw, D, 1, Qt, BQ, St, BQ);            // Sᵀ = K_w·Qᵀ
 
     for (int i = 0; i < BQ; ++i)
       m[i] = kNegInf;
@@ -223,7 +223,7 @@ int lsh_fwd(const AttnLshArgs &a) {
   return kOk;
 }
 
-} // namespace cpu
+} // namespace ATTNC_CPU_NAMESPACE_ATTR
 } // namespace attnc
 
 #endif // ATTNC_CPU_LSH_FWD_H

@@ -110,7 +110,7 @@ inline void sortPhase(const Common &c) {
 
 } // namespace lsh_detail
 
-} // namespace cpu
+} // namespace ATTNC_CPU_NAMESPACE_ATTR
 } // namespace attnc
 
 #endif // ATTNC_CPU_LSH_HASH_H

@@ -117,8 +117,8 @@ inline void layerNormParamGrad(const float *dy, const float *x, const float *mea
 }
 
 /// dtable[tokens[r]] += dy[r], dpos[r mod S] += dy[r] (written from zero).
-inline void embedGrad(const int32_t *tokens, const float *dy, float *dtable, float *dpos,
-                      int64_t R, int64_t V, int64_t S, int64_t C) {
+inline void embedGrad(const int32_t *tokens, const float *dy, float *dtable, float *dpos, int64_t R,
+                      int64_t V, int64_t S, int64_t C) {
   std::memset(dtable, 0, sizeof(float) * size_t(V * C));
   std::memset(dpos, 0, sizeof(float) * size_t(S * C));
   const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;

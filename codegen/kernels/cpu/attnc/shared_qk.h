@@ -20,7 +20,6 @@
 namespace attnc {
 namespace cpu ATTNC_CPU_NAMESPACE_ATTR {
 
-
 namespace detail {
 
 inline float rowNorm(const float *x, int D) {
@@ -109,7 +108,7 @@ int shared_qk_bwd(const AttnBwdArgs &a) {
   return kOk;
 }
 
-} // namespace cpu
+} // namespace ATTNC_CPU_NAMESPACE_ATTR
 } // namespace attnc
 
 #endif // ATTNC_CPU_SHARED_QK_H

@@ -21,7 +21,6 @@
 #include "common.h"
 #include "flash_fwd.h"
 
-
 namespace attnc {
 namespace cpu ATTNC_CPU_NAMESPACE_ATTR {
 
@@ -31,14 +30,12 @@ constexpr int kUnfusedRowBlock = 32;
 
 /// C[M][N] = alpha·op(A)·op(B); row-major.
 /// transA: A is stored [K][M]; transB: B is stored [N][K].
-inline void unfusedGemm(bool transA, bool transB, int M, int N, int K, float alpha,
-                        const float *A, int lda, const float *B, int ldb, float *C, int ldc,
-                        float *scratch) {
+inline void unfusedGemm(bool transA, bool transB, int M, int N, int K, float alpha, const float *A,
+                        int lda, const float *B, int ldb, float *C, int ldc, float *scratch) {
 #ifdef ATTNC_CPU_HAVE_CBLAS
   (void)scratch;
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-              transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb,
-              0.0f, C, ldc);
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+              M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc);
 #else
   // B must be [K][N] row-major for the loop GEMM: transpose into scratch.
   const float *Bn = B;
@@ -72,8 +69,8 @@ inline void unfusedGemm(bool transA, bool transB, int M, int N, int K, float alp
 
 template <int HEAD_DIM, class Variant> int unfused_fwd(const AttnFwdArgs &a) {
   constexpr int D = HEAD_DIM;
-  if (int e = detail::checkCommon<Variant>(a.q, a.k, a.v, a.lengths, a.params, a.B, a.H, a.Nq,
-                                           a.Nk))
+  if (int e =
+          detail::checkCommon<Variant>(a.q, a.k, a.v, a.lengths, a.params, a.B, a.H, a.Nq, a.Nk))
     return e;
   if (!a.out || !a.lse)
     return kErrNullPointer;
@@ -91,8 +88,7 @@ template <int HEAD_DIM, class Variant> int unfused_fwd(const AttnFwdArgs &a) {
       float *obh = static_cast<float *>(a.out) + rowOffset(b, h, H, Nq, 0, D);
       float *lbh = a.lse + (std::size_t(b) * H + h) * Nq;
       float *s = S.data();
-      detail::unfusedGemm(false, true, Nq, Nk, D, a.scale, qbh, D, kbh, D, s, Nk,
-                          scratch.data());
+      detail::unfusedGemm(false, true, Nq, Nk, D, a.scale, qbh, D, kbh, D, s, Nk, scratch.data());
       const int kvLimit = mask::keyEnd<Variant>(a.lengths, b, Nk);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
@@ -127,8 +123,7 @@ template <int HEAD_DIM, class Variant> int unfused_fwd(const AttnFwdArgs &a) {
         scaleRow(row, Nk, inv);
         lbh[i] = mx + static_cast<float>(std::log(sum));
       }
-      detail::unfusedGemm(false, false, Nq, D, Nk, 1.0f, s, Nk, vbh, D, obh, D,
-                          scratch.data());
+      detail::unfusedGemm(false, false, Nq, D, Nk, 1.0f, s, Nk, vbh, D, obh, D, scratch.data());
     }
   return kOk;
 }
@@ -136,8 +131,8 @@ template <int HEAD_DIM, class Variant> int unfused_fwd(const AttnFwdArgs &a) {
 template <int HEAD_DIM, class Variant> int unfused_bwd(const AttnBwdArgs &a) {
   constexpr int D = HEAD_DIM;
   constexpr int P = Variant::kNumParams;
-  if (int e = detail::checkCommon<Variant>(a.q, a.k, a.v, a.lengths, a.params, a.B, a.H, a.Nq,
-                                           a.Nk))
+  if (int e =
+          detail::checkCommon<Variant>(a.q, a.k, a.v, a.lengths, a.params, a.B, a.H, a.Nq, a.Nk))
     return e;
   if (!a.out || !a.dout || !a.lse || !a.delta || !a.dq || !a.dk || !a.dv)
     return kErrNullPointer;
@@ -171,10 +166,8 @@ template <int HEAD_DIM, class Variant> int unfused_bwd(const AttnBwdArgs &a) {
       const float *dbh = a.delta + (std::size_t(b) * H + h) * Nq;
       float *pm = Pm.data();
       float *g = G.data();
-      detail::unfusedGemm(false, true, Nq, Nk, D, scale, qbh, D, kbh, D, pm, Nk,
-                          scratch.data());
-      detail::unfusedGemm(false, true, Nq, Nk, D, 1.0f, dobh, D, vbh, D, g, Nk,
-                          scratch.data());
+      detail::unfusedGemm(false, true, Nq, Nk, D, scale, qbh, D, kbh, D, pm, Nk, scratch.data());
+      detail::unfusedGemm(false, true, Nq, Nk, D, 1.0f, dobh, D, vbh, D, g, Nk, scratch.data());
       const int kvLimit = mask::keyEnd<Variant>(a.lengths, b, Nk);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
@@ -218,17 +211,14 @@ template <int HEAD_DIM, class Variant> int unfused_bwd(const AttnBwdArgs &a) {
           a.dparams[pp * H + h] += static_cast<float>(acc);
         }
       // dV = Pᵀ·dO, dQ = scale·G·K, dK = scale·Gᵀ·Q.
-      detail::unfusedGemm(true, false, Nk, D, Nq, 1.0f, pm, Nk, dobh, D, dvbh, D,
-                          scratch.data());
-      detail::unfusedGemm(false, false, Nq, D, Nk, scale, g, Nk, kbh, D, dqbh, D,
-                          scratch.data());
-      detail::unfusedGemm(true, false, Nk, D, Nq, scale, g, Nk, qbh, D, dkbh, D,
-                          scratch.data());
+      detail::unfusedGemm(true, false, Nk, D, Nq, 1.0f, pm, Nk, dobh, D, dvbh, D, scratch.data());
+      detail::unfusedGemm(false, false, Nq, D, Nk, scale, g, Nk, kbh, D, dqbh, D, scratch.data());
+      detail::unfusedGemm(true, false, Nk, D, Nq, scale, g, Nk, qbh, D, dkbh, D, scratch.data());
     }
   return kOk;
 }
 
-} // namespace cpu
+} // namespace ATTNC_CPU_NAMESPACE_ATTR
 } // namespace attnc
 
 #endif // ATTNC_CPU_UNFUSED_H

@@ -39,12 +39,8 @@ ATTNC_HD float negInf() { return __int_as_float(0xff800000); }
 ATTNC_HD int imin(int a, int b) { return a < b ? a : b; }
 ATTNC_HD int imax(int a, int b) { return a > b ? a : b; }
 
-template <class A, class B> struct IsSame {
-  static constexpr bool value = false;
-};
-template <class A> struct IsSame<A, A> {
-  static constexpr bool value = true;
-};
+template <class A, class B> struct IsSame { static constexpr bool value = false; };
+template <class A> struct IsSame<A, A> { static constexpr bool value = true; };
 
 /// Reinterprets the bits of a value (a packed half2 as 32 bits, ...). A
 /// union: NVRTC has no __builtin_memcpy, and unlike pointer casts this is
@@ -70,12 +66,8 @@ template <class T> struct Elem;
 template <> struct Elem<float> {
   static ATTNC_HD float toFloat(float x) { return x; }
   static ATTNC_HD float fromFloat(float x) { return x; }
-  static ATTNC_HD float4 load4(const float *p) {
-    return *reinterpret_cast<const float4 *>(p);
-  }
-  static ATTNC_HD float2 load2(const float *p) {
-    return *reinterpret_cast<const float2 *>(p);
-  }
+  static ATTNC_HD float4 load4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+  static ATTNC_HD float2 load2(const float *p) { return *reinterpret_cast<const float2 *>(p); }
   static ATTNC_HD void store2(float *p, float a, float b) {
     *reinterpret_cast<float2 *>(p) = make_float2(a, b);
   }
@@ -104,9 +96,7 @@ template <> struct Elem<__half> {
 template <> struct Elem<__nv_bfloat16> {
   // bf16 is the top half of an fp32: conversions are shifts, on every arch.
   static ATTNC_HD float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-  static ATTNC_HD __nv_bfloat16 fromFloat(float x) {
-    return __float2bfloat16_rn(x);
-  }
+  static ATTNC_HD __nv_bfloat16 fromFloat(float x) { return __float2bfloat16_rn(x); }
   static ATTNC_HD unsigned pack(float a, float b) {
     return bitCast<unsigned>(__floats2bfloat162_rn(a, b)); // a in the low half
   }

@@ -31,8 +31,8 @@ ATTNC_HD void copy16(void *smem, const void *gmem, bool valid) {
 #if ATTNC_ARCH >= 800
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   // src-size 0 reads nothing and zero-fills the destination.
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
-               "l"(gmem), "r"(valid ? 16 : 0)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(valid ? 16 : 0)
                : "memory");
 #else
   uint4 v = make_uint4(0, 0, 0, 0);
@@ -71,12 +71,10 @@ template <class T, int COLS> struct SmemLd {
 template <int ROWS, int COLS, int NTHREADS, class T> struct TileCopyMap {
   static constexpr int kChunk = 16 / int(sizeof(T)); ///< elements
   static constexpr int kChunksPerRow = COLS / kChunk;
-  static constexpr int kThreadsPerRow =
-      kChunksPerRow < NTHREADS ? kChunksPerRow : NTHREADS;
+  static constexpr int kThreadsPerRow = kChunksPerRow < NTHREADS ? kChunksPerRow : NTHREADS;
   static constexpr int kRowsPerPass = NTHREADS / kThreadsPerRow;
   static constexpr int kPasses = (ROWS + kRowsPerPass - 1) / kRowsPerPass;
-  static constexpr int kColSteps =
-      (kChunksPerRow + kThreadsPerRow - 1) / kThreadsPerRow;
+  static constexpr int kColSteps = (kChunksPerRow + kThreadsPerRow - 1) / kThreadsPerRow;
   static constexpr int kLd = SmemLd<T, COLS>::value;
   static_assert(COLS % kChunk == 0, "rows must be whole 16-byte chunks");
 

@@ -70,21 +70,20 @@ namespace attnc {
 
 /// Compile-time shape of one backward main kernel: FIXED rows per CTA,
 /// STREAM rows per step, SCORE_TILES score tiles in shared memory.
-template <int FIXED, int STREAM, int HEAD_DIM, int WARPS, int STAGES, class T,
-          int SCORE_TILES, bool STATS_STREAM>
+template <int FIXED, int STREAM, int HEAD_DIM, int WARPS, int STAGES, class T, int SCORE_TILES,
+          bool STATS_STREAM>
 struct BwdTraits {
   static constexpr int kThreads = WARPS * 32;
   static constexpr int kLd = SmemLd<T, HEAD_DIM>::value;
   static constexpr int kScoreLd = SmemLd<T, STREAM>::value;
   static constexpr int kWM = FIXED / tile::kRowsPerWarp;
   static constexpr int kWN = WARPS / kWM;
-  static constexpr int kNT1 = STREAM / kWN / 8; ///< phase-1 n-tiles per warp
+  static constexpr int kNT1 = STREAM / kWN / 8;   ///< phase-1 n-tiles per warp
   static constexpr int kNT3 = HEAD_DIM / kWN / 8; ///< phase-3 n-tiles per warp
   static constexpr int kStages = STAGES > 0 ? STAGES : 1;
 
   static __host__ __device__ constexpr tile::BwdSmem layout() {
-    return tile::bwdSmem(FIXED, STREAM, HEAD_DIM, STAGES, sizeof(T),
-                         SCORE_TILES, STATS_STREAM);
+    return tile::bwdSmem(FIXED, STREAM, HEAD_DIM, STAGES, sizeof(T), SCORE_TILES, STATS_STREAM);
   }
   static constexpr int kFixedX = layout().fixedX, kFixedY = layout().fixedY;
   static constexpr int kScore0 = layout().score0, kScore1 = layout().score1;
@@ -94,21 +93,18 @@ struct BwdTraits {
   static constexpr int kSlotStride = layout().slotStride;
   static constexpr int kSlotY = layout().slotY;
 
-  static_assert(FIXED % 16 == 0 && STREAM % 16 == 0 && HEAD_DIM % 16 == 0,
-                "MMA tiles");
+  static_assert(FIXED % 16 == 0 && STREAM % 16 == 0 && HEAD_DIM % 16 == 0, "MMA tiles");
   static_assert(WARPS % kWM == 0, "warps must tile the fixed rows");
   static_assert(STREAM % (8 * kWN) == 0 && HEAD_DIM % (8 * kWN) == 0,
                 "warp columns must be whole n-tiles");
   static_assert(kThreads <= tile::kMaxThreads, "too many warps");
-  static_assert(kFixedY == FIXED * kLd * int(sizeof(T)),
-                "layout disagrees with TileModel.h");
+  static_assert(kFixedY == FIXED * kLd * int(sizeof(T)), "layout disagrees with TileModel.h");
 };
 
 /// Fills `st` with lse * log2 e (+inf when lse is -inf or the row is past
 /// Nq) then delta (0 past Nq) of queries [q0, q0 + ROWS).
 template <int ROWS, int NTHREADS>
-ATTNC_HD void loadStats(float *st, const float *lse, const float *delta, int q0,
-                        int Nq, int tid) {
+ATTNC_HD void loadStats(float *st, const float *lse, const float *delta, int q0, int Nq, int tid) {
   for (int r = tid; r < ROWS; r += NTHREADS) {
     const int i = q0 + r;
     const float l = i < Nq ? lse[i] : negInf();
@@ -119,8 +115,7 @@ ATTNC_HD void loadStats(float *st, const float *lse, const float *delta, int q0,
 
 //===-- delta = rowsum(dout * out) ----------------------------------------===//
 
-template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, int WARPS, int STAGES,
-          class T, class Variant>
+template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, int WARPS, int STAGES, class T, class Variant>
 __device__ void flash_bwd_preprocess(const AttnBwdArgs &a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int bh = blockIdx.y, q0 = blockIdx.x * BLOCK_Q;
@@ -143,8 +138,7 @@ __device__ void flash_bwd_preprocess(const AttnBwdArgs &a) {
 
 //===-- dK, dV ------------------------------------------------------------===//
 
-template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, int WARPS, int STAGES,
-          class T, class Variant>
+template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, int WARPS, int STAGES, class T, class Variant>
 __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
   using Tr = BwdTraits<BLOCK_KV, BLOCK_Q, HEAD_DIM, WARPS, STAGES, T, 2, true>;
   using Mma = WarpMma<T>;
@@ -169,29 +163,22 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
   T *sPt = smemAt<T>(Tr::kScore0), *sGt = smemAt<T>(Tr::kScore1);
   auto stats = [](int st) { return smemAt<float>(Tr::kStats + st * Tr::kStatStride); };
   auto slotX = [](int st) { return smemAt<T>(Tr::kSlot + st * Tr::kSlotStride); };
-  auto slotY = [](int st) {
-    return smemAt<T>(Tr::kSlot + st * Tr::kSlotStride + Tr::kSlotY);
-  };
+  auto slotY = [](int st) { return smemAt<T>(Tr::kSlot + st * Tr::kSlotStride + Tr::kSlotY); };
   auto loadQ = [&](int m, T *dst) {
-    loadTile<BLOCK_Q, D, NTH>(dst, gQ + size_t(m) * BLOCK_Q * D,
-                              a.Nq - m * BLOCK_Q, tid);
+    loadTile<BLOCK_Q, D, NTH>(dst, gQ + size_t(m) * BLOCK_Q * D, a.Nq - m * BLOCK_Q, tid);
   };
   auto loadDo = [&](int m, T *dst) {
-    loadTile<BLOCK_Q, D, NTH>(dst, gdO + size_t(m) * BLOCK_Q * D,
-                              a.Nq - m * BLOCK_Q, tid);
+    loadTile<BLOCK_Q, D, NTH>(dst, gdO + size_t(m) * BLOCK_Q * D, a.Nq - m * BLOCK_Q, tid);
   };
   auto loadStep = [&](int m) { // the whole step m, for STAGES >= 1
     const int st = m % ST;
-    loadStats<BLOCK_Q, NTH>(stats(st), a.lse + qBase, a.delta + qBase,
-                            m * BLOCK_Q, a.Nq, tid);
+    loadStats<BLOCK_Q, NTH>(stats(st), a.lse + qBase, a.delta + qBase, m * BLOCK_Q, a.Nq, tid);
     loadQ(m, slotX(st));
     loadDo(m, slotY(st));
   };
 
-  loadTile<BLOCK_KV, D, NTH>(sK, static_cast<const T *>(a.k) + kBase * D,
-                             kvRows, tid);
-  loadTile<BLOCK_KV, D, NTH>(sV, static_cast<const T *>(a.v) + kBase * D,
-                             kvRows, tid);
+  loadTile<BLOCK_KV, D, NTH>(sK, static_cast<const T *>(a.k) + kBase * D, kvRows, tid);
+  loadTile<BLOCK_KV, D, NTH>(sV, static_cast<const T *>(a.v) + kBase * D, kvRows, tid);
   cpAsyncCommit();
 
   const ScoreCtx ctx = scoreCtx(a, b, h, kvEnd);
@@ -206,35 +193,33 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
     dpar[p] = 0.f;
 
   // Phases 1-2 of step m, given its Q and dO tiles: P^T, G^T to shared.
-  auto scoresT = [&](float (&s)[NT1][4], const T *x) {
+  auto scoresT = [&](float(&s)[NT1][4], const T *x) {
     zeroAcc(s);
     Mma::template gemmSS<D, NT1, false>(s, sKw, LD, x + wn * C1 * LD, LD);
   };
-  auto gradsT = [&](int m, float (&s)[NT1][4], const T *y, const float *st) {
+  auto gradsT = [&](int m, float(&s)[NT1][4], const T *y, const float *st) {
     float dp[NT1][4];
     zeroAcc(dp);
     Mma::template gemmSS<D, NT1, false>(dp, sVw, LD, y + wn * C1 * LD, LD);
     const int i0 = m * BLOCK_Q + wn * C1; // this warp's first query
     const bool mask = Variant::kHasMask || j0 + tile::kRowsPerWarp > kvEnd ||
-                      (Variant::kCausal && j0 + tile::kRowsPerWarp - 1 > i0) ||
-                      i0 + C1 > a.Nq;
-    bwdGrads<Variant, true, true>(s, dp, ctx, i0, j0, st + wn * C1,
-                                  st + BLOCK_Q + wn * C1, mask, dpar);
+                      (Variant::kCausal && j0 + tile::kRowsPerWarp - 1 > i0) || i0 + C1 > a.Nq;
+    bwdGrads<Variant, true, true>(s, dp, ctx, i0, j0, st + wn * C1, st + BLOCK_Q + wn * C1, mask,
+                                  dpar);
     const int at = tile::kRowsPerWarp * wm * SLD + wn * C1;
     storeAcc(sPt + at, SLD, s, 1.f, 1.f);
     storeAcc(sGt + at, SLD, dp, 1.f, 1.f);
   };
   // Phase 3: acc += score tile rows (all BLOCK_Q queries) x y columns.
-  auto accumulate = [&](float (&acc)[NT3][4], const T *score, const T *y) {
-    Mma::template gemmSS<BLOCK_Q, NT3, true>(
-        acc, score + tile::kRowsPerWarp * wm * SLD, SLD, y + wn * C3, LD);
+  auto accumulate = [&](float(&acc)[NT3][4], const T *score, const T *y) {
+    Mma::template gemmSS<BLOCK_Q, NT3, true>(acc, score + tile::kRowsPerWarp * wm * SLD, SLD,
+                                             y + wn * C3, LD);
   };
 
   if constexpr (STAGES == 0) {
     T *slot = slotX(0);
     for (int m = mBegin; m < mEnd; ++m) {
-      loadStats<BLOCK_Q, NTH>(stats(0), a.lse + qBase, a.delta + qBase,
-                              m * BLOCK_Q, a.Nq, tid);
+      loadStats<BLOCK_Q, NTH>(stats(0), a.lse + qBase, a.delta + qBase, m * BLOCK_Q, a.Nq, tid);
       loadQ(m, slot);
       cpAsyncCommit();
       cpAsyncWait<0>();
@@ -296,8 +281,7 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
         float sum = 0.f;
         for (int w = 0; w < WARPS; ++w)
           sum += red[w];
-        a.dparams_partial[(size_t(p) * a.B * a.H + bh) * nKvBlocks +
-                          blockIdx.x] = sum;
+        a.dparams_partial[(size_t(p) * a.B * a.H + bh) * nKvBlocks + blockIdx.x] = sum;
       }
       __syncthreads();
     }
@@ -314,8 +298,7 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
 
 //===-- dQ ----------------------------------------------------------------===//
 
-template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, int WARPS, int STAGES,
-          class T, class Variant>
+template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, int WARPS, int STAGES, class T, class Variant>
 __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
   using Tr = BwdTraits<BLOCK_Q, BLOCK_KV, HEAD_DIM, WARPS, STAGES, T, 1, false>;
   using Mma = WarpMma<T>;
@@ -341,22 +324,16 @@ __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
   T *sG = smemAt<T>(Tr::kScore0);
   float *stats = smemAt<float>(Tr::kStats);
   auto slotX = [](int st) { return smemAt<T>(Tr::kSlot + st * Tr::kSlotStride); };
-  auto slotY = [](int st) {
-    return smemAt<T>(Tr::kSlot + st * Tr::kSlotStride + Tr::kSlotY);
-  };
+  auto slotY = [](int st) { return smemAt<T>(Tr::kSlot + st * Tr::kSlotStride + Tr::kSlotY); };
   auto loadK = [&](int n, T *dst) {
-    loadTile<BLOCK_KV, D, NTH>(dst, gK + size_t(n) * BLOCK_KV * D,
-                               kvEnd - n * BLOCK_KV, tid);
+    loadTile<BLOCK_KV, D, NTH>(dst, gK + size_t(n) * BLOCK_KV * D, kvEnd - n * BLOCK_KV, tid);
   };
   auto loadV = [&](int n, T *dst) {
-    loadTile<BLOCK_KV, D, NTH>(dst, gV + size_t(n) * BLOCK_KV * D,
-                               kvEnd - n * BLOCK_KV, tid);
+    loadTile<BLOCK_KV, D, NTH>(dst, gV + size_t(n) * BLOCK_KV * D, kvEnd - n * BLOCK_KV, tid);
   };
 
-  loadTile<BLOCK_Q, D, NTH>(sQ, static_cast<const T *>(a.q) + qBase * D, qRows,
-                            tid);
-  loadTile<BLOCK_Q, D, NTH>(sdO, static_cast<const T *>(a.dout) + qBase * D,
-                            qRows, tid);
+  loadTile<BLOCK_Q, D, NTH>(sQ, static_cast<const T *>(a.q) + qBase * D, qRows, tid);
+  loadTile<BLOCK_Q, D, NTH>(sdO, static_cast<const T *>(a.dout) + qBase * D, qRows, tid);
   cpAsyncCommit();
   loadStats<BLOCK_Q, NTH>(stats, a.lse + qBase, a.delta + qBase, 0, qRows, tid);
 
@@ -369,25 +346,23 @@ __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
   float dQ[NT3][4], unused[1];
   zeroAcc(dQ);
 
-  auto scores = [&](float (&s)[NT1][4], const T *x) {
+  auto scores = [&](float(&s)[NT1][4], const T *x) {
     zeroAcc(s);
     Mma::template gemmSS<D, NT1, false>(s, sQw, LD, x + wn * C1 * LD, LD);
   };
-  auto grads = [&](int n, float (&s)[NT1][4], const T *y) {
+  auto grads = [&](int n, float(&s)[NT1][4], const T *y) {
     float dp[NT1][4];
     zeroAcc(dp);
     Mma::template gemmSS<D, NT1, false>(dp, sdOw, LD, y + wn * C1 * LD, LD);
     const int j0 = n * BLOCK_KV + wn * C1; // this warp's first key
     const bool mask = Variant::kHasMask || j0 + C1 > kvEnd ||
-                      (Variant::kCausal && j0 + C1 - 1 > i0) ||
-                      i0 + tile::kRowsPerWarp > a.Nq;
-    bwdGrads<Variant, false, false>(s, dp, ctx, i0, j0, lse2, dlt, mask,
-                                    unused);
+                      (Variant::kCausal && j0 + C1 - 1 > i0) || i0 + tile::kRowsPerWarp > a.Nq;
+    bwdGrads<Variant, false, false>(s, dp, ctx, i0, j0, lse2, dlt, mask, unused);
     storeAcc(sG + tile::kRowsPerWarp * wm * SLD + wn * C1, SLD, dp, 1.f, 1.f);
   };
   auto accumulate = [&](const T *x) { // dQ += G (all BLOCK_KV keys) K
-    Mma::template gemmSS<BLOCK_KV, NT3, true>(
-        dQ, sG + tile::kRowsPerWarp * wm * SLD, SLD, x + wn * C3, LD);
+    Mma::template gemmSS<BLOCK_KV, NT3, true>(dQ, sG + tile::kRowsPerWarp * wm * SLD, SLD,
+                                              x + wn * C3, LD);
   };
 
   if constexpr (STAGES == 0) {
@@ -444,17 +419,14 @@ __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
   cpAsyncWait<0>();
   __syncthreads();
 
-  storeAcc(sQ + tile::kRowsPerWarp * wm * LD + wn * C3, LD, dQ, a.scale,
-           a.scale);
+  storeAcc(sQ + tile::kRowsPerWarp * wm * LD + wn * C3, LD, dQ, a.scale, a.scale);
   __syncthreads();
-  storeTile<BLOCK_Q, D, NTH>(static_cast<T *>(a.dq) + qBase * D, sQ, qRows,
-                             tid);
+  storeTile<BLOCK_Q, D, NTH>(static_cast<T *>(a.dq) + qBase * D, sQ, qRows, tid);
 }
 
 //===-- dparams = sum of the dK/dV blocks' partials -----------------------===//
 
-template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, int WARPS, int STAGES,
-          class T, class Variant>
+template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, int WARPS, int STAGES, class T, class Variant>
 __device__ void flash_bwd_dparams(const AttnBwdArgs &a) {
   constexpr int P = Variant::kNumParams;
   if constexpr (P > 0) {
@@ -469,9 +441,7 @@ __device__ void flash_bwd_dparams(const AttnBwdArgs &a) {
     float acc = 0.f;
     for (int x = lane; x < n; x += 32) {
       const int bb = x / nKvBlocks, kb = x % nKvBlocks;
-      acc += a.dparams_partial[(size_t(p) * a.B * a.H + bb * a.H + h) *
-                                   nKvBlocks +
-                               kb];
+      acc += a.dparams_partial[(size_t(p) * a.B * a.H + bb * a.H + h) * nKvBlocks + kb];
     }
     acc = warpSum(acc);
     if (lane == 0)

@@ -41,15 +41,12 @@
 namespace attnc {
 
 /// Compile-time shape of the forward kernel.
-template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, int WARPS, int STAGES,
-          class T>
+template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, int WARPS, int STAGES, class T>
 struct FwdTraits {
   static constexpr int kThreads = WARPS * 32;
   static constexpr int kLd = SmemLd<T, HEAD_DIM>::value; ///< elements per row
-  static constexpr int kQOff =
-      tile::fwdSmem(BLOCK_Q, BLOCK_KV, HEAD_DIM, STAGES, sizeof(T)).q;
-  static constexpr int kKvOff =
-      tile::fwdSmem(BLOCK_Q, BLOCK_KV, HEAD_DIM, STAGES, sizeof(T)).kv;
+  static constexpr int kQOff = tile::fwdSmem(BLOCK_Q, BLOCK_KV, HEAD_DIM, STAGES, sizeof(T)).q;
+  static constexpr int kKvOff = tile::fwdSmem(BLOCK_Q, BLOCK_KV, HEAD_DIM, STAGES, sizeof(T)).kv;
   static constexpr int kStageBytes =
       tile::fwdSmem(BLOCK_Q, BLOCK_KV, HEAD_DIM, STAGES, sizeof(T)).stageBytes;
   static constexpr int kVOff = BLOCK_KV * kLd * int(sizeof(T)); ///< in a stage
@@ -62,8 +59,7 @@ struct FwdTraits {
                 "layout disagrees with TileModel.h");
 };
 
-template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, int WARPS, int STAGES,
-          class T, class Variant>
+template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, int WARPS, int STAGES, class T, class Variant>
 __device__ void flash_fwd(const AttnFwdArgs &a) {
   using Tr = FwdTraits<BLOCK_Q, BLOCK_KV, HEAD_DIM, WARPS, STAGES, T>;
   using Mma = WarpMma<T>;
@@ -83,18 +79,12 @@ __device__ void flash_fwd(const AttnFwdArgs &a) {
   const T *gK = static_cast<const T *>(a.k) + size_t(bh) * a.Nk * D;
   const T *gV = static_cast<const T *>(a.v) + size_t(bh) * a.Nk * D;
   T *sQ = smemAt<T>(Tr::kQOff);
-  auto sK = [](int stage) {
-    return smemAt<T>(Tr::kKvOff + stage * Tr::kStageBytes);
-  };
-  auto sV = [](int stage) {
-    return smemAt<T>(Tr::kKvOff + stage * Tr::kStageBytes + Tr::kVOff);
-  };
+  auto sK = [](int stage) { return smemAt<T>(Tr::kKvOff + stage * Tr::kStageBytes); };
+  auto sV = [](int stage) { return smemAt<T>(Tr::kKvOff + stage * Tr::kStageBytes + Tr::kVOff); };
   auto loadKv = [&](int n) {
     const int rows = kvEnd - n * BLOCK_KV, stage = n % STAGES;
-    loadTile<BLOCK_KV, D, Tr::kThreads>(sK(stage), gK + size_t(n) * BLOCK_KV * D,
-                                        rows, tid);
-    loadTile<BLOCK_KV, D, Tr::kThreads>(sV(stage), gV + size_t(n) * BLOCK_KV * D,
-                                        rows, tid);
+    loadTile<BLOCK_KV, D, Tr::kThreads>(sK(stage), gK + size_t(n) * BLOCK_KV * D, rows, tid);
+    loadTile<BLOCK_KV, D, Tr::kThreads>(sV(stage), gV + size_t(n) * BLOCK_KV * D, rows, tid);
   };
 
   // Q is the oldest group: complete whenever K/V block 0 is.

@@ -15,8 +15,8 @@ namespace attnc {
 //===-- Backward ----------------------------------------------------------===//
 
 /// delta_i = sum_d dout_id out_id.
-template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS,
-          class T, class Variant>
+template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS, class T,
+          class Variant>
 __device__ void lsh_bwd_preprocess(const AttnLshArgs &a) {
   (void)LshTraits<CHUNK, D, BQ, BKV, WARPS>::kThreads;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -37,8 +37,8 @@ __device__ void lsh_bwd_preprocess(const AttnLshArgs &a) {
 }
 
 /// round_dq of BQ query slots of one round.
-template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS,
-          class T, class Variant>
+template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS, class T,
+          class Variant>
 __device__ void lsh_bwd_dq(const AttnLshArgs &a) {
   using Tr = LshTraits<CHUNK, D, BQ, BKV, WARPS>;
   using Smem = LshDqSmem<BQ, BKV, D>;
@@ -111,8 +111,7 @@ __device__ void lsh_bwd_dq(const AttnLshArgs &a) {
       const int kk = sub + n * TPR;
       if (BKV % TPR == 0 || kk < BKV) {
         float p, g;
-        lshPairGrad<Variant>(ctx, s[n], dp[n], i, sm.kpos[kk], lse, w, delta, p,
-                             g);
+        lshPairGrad<Variant>(ctx, s[n], dp[n], i, sm.kpos[kk], lse, w, delta, p, g);
         sm.g[row * (BKV + 1) + kk] = g;
       }
     }
@@ -140,13 +139,12 @@ __device__ void lsh_bwd_dq(const AttnLshArgs &a) {
 }
 
 /// round_dk, round_dv of BKV key slots of one round.
-template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS,
-          class T, class Variant>
+template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS, class T,
+          class Variant>
 __device__ void lsh_bwd_dkdv(const AttnLshArgs &a) {
   using Tr = LshTraits<CHUNK, D, BQ, BKV, WARPS>;
   using Smem = LshDkdvSmem<BQ, BKV, D>;
-  static_assert(sizeof(Smem) == tile::lshBwdDkdvSmemBytes(BQ, BKV, D),
-                "layout");
+  static_assert(sizeof(Smem) == tile::lshBwdDkdvSmemBytes(BQ, BKV, D), "layout");
   constexpr int NT = Tr::kThreads, LD = Tr::kLd, TPK = Tr::kKLanes;
   constexpr int TPQ = Tr::kQLanes; // lanes per query for the round weights
   constexpr int QPT = (BQ + TPK - 1) / TPK, CPT = (D + TPK - 1) / TPK;
@@ -191,9 +189,8 @@ __device__ void lsh_bwd_dkdv(const AttnLshArgs &a) {
     __syncthreads();
     { // The queries' round weights, TPQ lanes each (as in lsh_bwd_dq).
       const int x = tid / TPQ, xs = tid % TPQ;
-      const float w =
-          lshRoundWeight<TPQ>(a.round_lse + slice * a.rounds, a.rounds, rd.N,
-                              sm.qpos[x], sm.lse[x], xs);
+      const float w = lshRoundWeight<TPQ>(a.round_lse + slice * a.rounds, a.rounds, rd.N,
+                                          sm.qpos[x], sm.lse[x], xs);
       if (xs == 0)
         sm.w[x] = w;
     }
@@ -221,8 +218,8 @@ __device__ void lsh_bwd_dkdv(const AttnLshArgs &a) {
       const int qq = sub + n * TPK;
       if (BQ % TPK == 0 || qq < BQ) {
         float p, g;
-        lshPairGrad<Variant>(ctx, s[n], dp[n], sm.qpos[qq], j, sm.lse[qq],
-                             sm.w[qq], sm.delta[qq], p, g);
+        lshPairGrad<Variant>(ctx, s[n], dp[n], sm.qpos[qq], j, sm.lse[qq], sm.w[qq], sm.delta[qq],
+                             p, g);
         sm.p[row * (BQ + 1) + qq] = p;
         sm.g[row * (BQ + 1) + qq] = g;
       }
@@ -257,8 +254,8 @@ __device__ void lsh_bwd_dkdv(const AttnLshArgs &a) {
 
 /// dq = sum_r round_dq + normalisation backward of sum_r round_dk, dv =
 /// sum_r round_dv, written as T.
-template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS,
-          class T, class Variant>
+template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS, class T,
+          class Variant>
 __device__ void lsh_bwd_combine(const AttnLshArgs &a) {
   (void)LshTraits<CHUNK, D, BQ, BKV, WARPS>::kThreads;
   constexpr int DPL = (D + 31) / 32; // elements per lane

@@ -14,8 +14,8 @@
 /// Declares `Type &name` bound to the block's static shared memory. The host
 /// emulation of the kernels (test/unit/CudaLshTest.cpp) overrides it.
 #ifndef ATTNC_LSH_SHARED
-#define ATTNC_LSH_SHARED(Type, name)                                           \
-  __shared__ __align__(16) Type name##Storage;                                 \
+#define ATTNC_LSH_SHARED(Type, name)                                                               \
+  __shared__ __align__(16) Type name##Storage;                                                     \
   Type &name = name##Storage
 #endif
 
@@ -31,11 +31,9 @@ template <int CHUNK, int D, int BQ, int BKV, int WARPS> struct LshTraits {
   static_assert(CHUNK >= 1 && D >= 1, "shape");
   static_assert(CHUNK % BQ == 0 && CHUNK % BKV == 0, "tiles divide CHUNK");
   static_assert(kThreads <= 1024, "too many warps");
-  static_assert(kThreads % BQ == 0 && kThreads % BKV == 0,
-                "BQ and BKV divide WARPS * 32");
+  static_assert(kThreads % BQ == 0 && kThreads % BKV == 0, "BQ and BKV divide WARPS * 32");
   static_assert(kQLanes <= 32 && kKLanes <= 32, "BQ, BKV >= WARPS");
-  static_assert((kQLanes & (kQLanes - 1)) == 0 &&
-                    (kKLanes & (kKLanes - 1)) == 0,
+  static_assert((kQLanes & (kQLanes - 1)) == 0 && (kKLanes & (kKLanes - 1)) == 0,
                 "lanes per row are a power of two");
   static_assert(tile::lshValidTile(tile::LshTile{BQ, BKV, WARPS}, CHUNK, D),
                 "LshTileModel.h rejects this tile");
@@ -115,9 +113,15 @@ struct LshCtx {
 /// The hooks' context of (b, h) in round r.
 template <class V> ATTNC_HD LshCtx lshCtx(const AttnLshArgs &a, int b, int h, int r) {
   const int end = mask::keyEnd<V>(a.lengths, b, a.N);
-  return LshCtx{a.params,  a.scale,          b,
-                h,         a.H,              end,
-                a.dropout, a.dropout_offset, a.dropout_seed,
+  return LshCtx{a.params,
+                a.scale,
+                b,
+                h,
+                a.H,
+                end,
+                a.dropout,
+                a.dropout_offset,
+                a.dropout_seed,
                 (b * a.H + h) * a.rounds + r};
 }
 
@@ -149,8 +153,7 @@ template <class V> ATTNC_HD bool lshKept(const LshCtx &c, int i, int j) {
 
 /// The score of a kept pair from q_i . k_j: the modified score, or the self
 /// score for j == i.
-template <class V>
-ATTNC_HD float lshScore(const LshCtx &c, float qk, int i, int j) {
+template <class V> ATTNC_HD float lshScore(const LshCtx &c, float qk, int i, int j) {
   if (j == i)
     return kLshSelfScore;
   const float raw = qk * c.scale;
@@ -168,8 +171,8 @@ ATTNC_HD float lshScore(const LshCtx &c, float qk, int i, int j) {
 /// (factor z), ds = p (z dp - delta) and p comes back as p z, the weight
 /// dV takes.
 template <class V>
-ATTNC_HD void lshPairGrad(const LshCtx &c, float qk, float dp, int i, int j,
-                          float lse, float w, float delta, float &p, float &g) {
+ATTNC_HD void lshPairGrad(const LshCtx &c, float qk, float dp, int i, int j, float lse, float w,
+                          float delta, float &p, float &g) {
   p = 0.f;
   g = 0.f;
   if (!lshKept<V>(c, i, j) || lse == negInf())
@@ -183,8 +186,7 @@ ATTNC_HD void lshPairGrad(const LshCtx &c, float qk, float dp, int i, int j,
   float grad = ds;
   if constexpr (V::kHasScoreMod) {
     float d[V::kNumParams > 0 ? V::kNumParams : 1];
-    const float dsc =
-        V::score_grad(qk * c.scale, c.b, c.h, i, j, c.params, c.H, d);
+    const float dsc = V::score_grad(qk * c.scale, c.b, c.h, i, j, c.params, c.H, d);
     // ds == 0 (p == 0 where score() gave -inf): no gradient, whatever the
     // derivative is there (0 * inf = NaN).
     grad = ds != 0.f ? ds * dsc : 0.f;
@@ -217,8 +219,7 @@ template <int W> ATTNC_HD float lshGroupSum(float x) {
 /// the lanes' partial max and sum meet in xor butterflies (deterministic,
 /// the same value in every lane). own = lse_ir.
 template <int W>
-ATTNC_HD float lshRoundWeight(const float *roundLse, int R, int N, int i,
-                              float own, int sub) {
+ATTNC_HD float lshRoundWeight(const float *roundLse, int R, int N, int i, float own, int sub) {
   float m = negInf();
   if (i >= 0)
 #pragma unroll 1
@@ -234,9 +235,7 @@ ATTNC_HD float lshRoundWeight(const float *roundLse, int R, int N, int i,
   return own != negInf() ? expf(own - m) / s : 0.f;
 }
 
-template <class S> ATTNC_HD float lshLoad(const S *p) {
-  return Elem<S>::toFloat(*p);
-}
+template <class S> ATTNC_HD float lshLoad(const S *p) { return Elem<S>::toFloat(*p); }
 
 /// dst[row * (D+1) + d] = src[pos[row] * D + d] (fp32; 0 for pad slots,
 /// pos < 0) for row < ROWS. src is a (b, h) slice [N, D].

@@ -13,8 +13,8 @@ namespace attnc {
 
 //===-- Forward -----------------------------------------------------------===//
 
-template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS,
-          class T, class Variant>
+template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS, class T,
+          class Variant>
 __device__ void lsh_fwd(const AttnLshArgs &a) {
   using Tr = LshTraits<CHUNK, D, BQ, BKV, WARPS>;
   using Smem = LshFwdSmem<BQ, BKV, D>;
@@ -135,8 +135,8 @@ __device__ void lsh_fwd(const AttnLshArgs &a) {
 }
 
 /// out_i = sum_r exp(lse_ir - lse_i) o_ir, lse_i = logsumexp_r lse_ir.
-template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS,
-          class T, class Variant>
+template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS, class T,
+          class Variant>
 __device__ void lsh_combine(const AttnLshArgs &a) {
   (void)LshTraits<CHUNK, D, BQ, BKV, WARPS>::kThreads;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;

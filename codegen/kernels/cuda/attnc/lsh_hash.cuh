@@ -14,8 +14,8 @@ namespace attnc {
 
 //===-- Hash and sort -----------------------------------------------------===//
 
-template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS,
-          class T, class Variant>
+template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS, class T,
+          class Variant>
 __device__ void lsh_hash(const AttnLshArgs &a) {
   using Tr = LshTraits<CHUNK, D, BQ, BKV, WARPS>;
   constexpr int NT = Tr::kThreads;
@@ -31,8 +31,7 @@ __device__ void lsh_hash(const AttnLshArgs &a) {
   if (r == 0) { // keys, a warp per position
     float *keys = a.keys + size_t(bh) * N * D;
     for (int j = warp; j < N; j += WARPS) {
-      const float inv =
-          1.f / fmaxf(lshRowNorm<D>(q + size_t(j) * D, lane), kSharedQkNormFloor);
+      const float inv = 1.f / fmaxf(lshRowNorm<D>(q + size_t(j) * D, lane), kSharedQkNormFloor);
       for (int d = lane; d < D; d += 32)
         keys[size_t(j) * D + d] = lshLoad(q + size_t(j) * D + d) * inv;
     }
@@ -93,8 +92,7 @@ __device__ void lsh_hash(const AttnLshArgs &a) {
 
   // Exclusive offsets: warp 0, a contiguous segment per lane.
   if (warp == 0) {
-    const int seg = (NB + 31) / 32, lo = imin(NB, lane * seg),
-              hi = imin(NB, lo + seg);
+    const int seg = (NB + 31) / 32, lo = imin(NB, lane * seg), hi = imin(NB, lo + seg);
     int sum = 0;
     for (int k = lo; k < hi; ++k)
       sum += sm.hist[k];

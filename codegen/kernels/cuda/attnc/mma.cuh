@@ -45,12 +45,8 @@ namespace attnc {
 #endif
 
 /// Whether element type T runs on tensor cores on the arch being compiled.
-template <class T> struct UseTensorCores {
-  static constexpr bool value = false;
-};
-template <> struct UseTensorCores<__half> {
-  static constexpr bool value = ATTNC_MMA_ARCH >= 750;
-};
+template <class T> struct UseTensorCores { static constexpr bool value = false; };
+template <> struct UseTensorCores<__half> { static constexpr bool value = ATTNC_MMA_ARCH >= 750; };
 template <> struct UseTensorCores<__nv_bfloat16> {
   static constexpr bool value = ATTNC_MMA_ARCH >= 800;
 };
@@ -62,8 +58,7 @@ void ldsmX4(unsigned (&r)[4], const void *p);
 void ldsmX4Trans(unsigned (&r)[4], const void *p);
 void ldsmX2(unsigned (&r)[2], const void *p);
 void ldsmX2Trans(unsigned (&r)[2], const void *p);
-template <class T>
-void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
+template <class T> void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
 #else
 
 ATTNC_HD unsigned smemAddr(const void *p) {
@@ -78,10 +73,9 @@ ATTNC_HD void ldsmX4(unsigned (&r)[4], const void *p) {
                : "r"(smemAddr(p)));
 }
 ATTNC_HD void ldsmX4Trans(unsigned (&r)[4], const void *p) {
-  asm volatile(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-      : "r"(smemAddr(p)));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smemAddr(p)));
 }
 ATTNC_HD void ldsmX2(unsigned (&r)[2], const void *p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
@@ -97,22 +91,19 @@ ATTNC_HD void ldsmX2Trans(unsigned (&r)[2], const void *p) {
 /// c += a * b for one m16n8k16 tile; a: 4 registers of 2 elements, b0/b1:
 /// k rows 0-7 and 8-15.
 template <class T>
-ATTNC_HD void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0,
-                       unsigned b1) {
+ATTNC_HD void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
 #if ATTNC_ARCH >= 800
   if constexpr (IsSame<T, __half>::value) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
-                   "r"(b1));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   } else {
     static_assert(IsSame<T, __nv_bfloat16>::value, "fp16 or bf16 only");
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
-                   "r"(b1));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 #else
   // Turing: k 0-7 (a0, a1, b0) then k 8-15 (a2, a3, b1); fp16 only.
@@ -138,19 +129,15 @@ template <class T> struct WarpMma<T, true> {
   /// Lane address of B for ldmatrix .x4 covering n-tiles n, n+1 at k-step 0
   /// (n-major: non-transposed; k-major: .trans). Matrices: (n, k 0-7),
   /// (n, k 8-15), (n+1, k 0-7), (n+1, k 8-15) = b0, b1 of both tiles.
-  template <bool B_KMAJOR>
-  static ATTNC_HD const T *bLane(const T *b, int ldb, int lane) {
-    return B_KMAJOR
-               ? b + ((lane & 7) + (((lane >> 3) & 1) << 3)) * ldb +
-                     ((lane >> 4) << 3)
-               : b + ((lane & 7) + ((lane >> 4) << 3)) * ldb +
-                     (((lane >> 3) & 1) << 3);
+  template <bool B_KMAJOR> static ATTNC_HD const T *bLane(const T *b, int ldb, int lane) {
+    return B_KMAJOR ? b + ((lane & 7) + (((lane >> 3) & 1) << 3)) * ldb + ((lane >> 4) << 3)
+                    : b + ((lane & 7) + ((lane >> 4) << 3)) * ldb + (((lane >> 3) & 1) << 3);
   }
 
   /// B fragments (b0, b1) of n-tiles n, n+1 (PAIR) or of n-tile n alone.
   template <bool B_KMAJOR, bool PAIR>
-  static ATTNC_HD void loadB(unsigned (&b)[4], const T *bLaneX4,
-                             const T *bLaneX2, int ldb, int k0, int n) {
+  static ATTNC_HD void loadB(unsigned (&b)[4], const T *bLaneX4, const T *bLaneX2, int ldb, int k0,
+                             int n) {
     if constexpr (PAIR) {
       if constexpr (B_KMAJOR)
         ldsmX4Trans(b, bLaneX4 + k0 * ldb + 8 * n);
@@ -168,8 +155,8 @@ template <class T> struct WarpMma<T, true> {
   }
 
   template <int NT, bool B_KMAJOR>
-  static ATTNC_HD void kStep(float (&acc)[NT][4], const unsigned (&a)[4],
-                             const T *bX4, const T *bX2, int ldb, int k0) {
+  static ATTNC_HD void kStep(float (&acc)[NT][4], const unsigned (&a)[4], const T *bX4,
+                             const T *bX2, int ldb, int k0) {
 #pragma unroll
     for (int n = 0; n + 1 < NT; n += 2) {
       unsigned b[4];
@@ -186,8 +173,7 @@ template <class T> struct WarpMma<T, true> {
 
   /// acc += A (16 x K, shared) * B (K x 8NT, shared).
   template <int K, int NT, bool B_KMAJOR>
-  static ATTNC_HD void gemmSS(float (&acc)[NT][4], const T *a, int lda,
-                              const T *b, int ldb) {
+  static ATTNC_HD void gemmSS(float (&acc)[NT][4], const T *a, int lda, const T *b, int ldb) {
     static_assert(K % 16 == 0, "k-steps of 16");
     const int lane = threadIdx.x % 32;
     // A .x4: lanes 0-15 rows 0-15 at k0, lanes 16-31 rows 0-15 at k0 + 8.
@@ -205,8 +191,8 @@ template <class T> struct WarpMma<T, true> {
   /// acc += A * B with A (16 x K) the accumulator tile `p` of a previous
   /// GEMM, rounded to T, and B k-major in shared memory.
   template <int K, int NT>
-  static ATTNC_HD void gemmRS(float (&acc)[NT][4], const float (&p)[K / 8][4],
-                              const T *b, int ldb) {
+  static ATTNC_HD void gemmRS(float (&acc)[NT][4], const float (&p)[K / 8][4], const T *b,
+                              int ldb) {
     static_assert(K % 16 == 0, "k-steps of 16");
     const int lane = threadIdx.x % 32;
     const T *bX4 = bLane<true>(b, ldb, lane);
@@ -228,8 +214,7 @@ template <class T> struct WarpMma<T, true> {
 /// which spills next to a D-wide accumulator.
 template <class T> struct WarpMma<T, false> {
   template <int K, int NT, bool B_KMAJOR>
-  static ATTNC_HD void gemmSS(float (&acc)[NT][4], const T *a, int lda,
-                              const T *b, int ldb) {
+  static ATTNC_HD void gemmSS(float (&acc)[NT][4], const T *a, int lda, const T *b, int ldb) {
     static_assert(K % 4 == 0, "k-steps of 4");
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const T *a0 = a + g * lda;
@@ -267,8 +252,8 @@ template <class T> struct WarpMma<T, false> {
   /// (row, k) of A sits in register p[k / 8][(k % 2) + 2 * (row >= 8)] of
   /// lane (row % 8) * 4 + (k % 8) / 2, so each k takes two shuffles.
   template <int K, int NT>
-  static ATTNC_HD void gemmRS(float (&acc)[NT][4], const float (&p)[K / 8][4],
-                              const T *b, int ldb) {
+  static ATTNC_HD void gemmRS(float (&acc)[NT][4], const float (&p)[K / 8][4], const T *b,
+                              int ldb) {
     const int lane = threadIdx.x % 32, t = lane % 4, quad = lane & ~3;
 #pragma unroll
     for (int kn = 0; kn < K / 8; ++kn) {
@@ -317,15 +302,12 @@ template <int NT> ATTNC_HD void zeroAcc(float (&acc)[NT][4]) {
 /// Writes a warp's accumulator tile to shared memory as T (row 0, column 0
 /// at `s`), rows g scaled by mulLo and rows g + 8 by mulHi.
 template <int NT, class T>
-ATTNC_HD void storeAcc(T *s, int ld, const float (&acc)[NT][4], float mulLo,
-                       float mulHi) {
+ATTNC_HD void storeAcc(T *s, int ld, const float (&acc)[NT][4], float mulLo, float mulHi) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
-    Elem<T>::store2(s + g * ld + 8 * n + 2 * t, acc[n][0] * mulLo,
-                    acc[n][1] * mulLo);
-    Elem<T>::store2(s + (g + 8) * ld + 8 * n + 2 * t, acc[n][2] * mulHi,
-                    acc[n][3] * mulHi);
+    Elem<T>::store2(s + g * ld + 8 * n + 2 * t, acc[n][0] * mulLo, acc[n][1] * mulLo);
+    Elem<T>::store2(s + (g + 8) * ld + 8 * n + 2 * t, acc[n][2] * mulHi, acc[n][3] * mulHi);
   }
 }
 

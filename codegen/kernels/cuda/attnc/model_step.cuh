@@ -101,8 +101,8 @@ ATTNC_STEP_FN void layerNormRow(const float *x, const float *gamma, const float 
 }
 
 /// dx of a layer norm over one row of C.
-ATTNC_STEP_FN void layerNormGradRow(const float *dy, const float *x, const float *gamma,
-                                    float mean, float rstd, float *dx, int C, float *red) {
+ATTNC_STEP_FN void layerNormGradRow(const float *dy, const float *x, const float *gamma, float mean,
+                                    float rstd, float *dx, int C, float *red) {
   float sg = 0, sgx = 0;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     const float g = dy[c] * gamma[c];
@@ -121,9 +121,7 @@ ATTNC_STEP_FN float dropout(float x, const attnc_kargs &a, unsigned stream,
   return philox::dropoutUniform(a.seed, stream, a.step, index) < p ? 0.0f : x * keepScale;
 }
 
-ATTNC_STEP_FN long long globalThread() {
-  return (long long)blockIdx.x * blockDim.x + threadIdx.x;
-}
+ATTNC_STEP_FN long long globalThread() { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }
 
 } // namespace step
 } // namespace attnc
@@ -274,7 +272,8 @@ extern "C" __global__ void attnc_step_token_scatter(attnc_kargs a) {
     return;
   const int *tokens = (const int *)a.p[0];
   int *place = (int *)a.p[1], *order = (int *)a.p[2];
-  const long long r1 = (s + 1) * attnc::step::kRowSegment < R ? (s + 1) * attnc::step::kRowSegment : R;
+  const long long r1 =
+      (s + 1) * attnc::step::kRowSegment < R ? (s + 1) * attnc::step::kRowSegment : R;
   for (long long r = s * attnc::step::kRowSegment; r < r1; ++r)
     order[place[tokens[r] * segs + s]++] = int(r);
 }
@@ -314,8 +313,7 @@ extern "C" __global__ void attnc_step_embed_grad_positions(attnc_kargs a) {
 /// [B·S, H·D] → [B, H, S, D] (flag 0) or back (flag 1). p: x, y;
 /// n: B, H, S, D. One thread per element of y.
 extern "C" __global__ void attnc_step_heads(attnc_kargs a) {
-  const long long i = attnc::step::globalThread(), B = a.n[0], H = a.n[1], S = a.n[2],
-                  D = a.n[3];
+  const long long i = attnc::step::globalThread(), B = a.n[0], H = a.n[1], S = a.n[2], D = a.n[3];
   if (i >= B * H * S * D)
     return;
   const float *x = (const float *)a.p[0];

@@ -64,8 +64,8 @@
 #ifdef ATTNC_CUDA_SIMT_EMULATOR_H
 #define ATTNC_OPT_SHARED(Type, name) Type &name = ::emu::shared<Type>()
 #else
-#define ATTNC_OPT_SHARED(Type, name)                                           \
-  __shared__ __align__(16) Type name##Storage;                                 \
+#define ATTNC_OPT_SHARED(Type, name)                                                               \
+  __shared__ __align__(16) Type name##Storage;                                                     \
   Type &name = name##Storage
 #endif
 #endif

@@ -19,7 +19,6 @@
 
 namespace attnc {
 
-
 template <int D, class T> ATTNC_HD float sharedQkRowNorm(const T *x, int lane) {
   float s = 0.0f;
   for (int d = lane; d < D; d += 32) {

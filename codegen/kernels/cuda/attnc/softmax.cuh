@@ -26,8 +26,7 @@ struct OnlineSoftmax {
   /// Folds in a score tile x (log2 units, masked entries -inf): rescales the
   /// output accumulator o and the sums to the new maximum and replaces x by
   /// the unnormalised probabilities 2^(x - m).
-  template <int NS, int NO>
-  ATTNC_HD void update(float (&x)[NS][4], float (&o)[NO][4]) {
+  template <int NS, int NO> ATTNC_HD void update(float (&x)[NS][4], float (&o)[NO][4]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = m[r];

@@ -31,19 +31,15 @@ struct ScoreCtx {
 
 /// The context of (b, h) for the arguments `a` of a forward or backward
 /// kernel (both carry the same fields).
-template <class Args>
-ATTNC_HD ScoreCtx scoreCtx(const Args &a, int b, int h, int kvEnd) {
-  return ScoreCtx{a.params,  a.scale,          b,
-                  h,         a.H,              kvEnd,
-                  a.Nq,      a.dropout,        a.dropout_offset,
-                  a.dropout_seed, b * a.H + h};
+template <class Args> ATTNC_HD ScoreCtx scoreCtx(const Args &a, int b, int h, int kvEnd) {
+  return ScoreCtx{a.params,         a.scale,        b,          h, a.H, kvEnd, a.Nq, a.dropout,
+                  a.dropout_offset, a.dropout_seed, b * a.H + h};
 }
 
 /// The forward's dropout factor of (query i, key j): 1 without dropout,
 /// else 0 (dropped) or 1 / (1 - p), from codegen/kernels/abi/attnc/abi/Philox.h attentionKeep,
 /// the mask the CPU kernels draw.
-template <class V>
-ATTNC_HD float dropoutScale(const ScoreCtx &c, int i, int j) {
+template <class V> ATTNC_HD float dropoutScale(const ScoreCtx &c, int i, int j) {
   if constexpr (V::kDropout) {
     if (c.dropout > 0.f)
       return philox::attentionDropoutScale(c.dropoutSeed, c.dropoutOffset, c.bh, i, j, c.dropout);
@@ -74,8 +70,7 @@ ATTNC_HD void queryBlocks(int k0, int rows, int Nq, int &first, int &end) {
 }
 
 /// Whether query i keeps key j (i < Nq is the caller's business).
-template <class V>
-ATTNC_HD bool kept(const ScoreCtx &c, int i, int j) {
+template <class V> ATTNC_HD bool kept(const ScoreCtx &c, int i, int j) {
   bool k = j < c.kvEnd;
   if constexpr (V::kCausal)
     k = k && j <= i;
@@ -87,8 +82,7 @@ ATTNC_HD bool kept(const ScoreCtx &c, int i, int j) {
 /// Forward: raw q.k tile -> logits in log2 units, -inf where masked.
 /// Element (n, e) is query i0 + g + 8 (e / 2), key j0 + 8n + 2t + e % 2.
 template <class V, int NT>
-ATTNC_HD void fwdLogits(float (&s)[NT][4], const ScoreCtx &c, int i0, int j0,
-                        bool mask) {
+ATTNC_HD void fwdLogits(float (&s)[NT][4], const ScoreCtx &c, int i0, int j0, bool mask) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const float scaleLog2 = c.scale * kLog2e;
   // The key tail, padding and causal limits of this thread's two rows as one
@@ -109,8 +103,7 @@ ATTNC_HD void fwdLogits(float (&s)[NT][4], const ScoreCtx &c, int i0, int j0,
       const int i = i0 + g + 8 * (e >> 1), j = j0 + 8 * n + 2 * t + (e & 1);
       float x;
       if constexpr (V::kHasScoreMod)
-        x = V::score(s[n][e] * c.scale, c.b, c.h, i, j, c.params, c.H) *
-            kLog2e;
+        x = V::score(s[n][e] * c.scale, c.b, c.h, i, j, c.params, c.H) * kLog2e;
       else
         x = s[n][e] * scaleLog2;
       if (mask) {
@@ -153,9 +146,8 @@ ATTNC_HD void dropoutProbs(float (&p)[NT][4], const ScoreCtx &c, int i0, int j0)
 /// so that p = 2^-inf = 0) and delta are indexed by the query's position
 /// within the tile, i - i0.
 template <class V, bool ROWS_ARE_KEYS, bool ACCUM_DPARAMS, int NT, int NP>
-ATTNC_HD void bwdGrads(float (&s)[NT][4], float (&dp)[NT][4],
-                       const ScoreCtx &c, int i0, int j0, const float *lse2,
-                       const float *delta, bool mask, float (&dpar)[NP]) {
+ATTNC_HD void bwdGrads(float (&s)[NT][4], float (&dp)[NT][4], const ScoreCtx &c, int i0, int j0,
+                       const float *lse2, const float *delta, bool mask, float (&dpar)[NP]) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int n = 0; n < NT; ++n) {

@@ -42,7 +42,7 @@ using JumpBuffer = void *[5];
 
 /// One CUDA thread.
 struct Thread {
-  ucontext_t ctx;  ///< its first entry
+  ucontext_t ctx;    ///< its first entry
   JumpBuffer resume; ///< where it continues after waiting
   uint3 idx;
   int wait = 0; ///< 0: runnable, 1: at __syncthreads, 2: at a warp barrier
@@ -105,8 +105,7 @@ __attribute__((noinline)) inline void runThread(Block &blk, int i) {
 
 /// Runs `body` as the `threads` threads of block `idx`; false on a deadlock
 /// (a barrier or warp intrinsic not reached by all live threads).
-inline bool runBlock(int threads, uint3 idx, std::function<void()> body,
-                     uint3 grid = {1, 1, 1}) {
+inline bool runBlock(int threads, uint3 idx, std::function<void()> body, uint3 grid = {1, 1, 1}) {
   Block blk;
   blk.threads.resize(threads);
   blk.idx = idx;
@@ -171,8 +170,7 @@ inline int warpId() { return int(cur().idx.x / 32); }
 
 /// Every live lane of the warp publishes `v`; returns a copy of the slots
 /// (lanes that have exited read as 0 and are marked absent in `present`).
-template <class V>
-void exchange(V v, std::uint64_t (&slots)[32], unsigned &present) {
+template <class V> void exchange(V v, std::uint64_t (&slots)[32], unsigned &present) {
   static_assert(sizeof(V) <= 8 && std::is_trivially_copyable_v<V>);
   const int w = warpId(), l = lane();
   std::uint64_t bits = 0;

@@ -46,7 +46,6 @@ struct AttnBwdArgs {
   unsigned long long dropout_seed;
 };
 
-
 /// The two row kernels around shared-QK dense attention (LSH's dense
 /// fallback): normalise (q -> out = keys) and fold_dk (q, dk -> out = dq +=).
 struct SharedQkArgs {
@@ -62,14 +61,14 @@ struct SharedQkArgs {
 /// dim are template parameters of the kernels; rounds and buckets are here
 /// and must match the rotations' shape [rounds, D, num_buckets / 2].
 struct AttnLshArgs {
-  const void *q, *v;        ///< T, [B, H, N, D]
-  void *out;                ///< T, [B, H, N, D]: written by the forward, read by the backward
-  float *lse;               ///< [B, H, N]: likewise; -inf for rows with no kept key
-  const void *dout;         ///< T, backward only
-  void *dq, *dv;            ///< T, backward only, fully written (dq includes the key path)
-  const int *lengths;       ///< [B] key-padding lengths, or nullptr
-  const float *params;      ///< per-head constants [P * H], or nullptr
-  const float *rotations;   ///< [rounds, D, num_buckets / 2], fp32
+  const void *q, *v;      ///< T, [B, H, N, D]
+  void *out;              ///< T, [B, H, N, D]: written by the forward, read by the backward
+  float *lse;             ///< [B, H, N]: likewise; -inf for rows with no kept key
+  const void *dout;       ///< T, backward only
+  void *dq, *dv;          ///< T, backward only, fully written (dq includes the key path)
+  const int *lengths;     ///< [B] key-padding lengths, or nullptr
+  const float *params;    ///< per-head constants [P * H], or nullptr
+  const float *rotations; ///< [rounds, D, num_buckets / 2], fp32
   /// Each round's lse [B, H, rounds, N], on every target: written by the
   /// forward, kept by the caller and read by the backward, which weights the
   /// rounds from these instead of the fp32-rounded combined lse.
@@ -77,11 +76,11 @@ struct AttnLshArgs {
   // Workspaces, allocated by the caller on CUDA (sizes below, Npad =
   // ceil(N / CHUNK) * CHUNK); the CPU entry points allocate their own and
   // ignore these (they may be nullptr there).
-  int *buckets;             ///< [B, H, rounds, N]
-  int *perm;                ///< [B, H, rounds, Npad]: sorted positions, -1 in pad slots
-  float *keys;              ///< [B, H, N, D]: q / max(|q|, 1e-6)
-  float *round_out;         ///< [B, H, rounds, N, D]: each round's output, original order
-  float *delta;             ///< [B, H, N]: rowsum(dout * out), backward
+  int *buckets;     ///< [B, H, rounds, N]
+  int *perm;        ///< [B, H, rounds, Npad]: sorted positions, -1 in pad slots
+  float *keys;      ///< [B, H, N, D]: q / max(|q|, 1e-6)
+  float *round_out; ///< [B, H, rounds, N, D]: each round's output, original order
+  float *delta;     ///< [B, H, N]: rowsum(dout * out), backward
   float *round_dq, *round_dk, *round_dv; ///< [B, H, rounds, N, D], backward
   int B, H, N, rounds, num_buckets;
   float scale;
@@ -123,16 +122,16 @@ struct LowRankFwdArgs {
 
 struct LowRankBwdArgs {
   const float *q, *k, *v, *E, *F;
-  const float *kp, *vp;  ///< as written by lowrank_fwd
+  const float *kp, *vp; ///< as written by lowrank_fwd
   const float *out, *dout, *lse;
   const int *lengths;
   const float *params;
-  float *delta;          ///< workspace [B, H, Nq]
-  float *dkp, *dvp;      ///< workspace [B, H, kProj, D]
-  float *dq, *dk, *dv;   ///< fully written
-  float *dE, *dF;        ///< accumulated; dF may equal dE (kv / layerwise), or be null with F = E
-  float *dparams;        ///< [P·H] accumulated, nullptr when P = 0
-  float *dparams_partial;///< see bwd_workspace_floats(), or nullptr
+  float *delta;           ///< workspace [B, H, Nq]
+  float *dkp, *dvp;       ///< workspace [B, H, kProj, D]
+  float *dq, *dk, *dv;    ///< fully written
+  float *dE, *dF;         ///< accumulated; dF may equal dE (kv / layerwise), or be null with F = E
+  float *dparams;         ///< [P·H] accumulated, nullptr when P = 0
+  float *dparams_partial; ///< see bwd_workspace_floats(), or nullptr
   int B, H, Nq, N, Nmax, kProj;
   bool perHead;
   float scale;

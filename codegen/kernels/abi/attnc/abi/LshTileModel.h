@@ -67,41 +67,35 @@ ATTNC_LSH_TILE_FN int lshMax(int a, int b) { return a > b ? a : b; }
 ATTNC_LSH_TILE_FN int lshMin(int a, int b) { return a < b ? a : b; }
 
 /// Sorted slots per (batch, head, round): N rounded up to whole chunks.
-ATTNC_LSH_TILE_FN int lshPaddedLength(int n, int chunk) {
-  return (n + chunk - 1) / chunk * chunk;
-}
+ATTNC_LSH_TILE_FN int lshPaddedLength(int n, int chunk) { return (n + chunk - 1) / chunk * chunk; }
 
 ATTNC_LSH_TILE_FN int lshHashSmemBytes() { return 4 * kLshMaxBuckets; }
 ATTNC_LSH_TILE_FN int lshFwdSmemBytes(int blockQ, int blockKv, int headDim) {
-  return 4 * (blockQ * (headDim + 1) + blockKv * (headDim + 1) +
-              blockQ * (blockKv + 1) + blockQ + blockKv);
+  return 4 * (blockQ * (headDim + 1) + blockKv * (headDim + 1) + blockQ * (blockKv + 1) + blockQ +
+              blockKv);
 }
 ATTNC_LSH_TILE_FN int lshBwdDqSmemBytes(int blockQ, int blockKv, int headDim) {
-  return 4 * (2 * blockQ * (headDim + 1) + 2 * blockKv * (headDim + 1) +
-              blockQ * (blockKv + 1) + 3 * blockQ + blockKv);
+  return 4 * (2 * blockQ * (headDim + 1) + 2 * blockKv * (headDim + 1) + blockQ * (blockKv + 1) +
+              3 * blockQ + blockKv);
 }
-ATTNC_LSH_TILE_FN int lshBwdDkdvSmemBytes(int blockQ, int blockKv,
-                                          int headDim) {
+ATTNC_LSH_TILE_FN int lshBwdDkdvSmemBytes(int blockQ, int blockKv, int headDim) {
   return 4 * (2 * blockKv * (headDim + 1) + 2 * blockQ * (headDim + 1) +
               2 * blockKv * (blockQ + 1) + 4 * blockQ + blockKv);
 }
 /// The largest static shared memory of the seven kernels.
 ATTNC_LSH_TILE_FN int lshSmemBytes(const LshTile &t, int headDim) {
-  return lshMax(
-      lshMax(lshHashSmemBytes(), lshFwdSmemBytes(t.blockQ, t.blockKv, headDim)),
-      lshMax(lshBwdDqSmemBytes(t.blockQ, t.blockKv, headDim),
-             lshBwdDkdvSmemBytes(t.blockQ, t.blockKv, headDim)));
+  return lshMax(lshMax(lshHashSmemBytes(), lshFwdSmemBytes(t.blockQ, t.blockKv, headDim)),
+                lshMax(lshBwdDqSmemBytes(t.blockQ, t.blockKv, headDim),
+                       lshBwdDkdvSmemBytes(t.blockQ, t.blockKv, headDim)));
 }
 
 /// Shape constraints of the kernel templates (static_asserted there too).
 ATTNC_LSH_TILE_FN bool lshValidTile(const LshTile &t, int chunk, int headDim) {
   const int threads = t.warps * 32;
-  return chunk >= 1 && headDim >= 1 && t.warps >= 1 && threads <= 1024 &&
-         t.blockQ >= 1 && t.blockKv >= 1 && chunk % t.blockQ == 0 &&
-         chunk % t.blockKv == 0 && threads % t.blockQ == 0 &&
-         threads % t.blockKv == 0 && threads / t.blockQ <= 32 &&
-         threads / t.blockKv <= 32 &&
-         lshSmemBytes(t, headDim) <= kLshSmemLimitBytes;
+  return chunk >= 1 && headDim >= 1 && t.warps >= 1 && threads <= 1024 && t.blockQ >= 1 &&
+         t.blockKv >= 1 && chunk % t.blockQ == 0 && chunk % t.blockKv == 0 &&
+         threads % t.blockQ == 0 && threads % t.blockKv == 0 && threads / t.blockQ <= 32 &&
+         threads / t.blockKv <= 32 && lshSmemBytes(t, headDim) <= kLshSmemLimitBytes;
 }
 
 /// The default tile for a chunk size and head dim: square tiles of the
@@ -125,19 +119,14 @@ ATTNC_LSH_TILE_FN LshTile lshDefaultTile(int chunk, int headDim) {
 struct LshGrid {
   int x, y;
 };
-ATTNC_LSH_TILE_FN LshGrid lshHashGrid(int bh, int rounds) {
-  return {rounds, bh};
-}
-ATTNC_LSH_TILE_FN LshGrid lshFwdGrid(const LshTile &t, int n, int chunk, int bh,
-                                     int rounds) {
+ATTNC_LSH_TILE_FN LshGrid lshHashGrid(int bh, int rounds) { return {rounds, bh}; }
+ATTNC_LSH_TILE_FN LshGrid lshFwdGrid(const LshTile &t, int n, int chunk, int bh, int rounds) {
   return {lshPaddedLength(n, chunk) / t.blockQ, bh * rounds};
 }
-ATTNC_LSH_TILE_FN LshGrid lshBwdDqGrid(const LshTile &t, int n, int chunk,
-                                       int bh, int rounds) {
+ATTNC_LSH_TILE_FN LshGrid lshBwdDqGrid(const LshTile &t, int n, int chunk, int bh, int rounds) {
   return {lshPaddedLength(n, chunk) / t.blockQ, bh * rounds};
 }
-ATTNC_LSH_TILE_FN LshGrid lshBwdDkdvGrid(const LshTile &t, int n, int chunk,
-                                         int bh, int rounds) {
+ATTNC_LSH_TILE_FN LshGrid lshBwdDkdvGrid(const LshTile &t, int n, int chunk, int bh, int rounds) {
   return {lshPaddedLength(n, chunk) / t.blockKv, bh * rounds};
 }
 /// lsh_combine, lsh_bwd_preprocess and lsh_bwd_combine.

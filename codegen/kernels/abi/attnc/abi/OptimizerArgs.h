@@ -73,9 +73,9 @@ struct OptGradNormArgs {
   double *partials;    ///< [num_partials]: stage 1 writes one per block
   OptStepState *state; ///< stage 2 writes it
   long long n;
-  int num_partials;    ///< stage 1's grid (reduceBlocks(n)); read by stage 2
-  float inv_scale;     ///< 1 / loss scale (1 when there is no loss scaling)
-  float clip_norm;     ///< <= 0: no clipping
+  int num_partials; ///< stage 1's grid (reduceBlocks(n)); read by stage 2
+  float inv_scale;  ///< 1 / loss scale (1 when there is no loss scaling)
+  float clip_norm;  ///< <= 0: no clipping
   int pad;
 };
 
@@ -90,16 +90,16 @@ struct OptAdamWArgs {
   /// [begin, end) of element offsets, sorted, disjoint, non-empty;
   /// [2 * num_decay_ranges] long longs. Elsewhere no decay.
   const long long *decay_ranges;
-  void *copy;                ///< nullptr or [n] __half / __nv_bfloat16 (copy_type)
+  void *copy; ///< nullptr or [n] __half / __nv_bfloat16 (copy_type)
   long long n;
   int num_decay_ranges;
-  int copy_type;             ///< opt::kCopyNone, kCopyFp16 or kCopyBf16
-  float lr;                  ///< learningRate(config, step)
+  int copy_type; ///< opt::kCopyNone, kCopyFp16 or kCopyBf16
+  float lr;      ///< learningRate(config, step)
   float beta1, beta2;
-  float one_minus_beta1, one_minus_beta2; ///< 1 - beta, rounded in fp32 as AdamW does
+  float one_minus_beta1, one_minus_beta2;           ///< 1 - beta, rounded in fp32 as AdamW does
   float inv_bias_correction1, inv_bias_correction2; ///< 1 / (1 - beta^t), t = step + 1
   float eps;
-  float decay_factor;        ///< 1 - lr * weight_decay
+  float decay_factor; ///< 1 - lr * weight_decay
   int pad;
 };
 
@@ -108,7 +108,7 @@ struct OptCastArgs {
   const float *src; ///< [n]
   void *dst;        ///< [n] __half or __nv_bfloat16
   long long n;
-  int dst_type;     ///< opt::kCopyFp16 or kCopyBf16
+  int dst_type; ///< opt::kCopyFp16 or kCopyBf16
   int pad;
 };
 

@@ -68,8 +68,8 @@ ATTNC_PHILOX_FN bool attentionKeep(unsigned long long seed, unsigned int offset,
 
 /// The attention dropout factor of (row, i, j): 0 where attentionKeep
 /// drops it, else 1 / (1 − p), the rescaling of the kept probabilities.
-ATTNC_PHILOX_FN float attentionDropoutScale(unsigned long long seed, unsigned int offset,
-                                            int row, int i, int j, float p) {
+ATTNC_PHILOX_FN float attentionDropoutScale(unsigned long long seed, unsigned int offset, int row,
+                                            int i, int j, float p) {
   return attentionKeep(seed, offset, row, i, j, p) ? 1.0f / (1.0f - p) : 0.0f;
 }
 

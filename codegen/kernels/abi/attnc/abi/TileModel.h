@@ -73,22 +73,20 @@ ATTNC_TILE_FN int accFloatBudget(int elemBytes, bool backward = true) {
 
 /// Largest dynamic + static shared memory one block may opt in to, in bytes.
 ATTNC_TILE_FN int smemLimitBytes(int sm) {
-  return sm >= 120 ? 99 * 1024  // consumer Blackwell
-         : sm >= 90 ? 227 * 1024  // H100/H200, B200
+  return sm >= 120              ? 99 * 1024  // consumer Blackwell
+         : sm >= 90             ? 227 * 1024 // H100/H200, B200
          : sm == 80 || sm == 87 ? 163 * 1024 // A100, Orin
-         : sm >= 86 ? 99 * 1024  // consumer Ampere, Ada
-         : sm == 75 ? 64 * 1024  // Turing
-         : sm >= 70 ? 96 * 1024  // Volta (needs a CUDA 12 NVRTC)
-                    : 48 * 1024;
+         : sm >= 86             ? 99 * 1024  // consumer Ampere, Ada
+         : sm == 75             ? 64 * 1024  // Turing
+         : sm >= 70             ? 96 * 1024  // Volta (needs a CUDA 12 NVRTC)
+                                : 48 * 1024;
 }
 
 ATTNC_TILE_FN int maxInt(int a, int b) { return a > b ? a : b; }
 ATTNC_TILE_FN int ceilDiv(int a, int b) { return (a + b - 1) / b; }
 
 /// Bytes of one shared-memory row of `cols` elements.
-ATTNC_TILE_FN int rowBytes(int cols, int elemBytes) {
-  return cols * elemBytes + kRowPadBytes;
-}
+ATTNC_TILE_FN int rowBytes(int cols, int elemBytes) { return cols * elemBytes + kRowPadBytes; }
 
 /// Forward kernel: byte offsets into dynamic shared memory.
 struct FwdSmem {
@@ -98,12 +96,10 @@ struct FwdSmem {
   int total;
 };
 
-ATTNC_TILE_FN FwdSmem fwdSmem(int blockQ, int blockKv, int headDim, int stages,
-                              int elemBytes) {
+ATTNC_TILE_FN FwdSmem fwdSmem(int blockQ, int blockKv, int headDim, int stages, int elemBytes) {
   const int row = rowBytes(headDim, elemBytes);
   const int stage = 2 * blockKv * row;
-  return FwdSmem{0, blockQ * row, stage,
-                 blockQ * row + maxInt(stages, 1) * stage};
+  return FwdSmem{0, blockQ * row, stage, blockQ * row + maxInt(stages, 1) * stage};
 }
 
 /// Backward kernels keep `fixed` rows for the whole CTA (K, V for dK/dV; Q,
@@ -120,9 +116,8 @@ struct BwdSmem {
   int total;
 };
 
-ATTNC_TILE_FN BwdSmem bwdSmem(int fixedRows, int streamRows, int headDim,
-                              int stages, int elemBytes, int scoreTiles,
-                              bool statsStream) {
+ATTNC_TILE_FN BwdSmem bwdSmem(int fixedRows, int streamRows, int headDim, int stages, int elemBytes,
+                              int scoreTiles, bool statsStream) {
   const int row = rowBytes(headDim, elemBytes);
   const int nst = maxInt(stages, 1);
   const int fixed = 2 * fixedRows * row;
@@ -133,54 +128,43 @@ ATTNC_TILE_FN BwdSmem bwdSmem(int fixedRows, int streamRows, int headDim,
   const int slot = stats + statsBytes;
   const int slotY = stages == 0 ? 0 : streamRows * row;
   const int slotStride = (stages == 0 ? 1 : 2) * streamRows * row;
-  return BwdSmem{0,
-                 fixedRows * row,
-                 fixed,
-                 scoreTiles == 2 ? fixed + scoreTile : fixed,
-                 stats,
-                 statsStream ? 8 * statRows : 0,
-                 slot,
-                 slotStride,
-                 slotY,
-                 slot + nst * slotStride};
+  return BwdSmem{0,     fixedRows * row,
+                 fixed, scoreTiles == 2 ? fixed + scoreTile : fixed,
+                 stats, statsStream ? 8 * statRows : 0,
+                 slot,  slotStride,
+                 slotY, slot + nst * slotStride};
 }
 
-ATTNC_TILE_FN BwdSmem bwdDkdvSmem(int blockQ, int blockKv, int headDim,
-                                  int stages, int elemBytes) {
+ATTNC_TILE_FN BwdSmem bwdDkdvSmem(int blockQ, int blockKv, int headDim, int stages, int elemBytes) {
   return bwdSmem(blockKv, blockQ, headDim, stages, elemBytes, 2, true);
 }
-ATTNC_TILE_FN BwdSmem bwdDqSmem(int blockQ, int blockKv, int headDim,
-                                int stages, int elemBytes) {
+ATTNC_TILE_FN BwdSmem bwdDqSmem(int blockQ, int blockKv, int headDim, int stages, int elemBytes) {
   return bwdSmem(blockQ, blockKv, headDim, stages, elemBytes, 1, false);
 }
 
 /// Dynamic shared memory of attnc_fwd_*.
-ATTNC_TILE_FN int fwdSmemBytes(int blockQ, int blockKv, int headDim, int stages,
-                               int elemBytes) {
+ATTNC_TILE_FN int fwdSmemBytes(int blockQ, int blockKv, int headDim, int stages, int elemBytes) {
   return fwdSmem(blockQ, blockKv, headDim, stages, elemBytes).total;
 }
 /// Dynamic shared memory of attnc_bwd_dkdv_*.
-ATTNC_TILE_FN int bwdDkdvSmemBytes(int blockQ, int blockKv, int headDim,
-                                   int stages, int elemBytes) {
+ATTNC_TILE_FN int bwdDkdvSmemBytes(int blockQ, int blockKv, int headDim, int stages,
+                                   int elemBytes) {
   return bwdDkdvSmem(blockQ, blockKv, headDim, stages, elemBytes).total;
 }
 /// Dynamic shared memory of attnc_bwd_dq_*.
-ATTNC_TILE_FN int bwdDqSmemBytes(int blockQ, int blockKv, int headDim,
-                                 int stages, int elemBytes) {
+ATTNC_TILE_FN int bwdDqSmemBytes(int blockQ, int blockKv, int headDim, int stages, int elemBytes) {
   return bwdDqSmem(blockQ, blockKv, headDim, stages, elemBytes).total;
 }
 /// The larger of the two: enough for either backward kernel (preprocess and
 /// dparams use none).
-ATTNC_TILE_FN int bwdSmemBytes(int blockQ, int blockKv, int headDim, int stages,
-                               int elemBytes) {
+ATTNC_TILE_FN int bwdSmemBytes(int blockQ, int blockKv, int headDim, int stages, int elemBytes) {
   return maxInt(bwdDkdvSmemBytes(blockQ, blockKv, headDim, stages, elemBytes),
                 bwdDqSmemBytes(blockQ, blockKv, headDim, stages, elemBytes));
 }
 
 /// Floats of AttnBwdArgs::dparams_partial: one partial sum per parameter,
 /// (batch, head) and dK/dV block, laid out [P][B*H][ceil(Nk/blockKv)].
-ATTNC_TILE_FN long long bwd_workspace_floats(int B, int H, int Nq, int Nk,
-                                             int P, int blockKv) {
+ATTNC_TILE_FN long long bwd_workspace_floats(int B, int H, int Nq, int Nk, int P, int blockKv) {
   (void)Nq;
   return static_cast<long long>(P) * B * H * ceilDiv(Nk, blockKv);
 }
@@ -195,25 +179,22 @@ struct TileConfig {
 /// Warps along the non-fixed dimension of a backward kernel whose CTA keeps
 /// `fixedRows` rows (0 when the shape is invalid).
 ATTNC_TILE_FN int bwdSplit(int fixedRows, int warps) {
-  return fixedRows % kRowsPerWarp == 0 && fixedRows > 0 &&
-                 warps % (fixedRows / kRowsPerWarp) == 0
+  return fixedRows % kRowsPerWarp == 0 && fixedRows > 0 && warps % (fixedRows / kRowsPerWarp) == 0
              ? warps / (fixedRows / kRowsPerWarp)
              : 0;
 }
 
 /// Shape constraints of the kernel templates (static_asserted there too).
 ATTNC_TILE_FN bool validTile(const TileConfig &c, int headDim, bool backward) {
-  if (headDim % 16 != 0 || headDim <= 0 || c.warps <= 0 ||
-      c.warps * 32 > kMaxThreads || c.blockQ % 16 != 0 ||
-      c.blockKv % 16 != 0 || c.blockQ <= 0 || c.blockKv <= 0)
+  if (headDim % 16 != 0 || headDim <= 0 || c.warps <= 0 || c.warps * 32 > kMaxThreads ||
+      c.blockQ % 16 != 0 || c.blockKv % 16 != 0 || c.blockQ <= 0 || c.blockKv <= 0)
     return false;
   if (!backward)
     return c.blockQ == kRowsPerWarp * c.warps && c.stages >= 1;
   const int wnKv = bwdSplit(c.blockKv, c.warps);
   const int wnQ = bwdSplit(c.blockQ, c.warps);
-  return c.stages >= 0 && wnKv > 0 && wnQ > 0 &&
-         c.blockQ % (8 * wnKv) == 0 && headDim % (8 * wnKv) == 0 &&
-         c.blockKv % (8 * wnQ) == 0 && headDim % (8 * wnQ) == 0;
+  return c.stages >= 0 && wnKv > 0 && wnQ > 0 && c.blockQ % (8 * wnKv) == 0 &&
+         headDim % (8 * wnKv) == 0 && c.blockKv % (8 * wnQ) == 0 && headDim % (8 * wnQ) == 0;
 }
 
 /// Accumulator floats per thread (see the file comment).
@@ -228,18 +209,15 @@ ATTNC_TILE_FN int accFloats(const TileConfig &c, int headDim, bool backward) {
 }
 
 /// Dynamic shared memory a config needs (the larger bwd kernel for backward).
-ATTNC_TILE_FN int smemBytes(const TileConfig &c, int headDim, int elemBytes,
-                            bool backward) {
-  return backward ? bwdSmemBytes(c.blockQ, c.blockKv, headDim, c.stages,
-                                 elemBytes)
-                  : fwdSmemBytes(c.blockQ, c.blockKv, headDim, c.stages,
-                                 elemBytes);
+ATTNC_TILE_FN int smemBytes(const TileConfig &c, int headDim, int elemBytes, bool backward) {
+  return backward ? bwdSmemBytes(c.blockQ, c.blockKv, headDim, c.stages, elemBytes)
+                  : fwdSmemBytes(c.blockQ, c.blockKv, headDim, c.stages, elemBytes);
 }
 
 /// Whether a config is a legal shape within the register budget and the
 /// arch's shared memory.
-ATTNC_TILE_FN bool tileFits(const TileConfig &c, int elemBytes, int headDim,
-                            int sm, bool backward) {
+ATTNC_TILE_FN bool tileFits(const TileConfig &c, int elemBytes, int headDim, int sm,
+                            bool backward) {
   return validTile(c, headDim, backward) &&
          accFloats(c, headDim, backward) <= accFloatBudget(elemBytes, backward) &&
          smemBytes(c, headDim, elemBytes, backward) <= smemLimitBytes(sm) &&
@@ -253,16 +231,15 @@ constexpr int kNumBwdCandidates = 8;
 
 ATTNC_TILE_FN TileConfig fwdCandidate(int i) {
   constexpr TileConfig c[kNumFwdCandidates] = {
-      {128, 128, 8, 2}, {128, 64, 8, 2}, {128, 128, 8, 1}, {128, 64, 8, 1},
-      {64, 64, 4, 2},   {64, 64, 4, 1},  {64, 32, 4, 2},   {64, 32, 4, 1},
-      {32, 64, 2, 1},   {32, 32, 2, 2},  {32, 32, 2, 1},   {16, 32, 1, 1},
-      {16, 16, 1, 1}};
+      {128, 128, 8, 2}, {128, 64, 8, 2}, {128, 128, 8, 1}, {128, 64, 8, 1}, {64, 64, 4, 2},
+      {64, 64, 4, 1},   {64, 32, 4, 2},  {64, 32, 4, 1},   {32, 64, 2, 1},  {32, 32, 2, 2},
+      {32, 32, 2, 1},   {16, 32, 1, 1},  {16, 16, 1, 1}};
   return c[i];
 }
 ATTNC_TILE_FN TileConfig bwdCandidate(int i) {
-  constexpr TileConfig c[kNumBwdCandidates] = {
-      {64, 64, 8, 2}, {64, 64, 8, 1}, {32, 32, 4, 2}, {32, 32, 4, 1},
-      {64, 64, 8, 0}, {32, 32, 4, 0}, {16, 16, 2, 1}, {16, 16, 2, 0}};
+  constexpr TileConfig c[kNumBwdCandidates] = {{64, 64, 8, 2}, {64, 64, 8, 1}, {32, 32, 4, 2},
+                                               {32, 32, 4, 1}, {64, 64, 8, 0}, {32, 32, 4, 0},
+                                               {16, 16, 2, 1}, {16, 16, 2, 0}};
   return c[i];
 }
 
@@ -270,8 +247,7 @@ ATTNC_TILE_FN TileConfig bwdCandidate(int i) {
 /// and SM version (75, 80, 86, 89, 90...): the first candidate that fits.
 /// Every supported combination has one (test/unit/CudaKernelsTest.cpp); the
 /// smallest candidate is returned otherwise.
-ATTNC_TILE_FN TileConfig defaultTile(int elemBytes, int headDim, int sm,
-                                     bool backward) {
+ATTNC_TILE_FN TileConfig defaultTile(int elemBytes, int headDim, int sm, bool backward) {
   const int n = backward ? kNumBwdCandidates : kNumFwdCandidates;
   for (int i = 0; i < n; ++i) {
     const TileConfig c = backward ? bwdCandidate(i) : fwdCandidate(i);

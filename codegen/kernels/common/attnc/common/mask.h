@@ -42,8 +42,7 @@ template <class V> ATTNC_MASK_FN int keyEnd(const int *lengths, int b, int Nk) {
 
 /// Keys [begin, end) that query rows [q0, q0 + rows) may keep, of the
 /// keys before `kvEnd`.
-template <class V>
-ATTNC_MASK_FN void keyRange(int q0, int rows, int kvEnd, int &begin, int &end) {
+template <class V> ATTNC_MASK_FN void keyRange(int q0, int rows, int kvEnd, int &begin, int &end) {
   begin = 0;
   end = kvEnd;
   if constexpr (V::kCausal)
@@ -58,8 +57,7 @@ ATTNC_MASK_FN void keyRange(int q0, int rows, int kvEnd, int &begin, int &end) {
 
 /// Query rows [begin, end) of the Nq that may keep a key of [k0, k0 + rows);
 /// empty when rows is 0.
-template <class V>
-ATTNC_MASK_FN void queryRange(int k0, int rows, int Nq, int &begin, int &end) {
+template <class V> ATTNC_MASK_FN void queryRange(int k0, int rows, int Nq, int &begin, int &end) {
   begin = 0;
   end = rows > 0 ? Nq : 0;
   if constexpr (V::kCausal)
