@@ -20,9 +20,10 @@ const char *cudaElementType(Type t) {
   return t.isF32() ? "float" : t.isF16() ? "__half" : "__nv_bfloat16";
 }
 
-/// Fills the parts of a KernelInfo every kernel op has (name, tile, dtype,
+/// Fills the parts of a ManifestKernel every kernel op has (name, tile, dtype,
 /// masks, parameters).
-template <typename OpTy> LogicalResult describeCommon(OpTy op, bool backward, KernelInfo &info) {
+template <typename OpTy>
+LogicalResult describeCommon(OpTy op, bool backward, ManifestKernel &info) {
   if (!op.getKernel())
     return op.emitOpError("has no kernel name; run attn-tile before emitting");
   TileAttr t = op.getTile();
@@ -55,7 +56,7 @@ template <typename OpTy> LogicalResult describeCommon(OpTy op, bool backward, Ke
 
 /// Dense and low-rank kernel ops.
 template <typename OpTy>
-LogicalResult describe(OpTy op, bool backward, Target target, KernelInfo &info) {
+LogicalResult describe(OpTy op, bool backward, Target target, ManifestKernel &info) {
   if (failed(describeCommon(op, backward, info)))
     return failure();
   info.kvSource = stringifyKvSource(op.getKvSource()).str();
@@ -83,12 +84,12 @@ LogicalResult describe(OpTy op, bool backward, Target target, KernelInfo &info) 
 }
 
 /// LSH kernel ops (static shared memory only: smemBytes stays 0).
-template <typename OpTy> LogicalResult describeLsh(OpTy op, bool backward, KernelInfo &info) {
+template <typename OpTy> LogicalResult describeLsh(OpTy op, bool backward, ManifestKernel &info) {
   if (failed(describeCommon(op, backward, info)))
     return failure();
   info.kvSource = "lsh";
   info.sharedQk = true;
-  KernelInfo::Lsh l;
+  ManifestKernel::Lsh l;
   l.numBuckets = op.getNumBuckets();
   l.rounds = op.getRounds();
   l.chunk = op.getChunk();
@@ -100,7 +101,7 @@ template <typename OpTy> LogicalResult describeLsh(OpTy op, bool backward, Kerne
   return success();
 }
 
-void emitCudaEntries(const KernelInfo &k, StringRef variant, StringRef elt, raw_ostream &os,
+void emitCudaEntries(const ManifestKernel &k, StringRef variant, StringRef elt, raw_ostream &os,
                      std::vector<std::string> &entries) {
   std::string tmpl = llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}, {6}", k.blockQ, k.blockKv,
                                    k.headDim, k.warps, k.stages, elt, variant)
@@ -161,7 +162,7 @@ void emitCudaEntries(const KernelInfo &k, StringRef variant, StringRef elt, raw_
     entry("attnc_bwd_dparams_", "AttnBwdArgs", "attnc::flash_bwd_dparams");
 }
 
-void emitCpuEntries(const KernelInfo &k, StringRef variant, raw_ostream &os,
+void emitCpuEntries(const ManifestKernel &k, StringRef variant, raw_ostream &os,
                     std::vector<std::string> &entries) {
   if (k.lsh) {
     std::string name = (k.backward ? "attnc_cpu_lsh_bwd_" : "attnc_cpu_lsh_fwd_") + k.name;
@@ -190,7 +191,7 @@ void emitCpuEntries(const KernelInfo &k, StringRef variant, raw_ostream &os,
 } // namespace
 
 LogicalResult emitKernels(ModuleOp module, Target target, raw_ostream &os,
-                          std::vector<KernelInfo> &kernels) {
+                          std::vector<ManifestKernel> &kernels) {
   SmallVector<Operation *> ops;
   module.walk([&](Operation *op) {
     if (llvm::isa<FusedAttentionOp, FusedAttentionGradOp, FusedLshAttentionOp,
@@ -211,7 +212,7 @@ LogicalResult emitKernels(ModuleOp module, Target target, raw_ostream &os,
   os << "} // namespace\n";
 
   for (Operation *op : ops) {
-    KernelInfo info;
+    ManifestKernel info;
     LogicalResult ok = success();
     Type elt;
     if (auto fwd = llvm::dyn_cast<FusedAttentionOp>(op)) {

@@ -4,7 +4,6 @@
 #include "driver/ModelGraph.h"
 #include "driver/Tune.h"
 
-#include "codegen/Manifest.h"
 #include "dsl/AttnDialect.h"
 #include "dsl/MLIRGen.h"
 #include "dsl/Parser.h"
@@ -17,8 +16,6 @@
 #include "runtime/KernelCache.h"
 #include "runtime/NvrtcCompiler.h"
 #include "runtime/train/ModelConfigJson.h"
-
-#include <nlohmann/json.hpp>
 
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/SHA256.h"
@@ -120,7 +117,7 @@ int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std
   os << "NVRTC " << NvrtcCompiler::version() << " " << arch << ": "
      << (cubin->fromCache ? "from cache" : "compiled") << ", " << cubin->image.size()
      << " bytes of CUBIN\n";
-  for (const codegen::KernelInfo &k : compiled.kernels)
+  for (const ManifestKernel &k : compiled.kernels)
     for (const std::string &entry : k.entryPoints) {
       const KernelResources *r = cubin->kernel(entry);
       if (!r) {
@@ -166,7 +163,7 @@ int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp 
               << "': " << (ec ? ec.message() : "not a directory") << "\n";
     return kExitInput;
   }
-  codegen::ManifestInfo info;
+  Manifest info;
   // The compiled training step of every model, built where the artifact is
   // trained (attnc-rt train): CPU, the step's C++; CUDA, its kernels (NVRTC
   // for the device's arch) and host code.
@@ -182,34 +179,31 @@ int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp 
           SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
       const bool cuda = target == "cuda";
       const std::string stem = "model_" + model.getSymName().str();
-      const std::string file = stem + (cuda ? "_host.cpp" : ".cpp");
-      nlohmann::json m = {{"name", model.getSymName().str()},
-                          {"batch", batch},
-                          {"step_source", file},
-                          {"step_symbol", cuda ? g.step.cudaSymbol : g.step.symbol},
-                          {"attention_function", (model.getSymName() + "_attention").str()},
-                          {"arena_bytes", g.arenaBytes},
-                          {"kept_bytes", g.keptBytes},
-                          {"args", g.step.args},
-                          {"grad_args", g.step.gradArgs},
-                          {"config", nlohmann::json::parse(train::modelConfigToJson(
-                                         modelConfigOf(model, layer, variant)))}};
+      ManifestModel m;
+      m.name = model.getSymName().str();
+      m.batch = batch;
+      m.stepSource = stem + (cuda ? "_host.cpp" : ".cpp");
+      m.stepSymbol = cuda ? g.step.cudaSymbol : g.step.symbol;
+      m.attentionFunction = (model.getSymName() + "_attention").str();
+      m.arenaBytes = g.arenaBytes, m.keptBytes = g.keptBytes;
+      m.args = g.step.args, m.gradArgs = g.step.gradArgs;
+      m.configJson = train::modelConfigToJson(modelConfigOf(model, layer, variant));
       if (cuda) {
-        m["step_kernels"] = stem + ".cu";
-        m["step_abi"] = ATTNC_CUDA_STEP_ABI;
-        stepFiles.push_back({stem + ".cu", g.step.cudaDeviceSource});
+        m.stepKernels = stem + ".cu";
+        m.stepAbi = ATTNC_CUDA_STEP_ABI;
+        stepFiles.push_back({m.stepKernels, g.step.cudaDeviceSource});
       }
-      info.models.push_back(m.dump());
-      stepFiles.push_back({file, cuda ? g.step.cudaHostSource : g.step.source});
+      stepFiles.push_back({m.stepSource, cuda ? g.step.cudaHostSource : g.step.source});
+      info.models.push_back(std::move(m));
     }
   info.specHash = sha256Hex(specText);
   info.target = target;
   info.arch = target == "cpu" ? "host" : arch;
   info.source = target == "cpu" ? "kernels.cpp" : "kernels.cu";
   info.kernels = compiled.kernels;
-  std::string manifest, ir;
-  llvm::raw_string_ostream ms(manifest), is(ir);
-  codegen::writeManifest(info, ms);
+  const std::string manifest = writeManifest(info);
+  std::string ir;
+  llvm::raw_string_ostream is(ir);
   module.print(is);
   std::string err;
   std::filesystem::path root(dir);

@@ -16,8 +16,8 @@
 namespace attnc::driver {
 
 struct CompiledKernels {
-  std::string source; ///< the CUDA or C++ translation unit
-  std::vector<codegen::KernelInfo> kernels;
+  std::string source;                  ///< the CUDA or C++ translation unit
+  std::vector<ManifestKernel> kernels; ///< the manifest's entries
 };
 
 /// Runs the kernel pipeline on `module` (which holds attention functions) and

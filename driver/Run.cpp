@@ -57,23 +57,8 @@ int emitVariant(ModuleOp module, attn::VariantOp variant, const codegen::Attenti
     return kExitInput;
   if (int rc = compileFunctions(*scratch, target, arch, compiled))
     return rc;
-  auto desc = [](const codegen::KernelInfo &k) {
-    KernelDesc d;
-    d.name = k.name, d.backward = k.backward, d.headDim = int(k.headDim);
-    d.blockQ = int(k.blockQ), d.blockKv = int(k.blockKv);
-    d.warps = int(k.warps), d.smemBytes = int(k.smemBytes);
-    d.causal = k.causal, d.keyPadding = k.keyPadding, d.numParams = int(k.numParams);
-    d.lowrank = k.kvSource == "lowrank", d.share = k.share, d.scale = float(k.scale);
-    d.sharedQk = k.sharedQk;
-    d.dropout = float(k.dropout);
-    if (k.lsh)
-      d.lsh = KernelDesc::Lsh{int(k.lsh->numBuckets), int(k.lsh->rounds), int(k.lsh->chunk),
-                              int(k.lsh->before),     int(k.lsh->after),  uint64_t(k.lsh->seed)};
-    d.entryPoints = k.entryPoints;
-    return d;
-  };
-  for (const codegen::KernelInfo &k : compiled.kernels)
-    (k.backward ? bwd : fwd) = desc(k);
+  for (const ManifestKernel &k : compiled.kernels)
+    (k.backward ? bwd : fwd) = k.desc();
   if (!fwd) {
     std::cerr << "attnc: error: internal: the pipeline produced no forward kernel\n";
     return kExitInput;

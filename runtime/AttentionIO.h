@@ -17,14 +17,6 @@
 
 namespace attnc {
 
-/// A per-head parameter as the spec declares it.
-struct ParamDecl {
-  std::string name;
-  bool alibi = false; ///< initialised to ALiBi slopes 2^(-8(h+1)/H)
-  float value = 0;    ///< else to this constant
-  bool learned = true;
-};
-
 /// What the inputs must look like for one attention variant.
 struct AttentionSignature {
   std::string name;

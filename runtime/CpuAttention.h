@@ -11,6 +11,7 @@
 
 #include "runtime/Error.h"
 #include "runtime/HostCompiler.h"
+#include "runtime/Manifest.h"
 #include "runtime/Safetensors.h"
 
 #include <optional>
@@ -18,30 +19,6 @@
 #include <vector>
 
 namespace attnc {
-
-/// One kernel of an artifact (a manifest.json "kernels" entry).
-struct KernelDesc {
-  std::string name;
-  bool backward = false;
-  int headDim = 0, blockQ = 0, blockKv = 0;
-  int warps = 1;     ///< CUDA: threads per block / 32
-  int smemBytes = 0; ///< CUDA: dynamic shared memory per block
-  bool causal = false, keyPadding = false;
-  int numParams = 0;
-  bool lowrank = false;
-  std::string share; ///< none, headwise, kv (lowrank only)
-  /// Keys are the normalised queries (LSH, and its dense fallback); the
-  /// entry points ignore k and fold dk into dq.
-  bool sharedQk = false;
-  struct Lsh {
-    int numBuckets = 0, rounds = 0, chunk = 0, before = 0, after = 0;
-    uint64_t seed = 0;
-  };
-  std::optional<Lsh> lsh; ///< LSH kernels (AttnLshArgs entry points)
-  float scale = 1;
-  float dropout = 0; ///< attention dropout while training (kDropout kernels)
-  std::vector<std::string> entryPoints;
-};
 
 /// Host tensors of one attention call; all f32 except lengths (i32).
 struct AttentionInputs {

@@ -75,7 +75,7 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
   const ManifestKernel *fwd = nullptr, *bwd = nullptr;
   for (const ManifestKernel &k : manifest->kernels)
     if (k.function == mm->attentionFunction)
-      (k.desc.backward ? bwd : fwd) = &k;
+      (k.backward ? bwd : fwd) = &k;
   if (!fwd || !bwd)
     return makeError(manifestPath + ": no forward and backward kernels of " +
                      mm->attentionFunction + " for model " + mm->name);
@@ -107,8 +107,8 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
     if (!dirs)
       return dirs.takeError();
     NvrtcCompiler nvrtc(&KernelCache::processDefault());
-    Expected<CudaAttention> kernels = CudaAttention::compile(*kernelSource, dev->arch(), fwd->dtype,
-                                                             fwd->desc, bwd->desc, *dirs, nvrtc);
+    Expected<CudaAttention> kernels = CudaAttention::compile(
+        *kernelSource, dev->arch(), fwd->dtype, fwd->desc(), bwd->desc(), *dirs, nvrtc);
     if (!kernels)
       return kernels.takeError();
     auto attention = std::make_shared<CudaAttention>(std::move(*kernels));
@@ -119,7 +119,7 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
     if (!dirs)
       return dirs.takeError();
     Expected<CpuAttention> kernels =
-        CpuAttention::compile(*kernelSource, fwd->desc, bwd->desc, *dirs, compiler);
+        CpuAttention::compile(*kernelSource, fwd->desc(), bwd->desc(), *dirs, compiler);
     if (!kernels)
       return kernels.takeError();
     auto attention = std::make_shared<CpuAttention>(std::move(*kernels));

@@ -6,7 +6,6 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/KernelEmitter.h"
-#include "codegen/Manifest.h"
 #include "dsl/AttnDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -25,7 +24,7 @@ static LogicalResult emit(Operation *op, raw_ostream &os, attnc::codegen::Target
   auto module = llvm::dyn_cast<ModuleOp>(op);
   if (!module)
     return op->emitError("expected a module");
-  std::vector<attnc::codegen::KernelInfo> kernels;
+  std::vector<attnc::ManifestKernel> kernels;
   return attnc::codegen::emitKernels(module, target, os, kernels);
 }
 
@@ -44,13 +43,14 @@ int main(int argc, char **argv) {
         auto module = llvm::dyn_cast<ModuleOp>(op);
         if (!module)
           return op->emitError("expected a module");
-        attnc::codegen::ManifestInfo info{"", "cuda", "sm_80", "kernels.cu", {}};
+        attnc::Manifest info;
+        info.target = "cuda", info.arch = "sm_80", info.source = "kernels.cu";
         std::string ignored;
         llvm::raw_string_ostream sink(ignored);
         if (failed(attnc::codegen::emitKernels(module, attnc::codegen::Target::Cuda, sink,
                                                info.kernels)))
           return failure();
-        attnc::codegen::writeManifest(info, os);
+        os << attnc::writeManifest(info);
         return success();
       },
       registerDialects);

@@ -1,0 +1,137 @@
+//===- ManifestTest.cpp - The artifact manifest's one schema --------------===//
+//
+// writeManifest and parseManifest (runtime/Manifest.h) are the only writer and
+// reader of manifest.json: what one writes the other reads back field for
+// field, doubles keep every bit, and a damaged field is an error naming it.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/Manifest.h"
+
+#include <gtest/gtest.h>
+
+using namespace attnc;
+
+namespace {
+
+Manifest sample() {
+  Manifest m;
+  m.target = "cuda", m.arch = "sm_90", m.source = "kernels.cu", m.specHash = "abc";
+  ManifestKernel k;
+  k.name = "lsh0_f16_d64", k.dtype = "f16", k.headDim = 64;
+  k.blockQ = 64, k.blockKv = 32, k.warps = 4, k.stages = 2;
+  k.causal = true, k.deterministic = true, k.numParams = 1;
+  k.kvSource = "lsh", k.scale = 0.125, k.smemBytes = 0;
+  k.entryPoints = {"attnc_lsh_hash_lsh0", "attnc_lsh_fwd_lsh0"};
+  k.function = "m_attention", k.sharedQk = true, k.selfScore = -1e5, k.dropout = 0.2;
+  k.lsh = ManifestKernel::Lsh{16, 4, 32, 1, 0, 5};
+  k.params = {{"slope", true, 0.3, false}};
+  m.kernels.push_back(k);
+  k.backward = true, k.name = "lsh0_bwd";
+  m.kernels.push_back(k);
+  ManifestModel model;
+  model.name = "m", model.stepSource = "model_m_host.cpp", model.stepSymbol = "attnc_cuda_step_m";
+  model.attentionFunction = "m_attention", model.stepKernels = "model_m.cu", model.stepAbi = 2;
+  model.batch = 8, model.arenaBytes = 4096, model.keptBytes = 1024;
+  model.args = {"tokens", "targets", "tok_emb"}, model.gradArgs = {2};
+  model.configJson = R"({"vocab": 256, "lr_scale": 0.1})";
+  m.models.push_back(model);
+  return m;
+}
+
+TEST(Manifest, RoundTripsEveryField) {
+  const Manifest m = sample();
+  const std::string text = writeManifest(m);
+  Expected<Manifest> back = parseManifest(text, "manifest.json");
+  ASSERT_TRUE(back.ok()) << back.error() << "\n" << text;
+  EXPECT_EQ(back->formatVersion, kManifestFormatVersion);
+  EXPECT_EQ(back->target, "cuda");
+  EXPECT_EQ(back->arch, "sm_90");
+  EXPECT_EQ(back->specHash, "abc");
+  ASSERT_EQ(back->kernels.size(), 2u);
+  const ManifestKernel &a = m.kernels[0], &b = back->kernels[0];
+  EXPECT_EQ(b.name, a.name);
+  EXPECT_FALSE(b.backward);
+  EXPECT_TRUE(back->kernels[1].backward);
+  EXPECT_EQ(b.dtype, a.dtype);
+  EXPECT_EQ(b.headDim, a.headDim);
+  EXPECT_EQ(b.blockQ, a.blockQ);
+  EXPECT_EQ(b.blockKv, a.blockKv);
+  EXPECT_EQ(b.warps, a.warps);
+  EXPECT_EQ(b.stages, a.stages);
+  EXPECT_EQ(b.causal, a.causal);
+  EXPECT_EQ(b.deterministic, a.deterministic);
+  EXPECT_EQ(b.kvSource, a.kvSource);
+  EXPECT_EQ(b.scale, a.scale);
+  EXPECT_EQ(b.entryPoints, a.entryPoints);
+  EXPECT_EQ(b.function, a.function);
+  EXPECT_EQ(b.sharedQk, a.sharedQk);
+  ASSERT_TRUE(b.selfScore.has_value());
+  EXPECT_EQ(*b.selfScore, *a.selfScore);
+  EXPECT_EQ(b.dropout, a.dropout); // bit for bit
+  ASSERT_TRUE(b.lsh.has_value());
+  EXPECT_EQ(b.lsh->numBuckets, 16);
+  EXPECT_EQ(b.lsh->rounds, 4);
+  EXPECT_EQ(b.lsh->chunk, 32);
+  EXPECT_EQ(b.lsh->before, 1);
+  EXPECT_EQ(b.lsh->seed, 5);
+  ASSERT_EQ(b.params.size(), 1u);
+  EXPECT_EQ(b.params[0].name, "slope");
+  EXPECT_TRUE(b.params[0].alibi);
+  EXPECT_EQ(b.params[0].value, 0.3);
+  EXPECT_FALSE(b.params[0].learned);
+  ASSERT_EQ(back->models.size(), 1u);
+  const ManifestModel &mm = back->models[0];
+  EXPECT_EQ(mm.stepKernels, "model_m.cu");
+  EXPECT_EQ(mm.stepAbi, 2);
+  EXPECT_EQ(mm.batch, 8);
+  EXPECT_EQ(mm.arenaBytes, 4096);
+  EXPECT_EQ(mm.args, m.models[0].args);
+  EXPECT_EQ(mm.gradArgs, m.models[0].gradArgs);
+  // Written again, the same text: one writer, one reader, nothing lost.
+  EXPECT_EQ(writeManifest(*back), text);
+}
+
+TEST(Manifest, DoublesKeepEveryBitAndKeysAreSorted) {
+  const std::string text = writeManifest(sample());
+  EXPECT_NE(text.find("\"dropout\": 0.20000000000000001"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"self_score\": -100000"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"after\": 0,\n"), std::string::npos) << text;
+  EXPECT_LT(text.find("\"arch\""), text.find("\"format_version\""));
+  EXPECT_LT(text.find("\"format_version\""), text.find("\"kernels\""));
+}
+
+TEST(Manifest, TheLaunchDescriptionComesFromTheEntry) {
+  const Manifest m = sample();
+  const ManifestKernel &k = m.kernels[0];
+  KernelDesc d = k.desc();
+  EXPECT_EQ(d.name, k.name);
+  EXPECT_EQ(d.blockQ, 64);
+  EXPECT_EQ(d.warps, 4);
+  EXPECT_FALSE(d.lowrank);
+  ASSERT_TRUE(d.lsh.has_value());
+  EXPECT_EQ(d.lsh->rounds, 4);
+  EXPECT_EQ(d.scale, 0.125f);
+  EXPECT_EQ(d.dropout, 0.2f);
+  EXPECT_EQ(d.entryPoints, k.entryPoints);
+}
+
+TEST(Manifest, DamagedFieldsAreErrorsNamingThem) {
+  std::string text = writeManifest(sample());
+  std::string bad = text;
+  bad.replace(bad.find("\"block_q\": 64"), 13, "\"block_q\": \"big\"");
+  Expected<Manifest> m = parseManifest(bad, "art/manifest.json");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().find("art/manifest.json: kernels[0].tile.block_q: expected an integer"),
+            std::string::npos)
+      << m.error();
+  bad = text;
+  bad.replace(bad.find("\"format_version\": 1"), 19, "\"format_version\": 9");
+  m = parseManifest(bad, "manifest.json");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().find("format_version 9"), std::string::npos) << m.error();
+  m = parseManifest("{", "manifest.json");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().find("not a JSON object"), std::string::npos) << m.error();
+}
+
+} // namespace
