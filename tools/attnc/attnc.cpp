@@ -159,7 +159,8 @@ int main(int argc, char **argv) {
   run->add_option("--seed", ropts.seed, "seed of weights the weights file lacks")
       ->capture_default_str();
   attnc::driver::TrainCliOptions topts;
-  CLI::App *trainCmd = app.add_subcommand("train", "Train a spec's model (CPU, fp32)");
+  CLI::App *trainCmd = app.add_subcommand(
+      "train", "Train a spec's model: on the CPU in fp32, or with --target cuda on a GPU");
   CLI::App *evalCmd =
       app.add_subcommand("eval", "Evaluate the latest checkpoint of a training run");
   for (CLI::App *sub : {trainCmd, evalCmd}) {
