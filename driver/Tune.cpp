@@ -208,8 +208,6 @@ attn::VariantOp variantOf(attn::ModelOp model) {
 
 } // namespace
 
-std::string cpuToolchain() { return hostToolchainId(); }
-
 std::optional<Finalists> chooseAmongFinalists(size_t n, const std::function<double(size_t)> &time) {
   std::vector<std::vector<double>> rounds(n);
   for (int r = 0; r < 3; ++r)
@@ -267,8 +265,8 @@ int runTune(const TuneOptions &opt) {
     double budgetLeft = opt.budget;
     for (attn::ModelOp model : module->getOps<attn::ModelOp>())
       if (opt.model.empty() || model.getSymName() == opt.model)
-        if (int rc = tuneAccuracy(*module, model, variantOf(model), opt, path, cpuToolchain(),
-                                  budgetLeft))
+        if (int rc = tuneAccuracy(*module, model, variantOf(model), opt, path,
+                                  tune::hostToolchain(), budgetLeft))
           return rc;
     std::cout << "tuning database: " << path << "\n";
     return kExitOk;
@@ -278,7 +276,7 @@ int runTune(const TuneOptions &opt) {
     return fail(db.error());
   db->setAutosave(std::chrono::milliseconds(0)); // every measurement survives a kill
   const tune::DeviceKey device = tune::cpuDevice();
-  const std::string tc = cpuToolchain();
+  const std::string tc = tune::hostToolchain();
   const bool tty = isatty(STDERR_FILENO);
   const auto t0 = bench::Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(bench::Clock::now() - t0).count(); };
@@ -413,7 +411,7 @@ int runTune(const TuneOptions &opt) {
   for (attn::ModelOp model : module->getOps<attn::ModelOp>())
     if ((opt.model.empty() || model.getSymName() == opt.model) &&
         autoFfn.count(model.getSymName().str()) && !outOfBudget) {
-      if (int rc = tuneFfnChunk(*module, model, opt, path, cpuToolchain(), budgetLeft))
+      if (int rc = tuneFfnChunk(*module, model, opt, path, tune::hostToolchain(), budgetLeft))
         return rc;
       ++tuned;
     }
@@ -438,7 +436,7 @@ int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::
   };
   std::vector<Row> rows;
   const tune::DeviceKey device = tune::cpuDevice();
-  const std::string tc = cpuToolchain();
+  const std::string tc = tune::hostToolchain();
   // Heuristic and tuned config re-timed interleaved (three rounds).
   auto measure = [&](Row &row, const std::function<double(size_t)> &time) {
     std::optional<Finalists> f = chooseAmongFinalists(2, time);

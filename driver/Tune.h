@@ -74,9 +74,6 @@ private:
 /// Prints "attnc tune: error: MSG"; returns the input-error exit code.
 int tuneFail(const std::string &msg);
 
-/// This CPU's host compiler, as the tuning database's toolchain key.
-std::string cpuToolchain();
-
 /// The interleaved final round every measured choice ends with: the
 /// finalists (index 0: the heuristic) are re-timed round-robin, three
 /// rounds, and the heuristic stays unless another beats it by more than the

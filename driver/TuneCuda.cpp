@@ -215,7 +215,7 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
       return fail(db.error());
     db->setAutosave(std::chrono::milliseconds(0));
     const tune::DeviceKey device = tune::cudaDevice(*dev);
-    const std::string tc = nvrtcToolchainId();
+    const std::string tc = tune::nvrtcToolchain();
     const tune::KernelKey key =
         tune::cudaAttentionKey(passed.front()->dtype, D, variant.getSymName().str(), S, H);
     std::vector<std::pair<double, size_t>> timed;

@@ -173,7 +173,7 @@ int tunedFfnChunk(const TuningLookup &tuned, const train::ModelConfig &config, s
     return 0;
   }
   const tune::KernelKey key = ffnKey(config);
-  const tune::Entry *e = db->find(tune::cpuDevice(), key, cpuToolchain());
+  const tune::Entry *e = db->find(tune::cpuDevice(), key, tune::hostToolchain());
   std::optional<int> parsed = e ? tune::parseFfnChunkConfig(e->config) : std::nullopt;
   if (!parsed)
     return 0;

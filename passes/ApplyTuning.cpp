@@ -10,8 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
 
-#include "runtime/HostCompiler.h"
-#include "runtime/NvrtcCompiler.h"
+#include "runtime/NvrtcCompiler.h" // parseGpuArch
 #include "runtime/Sha256.h"
 #include "runtime/tune/TuningDb.h"
 
@@ -46,15 +45,6 @@ std::string cpuAttentionSignature(VariantOp variant, int64_t headDim) {
   return "cpu attention f32 d" + std::to_string(headDim) + " fwd+bwd " +
          Sha256::hexHash(os.str()).substr(0, 12);
 }
-
-std::string hostToolchainId() {
-  Expected<std::string> id =
-      HostCompiler::compilerIdentity(HostCompiler::compilerCommand(HostCompileOptions{}));
-  std::string first = id ? id->substr(0, id->find('\n')) : "host compiler unknown";
-  return tune::toolchainId(first);
-}
-
-std::string nvrtcToolchainId() { return tune::toolchainId("NVRTC " + NvrtcCompiler::version()); }
 
 } // namespace attnc
 
@@ -92,7 +82,7 @@ struct ApplyTuningPass : public attnc::impl::ApplyTuningBase<ApplyTuningPass> {
     const tune::TuningDb &tuned = *opened;
     deviceId = device.empty() ? tune::cpuDevice().id() : std::string(device);
     if (target == "cpu" || accuracy)
-      cpuToolchainId = toolchain.empty() ? hostToolchainId() : std::string(toolchain);
+      cpuToolchainId = toolchain.empty() ? tune::hostToolchain() : std::string(toolchain);
     ModuleOp module = getOperation();
     if (accuracy)
       for (ModelOp model : module.getOps<ModelOp>())
@@ -173,11 +163,7 @@ struct ApplyTuningPass : public attnc::impl::ApplyTuningBase<ApplyTuningPass> {
     const int64_t heads = model.getHeads(), headDim = model.getDModel() / heads;
     tune::KernelKey key{cpuAttentionSignature(variant, headDim),
                         tune::shapeBucket(model.getSeq(), heads)};
-    const tune::Entry *e = nullptr;
-    for (const tune::Entry *c : tuned.entries())
-      if (c->device.id() == deviceId && c->toolchain == cpuToolchainId && c->chosen() &&
-          c->kernel.signature == key.signature && c->kernel.shapeBucket == key.shapeBucket)
-        e = c;
+    const tune::Entry *e = tuned.find(deviceId, key, cpuToolchainId);
     std::optional<tune::TileChoice> tile = e ? tune::parseTileConfig(e->config) : std::nullopt;
     if (!tile) {
       if (!tuned.empty())
@@ -206,7 +192,8 @@ struct ApplyTuningPass : public attnc::impl::ApplyTuningBase<ApplyTuningPass> {
     // need not happen on the GPU), the newest entry when there are several.
     const tune::KernelKey key =
         tune::cudaAttentionKey(dtype, headDim, variant.getSymName().str(), model.getSeq(), heads);
-    const std::string tc = cudaToolchain.empty() ? nvrtcToolchainId() : std::string(cudaToolchain);
+    const std::string tc =
+        cudaToolchain.empty() ? tune::nvrtcToolchain() : std::string(cudaToolchain);
     const tune::Entry *best = nullptr;
     for (const tune::Entry *e : tuned.entries())
       if (e->device.kind == "cuda" && e->device.ccMajor * 10 + e->device.ccMinor == gpu->sm &&

@@ -20,9 +20,6 @@ namespace attnc {
 /// variant's IR without its tile, hashed, and the head dim (the kernels are
 /// fp32). attnc tune records under it, attn-apply-tuning looks it up.
 std::string cpuAttentionSignature(attn::VariantOp variant, int64_t headDim);
-/// The toolchain ids of this machine's CPU and CUDA entries.
-std::string hostToolchainId();
-std::string nvrtcToolchainId();
 
 } // namespace attnc
 

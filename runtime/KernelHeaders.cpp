@@ -30,17 +30,16 @@ std::string parentOf(const std::string &path) {
 /// /proc/self/exe would name the interpreter).
 std::string thisBinary() {
   Dl_info info{};
-  if (::dladdr(reinterpret_cast<void *>(&thisBinary), &info) && info.dli_fname && *info.dli_fname) {
-    if (char *real = ::realpath(info.dli_fname, nullptr)) {
+  const bool found =
+      ::dladdr(reinterpret_cast<void *>(&thisBinary), &info) && info.dli_fname && *info.dli_fname;
+  for (const char *candidate : {found ? info.dli_fname : "", "/proc/self/exe"}) {
+    if (!*candidate)
+      continue;
+    if (char *real = ::realpath(candidate, nullptr)) {
       std::string path(real);
       std::free(real);
       return path;
     }
-  }
-  if (char *real = ::realpath("/proc/self/exe", nullptr)) {
-    std::string path(real);
-    std::free(real);
-    return path;
   }
   return "";
 }

@@ -3,6 +3,8 @@
 
 #include "runtime/CudaDriver.h"
 #include "runtime/FileSystem.h"
+#include "runtime/HostCompiler.h"
+#include "runtime/NvrtcCompiler.h"
 #include "runtime/Version.h"
 
 #include <nlohmann/json.hpp>
@@ -489,6 +491,14 @@ std::string canonicalConfig(const std::string &config) {
   return out;
 }
 
+std::string hostToolchain() {
+  Expected<std::string> id =
+      HostCompiler::compilerIdentity(HostCompiler::compilerCommand(HostCompileOptions{}));
+  return toolchainId(id ? id->substr(0, id->find('\n')) : "host compiler unknown");
+}
+
+std::string nvrtcToolchain() { return toolchainId("NVRTC " + NvrtcCompiler::version()); }
+
 std::string toolchainId(const std::string &kernelCompiler) {
   std::string id = std::string("attnc ") + attncVersion();
   std::string kc = squeeze(kernelCompiler);
@@ -513,8 +523,13 @@ std::string Entry::describe() const {
 
 std::string TuningDb::keyOf(const DeviceKey &device, const KernelKey &kernel,
                             const std::string &toolchain) {
+  return keyOf(device.id(), kernel, toolchain);
+}
+
+std::string TuningDb::keyOf(const std::string &deviceId, const KernelKey &kernel,
+                            const std::string &toolchain) {
   const char sep = '\x1f';
-  return device.id() + sep + toolchain + sep + kernel.signature + sep + kernel.shapeBucket;
+  return deviceId + sep + toolchain + sep + kernel.signature + sep + kernel.shapeBucket;
 }
 
 Expected<TuningDb> TuningDb::open(const std::string &path) {
@@ -565,8 +580,13 @@ const Entry *TuningDb::entry(const DeviceKey &device, const KernelKey &kernel,
 
 const Entry *TuningDb::find(const DeviceKey &device, const KernelKey &kernel,
                             const std::string &toolchain) const {
-  const Entry *e = entry(device, kernel, toolchain);
-  return e && e->chosen() ? e : nullptr;
+  return find(device.id(), kernel, toolchain);
+}
+
+const Entry *TuningDb::find(const std::string &deviceId, const KernelKey &kernel,
+                            const std::string &toolchain) const {
+  auto it = entries_.find(keyOf(deviceId, kernel, toolchain));
+  return it != entries_.end() && it->second.chosen() ? &it->second : nullptr;
 }
 
 const Measurement *TuningDb::measured(const DeviceKey &device, const KernelKey &kernel,

@@ -164,6 +164,10 @@ std::string canonicalConfig(const std::string &config);
 /// where `kernelCompiler` names what compiles the kernels, e.g.
 /// "nvrtc 13.0" or the first line of the host compiler's --version.
 std::string toolchainId(const std::string &kernelCompiler);
+/// This machine's toolchain ids: the host compiler's (CPU entries) and this
+/// NVRTC's (CUDA entries).
+std::string hostToolchain();
+std::string nvrtcToolchain();
 
 /// One timed configuration.
 struct Measurement {
@@ -226,6 +230,9 @@ public:
   /// toolchain mismatch is a miss.
   const Entry *find(const DeviceKey &device, const KernelKey &kernel,
                     const std::string &toolchain) const;
+  /// The same, for a device known by its id (DeviceKey::id).
+  const Entry *find(const std::string &deviceId, const KernelKey &kernel,
+                    const std::string &toolchain) const;
   /// The entry for this key, chosen or not (e.g. to list its measurements).
   const Entry *entry(const DeviceKey &device, const KernelKey &kernel,
                      const std::string &toolchain) const;
@@ -276,6 +283,8 @@ public:
 
   /// The key entries are stored under.
   static std::string keyOf(const DeviceKey &device, const KernelKey &kernel,
+                           const std::string &toolchain);
+  static std::string keyOf(const std::string &deviceId, const KernelKey &kernel,
                            const std::string &toolchain);
 
 private:
