@@ -19,11 +19,14 @@
 
 namespace attnc::codegen {
 
-/// The entry point's name for `func` (@train_<model>): attnc_step_<model>.
+/// The entry point's name for `func`: attnc_step_<model> for @train_<model>,
+/// attnc_infer_<model> for @infer_<model> (attn.inference).
 std::string modelStepSymbol(mlir::func::FuncOp func);
 
 /// The C++ source of `func`'s step, or failure (with a diagnostic on the
-/// op that cannot be emitted, e.g. one the memory plan did not place).
+/// op that cannot be emitted, e.g. one the memory plan did not place). An
+/// inference function's entry is `extern "C" int attnc_infer_<model>(env,
+/// arena, args, logits)`: the forward, the logits copied to `logits`.
 mlir::FailureOr<std::string> emitModelStepCpp(mlir::func::FuncOp func);
 
 /// The CUDA step of `func` (docs/model-compilation.md): kernels for NVRTC

@@ -281,7 +281,8 @@ struct DeriveModelBackwardPass
   void runOnOperation() override {
     SmallVector<func::FuncOp> funcs;
     for (auto f : getOperation().getOps<func::FuncOp>())
-      if (f->hasAttr("attn.model") && !f->hasAttr("attn.grad_of"))
+      // @infer_<model> has no loss to differentiate.
+      if (f->hasAttr("attn.model") && !f->hasAttr("attn.grad_of") && !f->hasAttr("attn.inference"))
         funcs.push_back(f);
     for (func::FuncOp f : funcs)
       if (failed(derive(f)))

@@ -2,9 +2,11 @@
 //
 // attn.model (dims, layer template, objective) → func.func @train_<model>:
 // embedding, `layers` copies of the layer, the final norm, the head and the
-// loss, on flattened rows. The parameters are the function's arguments, in
-// the training runtime's order and with its names (docs/training.md), so a
-// checkpoint's tensors map onto them one to one.
+// loss, on flattened rows; and (infer) @infer_<model>: the same forward
+// without dropout and loss, returning the logits, which evaluation,
+// generation and filling run. The parameters are the functions' arguments,
+// in the training runtime's order and with its names (docs/training.md), so
+// a checkpoint's tensors map onto them one to one.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/GraphBuilder.h"
@@ -38,16 +40,22 @@ struct ExpandModelPass : public attnc::impl::ExpandModelBase<ExpandModelPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SmallVector<ModelOp> models(module.getOps<ModelOp>());
-    for (ModelOp model : models)
-      if (failed(expand(module, model)))
+    for (ModelOp model : models) {
+      if (train && failed(expand(module, model, /*inference=*/false)))
         return signalPassFailure();
+      if (infer && failed(expand(module, model, /*inference=*/true)))
+        return signalPassFailure();
+    }
   }
 
-  LogicalResult expand(ModuleOp module, ModelOp model) {
+  /// Adds @train_<model> (forward, dropout, loss) or, with `inference`,
+  /// @infer_<model> (forward without dropout, returning the logits).
+  LogicalResult expand(ModuleOp module, ModelOp model, bool inference) {
     LayerOp layer = *model.getBody().getOps<LayerOp>().begin();
     auto variant = SymbolTable::lookupNearestSymbolFrom<VariantOp>(model, layer.getAttentionAttr());
     if (!variant)
       return model.emitOpError("layer refers to unknown variant ") << layer.getAttentionAttr();
+    const int64_t batch = inference && inferBatch > 0 ? inferBatch : this->batch;
     if (batch <= 0)
       return model.emitOpError("batch must be positive, found ") << batch;
     const int64_t V = model.getVocab(), S = model.getSeq(), D = model.getDModel(),
@@ -68,10 +76,13 @@ struct ExpandModelPass : public attnc::impl::ExpandModelBase<ExpandModelPass> {
       return model.emitOpError("ffn chunk is auto; run attn-resolve-tunables first");
 
     // The arguments, in the runtime's parameter order.
-    std::vector<ArgSpec> args = {{"tokens", {R}},
-                                 {"targets", {R}},
-                                 {"tok_emb", {V + (mlm ? 1 : 0), D}},
-                                 {"pos_emb", {S, D}}};
+    // Inference has no targets.
+    std::vector<ArgSpec> args = {{"tokens", {R}}};
+    if (!inference)
+      args.push_back({"targets", {R}});
+    const size_t numInputs = args.size();
+    args.push_back({"tok_emb", {V + (mlm ? 1 : 0), D}});
+    args.push_back({"pos_emb", {S, D}});
     const bool layerwise = lowrank && lowrank.getShare() == ShareMode::layerwise;
     if (layerwise)
       args.push_back({"lowrank.E", {lowrank.getK(), S}});
@@ -120,15 +131,20 @@ struct ExpandModelPass : public attnc::impl::ExpandModelBase<ExpandModelPass> {
     Location loc = model.getLoc();
     SmallVector<Type> argTypes;
     for (size_t i = 0; i < args.size(); ++i)
-      argTypes.push_back(RankedTensorType::get(args[i].shape, i < 2 ? Type(b.getI32Type())
-                                                                    : Type(b.getF32Type())));
+      argTypes.push_back(RankedTensorType::get(
+          args[i].shape, i < numInputs ? Type(b.getI32Type()) : Type(b.getF32Type())));
     auto lossType = RankedTensorType::get({}, b.getF32Type());
-    auto func = b.create<func::FuncOp>(loc, ("train_" + model.getSymName()).str(),
-                                       b.getFunctionType(argTypes, {lossType}));
+    auto logitsType = RankedTensorType::get({R, V}, b.getF32Type());
+    auto func =
+        b.create<func::FuncOp>(loc, ((inference ? "infer_" : "train_") + model.getSymName()).str(),
+                               b.getFunctionType(argTypes, {inference ? logitsType : lossType}));
     func->setAttr("attn.model", FlatSymbolRefAttr::get(model.getSymNameAttr()));
     func->setAttr("attn.batch", b.getI64IntegerAttr(batch));
+    if (inference)
+      func->setAttr("attn.inference", b.getUnitAttr());
     for (size_t i = 0; i < args.size(); ++i) {
-      func.setArgAttr(i, i < 2 ? "attn.input" : "attn.param", b.getStringAttr(args[i].name));
+      func.setArgAttr(i, i < numInputs ? "attn.input" : "attn.param",
+                      b.getStringAttr(args[i].name));
       if (args[i].constant)
         func.setArgAttr(i, "attn.constant", b.getUnitAttr());
     }
@@ -148,7 +164,9 @@ struct ExpandModelPass : public attnc::impl::ExpandModelBase<ExpandModelPass> {
     auto name = [&](Value v, const std::string &what) {
       v.getDefiningOp()->setAttr("attn.name", b.getStringAttr(what));
     };
-    const double dropout = model.getDropout() ? model.getDropout()->convertToDouble() : 0.0;
+    // Inference sees the whole model: no residual dropout.
+    const double dropout =
+        !inference && model.getDropout() ? model.getDropout()->convertToDouble() : 0.0;
     // Residual-branch dropout, keyed like the runtime's (layer, branch).
     auto drop = [&](Value v, int64_t l, int64_t branch) -> Value {
       if (dropout <= 0)
@@ -245,7 +263,11 @@ struct ExpandModelPass : public attnc::impl::ExpandModelBase<ExpandModelPass> {
     Value zf = g.layerNorm(top, arg["final_ln.gamma"], arg["final_ln.beta"]).getResult();
     Value logits = g.linear(zf, arg["head.w"], arg["head.b"]);
     name(logits, "the logits");
-    auto ce = b.create<CrossEntropyOp>(loc, lossType, lossType, logits, entry->getArgument(1));
+    if (inference) {
+      b.create<func::ReturnOp>(loc, ValueRange{logits});
+      return success();
+    }
+    auto ce = b.create<CrossEntropyOp>(loc, lossType, lossType, logits, arg["targets"]);
     b.create<func::ReturnOp>(loc, ValueRange{ce.getLoss()});
     return success();
   }

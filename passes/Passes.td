@@ -334,7 +334,7 @@ def DeriveBackward : Pass<"attn-derive-backward", "::mlir::func::FuncOp"> {
 //===----------------------------------------------------------------------===//
 
 def ExpandModel : Pass<"attn-expand-model", "::mlir::ModuleOp"> {
-  let summary = "Expand every attn.model into its forward graph and loss";
+  let summary = "Expand every attn.model into its training and inference graphs";
   let description = [{
     For each `attn.model` (its tunables resolved), adds
     `func.func @train_<model>(tokens, targets, parameters...) -> loss`: the
@@ -354,6 +354,15 @@ def ExpandModel : Pass<"attn-expand-model", "::mlir::ModuleOp"> {
     Each layer's output and the logits carry `attn.name` (e.g. "the output
     of layer 1"): the generated step checks them for NaN/Inf and names the
     first non-finite one.
+
+    With `infer` (the default) it also adds
+    `func.func @infer_<model>(tokens, parameters...) -> logits`, marked
+    `attn.inference`: the same forward on `infer-batch` sequences (0: `batch`)
+    without residual dropout and without the loss. Evaluation, generation and
+    filling run it (the attention kernels see inference mode at run time);
+    `attn-derive-model-backward` leaves it alone, `attn-fuse-rows` and
+    `attn-plan-memory` treat it like the training function, so its arena is
+    the memory plan of inference.
 
     Before:
     ```mlir
@@ -375,6 +384,10 @@ def ExpandModel : Pass<"attn-expand-model", "::mlir::ModuleOp"> {
   let dependentDialects = ["::attnc::attn::AttnDialect", "::mlir::func::FuncDialect"];
   let options = [
     Option<"batch", "batch", "int64_t", /*default=*/"1", "sequences per training step">,
+    Option<"train", "train", "bool", /*default=*/"true", "add @train_<model>">,
+    Option<"infer", "infer", "bool", /*default=*/"true", "add @infer_<model>">,
+    Option<"inferBatch", "infer-batch", "int64_t", /*default=*/"0",
+           "sequences per inference call (0: batch)">,
   ];
 }
 
@@ -504,8 +517,9 @@ def PlanMemory : Pass<"attn-plan-memory", "::mlir::ModuleOp"> {
     defined before the backward starts (the first `attn.constant`, the loss
     seed `attn-derive-model-backward` inserts) and still live there, 0 for a
     forward-only function. Reversible layers keep that number flat as depth
-    grows; standard layers add their activations per layer. With `report`, a
-    remark gives the totals.
+    grows; standard layers add their activations per layer. `attn.peak_where`
+    says at which op the live bytes peak ("layer 0 attention"). With
+    `report`, a remark gives the totals.
 
     Before:
     ```mlir

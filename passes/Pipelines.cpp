@@ -47,6 +47,9 @@ void populateKernelPipeline(OpPassManager &pm, const KernelPipelineOptions &o) {
 void populateModelStepPipeline(OpPassManager &pm, const ModelStepPipelineOptions &o) {
   ExpandModelOptions expand;
   expand.batch = o.batch;
+  expand.train = o.train;
+  expand.infer = o.infer;
+  expand.inferBatch = o.inferBatch;
   pm.addPass(createExpandModel(expand));
   DeriveModelBackwardOptions derive;
   derive.recomputeLayers = o.recomputeLayers;
@@ -91,6 +94,13 @@ struct KernelPipelineCl : public PassPipelineOptions<KernelPipelineCl> {
 
 struct ModelStepPipelineCl : public PassPipelineOptions<ModelStepPipelineCl> {
   Option<int64_t> batch{*this, "batch", llvm::cl::desc("sequences per step"), llvm::cl::init(1)};
+  Option<bool> train{*this, "train", llvm::cl::desc("add the training step @train_<model>"),
+                     llvm::cl::init(true)};
+  Option<bool> infer{*this, "infer", llvm::cl::desc("add the inference function @infer_<model>"),
+                     llvm::cl::init(true)};
+  Option<int64_t> inferBatch{*this, "infer-batch",
+                             llvm::cl::desc("sequences per inference call (0: batch)"),
+                             llvm::cl::init(0)};
   Option<bool> recomputeLayers{*this, "recompute-layers",
                                llvm::cl::desc("recompute standard layers in the backward"),
                                llvm::cl::init(false)};
@@ -122,11 +132,12 @@ void registerAttnPipelines() {
       });
   PassPipelineRegistration<ModelStepPipelineCl>(
       "attn-model-step-pipeline",
-      "a resolved model to its planned training step (expand, derive the backward, fuse rows, "
-      "plan memory)",
+      "a resolved model to its planned training step and inference function (expand, derive "
+      "the backward, fuse rows, plan memory)",
       [](OpPassManager &pm, const ModelStepPipelineCl &cl) {
         ModelStepPipelineOptions o;
         o.batch = cl.batch, o.recomputeLayers = cl.recomputeLayers;
+        o.train = cl.train, o.infer = cl.infer, o.inferBatch = cl.inferBatch;
         o.fuseInChunks = cl.fuseInChunks;
         populateModelStepPipeline(pm, o);
       });

@@ -53,6 +53,9 @@ void populateKernelPipeline(mlir::OpPassManager &pm, const KernelPipelineOptions
 /// attn-model-step-pipeline.
 struct ModelStepPipelineOptions {
   int64_t batch = 1;            ///< sequences per step
+  bool train = true;            ///< @train_<model>: the training step
+  bool infer = true;            ///< @infer_<model>: the forward to the logits
+  int64_t inferBatch = 0;       ///< sequences per inference call (0: batch)
   bool recomputeLayers = false; ///< standard layers recomputed in the backward
   bool fuseInChunks = true;     ///< attn-fuse-rows inside chunked FFN bodies
 };

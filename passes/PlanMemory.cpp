@@ -91,6 +91,21 @@ int64_t assignOffsets(std::vector<Buffer> &buffers) {
   return arena;
 }
 
+/// Where the peak is, for reports: "layer 1 attention", "layer 0
+/// feed-forward", "outside the layers (matmul)".
+std::string describePeak(Operation *op) {
+  std::string what = llvm::isa<AttentionOp>(op)       ? "attention"
+                     : llvm::isa<AttentionGradOp>(op) ? "attention backward"
+                     : llvm::isa<RowChunksOp>(op)     ? "feed-forward"
+                     : llvm::isa<MatmulOp>(op)        ? "matmul"
+                     : llvm::isa<FusedRowsOp>(op)     ? "row kernel"
+                                                      : op->getName().stripDialect().str();
+  auto layer = op->getAttrOfType<IntegerAttr>("attn.layer");
+  if (layer && layer.getInt() >= 0)
+    return "layer " + std::to_string(layer.getInt()) + " " + what;
+  return "outside the layers (" + what + ")";
+}
+
 struct PlanMemoryPass : public attnc::impl::PlanMemoryBase<PlanMemoryPass> {
   using PlanMemoryBase::PlanMemoryBase;
 
@@ -170,9 +185,10 @@ struct PlanMemoryPass : public attnc::impl::PlanMemoryBase<PlanMemoryPass> {
       if (backwardStart && b.start < *backwardStart && b.end >= *backwardStart)
         kept += b.bytes;
     }
-    int64_t peak = 0, live = 0;
+    int64_t peak = 0, live = 0, peakIndex = 0;
     for (int64_t i = 0; i <= last; ++i)
-      peak = std::max(peak, live += delta[i]);
+      if ((live += delta[i]) > peak)
+        peak = live, peakIndex = i;
 
     // Attributes: offsets per result (-1: not in the arena), scratch on
     // the row_chunks ops, totals on the function.
@@ -209,6 +225,9 @@ struct PlanMemoryPass : public attnc::impl::PlanMemoryBase<PlanMemoryPass> {
     func->setAttr("attn.arena_bytes", b.getI64IntegerAttr(arena));
     func->setAttr("attn.peak_live_bytes", b.getI64IntegerAttr(peak));
     func->setAttr("attn.kept_bytes", b.getI64IntegerAttr(kept));
+    for (Operation &op : entry)
+      if (index[&op] == peakIndex)
+        func->setAttr("attn.peak_where", b.getStringAttr(describePeak(&op)));
     if (report)
       func.emitRemark() << "arena " << arena << " bytes, peak live " << peak
                         << " bytes, kept for the backward " << kept << " bytes, " << buffers.size()

@@ -1,6 +1,15 @@
 // RUN: attnc compile %S/Inputs/model-graph.attn --emit=mlir | attnc-opt --attn-resolve-tunables --attn-expand-model=batch=2 --attn-derive-model-backward | FileCheck %s
 // RUN: attnc-opt %s -split-input-file --attn-derive-model-backward -verify-diagnostics
-// RUN: attnc compile %S/Inputs/model-graph.attn --emit=mlir | attnc-opt --attn-resolve-tunables --attn-expand-model=batch=2 --attn-derive-model-backward=recompute-layers=true | FileCheck %s --check-prefix=RECOMP
+// RUN: attnc compile %S/Inputs/model-graph.attn --emit=mlir | attnc-opt --attn-resolve-tunables --attn-expand-model="batch=2 infer=false" --attn-derive-model-backward=recompute-layers=true | FileCheck %s --check-prefix=RECOMP
+// RUN: attnc compile %S/Inputs/model-graph.attn --emit=mlir | attnc-opt --attn-resolve-tunables --attn-expand-model=batch=2 --attn-derive-model-backward | FileCheck %s --check-prefix=INFER
+
+// The inference functions have no loss: the pass leaves them as they are.
+// INFER-LABEL: func.func @infer_m(
+// INFER-SAME: -> tensor<32x256xf32>
+// INFER-NOT: attn.constant
+// INFER-NOT: _grad
+// INFER: return %{{.*}} : tensor<32x256xf32>
+// INFER-NEXT: }
 
 // recompute-layers: the standard layer's backward differentiates a clone
 // of its forward from the layer input (the embedding here), so its

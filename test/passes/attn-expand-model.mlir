@@ -1,5 +1,8 @@
 // RUN: attnc compile %S/Inputs/model-graph.attn --emit=mlir | attnc-opt --attn-resolve-tunables --attn-expand-model=batch=2 | FileCheck %s
 // RUN: attnc-opt %s -split-input-file --attn-expand-model -verify-diagnostics
+// RUN: attnc compile %S/Inputs/model-graph.attn --emit=mlir | attnc-opt --attn-resolve-tunables --attn-expand-model="batch=2 infer-batch=1" | FileCheck %s --check-prefix=INFER
+// RUN: attnc compile %S/Inputs/model-graph.attn --emit=mlir | attnc-opt --attn-resolve-tunables --attn-expand-model="batch=2 infer=false" | FileCheck %s --check-prefix=NOINFER
+// RUN: attnc compile %S/Inputs/model-graph.attn --emit=mlir | attnc-opt --attn-resolve-tunables --attn-expand-model="batch=2 train=false" | FileCheck %s --check-prefix=NOTRAIN
 
 // Standard layer, dense causal attention, FFN chunked by 8 of 32 rows.
 // Parameters are arguments named like the training runtime's.
@@ -46,6 +49,29 @@
 // CHECK: %[[Z1:.*]] = attn.add %[[Y1]], %{{.*}} {attn.layer = 1 : i64, attn.name = "the output of layer 1 (y1)", attn.rev = "y1"}
 // CHECK: %[[Z2:.*]] = attn.add %[[Y2]], %{{.*}} {attn.layer = 1 : i64, attn.name = "the output of layer 1 (y2)", attn.rev = "y2"}
 // CHECK: attn.concat_cols %[[Z1]], %[[Z2]] : (tensor<32x8xf32>, tensor<32x8xf32>) -> tensor<32x16xf32>
+
+// The inference function of each model: the same forward on infer-batch
+// sequences (16 rows here), tokens but no targets, no residual dropout, no
+// loss: it returns the logits.
+// INFER-LABEL: func.func @infer_m(
+// INFER-SAME: %arg0: tensor<16xi32> {attn.input = "tokens"}, %arg1: tensor<256x32xf32> {attn.param = "tok_emb"}
+// INFER-SAME: {attn.param = "head.b"}) -> tensor<16x256xf32>
+// INFER-SAME: attn.batch = 1 : i64, attn.inference, attn.model = @m
+// INFER: attn.embed %arg0, %arg1, %arg2
+// INFER: attn.attention @dense(
+// INFER: attn.row_chunks chunk 8(
+// INFER: %[[LOGITS:.*]] = attn.bias_add %{{.*}} {attn.name = "the logits"}
+// INFER-NOT: attn.cross_entropy
+// INFER: return %[[LOGITS]] : tensor<16x256xf32>
+// INFER-LABEL: func.func @infer_rev(
+// INFER-NOT: attn.dropout
+// INFER: attn.attention @lsh(
+// INFER: attn.concat_cols
+// INFER: return %{{.*}} : tensor<16x256xf32>
+// NOINFER-NOT: func.func @infer_
+// NOTRAIN-NOT: func.func @train_
+// NOTRAIN: func.func @infer_m(
+// NOTRAIN-SAME: tensor<32xi32> {attn.input = "tokens"}
 
 // MLM with headwise low-rank attention and no FFN: the mask token is one
 // more embedding row; E and F per layer, shared by the heads.
