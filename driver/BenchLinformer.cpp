@@ -3,8 +3,8 @@
 // The Linformer paper's inference table (Wang et al. 2020, Table 3: time
 // saved and memory saved of a Linformer model against a standard
 // Transformer, N = 512 … 65536, k = 128 and 256, on a 16 GB V100) as a
-// measurement on this machine. Whole models (train::Model, forward only,
-// fp32 CPU) with the spec's dims and seq = N:
+// measurement on this machine. Whole models (the compiled inference
+// function, fp32 CPU) with the spec's dims and seq = N:
 //   - standard, unfused: softmax(scale·Q·Kᵀ)·V with every (b, h) score
 //     matrix materialised at once (B·H·N·N floats), as the paper's 2020
 //     baseline (a framework's bmm, softmax, bmm) does;
@@ -13,7 +13,8 @@
 //   - Linformer: the spec's variant with each k of --k.
 // Time saved = time(standard) / time(Linformer); memory saved = the largest
 // batch of the Linformer model / that of the standard one, each found by
-// search over Model::inferencePlan within --memory-gib. The plan is checked
+// search over the planned inference peak (plannedBytes: the compiled
+// function's arena and what surrounds it) within --memory-gib. The plan is checked
 // against the peak RSS of two forwards at the timing batch
 // (docs/benchmarks.md).
 //
@@ -27,13 +28,17 @@
 #include "attnc/abi/KernelArgs.h"
 #include "dsl/AttnDialect.h"
 #include "passes/Passes.h"
-#include "runtime/train/Model.h"
+#include "driver/ModelGraph.h"
+#include "runtime/KernelCache.h"
+#include "runtime/train/CompiledStep.h"
+#include "runtime/train/Parameters.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 
 #include <fstream>
+#include <map>
 #include <iostream>
 #include <malloc.h>
 #include <thread>
@@ -196,14 +201,92 @@ struct Setup {
   std::string whyNoPeak;
 };
 
-/// Builds the model, searches its max batch, checks the plan against the
-/// peak RSS of two forwards at the timing batch (the second is the steady
-/// state the plan describes: the previous logits are kept), then times
-/// `repeats` forwards. `workspace(b)`: the bytes the attention allocates
-/// itself at batch b.
-Expected<Cell> measure(Setup &s, const train::ModelConfig &cfg, train::AttentionFn fn,
+/// The model of one table cell: the spec's model at sequence length
+/// `config.seq`, `layers` deep, with `variant`'s attention (the standard
+/// clone or a k clone), run as its compiled inference function.
+struct CellModel {
+  ModuleOp module;
+  attn::ModelOp model;
+  std::string variant;
+  int layers = 1;
+  train::ModelConfig config;
+};
+
+/// The inference function of `m` for `batch` sequences (with `emit`, its
+/// C++ too).
+bool inferenceGraph(const CellModel &m, int batch, bool emit, ModelGraph &g) {
+  ModelGraphOptions o;
+  o.batch = batch, o.inferBatch = batch, o.train = false, o.emitSource = emit;
+  o.layers = m.layers, o.seq = m.config.seq, o.variant = m.variant;
+  return compileModelGraph(m.module, m.model, o, g);
+}
+
+/// The bytes live at the peak of one CompiledStep::infer call at batch b:
+/// the parameter store (values and gradient buffers) and its constants, the
+/// batch (tokens, targets), the planned arena, the logits CompiledStep
+/// copies out, and the attention call's own buffers: the copies of q, k, v
+/// (and E, F, per-head parameters) it hands the kernel, the lengths, the
+/// kernel's out and lse, a low-rank kernel's projected K' and V', and
+/// `workspace(b)` (e.g. the unfused baseline's B·H·N·N scores). Not
+/// counted: code, thread stacks, a kernel's per-thread tiles.
+Expected<int64_t> plannedBytes(const CellModel &m, int b,
+                               const std::function<int64_t(int)> &workspace) {
+  ModelGraph g;
+  if (!inferenceGraph(m, b, /*emit=*/false, g))
+    return makeError("the inference plan of " + attn::ModelOp(m.model).getSymName().str() +
+                     " at batch " + std::to_string(b) + " failed (see the diagnostics)");
+  const train::ModelConfig &c = m.config;
+  const int64_t B = b, S = c.seq, D = c.dModel, H = c.heads, Dh = D / H, R = B * S;
+  int64_t constants = 0, eShape = 0;
+  if (c.lshRounds > 0)
+    constants = int64_t(c.layers) * c.lshRounds * Dh * (c.lshBuckets / 2);
+  if (c.lowrank)
+    eShape = (c.share == "none" ? H : 1) * c.lowrankK * S;
+  const int64_t weights = 2 * train::parameterCount(c) + constants;
+  const int64_t attention = 3 * R * D + B + (c.lowrank ? 2 * eShape : 0) +
+                            int64_t(c.headParams.size()) * H + R * D + B * H * S +
+                            (c.lowrank ? 2 * B * H * c.lowrankK * Dh : 0);
+  return 4 * (weights + 2 * R + R * c.vocab + attention) + g.inferArenaBytes + workspace(b);
+}
+
+/// Compiles the cell's model, searches its max batch over the plan, checks
+/// the plan against the peak RSS of two forwards at the timing batch, then
+/// times `repeats` forwards. `workspace(b)`: the bytes the attention
+/// allocates itself at batch b.
+Expected<Cell> measure(Setup &s, const CellModel &m, train::AttentionFn fn,
                        const std::function<int64_t(int)> &workspace) {
   Cell cell;
+  std::map<int, int64_t> plans;
+  std::string planError;
+  auto planned = [&](int b) -> int64_t {
+    if (auto it = plans.find(b); it != plans.end())
+      return it->second;
+    Expected<int64_t> bytes = plannedBytes(m, b, workspace);
+    if (!bytes) {
+      planError = bytes.error();
+      return INT64_MAX;
+    }
+    return plans[b] = *bytes;
+  };
+  cell.maxBatch = maxBatch(planned, s.budget);
+  const int B = s.opt.batch;
+  int64_t need = planned(B), avail = memAvailableBytes();
+  if (!planError.empty())
+    return makeError(planError);
+  if (avail > 0 && double(need) > 0.8 * double(avail)) {
+    cell.skipped = "needs " + fmt(gib(double(need))) + " GiB at batch " + std::to_string(B) + ", " +
+                   fmt(gib(double(avail))) + " GiB available";
+    return cell;
+  }
+  ModelGraph g;
+  if (!inferenceGraph(m, B, /*emit=*/true, g))
+    return makeError("compiling the inference function of " +
+                     attn::ModelOp(m.model).getSymName().str() + " failed (see the diagnostics)");
+  HostCompiler compiler(&KernelCache::processDefault());
+  // Compiled (or found in the cache) before the measurement: the compiler
+  // runs in another process, but its output passes through this one.
+  if (Status warm = train::CompiledStep::precompile(g.step, compiler); !warm)
+    return warm.takeError();
   // For the check, every buffer of 128 KiB or more is its own mapping,
   // returned to the system when freed, so the RSS follows the live buffers
   // (with heap allocation, repeated forwards fragment the heap and the RSS
@@ -213,26 +296,24 @@ Expected<Cell> measure(Setup &s, const train::ModelConfig &cfg, train::Attention
   bool peakOk = s.peakResettable && resetPeakRss(s.whyNoPeak);
   s.peakResettable = peakOk;
   int64_t before = procStatusBytes("VmRSS");
-  train::Model model(cfg, std::move(fn), /*seed=*/0);
-  auto planned = [&](int b) { return model.inferencePlan(b, workspace(b)).totalBytes(); };
-  cell.maxBatch = maxBatch(planned, s.budget);
-  const int B = s.opt.batch;
-  int64_t need = planned(B), avail = memAvailableBytes();
-  if (avail > 0 && double(need) > 0.8 * double(avail)) {
-    cell.skipped = "needs " + fmt(gib(double(need))) + " GiB at batch " + std::to_string(B) + ", " +
-                   fmt(gib(double(avail))) + " GiB available";
+  train::ParameterStore store(m.config, /*seed=*/0);
+  Expected<std::unique_ptr<train::CompiledStep>> step =
+      train::CompiledStep::create(std::move(g.step), store, std::move(fn), compiler);
+  if (!step) {
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    return cell;
+    return step.takeError();
   }
-  train::Batch batch = syntheticBatch(cfg, B);
+  train::Batch batch = syntheticBatch(m.config, B);
   for (int i = 0; i < 2; ++i)
-    if (Expected<train::StepResult> r = model.run(batch, /*backward=*/false); !r)
-      return makeError(r.error());
+    if (Expected<const float *> r = (*step)->infer(batch); !r) {
+      mallopt(M_MMAP_THRESHOLD, 32 << 20);
+      return r.takeError();
+    }
   int64_t peak = procStatusBytes("VmHWM");
   if (peakOk && before >= 0 && peak >= 0)
     cell.planCheck = double(peak - before) / double(need);
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  cell.ms = medianMs(s.opt.repeats, [&] { (void)model.run(batch, /*backward=*/false); });
+  cell.ms = medianMs(s.opt.repeats, [&] { (void)(*step)->infer(batch); });
   return cell;
 }
 
@@ -401,23 +482,37 @@ int runLinformerTable(const BenchOptions &opt) {
                "paper's baseline)\n  std-fus: the spec's variant without its lowrank clause "
                "(attnc's fused kernel, no N*N buffer)\n  lin: the spec's variant with k below\n";
 
-  // Warm-up, not measured: thread pools, BLAS buffers, first-touch costs
-  // (short sequences: the unfused model at a long one may not fit).
+  // The cells' models: the standard one (the variant without its lowrank
+  // clause) and one per k, each at the row's N.
+  auto cellModel = [&](int N, int k) {
+    CellModel m{*module, model, dense.getSymName().str(), opt.layers, base};
+    m.config.seq = N;
+    if (k > 0) {
+      m.variant = variant.getSymName().str() + "_k" + std::to_string(k);
+      m.config.lowrank = true, m.config.lowrankK = k;
+    }
+    return m;
+  };
+  // Warm-up, not measured: thread pools, first-touch costs (short
+  // sequences: the unfused model at a long one may not fit).
   {
-    train::ModelConfig c = base;
-    c.seq = std::min(lengths.front(), 512);
-    train::Batch wb = syntheticBatch(c, 1);
-    std::vector<train::AttentionFn> fns = {unfusedFn, kernelFn(fused)};
+    const int N = std::min(lengths.front(), 512);
+    std::vector<std::pair<int, train::AttentionFn>> models = {{0, unfusedFn}, {0, kernelFn(fused)}};
     for (size_t i = 0; i < ranks.size(); ++i)
-      if (ranks[i] <= c.seq)
-        fns.push_back(kernelFn(lowrank[i]));
-    for (size_t i = 0; i < fns.size(); ++i) {
-      train::ModelConfig ci = c;
-      if (i >= 2)
-        ci.lowrank = true, ci.lowrankK = ranks[i - 2];
+      if (ranks[i] <= N)
+        models.push_back({ranks[i], kernelFn(lowrank[i])});
+    for (auto &[k, fn] : models) {
       progress("warm-up");
-      train::Model m(ci, fns[i], 0);
-      if (Expected<train::StepResult> r = m.run(wb, false); !r)
+      CellModel m = cellModel(N, k);
+      ModelGraph g;
+      if (!inferenceGraph(m, 1, /*emit=*/true, g))
+        return fail("compiling the inference function failed (see the diagnostics)");
+      train::ParameterStore store(m.config, 0);
+      Expected<std::unique_ptr<train::CompiledStep>> step = train::CompiledStep::create(
+          std::move(g.step), store, fn, HostCompiler(&KernelCache::processDefault()));
+      if (!step)
+        return fail(step.error());
+      if (Expected<const float *> r = (*step)->infer(syntheticBatch(m.config, 1)); !r)
         return fail(r.error());
     }
   }
@@ -425,22 +520,20 @@ int runLinformerTable(const BenchOptions &opt) {
   std::vector<TableRow> rows;
   std::vector<std::string> notes;
   for (int N : lengths) {
-    train::ModelConfig standard = base;
-    standard.seq = N;
-    auto run = [&](const std::string &what, const train::ModelConfig &c, train::AttentionFn fn,
+    auto run = [&](const std::string &what, int k, train::AttentionFn fn,
                    const std::function<int64_t(int)> &ws) -> Expected<Cell> {
       progress("N=" + std::to_string(N) + ": " + what);
-      Expected<Cell> cell = measure(setup, c, std::move(fn), ws);
+      Expected<Cell> cell = measure(setup, cellModel(N, k), std::move(fn), ws);
       if (cell && !cell->skipped.empty())
         notes.push_back("N=" + std::to_string(N) + " " + what + " not timed: " + cell->skipped);
       return cell;
     };
-    Expected<Cell> unf = run("standard unfused", standard, unfusedFn, [&](int B) {
+    Expected<Cell> unf = run("standard unfused", 0, unfusedFn, [&](int B) {
       return int64_t(4) * (int64_t(B) * H * N * N + int64_t(Dh) * N);
     });
     if (!unf)
       return fail(unf.error());
-    Expected<Cell> fus = run("standard fused", standard, kernelFn(fused), noWorkspace);
+    Expected<Cell> fus = run("standard fused", 0, kernelFn(fused), noWorkspace);
     if (!fus)
       return fail(fus.error());
     for (size_t i = 0; i < ranks.size(); ++i) {
@@ -448,10 +541,8 @@ int runLinformerTable(const BenchOptions &opt) {
       if (ranks[i] > N) {
         row.linformer.skipped = "k > N";
       } else {
-        train::ModelConfig lc = standard;
-        lc.lowrank = true, lc.lowrankK = ranks[i];
-        Expected<Cell> lin =
-            run("linformer k=" + std::to_string(ranks[i]), lc, kernelFn(lowrank[i]), noWorkspace);
+        Expected<Cell> lin = run("linformer k=" + std::to_string(ranks[i]), ranks[i],
+                                 kernelFn(lowrank[i]), noWorkspace);
         if (!lin)
           return fail(lin.error());
         row.linformer = *lin;
@@ -497,7 +588,8 @@ int runLinformerTable(const BenchOptions &opt) {
                "does not fit batch 1 in "
             << gibStr(opt.memoryGiB) << " GiB while the Linformer one does.\n"
             << "plan check: growth of the peak RSS (VmHWM) over two forwards at the timing "
-               "batch / Model::inferencePlan at that batch (1.00 = the plan is exact).\n";
+               "batch / the planned peak at that batch (the compiled inference function's arena, "
+               "weights, batch, logits and attention buffers; 1.00 = the plan is exact).\n";
   std::cout << "load average at the end: " << loadAverage() << "\n";
   if (!setup.peakResettable)
     std::cout << "plan check skipped: " << setup.whyNoPeak << "\n";

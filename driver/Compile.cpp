@@ -171,8 +171,9 @@ int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp 
   if (target == "cpu" || target == "cuda")
     for (attn::ModelOp model : module.getOps<attn::ModelOp>()) {
       ModelGraph g;
-      if (!compileModelGraph(module, model, batch, 0, /*emitSource=*/true, g,
-                             /*recomputeLayers=*/true))
+      ModelGraphOptions graph;
+      graph.batch = batch, graph.emitSource = true, graph.recomputeLayers = true;
+      if (!compileModelGraph(module, model, graph, g))
         return kExitInput;
       auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
       auto variant =
@@ -194,6 +195,14 @@ int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp 
         stepFiles.push_back({m.stepKernels, g.step.cudaDeviceSource});
       }
       stepFiles.push_back({m.stepSource, cuda ? g.step.cudaHostSource : g.step.source});
+      // Inference runs the CPU function on both targets (for cpu it is in
+      // the step's own source).
+      m.inferSource = stem + ".cpp";
+      m.inferSymbol = g.step.inferSymbol;
+      m.inferArenaBytes = g.step.inferArenaBytes, m.inferBatch = g.step.inferBatch;
+      m.inferArgs = g.step.inferArgs;
+      if (cuda)
+        stepFiles.push_back({m.inferSource, g.step.source});
       info.models.push_back(std::move(m));
     }
   info.specHash = sha256Hex(specText);
@@ -275,8 +284,9 @@ int runCompile(const CompileCommandOptions &opts) {
     for (attn::ModelOp model : module->getOps<attn::ModelOp>()) {
       ModelGraph g;
       // As attnc train runs it by default: standard layers recomputed.
-      if (!compileModelGraph(*module, model, opts.planBatch, 0, true, g,
-                             /*recomputeLayers=*/true))
+      ModelGraphOptions graph;
+      graph.batch = opts.planBatch, graph.emitSource = true, graph.recomputeLayers = true;
+      if (!compileModelGraph(*module, model, graph, g))
         return kExitInput;
       if (opts.emit == "model-cuda")
         *os << g.step.cudaDeviceSource << "\n// ---- host side ----\n" << g.step.cudaHostSource;

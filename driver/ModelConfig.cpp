@@ -55,40 +55,6 @@ std::set<std::string> modelsWithAutoFfnChunk(mlir::ModuleOp module) {
   return names;
 }
 
-void reportMemoryPlans(mlir::ModuleOp module, int batch, std::ostream &os) {
-  auto mib = [](int64_t bytes) {
-    std::ostringstream s;
-    s << std::fixed << std::setprecision(1) << double(bytes) / double(1 << 20) << " MiB";
-    return s.str();
-  };
-  for (attn::ModelOp model : module.getOps<attn::ModelOp>()) {
-    auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
-    auto variant = mlir::SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(
-        model, layer.getAttentionAttr());
-    train::ModelConfig c = modelConfigOf(model, layer, variant);
-    if (c.heads <= 0 || c.dModel % c.heads)
-      continue;
-    // Weights are allocated to count them (and the head's packed copies);
-    // the attention is never called.
-    train::Model m(c, train::AttentionFn(), 0);
-    const train::Model::ActivationPlan t = m.activationPlan(batch);
-    const train::Model::InferencePlan inf = m.inferencePlan(batch);
-    os << "memory plan of " << model.getSymName().str() << " (batch " << batch << ", seq " << c.seq
-       << ", fp32 CPU runtime): training " << mib(t.keptBytes) << " kept for the backward + "
-       << mib(t.scratchBytes) << " one layer's recomputation + " << mib(inf.weightBytes)
-       << " weights and gradients; inference peak " << mib(inf.totalBytes()) << " (at "
-       << inf.peakAt << ")\n";
-    os << "  activations kept by depth (" << (c.reversible ? "reversible" : "standard")
-       << " layers):";
-    for (int layers : {2, 6, 12}) {
-      train::ModelConfig d = c;
-      d.layers = layers;
-      os << " " << layers << ": " << mib(train::Model::activationPlanOf(d, batch).keptBytes);
-    }
-    os << "\n";
-  }
-}
-
 train::Batch syntheticBatch(const train::ModelConfig &c, int B) {
   train::Batch b;
   b.B = B, b.S = c.seq;

@@ -3,7 +3,8 @@
 #define ATTNC_DRIVER_MODELCONFIG_H
 
 #include "dsl/AttnDialect.h"
-#include "runtime/train/Model.h"
+#include "runtime/train/Data.h"
+#include "runtime/train/ModelConfig.h"
 
 #include "mlir/IR/BuiltinOps.h"
 
@@ -22,13 +23,6 @@ train::ModelConfig modelConfigOf(attn::ModelOp model, attn::LayerOp layer, attn:
 /// The models whose FFN chunk the spec left `auto` (for the tuner); call
 /// before attn-resolve-tunables replaces it.
 std::set<std::string> modelsWithAutoFfnChunk(mlir::ModuleOp module);
-
-/// `attnc compile`'s memory plan of every model of a resolved module for
-/// `batch` sequences on the CPU runtime (fp32): the training plan (kept for
-/// the backward, one layer's recomputation, weights and gradients) at the
-/// spec's depth and at 2, 6 and 12 layers (reversible layers keep nothing
-/// per layer), and the inference peak with where it is.
-void reportMemoryPlans(mlir::ModuleOp module, int batch, std::ostream &os);
 
 /// B sequences of random bytes for `config` (targets the inputs; for MLM,
 /// masked as the trainer masks), seeded: timing input for whole models.

@@ -116,4 +116,9 @@ bool runResolvePipeline(ModuleOp module, const ResolvePipelineOptions &options) 
 
 std::string tuningDbPath() { return tune::TuningDb::defaultPath(); }
 
+int commandError(const char *cmd, const std::string &msg) {
+  std::cerr << "attnc " << cmd << ": error: " << msg << "\n";
+  return kExitInput;
+}
+
 } // namespace attnc::driver

@@ -21,6 +21,9 @@ namespace attnc::driver {
 
 constexpr int kExitOk = 0;
 constexpr int kExitInput = 1;
+
+/// Prints "attnc <cmd>: error: <msg>" to stderr and returns kExitInput.
+int commandError(const char *cmd, const std::string &msg);
 constexpr int kExitNotImplemented = 2;
 
 /// Reads a whole spec file, refusing directories, missing files and files

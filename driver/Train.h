@@ -25,10 +25,10 @@ struct TrainCliOptions {
   // Checks instead of training (test aids, documented in docs/training.md):
   int gradCheck = 0; ///< finite-difference probes per parameter tensor
   float gradCheckEps = 1e-2f;
-  double gradCheckTol = 2e-2;   ///< max relative error
-  bool checkReversible = false; ///< rebuilt vs stored reversible inputs
+  double gradCheckTol = 2e-2; ///< max relative error
   /// "compiled" (default): the step the whole-model passes compiled
-  /// (docs/model-compilation.md); "runtime": Model::run assembles it.
+  /// (docs/model-compilation.md); "cuda-sim": its CUDA step on the SIMT
+  /// emulator.
   std::string engine = "compiled";
   /// --target cuda: the GEMMs' compute precision (f32, tf32, bf16, fp16; fp16
   /// with dynamic loss scaling); auto: the model's dtype.
@@ -38,7 +38,6 @@ struct TrainCliOptions {
   /// and moments on the device; "host" runs the CPU AdamW on downloaded
   /// gradients each step (the reference the device one is tested against).
   std::string optimizer = "device";
-  bool compareEngines = false; ///< one batch through both engines, gradients compared
   /// Compiled engine: standard layers keep only their inputs and are
   /// recomputed in the backward (less memory, one more forward per layer).
   bool recomputeLayers = true;

@@ -7,7 +7,8 @@
 #include "mlir/IR/BuiltinOps.h"
 
 #include "runtime/CpuAttention.h"
-#include "runtime/train/Model.h"
+#include "runtime/train/Data.h"
+#include "runtime/train/ModelConfig.h"
 #include "runtime/tune/TuningDb.h"
 
 #include <functional>
@@ -87,8 +88,8 @@ struct Finalists {
 };
 std::optional<Finalists> chooseAmongFinalists(size_t n, const std::function<double(size_t)> &time);
 
-/// One layer's training step of a spec model (the runtime's model, its
-/// compiled attention, a synthetic batch), timed per FFN chunk.
+/// One layer's compiled training step of a spec model (its compiled
+/// attention, a synthetic batch), timed per FFN chunk.
 class FfnBench {
 public:
   FfnBench(attn::ModelOp model, int batch, int repeats);
@@ -101,6 +102,8 @@ public:
 
 private:
   int batch_, repeats_;
+  attn::ModelOp model_;
+  mlir::ModuleOp module_;
   attn::VariantOp variant_;
   train::ModelConfig cfg_;
   std::optional<CpuAttention> attention_;

@@ -4,17 +4,20 @@
 // result is the same for every chunk, the speed is not (small chunks pack
 // the weights more often, large ones spill the chunk x d_ff intermediate
 // out of the cache). When the spec leaves the chunk `auto`, attnc tune
-// times one layer's training step (forward + backward, the runtime's own
-// model) per candidate and keeps the heuristic unless one beats it beyond
-// the noise; attnc train then uses the entry.
+// times one layer's compiled training step (forward + backward, as attnc
+// train runs it) per candidate and keeps the heuristic unless one beats it
+// beyond the noise; attnc train then uses the entry.
 //
 //===----------------------------------------------------------------------===//
 #include "driver/BenchCommon.h"
 #include "driver/Compile.h"
 #include "driver/ModelConfig.h"
 #include "driver/Run.h"
+#include "driver/ModelGraph.h"
 #include "driver/Tune.h"
 
+#include "runtime/KernelCache.h"
+#include "runtime/train/CompiledStep.h"
 #include "runtime/tune/TuningDb.h"
 
 #include "mlir/IR/Builders.h"
@@ -37,7 +40,8 @@ tune::KernelKey ffnKey(const train::ModelConfig &c) {
   return tune::ffnKey(c.dModel, c.dff, act, c.reversible, c.seq);
 }
 
-FfnBench::FfnBench(attn::ModelOp model, int batch, int repeats) : batch_(batch), repeats_(repeats) {
+FfnBench::FfnBench(attn::ModelOp model, int batch, int repeats)
+    : batch_(batch), repeats_(repeats), model_(model) {
   auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
   variant_ = SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
   cfg_ = modelConfigOf(model, layer, variant_);
@@ -52,20 +56,28 @@ int FfnBench::compile(ModuleOp module) {
   shape.withLengths = true, shape.differentiate = true;
   if (int rc = compileCpuAttention(module, variant_, shape, attention_))
     return rc;
+  module_ = module;
   data_ = syntheticBatch(cfg_, batch_);
   return kExitOk;
 }
 
 double FfnBench::time(int chunk) {
+  ModelGraphOptions o;
+  o.batch = batch_, o.layers = 1, o.emitSource = true, o.infer = false;
+  o.recomputeLayers = !cfg_.reversible, o.ffnChunk = chunk;
+  ModelGraph g;
+  if (!compileModelGraph(module_, model_, o, g))
+    return -1.0;
   train::ModelConfig c = cfg_;
   c.ffnChunk = chunk;
-  train::Model m(
-      c, [&](const AttentionInputs &in) { return attention_->run(in); }, 0);
+  train::ParameterStore store(c, 0);
+  Expected<std::unique_ptr<train::CompiledStep>> step = train::CompiledStep::create(
+      std::move(g.step), store, [&](const AttentionInputs &in) { return attention_->run(in); },
+      HostCompiler(&KernelCache::processDefault()));
+  if (!step)
+    return -1.0;
   bool ok = true;
-  double ms = bench::medianMs(repeats_, [&] {
-    m.zeroGrads();
-    ok = ok && bool(m.run(data_, /*backward=*/true));
-  });
+  double ms = bench::medianMs(repeats_, [&] { ok = ok && bool((*step)->run(data_, true, 0)); });
   return ok ? ms : -1.0;
 }
 

@@ -14,6 +14,7 @@
 #include "runtime/Manifest.h"
 #include "runtime/Safetensors.h"
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +46,13 @@ struct AttentionOutputs {
   st::Tensor out, lse;
   std::optional<st::Tensor> dq, dk, dv, dE, dF, dparams;
 };
+
+namespace train {
+/// Runs one attention op: out, lse and, when inputs.dout is set, gradients
+/// (a compiled CpuAttention or CudaAttention, or a test double). What a
+/// compiled model step calls for each layer's attention.
+using AttentionFn = std::function<Expected<AttentionOutputs>(const AttentionInputs &)>;
+} // namespace train
 
 class CpuAttention {
 public:

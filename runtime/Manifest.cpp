@@ -220,6 +220,28 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &pat
       if (mm.batch <= 0 || mm.arenaBytes < 0)
         return makeError(path + ": " + where +
                          ": batch must be positive, arena_bytes not negative");
+      if (e.contains("inference")) {
+        const std::string at = where + ".inference";
+        const json &inf = e["inference"];
+        if (!inf.is_object())
+          return makeError(path + ": " + at + ": expected an object");
+        r.get(inf, at, "source", mm.inferSource);
+        r.get(inf, at, "symbol", mm.inferSymbol);
+        r.get(inf, at, "arena_bytes", mm.inferArenaBytes);
+        r.get(inf, at, "batch", mm.inferBatch);
+        const json *inferArgs = r.field(inf, at, "args");
+        if (!r.error.empty())
+          return makeError(r.error);
+        if (!inferArgs->is_array())
+          return makeError(path + ": " + at + ".args: expected an array");
+        for (const json &a : *inferArgs) {
+          if (!a.is_string())
+            return makeError(path + ": " + at + ".args: expected strings, found " + a.dump());
+          mm.inferArgs.push_back(a.get<std::string>());
+        }
+        if (mm.inferBatch <= 0 || mm.inferArenaBytes < 0)
+          return makeError(path + ": " + at + ": batch must be positive, arena_bytes not negative");
+      }
       mm.configJson = config->dump();
       m.models.push_back(std::move(mm));
     }
@@ -331,6 +353,12 @@ json modelJson(const ManifestModel &m) {
     model["step_kernels"] = m.stepKernels;
     model["step_abi"] = m.stepAbi;
   }
+  if (!m.inferSymbol.empty())
+    model["inference"] = {{"source", m.inferSource},
+                          {"symbol", m.inferSymbol},
+                          {"arena_bytes", m.inferArenaBytes},
+                          {"batch", m.inferBatch},
+                          {"args", m.inferArgs}};
   return model;
 }
 

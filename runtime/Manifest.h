@@ -103,6 +103,14 @@ struct ManifestModel {
   std::vector<std::string> args;
   std::vector<int> gradArgs;
   std::string configJson; ///< a JSON object
+  /// The model's inference function (@infer_<model>, "inference" in the
+  /// JSON; absent in artifacts compiled before it): the CPU C++ that holds
+  /// it (for both targets), its entry point, arena, sequences per call and
+  /// arguments.
+  std::string inferSource, inferSymbol;
+  int64_t inferArenaBytes = 0;
+  int inferBatch = 0;
+  std::vector<std::string> inferArgs;
 };
 
 struct Manifest {

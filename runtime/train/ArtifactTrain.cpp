@@ -126,15 +126,26 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
     attentionFn = [attention](const AttentionInputs &in) { return attention->run(in); };
   }
 
-  Model model(*config, attentionFn, opt.seed);
+  if (mm->inferSymbol.empty())
+    return makeError(manifestPath + ": " + mm->name +
+                     " has no inference function for the evaluations (recompile with this attnc)");
+  ParameterStore model(*config, opt.seed);
   CompiledStepDesc desc;
   if (gpu) {
     desc.cudaHostSource = std::move(*stepSource);
     desc.cudaDeviceSource = std::move(*stepKernels);
     desc.cudaSymbol = mm->stepSymbol;
+    Expected<std::string> inferSource = fs::readFile(opt.dir + "/" + mm->inferSource);
+    if (!inferSource)
+      return inferSource.takeError();
+    desc.source = std::move(*inferSource);
   } else {
     desc.source = std::move(*stepSource);
   }
+  desc.inferSymbol = mm->inferSymbol;
+  desc.inferArenaBytes = mm->inferArenaBytes;
+  desc.inferBatch = mm->inferBatch;
+  desc.inferArgs = mm->inferArgs;
   desc.symbol = mm->stepSymbol;
   desc.arenaBytes = mm->arenaBytes;
   desc.keptBytes = mm->keptBytes;
@@ -164,6 +175,8 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
     to.resident = compiled;
   else
     to.stepFn = [compiled](const Batch &b, int64_t s) { return compiled->run(b, true, s); };
+  to.forward.batch = compiled->inferBatch();
+  to.forward.run = [compiled](const Batch &b) { return compiled->infer(b); };
   to.stepState = [compiled] { return compiled->stepState(); };
   to.restoreStepState = [compiled](const std::string &s) { return compiled->restoreStepState(s); };
   std::cerr << "attnc-rt train: " << mm->name << " from " << opt.dir << " (" << model.numParams()

@@ -3,6 +3,7 @@
 
 #include "attnc/abi/cpu_step_env.h"
 #include "runtime/KernelHeaders.h"
+#include "runtime/train/Gemm.h"
 #include "runtime/train/StepDevice.h"
 
 #include <algorithm>
@@ -60,17 +61,37 @@ std::string cudaSimSource(const CompiledStepDesc &d) {
          "  return 2;\n}\n";
 }
 
+/// The program name of the CPU source (the step's, or the inference
+/// function's when there is no step).
+std::string cpuProgramName(const CompiledStepDesc &d) {
+  return (d.symbol.empty() ? d.inferSymbol : d.symbol) + ".cpp";
+}
+
 } // namespace
 
-CompiledStep::CompiledStep(CompiledStepDesc desc, Model &model, AttentionFn attention,
-                           SharedObject so)
-    : desc_(std::move(desc)), model_(model), attention_(std::move(attention)), so_(std::move(so)) {}
+Status CompiledStep::precompile(const CompiledStepDesc &desc, const HostCompiler &compiler) {
+  Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
+  if (!dirs)
+    return dirs.takeError();
+  HostCompileOptions options;
+  options.includeDirs = *dirs;
+  Expected<SharedObjectImage> image = compiler.compile(cpuProgramName(desc), desc.source, options);
+  return image ? Status() : Status(image.takeError());
+}
 
-Expected<std::unique_ptr<CompiledStep>> CompiledStep::create(CompiledStepDesc desc, Model &model,
-                                                             AttentionFn attention,
-                                                             const HostCompiler &compiler,
-                                                             StepEngine engine,
-                                                             const StepPrecision &precision) {
+CompiledStep::CompiledStep(CompiledStepDesc desc, ParameterStore &model, AttentionFn attention,
+                           SharedObject so, HostCompiler compiler)
+    : desc_(std::move(desc)), model_(model), attention_(std::move(attention)), so_(std::move(so)),
+      compiler_(compiler) {}
+
+Expected<std::unique_ptr<CompiledStep>>
+CompiledStep::create(CompiledStepDesc desc, ParameterStore &model, AttentionFn attention,
+                     const HostCompiler &compiler, StepEngine engine,
+                     const StepPrecision &precision) {
+  if (desc.symbol.empty() && desc.inferSymbol.empty())
+    return makeError("compiled step: the desc names neither a step nor an inference function");
+  if (desc.symbol.empty()) // inference only: the CPU source
+    engine = StepEngine::Cpu;
   const bool sim = engine == StepEngine::CudaSim, gpu = engine == StepEngine::Cuda;
   Expected<std::vector<std::string>> includeDirs =
       kernelIncludeDirs(sim   ? KernelFamily::CudaEmulator
@@ -90,16 +111,21 @@ Expected<std::unique_ptr<CompiledStep>> CompiledStep::create(CompiledStepDesc de
   Expected<SharedObjectImage> image =
       sim   ? compiler.compile(desc.cudaSymbol + "_sim.cpp", cudaSimSource(desc), options)
       : gpu ? compiler.compile(desc.cudaSymbol + ".cpp", desc.cudaHostSource, options)
-            : compiler.compile(desc.symbol + ".cpp", desc.source, options);
+            : compiler.compile(cpuProgramName(desc), desc.source, options);
   if (!image)
     return image.takeError();
   Expected<SharedObject> so = SharedObject::load(image->image, image->programName);
   if (!so)
     return so.takeError();
-  std::unique_ptr<CompiledStep> step(
-      new CompiledStep(std::move(desc), model, std::move(attention), std::move(so).take()));
+  std::unique_ptr<CompiledStep> step(new CompiledStep(std::move(desc), model, std::move(attention),
+                                                      std::move(so).take(), compiler));
   step->fromCache_ = image->fromCache;
   step->engine_ = engine;
+  if (engine == StepEngine::Cpu && !step->desc_.inferSymbol.empty())
+    if (Status s = step->loadInference(); !s)
+      return s.takeError();
+  if (step->desc_.symbol.empty())
+    return step;
   if (gpu || sim) {
     Expected<CudaStepFn *> fn = step->so_.function<CudaStepFn>(step->desc_.cudaSymbol);
     if (!fn)
@@ -176,7 +202,7 @@ Expected<std::unique_ptr<CompiledStep>> CompiledStep::create(CompiledStepDesc de
 int CompiledStep::attend(int64_t layer, const float *const *in, const float *dout,
                          float *const *out, const float *forwardOut, const float *forwardLse) {
   const ModelConfig &c = model_.config();
-  const int B = desc_.batch, S = c.seq, H = c.heads, Dh = c.dModel / c.heads;
+  const int B = attendBatch_, S = c.seq, H = c.heads, Dh = c.dModel / c.heads;
   const std::vector<int64_t> bhsd = {B, H, S, Dh};
   // in: q, k, v, E, F, rotations, params
   st::Tensor q = tensorOf(in[0], bhsd), k = tensorOf(in[1], bhsd), v = tensorOf(in[2], bhsd);
@@ -279,12 +305,26 @@ int CompiledStep::nonfiniteCallback(void *ctx, const char *what, int64_t index, 
   return 2;
 }
 
-Status CompiledStep::setBatch(const Batch &batch, bool training, int64_t step) {
+attnc_model_env CompiledStep::cpuEnv(bool dropoutOn, int64_t step) {
+  attnc_model_env env{};
+  env.ctx = this;
+  env.gemm = gemmCallback;
+  env.attention = attentionCallback;
+  env.attention_grad = attentionGradCallback;
+  env.nonfinite = nonfiniteCallback;
+  env.dropout_seed = model_.config().dropoutSeed;
+  env.step = uint32_t(step);
+  env.dropout_on = dropoutOn;
+  return env;
+}
+
+Status CompiledStep::checkBatch(const Batch &batch, int B) const {
   const ModelConfig &c = model_.config();
-  if (batch.B != desc_.batch || batch.S != c.seq)
+  if (batch.B != B || batch.S != c.seq || batch.inputs.size() != size_t(B) * size_t(c.seq) ||
+      batch.targets.size() != batch.inputs.size())
     return makeError("compiled step: batch [" + std::to_string(batch.B) + ", " +
                      std::to_string(batch.S) + "] does not match the compiled [" +
-                     std::to_string(desc_.batch) + ", " + std::to_string(c.seq) + "]");
+                     std::to_string(B) + ", " + std::to_string(c.seq) + "]");
   const int vocabRows = c.vocab + (c.objective == Objective::Mlm ? 1 : 0);
   for (int32_t t : batch.inputs)
     if (t < 0 || t >= vocabRows)
@@ -294,14 +334,23 @@ Status CompiledStep::setBatch(const Batch &batch, bool training, int64_t step) {
     if (t >= c.vocab)
       return makeError("target id " + std::to_string(t) + " is outside the vocabulary [0, " +
                        std::to_string(c.vocab) + ")");
+  return {};
+}
+
+Status CompiledStep::setBatch(const Batch &batch, bool training, int64_t step) {
+  if (Status s = checkBatch(batch, desc_.batch); !s)
+    return s;
   training_ = training;
   step_ = step;
+  attendBatch_ = desc_.batch;
   args_[0] = const_cast<int32_t *>(batch.inputs.data());
   args_[1] = const_cast<int32_t *>(batch.targets.data());
   return {};
 }
 
 Expected<double> CompiledStep::run(const Batch &batch, bool training, int64_t step) {
+  if (desc_.symbol.empty())
+    return makeError("compiled step: this object holds only the inference function");
   if (resident())
     return makeError("compiled step: the parameters live on the device while it trains; "
                      "run() would read stale host copies");
@@ -309,16 +358,7 @@ Expected<double> CompiledStep::run(const Batch &batch, bool training, int64_t st
     return st.takeError();
   if (engine_ != StepEngine::Cpu)
     return runDevice();
-  const ModelConfig &c = model_.config();
-  attnc_model_env env{};
-  env.ctx = this;
-  env.gemm = gemmCallback;
-  env.attention = attentionCallback;
-  env.attention_grad = attentionGradCallback;
-  env.nonfinite = nonfiniteCallback;
-  env.dropout_seed = c.dropoutSeed;
-  env.step = uint32_t(step);
-  env.dropout_on = training && c.dropout > 0;
+  const attnc_model_env env = cpuEnv(training && model_.config().dropout > 0, step);
   float loss = 0;
   error_.clear();
   int rc = fn_(&env, reinterpret_cast<char *>(arena_.data()), args_.data(), grads_.data(), &loss);
@@ -326,6 +366,80 @@ Expected<double> CompiledStep::run(const Batch &batch, bool training, int64_t st
     return makeError(error_.empty() ? "compiled step failed with code " + std::to_string(rc)
                                     : error_);
   return double(loss);
+}
+
+Status CompiledStep::loadInference() {
+  if (inferFn_)
+    return {};
+  if (desc_.inferSymbol.empty())
+    return makeError("compiled step: no inference function was compiled for " +
+                     (desc_.symbol.empty() ? std::string("this model") : desc_.symbol) +
+                     " (recompile the artifact with this attnc)");
+  if (desc_.inferBatch <= 0 || desc_.inferArenaBytes < 0)
+    return makeError("compiled step: inference batch " + std::to_string(desc_.inferBatch) +
+                     " and arena " + std::to_string(desc_.inferArenaBytes) +
+                     " bytes are not a plan");
+  SharedObject *so = &so_;
+  if (engine_ != StepEngine::Cpu) {
+    // The CUDA engines compiled the CUDA step; inference is the CPU C++.
+    Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
+    if (!dirs)
+      return dirs.takeError();
+    HostCompileOptions options;
+    options.includeDirs = *dirs;
+    Expected<SharedObject> cpu =
+        compiler_.compileAndLoad(cpuProgramName(desc_), desc_.source, options);
+    if (!cpu)
+      return cpu.takeError();
+    inferSo_.emplace(std::move(cpu).take());
+    so = &*inferSo_;
+  }
+  Expected<InferFn *> fn = so->function<InferFn>(desc_.inferSymbol);
+  if (!fn)
+    return fn.takeError();
+  // Bind by name, as the step's arguments: the tokens per call.
+  inferArgs_.assign(desc_.inferArgs.size(), nullptr);
+  for (size_t i = 1; i < desc_.inferArgs.size(); ++i) {
+    const std::string &name = desc_.inferArgs[i];
+    if (Parameter *p = model_.find(name)) {
+      inferArgs_[i] = p->value.data();
+      continue;
+    }
+    if (const st::Tensor *c = model_.constant(name)) {
+      inferArgs_[i] = const_cast<void *>(static_cast<const void *>(c->data.data()));
+      continue;
+    }
+    return makeError("compiled inference: argument '" + name + "' is not a parameter of the model");
+  }
+  if (desc_.inferArgs.empty() || desc_.inferArgs[0] != "tokens")
+    return makeError("compiled inference: the first argument must be the tokens");
+  inferArena_.assign(size_t(desc_.inferArenaBytes + 3) / 4, 0.0f);
+  inferFn_ = *fn;
+  return {};
+}
+
+Expected<const float *> CompiledStep::infer(const Batch &batch) {
+  if (!hostParamsCurrent())
+    return makeError("compiled inference: the parameters live on the device while it trains; "
+                     "download them first");
+  if (Status s = loadInference(); !s)
+    return s.takeError();
+  if (Status s = checkBatch(batch, desc_.inferBatch); !s)
+    return s.takeError();
+  const ModelConfig &c = model_.config();
+  training_ = false;
+  step_ = 0;
+  attendBatch_ = desc_.inferBatch;
+  inferArgs_[0] = const_cast<int32_t *>(batch.inputs.data());
+  logits_.resize(size_t(desc_.inferBatch) * size_t(c.seq) * size_t(c.vocab));
+  const attnc_model_env env = cpuEnv(/*dropoutOn=*/false, 0);
+  error_.clear();
+  int rc = inferFn_(&env, reinterpret_cast<char *>(inferArena_.data()), inferArgs_.data(),
+                    logits_.data());
+  if (rc != 0)
+    return makeError(error_.empty() ? "compiled inference failed with code " + std::to_string(rc)
+                                    : error_);
+  return static_cast<const float *>(logits_.data());
 }
 
 } // namespace attnc::train

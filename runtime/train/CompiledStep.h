@@ -5,18 +5,22 @@
 // it one arena of the planned size, the model's parameters (bound by name)
 // and the GEMM and attention it calls back into, and runs a training step:
 // the loss, with every parameter gradient written into the model's
-// gradient buffers (the step's planned outputs, never in the arena).
+// gradient buffers (the step's planned outputs, never in the arena). The
+// same object runs the model's @infer_<model> function: the forward to the
+// logits, which evaluation, generation and filling use.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_RUNTIME_TRAIN_COMPILEDSTEP_H
 #define ATTNC_RUNTIME_TRAIN_COMPILEDSTEP_H
 
+#include "runtime/CpuAttention.h"
 #include "runtime/Cublas.h"
 #include "runtime/HostCompiler.h"
-#include "runtime/train/Model.h"
+#include "runtime/train/Parameters.h"
 #include "runtime/train/Trainer.h"
 
 #include <memory>
+#include <optional>
 
 struct attnc_model_env; // attnc/abi/cpu_step_env.h
 struct attnc_cuda_env;  // attnc/abi/model_step_env.h
@@ -32,13 +36,21 @@ struct CompiledStepDesc {
   int64_t keptBytes = 0; ///< of the arena, what the forward keeps for the backward
   int batch = 0;
   /// The function's arguments in order: "tokens", "targets", then
-  /// parameter names (Model's) or constants ("layers.L.attn.lsh_rotations").
+  /// parameter names (ParameterStore's) or constants
+  /// ("layers.L.attn.lsh_rotations").
   std::vector<std::string> args;
   /// The argument numbers whose gradients the step returns, in order.
   std::vector<int> gradArgs;
   /// The same step for CUDA (codegen's CudaModelStep): kernels, host code
   /// and its entry point; empty when not emitted.
   std::string cudaDeviceSource, cudaHostSource, cudaSymbol;
+  /// The inference function (@infer_<model>, in `source`): its entry point
+  /// (empty when not emitted), arena, sequences per call, and arguments
+  /// ("tokens", then the parameters and constants, named as in `args`).
+  std::string inferSymbol;
+  int64_t inferArenaBytes = 0;
+  int inferBatch = 0;
+  std::vector<std::string> inferArgs;
 };
 
 /// How a compiled step runs: its C++ on the CPU; its CUDA step (kernels
@@ -58,17 +70,35 @@ class CompiledStep final : public ResidentTraining {
 public:
   /// Compiles the step and binds it to `model` (which must outlive it),
   /// against the engine's kernel headers (runtime/KernelHeaders.h).
-  /// CudaSim and Cuda need the desc's CUDA sources, Cuda a GPU too.
+  /// CudaSim and Cuda need the desc's CUDA sources, Cuda a GPU too. A desc
+  /// with only the inference function (no `symbol`) makes an object that
+  /// only infers.
   static Expected<std::unique_ptr<CompiledStep>>
-  create(CompiledStepDesc desc, Model &model, AttentionFn attention, const HostCompiler &compiler,
-         StepEngine engine = StepEngine::Cpu, const StepPrecision &precision = {});
+  create(CompiledStepDesc desc, ParameterStore &model, AttentionFn attention,
+         const HostCompiler &compiler, StepEngine engine = StepEngine::Cpu,
+         const StepPrecision &precision = {});
   ~CompiledStep();
+  /// Compiles the desc's CPU source into the compiler's cache without
+  /// loading it, so a later create() finds it (benches that measure memory
+  /// keep the compile out of the measurement).
+  static Status precompile(const CompiledStepDesc &desc, const HostCompiler &compiler);
 
   /// One step on `batch` (its B must be the compiled batch): returns the
   /// loss and writes the gradients into the model's gradient buffers. `step` keys the
   /// dropout masks (as Model::setDropout); `training` false turns them off.
   /// Not while the parameters are resident on the device.
   Expected<double> run(const Batch &batch, bool training, int64_t step);
+
+  /// The inference function on `batch`'s inputs (its B must be the
+  /// desc's inferBatch): the logits [B·S, vocab], valid until the next
+  /// call. No dropout. It runs the CPU C++ on every engine, reading the
+  /// host parameters (the CUDA engines compile it on first use), so on a
+  /// device-resident step only after download().
+  Expected<const float *> infer(const Batch &batch);
+  /// Sequences per infer() call (0: no inference function).
+  int inferBatch() const { return inferFn_ || !desc_.inferSymbol.empty() ? desc_.inferBatch : 0; }
+  /// The inference function's planned arena, in bytes.
+  int64_t inferArenaBytes() const { return desc_.inferArenaBytes; }
 
   /// The CUDA engines' device-resident training (ResidentTraining): from
   /// upload() on, the parameters, gradients and AdamW moments stay in
@@ -80,6 +110,9 @@ public:
   Status download(AdamW &adam) override;
   /// Whether upload() has made the device's parameters the current ones.
   bool resident() const;
+  /// Whether the host parameters are the current ones (not resident, or
+  /// downloaded since the last device update).
+  bool hostParamsCurrent() const;
   /// For checkpoints (TrainOptions::stepState): the fp16 loss scaler's
   /// state as JSON text, empty when the step does not scale the loss; and
   /// its restore (ignored unless this step scales the loss too).
@@ -95,7 +128,8 @@ public:
   bool fromCache() const { return fromCache_; }
 
 private:
-  CompiledStep(CompiledStepDesc desc, Model &model, AttentionFn attention, SharedObject so);
+  CompiledStep(CompiledStepDesc desc, ParameterStore &model, AttentionFn attention, SharedObject so,
+               HostCompiler compiler);
   static int attentionCallback(void *ctx, int64_t layer, const float *const *in, float *out,
                                float *lse);
   static int attentionGradCallback(void *ctx, int64_t layer, const float *const *in,
@@ -112,6 +146,15 @@ private:
   /// Checks a batch against the compiled shape and the vocabulary and
   /// makes it the step's input.
   Status setBatch(const Batch &batch, bool training, int64_t step);
+  /// What a generated CPU function is lent: GEMM, attention and NaN/Inf
+  /// reports through this object; dropout on or off at `step`'s masks.
+  attnc_model_env cpuEnv(bool dropoutOn, int64_t step);
+  /// Checks the batch's shape against `B` sequences and its ids against
+  /// the vocabulary.
+  Status checkBatch(const Batch &batch, int B) const;
+  /// Resolves the inference function (compiling the CPU source first on
+  /// the CUDA engines) and binds its arguments.
+  Status loadInference();
   /// The gradient norm of the device step just run (its gradients
   /// multiplied by `invScale` first) and the clip factor for `clipNorm`,
   /// left in device memory for AdamW.
@@ -134,10 +177,17 @@ private:
   StepEngine engine_ = StepEngine::Cpu;
   int64_t overflowReruns_ = 0;
   bool scaledOverflow_ = false; ///< the last device step stopped at a scaled NaN/Inf
-  Model &model_;
+  ParameterStore &model_;
   AttentionFn attention_;
   SharedObject so_;
+  HostCompiler compiler_;
   StepFn *fn_ = nullptr;
+  using InferFn = int(const attnc_model_env *env, char *arena, void *const *args, float *logits);
+  InferFn *inferFn_ = nullptr;
+  std::optional<SharedObject> inferSo_; ///< the CUDA engines' CPU source, for inference
+  std::vector<float> inferArena_, logits_;
+  std::vector<void *> inferArgs_; ///< tokens set per call
+  int attendBatch_ = 0;           ///< B of the attention calls of the running function
   using CudaStepFn = int(const attnc_cuda_env *env, char *arena, void *const *args,
                          float *const *grads, float *loss);
   CudaStepFn *cudaFn_ = nullptr;

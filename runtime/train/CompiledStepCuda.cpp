@@ -413,6 +413,10 @@ Status CompiledStep::deviceGradNorm(float invScale, float clipNorm) {
 
 bool CompiledStep::resident() const { return cuda_ && cuda_->resident; }
 
+bool CompiledStep::hostParamsCurrent() const {
+  return !cuda_ || !cuda_->resident || cuda_->hostCurrent;
+}
+
 std::string CompiledStep::stepState() const {
   if (!cuda_ || !cuda_->scaler.enabled())
     return "";

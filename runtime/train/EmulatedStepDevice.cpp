@@ -14,7 +14,7 @@
 #include "attnc/abi/model_step_env.h"
 #include "runtime/HalfFloat.h"
 #include "runtime/HostCompiler.h"
-#include "runtime/train/Layers.h"
+#include "runtime/train/Gemm.h"
 
 #include <cmath>
 #include <cstdlib>

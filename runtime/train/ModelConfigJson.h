@@ -7,7 +7,8 @@
 #ifndef ATTNC_RUNTIME_TRAIN_MODELCONFIGJSON_H
 #define ATTNC_RUNTIME_TRAIN_MODELCONFIGJSON_H
 
-#include "runtime/train/Model.h"
+#include "runtime/Error.h"
+#include "runtime/train/ModelConfig.h"
 
 #include <string>
 

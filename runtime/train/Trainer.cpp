@@ -94,22 +94,33 @@ std::string DataSource::describe() const {
          std::to_string(corpus_->heldOutBytes()) + " held out";
 }
 
-Expected<EvalResult> evaluate(Model &model, const DataSource &data, int batches, int B) {
+Expected<EvalResult> evaluate(const Forward &forward, const ModelConfig &config,
+                              const DataSource &data, int batches) {
   EvalResult r;
+  if (forward.batch <= 0 || !forward.run)
+    return makeError("evaluation: no forward function");
   double lossSum = 0;
   int64_t correct = 0;
+  const int B = forward.batch;
   int64_t n = std::min<int64_t>(batches, data.evalBatchesAvailable(B));
-  model.setDropout(false); // evaluation sees the whole model
   for (int64_t i = 0; i < n; ++i) {
     Batch b = data.eval(i, B);
     if (b.B == 0)
       continue;
-    Expected<StepResult> s = model.run(b, /*backward=*/false);
-    if (!s)
-      return s.takeError();
-    lossSum += s->ce.lossSum;
-    r.positions += s->ce.count;
-    correct += s->ce.correct;
+    if (b.B < B) { // the held-out text's last, short batch: padded with
+      // sequences that count nothing (sequences never see each other)
+      b.inputs.resize(size_t(B) * size_t(b.S), 0);
+      b.targets.resize(size_t(B) * size_t(b.S), -1);
+      b.B = B;
+    }
+    Expected<const float *> logits = forward.run(b);
+    if (!logits)
+      return logits.takeError();
+    CrossEntropy ce = softmaxCrossEntropy(*logits, b.targets.data(), nullptr, int64_t(b.B) * b.S,
+                                          config.vocab, 0.0f);
+    lossSum += ce.lossSum;
+    r.positions += ce.count;
+    correct += ce.correct;
   }
   if (r.positions) {
     r.loss = lossSum / double(r.positions);
@@ -119,15 +130,8 @@ Expected<EvalResult> evaluate(Model &model, const DataSource &data, int batches,
   return r;
 }
 
-Expected<GradCheckResult> gradientCheck(Model &model, const Batch &batch, int probes, float eps,
-                                        uint64_t seed, double floor, LossFn loss) {
-  if (!loss)
-    loss = [&](bool backward) -> Expected<double> {
-      Expected<StepResult> r = model.run(batch, backward);
-      if (!r)
-        return r.takeError();
-      return r->meanLoss();
-    };
+Expected<GradCheckResult> gradientCheck(ParameterStore &model, int probes, float eps, uint64_t seed,
+                                        const LossFn &loss, double floor) {
   model.zeroGrads();
   if (Expected<double> base = loss(/*backward=*/true); !base)
     return base.takeError();
@@ -234,13 +238,15 @@ Status writeLossSvg(const std::string &path, const std::vector<double> &losses, 
   return fs::writeFileAtomic(path, os.str());
 }
 
-Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOptions &opt,
+Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, const TrainOptions &opt,
                              std::ostream &log) {
   using Clock = std::chrono::steady_clock;
   std::error_code ec;
   std::filesystem::create_directories(opt.outDir, ec);
   if (ec)
     return makeError("cannot create '" + opt.outDir + "': " + ec.message());
+  if (!opt.resident && !opt.stepFn)
+    return makeError("train: no training step (a compiled step runs it)");
   AdamWConfig adamCfg = opt.adam;
   adamCfg.totalSteps = opt.steps;
   AdamW adam(adamCfg);
@@ -352,23 +358,17 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
     Batch b = data.train(opt.seed, step, opt.batch);
     if (!opt.resident) // a resident step's gradients stay on the device
       model.zeroGrads();
-    model.setDropout(true, step); // the step's masks, the same on a resumed run
     double loss = 0, gradNorm = 0;
     if (opt.resident) {
       Expected<ResidentTraining::Update> r = opt.resident->update(b, step, adam);
       if (!r)
         return makeError("step " + std::to_string(step) + ": " + r.error());
       loss = r->loss, gradNorm = r->gradNorm;
-    } else if (opt.stepFn) {
+    } else { // the step's dropout masks come from `step`, the same on a resumed run
       Expected<double> r = opt.stepFn(b, step);
       if (!r)
         return makeError("step " + std::to_string(step) + ": " + r.error());
       loss = *r;
-    } else {
-      Expected<StepResult> r = model.run(b, /*backward=*/true);
-      if (!r)
-        return makeError("step " + std::to_string(step) + ": " + r.error());
-      loss = r->meanLoss();
     }
     if (!std::isfinite(loss))
       return makeError("step " + std::to_string(step) + ": the loss is " +
@@ -398,7 +398,7 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
     if (opt.evalEvery > 0 && (step + 1) % opt.evalEvery == 0 && step + 1 < end) {
       if (Status s = syncHost(); !s)
         return s.takeError();
-      Expected<EvalResult> e = evaluate(model, data, opt.evalBatches, opt.batch);
+      Expected<EvalResult> e = evaluate(opt.forward, model.config(), data, opt.evalBatches);
       if (!e)
         return e.takeError();
       log << (tty ? "\n" : "") << "step " << step + 1 << ": eval loss " << e->loss << " ("
@@ -423,11 +423,10 @@ Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOp
       return s.takeError();
   if (Status s = syncHost(); !s)
     return s.takeError();
-  Expected<EvalResult> e = evaluate(model, data, opt.evalBatches, opt.batch);
+  Expected<EvalResult> e = evaluate(opt.forward, model.config(), data, opt.evalBatches);
   if (!e)
     return e.takeError();
   sum.eval = *e;
-  sum.plan = model.activationPlan(opt.batch);
   // The curve of the whole run (resumed runs included).
   std::vector<double> all = earlierLosses;
   all.insert(all.end(), sum.losses.begin(), sum.losses.end());

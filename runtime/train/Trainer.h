@@ -1,6 +1,7 @@
 //===- Trainer.h - The training loop of attnc train -------------*- C++ -*-===//
 //
-// Runs AdamW on a Model over the spec's objective: batches from Data.h
+// Runs AdamW on a model's parameters over the spec's objective, with a
+// compiled step (CompiledStep.h) computing loss and gradients: batches from Data.h
 // (deterministic per (seed, step)), a NaN/Inf check that stops with the
 // step and the tensor named, periodic evaluation, atomic checkpoints every
 // `checkpointEvery` steps and at the end (Checkpoint.h) from which a resumed
@@ -11,7 +12,9 @@
 #ifndef ATTNC_RUNTIME_TRAIN_TRAINER_H
 #define ATTNC_RUNTIME_TRAIN_TRAINER_H
 
-#include "runtime/train/Model.h"
+#include "runtime/train/Data.h"
+#include "runtime/train/CrossEntropy.h"
+#include "runtime/train/Parameters.h"
 
 #include <functional>
 #include <iosfwd>
@@ -42,6 +45,13 @@ public:
   virtual Status download(AdamW &adam) = 0;
 };
 
+/// A model's forward to the logits [batch·seq, vocab] on `batch` sequences
+/// (a compiled inference function, CompiledStep::infer), no dropout.
+struct Forward {
+  int batch = 0;
+  std::function<Expected<const float *>(const Batch &batch)> run;
+};
+
 struct TrainOptions {
   std::string outDir; ///< checkpoints, train.csv, loss.svg
   std::string data;   ///< "synthetic:duplicate" or file/directory paths (':'-separated)
@@ -59,9 +69,11 @@ struct TrainOptions {
                          ///< schedule still spans `steps`
   bool progress = true;  ///< live line when stderr is a terminal
   /// The training step's forward and backward (mean loss; gradients in the
-  /// model's buffers, which the trainer zeroes first): a compiled whole-model step (CompiledStep)
-  /// when set, else Model::run.
+  /// model's buffers, which the trainer zeroes first): a compiled
+  /// whole-model step (CompiledStep::run). Required unless `resident`.
   std::function<Expected<double>(const Batch &batch, int64_t step)> stepFn;
+  /// The forward to the logits for the evaluations (CompiledStep::infer).
+  Forward forward;
   /// When set, the step and the optimizer run here instead (stepFn unused).
   ResidentTraining *resident = nullptr;
   /// The step's own state a checkpoint carries (the fp16 loss scaler), as
@@ -83,7 +95,6 @@ struct TrainSummary {
   int64_t firstStep = 0, lastStep = 0; ///< steps run by this call [first, last)
   double finalLoss = 0, tokensPerSecond = 0, seconds = 0;
   EvalResult eval;
-  Model::ActivationPlan plan;
   std::vector<double> losses; ///< per step run by this call
 };
 
@@ -104,12 +115,16 @@ private:
   bool duplicate_ = false;
 };
 
-Expected<EvalResult> evaluate(Model &model, const DataSource &data, int batches, int B);
+/// The objective's metrics over `batches` evaluation batches of
+/// forward.batch sequences: the softmax cross-entropy and argmax accuracy
+/// of the forward's logits at the positions with a target.
+Expected<EvalResult> evaluate(const Forward &forward, const ModelConfig &config,
+                              const DataSource &data, int batches);
 
-/// Trains `model` (resuming from options.outDir when it has a checkpoint
-/// and options.resume). Progress goes to `log` (stderr).
-Expected<TrainSummary> train(Model &model, const DataSource &data, const TrainOptions &options,
-                             std::ostream &log);
+/// Trains `model`'s parameters (resuming from options.outDir when it has a
+/// checkpoint and options.resume). Progress goes to `log` (stderr).
+Expected<TrainSummary> train(ParameterStore &model, const DataSource &data,
+                             const TrainOptions &options, std::ostream &log);
 
 /// A finite-difference check of the model's gradients on one batch: for
 /// `probes` coordinates of every parameter tensor (drawn from `seed`),
@@ -131,11 +146,11 @@ struct GradCheckResult {
   int nonSmooth = 0;
 };
 /// How a gradient check evaluates the model on its batch: the mean loss and,
-/// with `backward`, the gradients in the model's buffers (Model::run by
-/// default; a compiled step writes gradients on every call).
+/// with `backward`, the gradients in the model's buffers (a compiled step
+/// writes gradients on every call).
 using LossFn = std::function<Expected<double>(bool backward)>;
-Expected<GradCheckResult> gradientCheck(Model &model, const Batch &batch, int probes, float eps,
-                                        uint64_t seed, double floor = 1e-2, LossFn loss = {});
+Expected<GradCheckResult> gradientCheck(ParameterStore &model, int probes, float eps, uint64_t seed,
+                                        const LossFn &loss, double floor = 1e-2);
 
 /// Writes an SVG line plot of `losses` (per step, starting at `firstStep`).
 Status writeLossSvg(const std::string &path, const std::vector<double> &losses, int64_t firstStep,

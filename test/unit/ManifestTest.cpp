@@ -91,6 +91,42 @@ TEST(Manifest, RoundTripsEveryField) {
   EXPECT_EQ(writeManifest(*back), text);
 }
 
+TEST(Manifest, TheInferenceFunctionRoundTripsAndMayBeAbsent) {
+  Manifest m = sample();
+  // Artifacts from before the inference function have none: it stays empty.
+  Expected<Manifest> older = parseManifest(writeManifest(m), "manifest.json");
+  ASSERT_TRUE(older.ok()) << older.error();
+  EXPECT_TRUE(older->models[0].inferSymbol.empty());
+  EXPECT_EQ(writeManifest(m).find("\"inference\""), std::string::npos);
+  ManifestModel &mm = m.models[0];
+  mm.inferSource = "model_m.cpp", mm.inferSymbol = "attnc_infer_m";
+  mm.inferArenaBytes = 65536, mm.inferBatch = 1, mm.inferArgs = {"tokens", "tok_emb"};
+  const std::string text = writeManifest(m);
+  Expected<Manifest> back = parseManifest(text, "manifest.json");
+  ASSERT_TRUE(back.ok()) << back.error() << "\n" << text;
+  const ManifestModel &b = back->models[0];
+  EXPECT_EQ(b.inferSource, "model_m.cpp");
+  EXPECT_EQ(b.inferSymbol, "attnc_infer_m");
+  EXPECT_EQ(b.inferArenaBytes, 65536);
+  EXPECT_EQ(b.inferBatch, 1);
+  EXPECT_EQ(b.inferArgs, mm.inferArgs);
+  EXPECT_EQ(writeManifest(*back), text);
+  // A broken entry is an error naming the field.
+  std::string bad = text;
+  const std::string batch = "\"batch\": 1,";
+  bad.replace(bad.find(batch), batch.size(), "\"batch\": 0,");
+  Expected<Manifest> zero = parseManifest(bad, "manifest.json");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.error().find("models[0].inference: batch must be positive"), std::string::npos)
+      << zero.error();
+  bad = text;
+  const std::string symbol = "\"symbol\": \"attnc_infer_m\"";
+  bad.replace(bad.find(symbol), symbol.size(), "\"symbol\": 7");
+  Expected<Manifest> typed = parseManifest(bad, "manifest.json");
+  ASSERT_FALSE(typed.ok());
+  EXPECT_NE(typed.error().find("models[0].inference.symbol"), std::string::npos) << typed.error();
+}
+
 TEST(Manifest, DoublesKeepEveryBitAndKeysAreSorted) {
   const std::string text = writeManifest(sample());
   EXPECT_NE(text.find("\"dropout\": 0.20000000000000001"), std::string::npos) << text;

@@ -1,4 +1,4 @@
-//===- TrainLayersTest.cpp - runtime/train/Layers.h against references ----===//
+//===- TrainLayersTest.cpp - test/reference/Layers.h against references ---===//
 //
 // Every op against a plain double-precision reference written here, on shapes
 // that are multiples of nothing; the references' own gradients against
@@ -8,7 +8,7 @@
 // bit; bit-identical results with 1 and 2 OpenMP threads.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/train/Layers.h"
+#include "test/reference/Layers.h"
 
 #include <gtest/gtest.h>
 

@@ -103,8 +103,8 @@ int main(int argc, char **argv) {
   bench->add_option("--linformer-table", bopts.linformerTable,
                     "only the Linformer paper's inference table for this spec's low-rank model");
   bench->add_option("--engines", bopts.enginesSpec,
-                    "only one training step of this spec's model on the runtime engine and "
-                    "on the compiled one (time, memory)");
+                    "only one training step of this spec's compiled model, keeping every "
+                    "activation and (standard layers) recomputing each layer (time, memory)");
   bench->add_option("--model", bopts.model, "--engines: which model of the spec");
   bench->add_option("--layers", bopts.layers, "--linformer-table: layers of the models")
       ->check(CLI::PositiveNumber)
@@ -236,17 +236,13 @@ int main(int argc, char **argv) {
   trainCmd->add_option("--grad-check-tol", topts.gradCheckTol, "largest relative error")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  trainCmd->add_flag("--check-reversible", topts.checkReversible,
-                     "instead of training: compare the reversible backward with one from "
-                     "stored inputs, and print the activation plans for 2, 6, 12 layers");
-
   trainCmd
       ->add_option("--engine", topts.engine,
-                   "compiled: the training step compiled by the whole-model passes; "
-                   "runtime: the runtime assembles each step around the generated attention; "
+                   "compiled: the training step compiled by the whole-model passes (its "
+                   "C++ on the CPU, its CUDA step with --target cuda); "
                    "cuda-sim: the compiled CUDA step with its kernels on a SIMT emulator "
                    "on the CPU (slow: checks the generated CUDA without a GPU)")
-      ->check(CLI::IsMember({"runtime", "compiled", "cuda-sim"}))
+      ->check(CLI::IsMember({"compiled", "cuda-sim"}))
       ->capture_default_str();
   trainCmd
       ->add_option("--optimizer", topts.optimizer,
@@ -259,9 +255,6 @@ int main(int argc, char **argv) {
                      "compiled engine: keep every standard layer's activations for the "
                      "backward instead of recomputing each layer from its input (faster, "
                      "more memory)");
-  trainCmd->add_flag("--compare-engines", topts.compareEngines,
-                     "instead of training: one batch through both engines; compare the "
-                     "losses and every parameter gradient");
 
   CLI::App *generateCmd =
       app.add_subcommand("generate", "Continue a prompt with a trained causal model");

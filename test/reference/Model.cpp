@@ -1,5 +1,5 @@
-//===- Model.cpp - A byte-level Transformer around generated attention ----===//
-#include "runtime/train/Model.h"
+//===- Model.cpp - The whole-model reference: a hand-assembled step -------===//
+#include "test/reference/Model.h"
 
 #include "runtime/Philox.h"
 
@@ -61,160 +61,28 @@ void addTensorInto(std::vector<float> &dst, const st::Tensor &t) {
 
 } // namespace
 
-Model::Param *Model::add(const std::string &name, std::vector<int64_t> shape, bool decay) {
-  auto p = std::make_unique<Param>();
-  p->name = name;
-  p->shape = std::move(shape);
-  int64_t n = 1;
-  for (int64_t d : p->shape)
-    n *= d;
-  p->value.assign(size_t(n), 0.0f);
-  p->grad.assign(size_t(n), 0.0f);
-  p->decay = decay;
-  params_.push_back(std::move(p));
-  return params_.back().get();
-}
-
-Model::Model(ModelConfig config, AttentionFn attention, uint64_t seed)
-    : cfg_(std::move(config)), attn_(std::move(attention)) {
-  const int D = cfg_.dModel, F = cfg_.dff, V = cfg_.vocab, S = cfg_.seq, H = cfg_.heads;
-  const int Dh = D / H;
-  // MLM adds the mask token as one more embedding row (docs/training.md).
-  tok_ = add("tok_emb", {V + (cfg_.objective == Objective::Mlm ? 1 : 0), D}, true);
-  pos_ = add("pos_emb", {S, D}, false);
-  if (cfg_.lowrank && cfg_.share == "layerwise")
-    sharedE_ = add("lowrank.E", {cfg_.lowrankK, S}, true);
+Model::Model(ParameterStore &store, AttentionFn attention)
+    : cfg_(store.config()), store_(store), attn_(std::move(attention)) {
+  tok_ = store.find("tok_emb");
+  pos_ = store.find("pos_emb");
+  sharedE_ = store.find("lowrank.E");
   for (int l = 0; l < cfg_.layers; ++l) {
-    std::string p = "layers." + std::to_string(l) + ".";
+    const std::string p = "layers." + std::to_string(l) + ".";
+    auto get = [&](const char *name) { return store.find(p + name); };
     LayerParams L;
-    L.ln1g = add(p + "ln1.gamma", {D}, false);
-    L.ln1b = add(p + "ln1.beta", {D}, false);
-    L.wq = add(p + "attn.wq", {D, D}, true);
-    L.bq = add(p + "attn.bq", {D}, false);
-    if (!cfg_.sharedQk) {
-      L.wk = add(p + "attn.wk", {D, D}, true);
-      L.bk = add(p + "attn.bk", {D}, false);
-    }
-    L.wv = add(p + "attn.wv", {D, D}, true);
-    L.bv = add(p + "attn.bv", {D}, false);
-    L.wo = add(p + "attn.wo", {D, D}, true);
-    L.bo = add(p + "attn.bo", {D}, false);
-    if (cfg_.ffn || cfg_.reversible) {
-      L.ln2g = add(p + "ln2.gamma", {D}, false);
-      L.ln2b = add(p + "ln2.beta", {D}, false);
-      L.w1 = add(p + "ffn.w1", {D, F}, true);
-      L.b1 = add(p + "ffn.b1", {F}, false);
-      L.w2 = add(p + "ffn.w2", {F, D}, true);
-      L.b2 = add(p + "ffn.b2", {D}, false);
-    }
-    if (cfg_.lowrank && cfg_.share != "layerwise") {
-      std::vector<int64_t> shape = {cfg_.lowrankK, S};
-      if (cfg_.share == "none")
-        shape.insert(shape.begin(), H);
-      L.E = add(p + "attn.E", shape, true);
-      if (cfg_.share == "none" || cfg_.share == "headwise")
-        L.F = add(p + "attn.F", shape, true);
-    }
-    if (!cfg_.headParams.empty())
-      L.headParams = add(p + "attn.head_params", {int64_t(cfg_.headParams.size()), H}, false);
-    if (cfg_.lshRounds > 0) {
-      std::vector<float> r(size_t(cfg_.lshRounds) * Dh * (cfg_.lshBuckets / 2));
-      philox::lshRotations(cfg_.lshSeed, uint32_t(l), r);
-      L.rotations = st::Tensor::f32({cfg_.lshRounds, Dh, cfg_.lshBuckets / 2}, r);
-    }
-    layers_.push_back(std::move(L));
+    L.ln1g = get("ln1.gamma"), L.ln1b = get("ln1.beta");
+    L.wq = get("attn.wq"), L.bq = get("attn.bq"), L.wk = get("attn.wk"), L.bk = get("attn.bk");
+    L.wv = get("attn.wv"), L.bv = get("attn.bv"), L.wo = get("attn.wo"), L.bo = get("attn.bo");
+    L.ln2g = get("ln2.gamma"), L.ln2b = get("ln2.beta");
+    L.w1 = get("ffn.w1"), L.b1 = get("ffn.b1"), L.w2 = get("ffn.w2"), L.b2 = get("ffn.b2");
+    L.E = get("attn.E"), L.F = get("attn.F"), L.headParams = get("attn.head_params");
+    L.rotations = store.constant(p + "attn.lsh_rotations");
+    layers_.push_back(L);
   }
-  int width = cfg_.reversible ? 2 * D : D;
-  lnfG_ = add("final_ln.gamma", {width}, false);
-  lnfB_ = add("final_ln.beta", {width}, false);
-  wout_ = add("head.w", {width, V}, true);
-  bout_ = add("head.b", {V}, false);
-  init(seed);
-}
-
-void Model::init(uint64_t seed) {
-  // N(0, 0.02) weights from Philox (stream = parameter index), the output
-  // projections scaled by 1/sqrt(2·layers) (GPT-2), norms' gains 1.
-  const float outScale = 1.0f / std::sqrt(2.0f * float(std::max(1, cfg_.layers)));
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Param &p = *params_[i];
-    const std::string &n = p.name;
-    auto endsWith = [&](const char *suf) {
-      size_t m = std::strlen(suf);
-      return n.size() >= m && n.compare(n.size() - m, m, suf) == 0;
-    };
-    if (endsWith(".gamma")) {
-      std::fill(p.value.begin(), p.value.end(), 1.0f);
-      continue;
-    }
-    if (endsWith("head_params")) {
-      const int H = cfg_.heads;
-      for (size_t k = 0; k < cfg_.headParams.size(); ++k)
-        for (int h = 0; h < H; ++h)
-          p.value[k * H + h] = cfg_.headParams[k].alibi
-                                   ? float(std::exp2(-8.0 * double(h + 1) / double(H)))
-                                   : cfg_.headParams[k].value;
-      continue;
-    }
-    bool bias = endsWith(".beta") || endsWith(".bq") || endsWith(".bk") || endsWith(".bv") ||
-                endsWith(".bo") || endsWith(".b1") || endsWith(".b2") || endsWith("head.b");
-    if (bias)
-      continue;
-    float stddev = 0.02f;
-    if (endsWith(".E") || endsWith(".F")) // Xavier over [k, S], as fairseq's Linformer
-      stddev = float(std::sqrt(2.0 / double(cfg_.lowrankK + cfg_.seq)));
-    if (endsWith("attn.wo") || endsWith("ffn.w2"))
-      stddev *= outScale;
-    for (size_t k = 0; k < p.value.size(); ++k)
-      p.value[k] = stddev * philox::normal(seed, uint32_t(1000 + i), k);
-  }
-}
-
-void Model::zeroGrads() {
-  for (auto &p : params_)
-    std::fill(p->grad.begin(), p->grad.end(), 0.0f);
-}
-
-std::vector<ParamRef> Model::params() {
-  std::vector<ParamRef> out;
-  for (auto &p : params_)
-    out.push_back({p->name, p->value.data(), p->grad.data(), int64_t(p->value.size()), p->decay});
-  return out;
-}
-
-const st::Tensor *Model::constant(const std::string &name) const {
-  for (size_t l = 0; l < layers_.size(); ++l)
-    if (cfg_.lshRounds > 0 && name == "layers." + std::to_string(l) + ".attn.lsh_rotations")
-      return &layers_[l].rotations;
-  return nullptr;
-}
-
-int64_t Model::numParams() const {
-  int64_t n = 0;
-  for (auto &p : params_)
-    n += int64_t(p->value.size());
-  return n;
-}
-
-void Model::saveWeights(st::File &out) const {
-  for (auto &p : params_)
-    out.tensors[p->name] = asTensor(p->shape, p->value);
-}
-
-Status Model::loadWeights(const st::File &in) {
-  for (auto &p : params_) {
-    auto it = in.tensors.find(p->name);
-    if (it == in.tensors.end())
-      return makeError("weights: missing tensor '" + p->name + "'");
-    if (it->second.dtype != st::DType::F32 || it->second.shape != p->shape)
-      return makeError("weights: tensor '" + p->name + "' is " + st::dtypeName(it->second.dtype) +
-                       " " + it->second.shapeStr() + "; the model needs F32 " +
-                       st::Tensor::f32(p->shape, {}).shapeStr());
-    // Copy into the existing storage: ParamRefs handed out earlier point at it.
-    std::vector<float> v = it->second.asF32();
-    std::copy(v.begin(), v.end(), p->value.begin());
-  }
-  return {};
+  lnfG_ = store.find("final_ln.gamma");
+  lnfB_ = store.find("final_ln.beta");
+  wout_ = store.find("head.w");
+  bout_ = store.find("head.b");
 }
 
 Status Model::attention(int l, const float *z, float *a, int B, const float *dA, float *dz) {
@@ -254,7 +122,7 @@ Status Model::attention(int l, const float *z, float *a, int B, const float *dA,
     in.params = &tP;
   }
   if (cfg_.lshRounds > 0)
-    in.rotations = &L.rotations;
+    in.rotations = L.rotations;
   std::vector<float> dOut;
   if (dA) {
     dOut.resize(size_t(R) * D);
@@ -601,9 +469,9 @@ Model::InferencePlan Model::inferencePlan(int batch, int64_t attentionWorkspaceB
   InferencePlan p;
   int64_t rotations = 0;
   for (const LayerParams &L : layers_)
-    rotations += L.rotations.numel();
-  p.weightBytes = 4 * (2 * numParams() + rotations); // value and grad of every parameter
-  p.inputBytes = 4 * 2 * R;                          // Batch::inputs, targets
+    rotations += L.rotations ? L.rotations->numel() : 0;
+  p.weightBytes = 4 * (2 * store_.numParams() + rotations); // value and grad of every parameter
+  p.inputBytes = 4 * 2 * R;                                 // Batch::inputs, targets
   // Live for the whole run: x, top, y (standard) or x2 (reversible), and the
   // logits kept from the previous call.
   const int64_t run = RD + R * W + RD + R * V;

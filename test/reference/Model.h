@@ -1,6 +1,9 @@
-//===- Model.h - A byte-level Transformer around generated attention -*- C++ -*-===//
+//===- Model.h - The whole-model reference: a hand-assembled step -*- C++ -*-===//
 //
-// The model of docs/training.md, fp32 on the CPU: embeddings, standard
+// The tests' reference for the compiled step (attnc-reference compare,
+// test/train/compiled-step.test): the model of docs/training.md assembled
+// by hand from Layers.h, fp32 on the CPU, around the same generated
+// attention kernels and the same parameter store: embeddings, standard
 // (pre-norm) or reversible layers whose attention is the spec's generated
 // kernel, chunked feed-forward blocks, final layer norm and head, and the
 // loss. Forward and backward; parameters and their gradients are named
@@ -13,12 +16,14 @@
 // ActivationPlan() reports both, in bytes.
 //
 //===----------------------------------------------------------------------===//
-#ifndef ATTNC_RUNTIME_TRAIN_MODEL_H
-#define ATTNC_RUNTIME_TRAIN_MODEL_H
+#ifndef ATTNC_TEST_REFERENCE_MODEL_H
+#define ATTNC_TEST_REFERENCE_MODEL_H
 
 #include "runtime/CpuAttention.h"
 #include "runtime/train/Data.h"
-#include "runtime/train/Layers.h"
+#include "test/reference/Layers.h"
+#include "runtime/train/ModelConfig.h"
+#include "runtime/train/Parameters.h"
 #include "runtime/train/Optimizer.h"
 
 #include <functional>
@@ -26,49 +31,6 @@
 #include <memory>
 
 namespace attnc::train {
-
-enum class Objective { CausalLm, Mlm, Duplicate };
-
-/// A per-head parameter of the attention variant (AttentionIO's ParamDecl).
-struct HeadParamInit {
-  std::string name;
-  bool alibi = false;
-  float value = 0;
-  bool learned = true;
-};
-
-struct ModelConfig {
-  int vocab = 256, seq = 128, dModel = 64, heads = 2, dff = 256, layers = 1;
-  bool reversible = false;
-  bool ffn = true; ///< false: attention-only standard layers (no ffn clause)
-  Activation act = Activation::Gelu;
-  int ffnChunk = 0; ///< rows per FFN chunk; 0: all rows at once
-  Objective objective = Objective::CausalLm;
-  // The attention variant.
-  bool sharedQk = false; ///< LSH: keys are the normalised queries
-  int lshRounds = 0, lshBuckets = 0;
-  uint64_t lshSeed = 0; ///< rotations of layer l: Philox stream l
-  bool lowrank = false;
-  std::string share; ///< none, headwise, kv, layerwise
-  int lowrankK = 0;
-  std::vector<HeadParamInit> headParams;
-  /// Dropout on the residual branches (after attention, after the FFN)
-  /// while training; masks from Philox (dropoutSeed, layer and branch,
-  /// step, element), so a reversible backward replays them exactly.
-  float dropout = 0;
-  uint64_t dropoutSeed = 0;
-  /// The attention variant's own dropout (applied by its kernels while
-  /// training; their Philox offset is step * 4096 + layer).
-  float attentionDropout = 0;
-  /// Testing aid: reversible layers also store their inputs and the
-  /// backward uses them instead of the rebuilt ones (the gradients must
-  /// agree; memory then grows with depth like standard layers).
-  bool storeReversibleInputs = false;
-};
-
-/// Runs one attention op: out, lse and, when inputs.dout is set, gradients
-/// (a compiled CpuAttention, or a test double).
-using AttentionFn = std::function<Expected<AttentionOutputs>(const AttentionInputs &)>;
 
 /// Loss and counts of one batch.
 struct StepResult {
@@ -78,10 +40,12 @@ struct StepResult {
 
 class Model {
 public:
-  /// Parameters initialised from `seed` (docs/training.md).
-  Model(ModelConfig config, AttentionFn attention, uint64_t seed);
+  /// The hand-assembled forward and backward over `store`'s parameters
+  /// (which must outlive it), calling `attention` for each layer.
+  Model(ParameterStore &store, AttentionFn attention);
 
   const ModelConfig &config() const { return cfg_; }
+  ParameterStore &store() { return store_; }
 
   /// Forward (and, with `backward`, backward accumulating into the
   /// gradients) of one batch. Errors come from the attention kernel.
@@ -96,20 +60,6 @@ public:
     dropoutOn_ = on && cfg_.dropout > 0;
     dropoutStep_ = step;
   }
-
-  void zeroGrads();
-  /// Every parameter with its gradient, in a fixed order; the pointers stay
-  /// valid for the model's lifetime (loadWeights copies into them).
-  std::vector<ParamRef> params();
-  /// Weights as tensors (checkpoints), and loading them back (shapes
-  /// checked, errors name the tensor).
-  void saveWeights(st::File &out) const;
-  Status loadWeights(const st::File &in);
-  int64_t numParams() const;
-  /// A constant input of the model by name, as a compiled step's arguments
-  /// name them: "layers.L.attn.lsh_rotations" is layer L's LSH rotations.
-  /// Null when the model has no such constant.
-  const st::Tensor *constant(const std::string &name) const;
 
   /// Bytes kept between the forward and backward passes for `batch` rows
   /// (layer inputs of standard layers, the final activations) and the peak
@@ -143,20 +93,14 @@ public:
   InferencePlan inferencePlan(int batch, int64_t attentionWorkspaceBytes = 0) const;
 
 private:
-  struct Param {
-    std::string name;
-    std::vector<int64_t> shape;
-    std::vector<float> value, grad;
-    bool decay = true;
-  };
+  using Param = Parameter;
   struct LayerParams {
     Param *ln1g, *ln1b, *wq, *bq, *wk = nullptr, *bk = nullptr, *wv, *bv, *wo, *bo;
     Param *ln2g = nullptr, *ln2b = nullptr, *w1 = nullptr, *b1 = nullptr, *w2 = nullptr,
           *b2 = nullptr; ///< null for attention-only layers
     Param *E = nullptr, *F = nullptr, *headParams = nullptr;
-    st::Tensor rotations;
+    const st::Tensor *rotations = nullptr;
   };
-  Param *add(const std::string &name, std::vector<int64_t> shape, bool decay);
   /// y += FFN(z) of layer l (through the dropout mask when on).
   void addFfn(int l, const float *z, float *y, int64_t R);
   /// v *= the dropout mask of (layer, branch 0 attention / 1 FFN) / (1 − p),
@@ -166,7 +110,6 @@ private:
   /// else `d` through the same mask, in `buffer`.
   const float *maskedCotangent(int layer, int branch, const float *d, int64_t n,
                                std::vector<float> &buffer) const;
-  void init(uint64_t seed);
 
   // One attention block a = Attn(z) (+ its backward when dA is non-null:
   // dz written). Uses scratch of the model.
@@ -179,8 +122,8 @@ private:
   Status reversibleBackward(int l, float *y1, float *y2, float *dy1, float *dy2, int B);
 
   ModelConfig cfg_;
+  ParameterStore &store_;
   AttentionFn attn_;
-  std::vector<std::unique_ptr<Param>> params_;
   std::vector<LayerParams> layers_;
   Param *tok_, *pos_, *lnfG_, *lnfB_, *wout_, *bout_;
   Param *sharedE_ = nullptr; ///< layerwise low-rank
@@ -192,4 +135,4 @@ private:
 
 } // namespace attnc::train
 
-#endif // ATTNC_RUNTIME_TRAIN_MODEL_H
+#endif // ATTNC_TEST_REFERENCE_MODEL_H

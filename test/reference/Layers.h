@@ -1,8 +1,11 @@
-//===- Layers.h - CPU building blocks of the training runtime ---*- C++ -*-===//
+//===- Layers.h - Building blocks of the whole-model reference --*- C++ -*-===//
 //
 // fp32 forward and backward of the pieces a model is made of, around the
-// generated attention kernels: embeddings, layer norm, linear maps (CBLAS),
-// the chunked feed-forward block and softmax cross-entropy. All tensors are
+// generated attention kernels: embeddings, layer norm, linear maps, the
+// chunked feed-forward block (the loss is runtime/train/CrossEntropy.h).
+// The hand-assembled reference model (Model.h) strings them together; the
+// tests hold the compiled step to it. Its GEMMs are the training runtime's
+// (runtime/train/Gemm.h). All tensors are
 // contiguous row-major float arrays; `rows` is the number of token rows
 // (B·S). Conventions:
 //   - backward functions *accumulate* into parameter gradients (d_w += ...)
@@ -13,8 +16,11 @@
 // Semantics: docs/design.md, Semantics (chunked feed-forward) and docs/training.md.
 //
 //===----------------------------------------------------------------------===//
-#ifndef ATTNC_RUNTIME_TRAIN_LAYERS_H
-#define ATTNC_RUNTIME_TRAIN_LAYERS_H
+#ifndef ATTNC_TEST_REFERENCE_LAYERS_H
+#define ATTNC_TEST_REFERENCE_LAYERS_H
+
+#include "runtime/train/CrossEntropy.h"
+#include "runtime/train/ModelConfig.h"
 
 #include <cstdint>
 #include <vector>
@@ -38,11 +44,6 @@ void layerNormBackward(const float *dy, const float *x, const float *gamma, cons
                        const float *rstd, float *dx, float *dgamma, float *dbeta, int64_t rows,
                        int dim);
 
-/// C[M, N] = op(A)·op(B), row-major, op transposing when ta / tb is set
-/// (the compiled model step's GEMM; the same loops as the layers use).
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
-          float *C);
-
 /// y = x·w + b, x [rows, in], w [in, out], b [out] or null. `accumulate`
 /// adds into y instead of overwriting it.
 void linearForward(const float *x, const float *w, const float *b, float *y, int64_t rows, int in,
@@ -51,8 +52,6 @@ void linearForward(const float *x, const float *w, const float *b, float *y, int
 /// dw += xᵀ·dy, db += Σ_rows dy (or null).
 void linearBackward(const float *dy, const float *x, const float *w, float *dx, float *dw,
                     float *db, int64_t rows, int in, int out, bool accumulateDx = false);
-
-enum class Activation { Relu, Gelu, Silu };
 
 /// FFN(x) = act(x·w1 + b1)·w2 + b2 over chunks of `chunk` rows, so the
 /// intermediate is chunk × dff, never rows × dff. Writes (or, with
@@ -67,18 +66,6 @@ void ffnBackward(const float *dy, const float *x, const float *w1, const float *
                  float *dx, float *dw1, float *db1, float *dw2, float *db2, int64_t rows, int dim,
                  int dff, int chunk, Activation act, bool accumulateDx = false);
 
-/// The result of a cross-entropy evaluation.
-struct CrossEntropy {
-  double lossSum = 0;  ///< Σ −log p(target) over counted rows (natural log)
-  int64_t count = 0;   ///< rows with a target ≥ 0
-  int64_t correct = 0; ///< counted rows whose argmax (first on ties) is the target
-};
-/// Softmax cross-entropy of logits [rows, vocab] against targets (−1:
-/// ignored). With dlogits non-null writes ∂(lossSum · gradScale)/∂logits
-/// (0 on ignored rows).
-CrossEntropy softmaxCrossEntropy(const float *logits, const int32_t *targets, float *dlogits,
-                                 int64_t rows, int vocab, float gradScale);
-
 } // namespace attnc::train
 
-#endif // ATTNC_RUNTIME_TRAIN_LAYERS_H
+#endif // ATTNC_TEST_REFERENCE_LAYERS_H

@@ -1,0 +1,259 @@
+//===- ModelSession.cpp - A spec's model prepared for training -----------===//
+#include "driver/ModelSession.h"
+#include "driver/Compile.h"
+#include "driver/ModelConfig.h"
+#include "driver/ModelGraph.h"
+#include "driver/Run.h"
+#include "driver/Spec.h"
+#include "driver/Tune.h"
+
+#include "runtime/CudaDriver.h"
+#include "runtime/FileSystem.h"
+#include "runtime/KernelCache.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+
+using namespace mlir;
+
+namespace attnc::driver {
+
+namespace {
+
+/// A run directory keeps the kernel choices of its first run (the attention
+/// tile and the FFN chunk, which may come from the tuning database):
+/// resuming and evaluating use the same ones whatever the database says now,
+/// since another tile or chunk sums in another order and would break the
+/// exact resume. The file names the spec (hash) and model it belongs to and
+/// is ignored for any other; `attnc train` writes it (a fresh run with
+/// --no-resume chooses again), eval/generate/fill read it, and the checks
+/// (--grad-check, --check-reversible) leave it alone.
+int pinRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Prepared &p,
+                  attn::VariantOp variant, train::ModelConfig &c) {
+  if (pin == Pin::None)
+    return kExitOk;
+  const std::string path = opt.out + "/kernel-choices.json";
+  attn::TileAttr tile = variant.getTile();
+  Expected<std::string> text = fs::readFile(path);
+  if (text && !(pin == Pin::ReadWrite && !opt.resume)) {
+    nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j["block_q"].is_number_integer() || !j["block_kv"].is_number_integer() ||
+        !j["ffn_chunk"].is_number_integer() || !j["spec_hash"].is_string() ||
+        !j["model"].is_string())
+      return commandError(cmd, path + " is not a kernel-choices file (an object with integer block_q, "
+                              "block_kv and ffn_chunk, and the spec_hash and model it belongs "
+                              "to); remove it to choose again");
+    if (j["spec_hash"] == p.specHash && j["model"] == p.name) {
+      const int64_t bq = j["block_q"], bkv = j["block_kv"], chunk = j["ffn_chunk"];
+      // k and LSH rounds/chunk shape the weights: the run's own values.
+      const int64_t k = j.value("k", int64_t(c.lowrankK));
+      const int64_t rounds = j.value("lsh_rounds", int64_t(c.lshRounds));
+      auto lsh = variant.getLshAttr();
+      const int64_t lshChunk = j.value("lsh_chunk", lsh ? int64_t(lsh.getChunk()) : 0);
+      if (bq != tile.getBlockQ() || bkv != tile.getBlockKv() || chunk != c.ffnChunk ||
+          k != c.lowrankK || rounds != c.lshRounds || (lsh && lshChunk != lsh.getChunk()))
+        std::cerr << "attnc " << cmd << ": using this run's kernel choices from " << path
+                  << " (tile " << bq << "x" << bkv << ", ffn chunk " << chunk
+                  << (c.lowrank ? ", k " + std::to_string(k) : "")
+                  << (lsh ? ", LSH rounds " + std::to_string(rounds) + " chunk " +
+                                std::to_string(lshChunk)
+                          : "")
+                  << ")\n";
+      variant.setTileAttr(
+          attn::TileAttr::get(variant.getContext(), bq, bkv, tile.getWarps(), tile.getStages()));
+      c.ffnChunk = int(chunk);
+      if (auto lr = variant.getLowrankAttr()) {
+        variant.setLowrankAttr(attn::LowRankAttr::get(variant.getContext(), k, lr.getShare()));
+        c.lowrankK = int(k);
+      }
+      if (lsh) {
+        variant.setLshAttr(attn::LshAttr::get(variant.getContext(), lsh.getBuckets(), rounds,
+                                              lshChunk, lsh.getBefore(), lsh.getAfter(),
+                                              lsh.getSeed(), lsh.getDenseFallback()));
+        c.lshRounds = int(rounds);
+      }
+      return kExitOk;
+    }
+  }
+  if (pin != Pin::ReadWrite)
+    return kExitOk;
+  // Another spec's or model's file with its checkpoint stays: loading that
+  // checkpoint fails with a spec mismatch, and that run keeps its choices.
+  if (text && opt.resume && fs::readFile(opt.out + "/latest.json"))
+    return kExitOk;
+  nlohmann::json j = {{"spec_hash", p.specHash},
+                      {"model", p.name},
+                      {"block_q", tile.getBlockQ()},
+                      {"block_kv", tile.getBlockKv()},
+                      {"ffn_chunk", c.ffnChunk}};
+  if (c.lowrank)
+    j["k"] = c.lowrankK;
+  if (auto lsh = variant.getLshAttr())
+    j["lsh_rounds"] = lsh.getRounds(), j["lsh_chunk"] = lsh.getChunk();
+  if (Status st = fs::createDirectories(opt.out); !st)
+    return commandError(cmd, st.error());
+  if (Status st = fs::writeFileAtomic(path, j.dump(2) + "\n"); !st)
+    return commandError(cmd, st.error());
+  return kExitOk;
+}
+
+
+} // namespace
+
+int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin) {
+  if (opt.target != "cpu" && opt.target != "cuda")
+    return commandError(cmd, "--target " + opt.target + ": targets are cpu and cuda");
+  if (opt.target == "cuda") {
+    if (std::string(cmd) != "train")
+      return commandError(cmd, "--target cuda: only attnc train runs on the GPU so far (eval, "
+                       "generate and fill run on the CPU: leave --target out)");
+    if (opt.engine == "cuda-sim")
+      return commandError(cmd, "--engine cuda-sim emulates the CUDA step on the CPU; it does not "
+                       "take --target cuda");
+    if (Status driver = cuda::Driver::available(); !driver)
+      return commandError(cmd, "--target cuda: " + driver.error() +
+                           " (--engine cuda-sim checks the CUDA step on the CPU)");
+  } else if (opt.precision != "auto" && opt.precision != "f32" && opt.engine != "cuda-sim") {
+    return commandError(cmd, "--precision " + opt.precision +
+                         " needs --target cuda or --engine "
+                         "cuda-sim (the CPU step trains in fp32)");
+  }
+  p.target = opt.target, p.precision = opt.precision, p.lossScale = opt.lossScale;
+  std::string text;
+  p.module = loadSpecModule(opt.spec, cmd, p.context, &text);
+  if (!p.module)
+    return kExitInput;
+  p.specHash = sha256Hex(text);
+  const std::set<std::string> autoFfn = modelsWithAutoFfnChunk(*p.module);
+  // The tuning database's CPU tiles and accuracy choices (attn-apply-tuning),
+  // then the heuristics; the FFN chunk from the database below.
+  ResolvePipelineOptions resolve;
+  resolve.tuningDb = tuningDbPath();
+  resolve.report = true;
+  if (!runResolvePipeline(*p.module, resolve))
+    return kExitInput;
+  attn::ModelOp model;
+  std::string names;
+  int count = 0;
+  for (attn::ModelOp m : p.module->getOps<attn::ModelOp>()) {
+    names += (names.empty() ? "" : ", ") + m.getSymName().str();
+    ++count;
+    if (m.getSymName() == opt.model || (opt.model.empty() && count == 1))
+      model = m;
+  }
+  if (opt.model.empty() && count > 1)
+    return commandError(cmd, "the spec has several models (" + names + "); name one with --model");
+  if (!model)
+    return commandError(cmd, names.empty() ? "'" + opt.spec + "' has no model to train"
+                                   : "no model '" + opt.model + "' in " + opt.spec +
+                                         " (it has: " + names + ")");
+  p.name = model.getSymName().str();
+  // The model's dtype is the GPU step's compute precision unless
+  // --precision names one (the CPU trains in fp32 either way).
+  const std::string dtype = attn::stringifyDType(model.getDtype()).str();
+  if (p.precision == "auto")
+    p.precision = p.target == "cpu" && opt.engine != "cuda-sim" ? "f32"
+                  : dtype == "fp32"                             ? "f32"
+                                                                : dtype;
+  auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
+  auto variant =
+      SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
+  train::ModelConfig &c = p.config;
+  c = modelConfigOf(model, layer, variant);
+  c.dropoutSeed = opt.seed;
+  if (c.dModel % c.heads)
+    return commandError(cmd, "d_model " + std::to_string(c.dModel) + " is not a multiple of heads " +
+                         std::to_string(c.heads));
+  if (autoFfn.count(p.name))
+    if (int chunk = tunedFfnChunk(TuningLookup::open(), c, std::cerr))
+      c.ffnChunk = chunk > 0 ? chunk : 0;
+  if (int rc = pinRunChoices(cmd, opt, pin, p, variant, c))
+    return rc;
+  codegen::AttentionShape shape;
+  shape.batch = opt.batch, shape.heads = c.heads, shape.seq = c.seq;
+  shape.headDim = c.dModel / c.heads, shape.maxSeq = c.seq;
+  shape.elementType = FloatType::getF32(&p.context);
+  shape.withLengths = true;
+  shape.differentiate = true;
+  if (p.target == "cuda") {
+    Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0);
+    if (!dev)
+      return commandError(cmd, dev.error());
+    // On the GPU the attention computes in the model's dtype (inputs and
+    // outputs stay fp32 in the step; CudaAttention converts).
+    codegen::AttentionShape gpuShape = shape;
+    Builder bld(&p.context);
+    gpuShape.elementType = dtype == "fp16"   ? Type(bld.getF16Type())
+                           : dtype == "bf16" ? Type(bld.getBF16Type())
+                                             : Type(bld.getF32Type());
+    std::optional<CudaAttention> kernels;
+    if (int rc = compileCudaAttention(*p.module, variant, gpuShape, dev->arch(), kernels))
+      return rc;
+    p.cudaKernels = std::make_shared<CudaAttention>(std::move(*kernels));
+    std::cerr << "attnc " << cmd << ": on " << dev->describe() << "\n";
+  }
+  return compileCpuAttention(*p.module, variant, shape, p.kernels);
+}
+
+train::AttentionFn attentionOf(Prepared &p) {
+  if (p.cudaKernels)
+    return [k = p.cudaKernels](const AttentionInputs &in) { return k->run(in); };
+  return [&p](const AttentionInputs &in) { return p.kernels->run(in); };
+}
+
+/// The compiled training step and inference function of the prepared model.
+Expected<std::unique_ptr<train::CompiledStep>>
+compiledStep(Prepared &p, train::ParameterStore &store, const StepPlan &plan) {
+  // Reversible layers rebuild their inputs anyway.
+  const bool recomputeLayers = plan.recomputeLayers && !p.config.reversible;
+  attn::ModelOp m;
+  for (attn::ModelOp op : p.module->getOps<attn::ModelOp>())
+    if (op.getSymName() == p.name)
+      m = op;
+  ModelGraph g;
+  ModelGraphOptions graph;
+  graph.batch = plan.batch > 0 ? plan.batch : plan.inferBatch;
+  graph.train = plan.batch > 0;
+  graph.infer = plan.inferBatch > 0;
+  graph.inferBatch = plan.inferBatch;
+  graph.emitSource = true, graph.recomputeLayers = recomputeLayers;
+  graph.fuseInChunks = plan.fuseInChunks;
+  // The FFN chunk the run uses (tuned, or pinned by kernel-choices.json)
+  // may differ from the spec's resolved one: the compiled functions use it.
+  graph.ffnChunk = p.config.ffnChunk;
+  if (!compileModelGraph(*p.module, m, graph, g))
+    return makeError("whole-model compilation of " + p.name + " failed (see the diagnostics)");
+  if (graph.train)
+    std::cerr << "attnc train: compiled step of " << p.name
+              << (recomputeLayers ? " (layers recomputed in the backward)" : "") << ": arena "
+              << g.arenaBytes / 1024 << " KiB, " << g.fusedKernels << " fused row kernels, "
+              << g.gemms << " GEMMs, " << g.attentionCalls << " attention calls\n";
+  // The CPU step; the CUDA step on the GPU; or the CUDA step with its
+  // kernels on the SIMT emulator. Inference runs the CPU C++ on all three.
+  train::StepEngine stepEngine = train::StepEngine::Cpu;
+  if (graph.train && p.target == "cuda") {
+    std::cerr << "attnc train: the CUDA step (" << g.step.cudaSymbol << ") on the GPU, GEMMs in "
+              << p.precision << "\n";
+    stepEngine = train::StepEngine::Cuda;
+  } else if (graph.train && plan.engine == "cuda-sim") {
+    std::cerr << "attnc train: cuda-sim: the CUDA step's kernels (" << g.step.cudaSymbol
+              << ") run on the SIMT emulator, GEMM inputs rounded as " << p.precision << "\n";
+    stepEngine = train::StepEngine::CudaSim;
+  }
+  if (!graph.train) { // inference only
+    g.step.symbol.clear();
+    g.step.cudaSymbol.clear();
+  }
+  train::StepPrecision precision;
+  precision.gemm = p.precision, precision.initialLossScale = p.lossScale;
+  return train::CompiledStep::create(
+      std::move(g.step), store, plan.attention ? plan.attention : attentionOf(p),
+      HostCompiler(&KernelCache::processDefault()), stepEngine, precision);
+}
+
+
+} // namespace attnc::driver
