@@ -44,9 +44,10 @@ int pinRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Pr
     if (!j.is_object() || !j["block_q"].is_number_integer() || !j["block_kv"].is_number_integer() ||
         !j["ffn_chunk"].is_number_integer() || !j["spec_hash"].is_string() ||
         !j["model"].is_string())
-      return commandError(cmd, path + " is not a kernel-choices file (an object with integer block_q, "
-                              "block_kv and ffn_chunk, and the spec_hash and model it belongs "
-                              "to); remove it to choose again");
+      return commandError(cmd, path +
+                                   " is not a kernel-choices file (an object with integer block_q, "
+                                   "block_kv and ffn_chunk, and the spec_hash and model it belongs "
+                                   "to); remove it to choose again");
     if (j["spec_hash"] == p.specHash && j["model"] == p.name) {
       const int64_t bq = j["block_q"], bkv = j["block_kv"], chunk = j["ffn_chunk"];
       // k and LSH rounds/chunk shape the weights: the run's own values.
@@ -101,7 +102,6 @@ int pinRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Pr
   return kExitOk;
 }
 
-
 } // namespace
 
 int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin) {
@@ -110,17 +110,17 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin) {
   if (opt.target == "cuda") {
     if (std::string(cmd) != "train")
       return commandError(cmd, "--target cuda: only attnc train runs on the GPU so far (eval, "
-                       "generate and fill run on the CPU: leave --target out)");
+                               "generate and fill run on the CPU: leave --target out)");
     if (opt.engine == "cuda-sim")
       return commandError(cmd, "--engine cuda-sim emulates the CUDA step on the CPU; it does not "
-                       "take --target cuda");
+                               "take --target cuda");
     if (Status driver = cuda::Driver::available(); !driver)
       return commandError(cmd, "--target cuda: " + driver.error() +
-                           " (--engine cuda-sim checks the CUDA step on the CPU)");
+                                   " (--engine cuda-sim checks the CUDA step on the CPU)");
   } else if (opt.precision != "auto" && opt.precision != "f32" && opt.engine != "cuda-sim") {
     return commandError(cmd, "--precision " + opt.precision +
-                         " needs --target cuda or --engine "
-                         "cuda-sim (the CPU step trains in fp32)");
+                                 " needs --target cuda or --engine "
+                                 "cuda-sim (the CPU step trains in fp32)");
   }
   p.target = opt.target, p.precision = opt.precision, p.lossScale = opt.lossScale;
   std::string text;
@@ -149,8 +149,8 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin) {
     return commandError(cmd, "the spec has several models (" + names + "); name one with --model");
   if (!model)
     return commandError(cmd, names.empty() ? "'" + opt.spec + "' has no model to train"
-                                   : "no model '" + opt.model + "' in " + opt.spec +
-                                         " (it has: " + names + ")");
+                                           : "no model '" + opt.model + "' in " + opt.spec +
+                                                 " (it has: " + names + ")");
   p.name = model.getSymName().str();
   // The model's dtype is the GPU step's compute precision unless
   // --precision names one (the CPU trains in fp32 either way).
@@ -166,8 +166,8 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin) {
   c = modelConfigOf(model, layer, variant);
   c.dropoutSeed = opt.seed;
   if (c.dModel % c.heads)
-    return commandError(cmd, "d_model " + std::to_string(c.dModel) + " is not a multiple of heads " +
-                         std::to_string(c.heads));
+    return commandError(cmd, "d_model " + std::to_string(c.dModel) +
+                                 " is not a multiple of heads " + std::to_string(c.heads));
   if (autoFfn.count(p.name))
     if (int chunk = tunedFfnChunk(TuningLookup::open(), c, std::cerr))
       c.ffnChunk = chunk > 0 ? chunk : 0;
@@ -254,6 +254,5 @@ compiledStep(Prepared &p, train::ParameterStore &store, const StepPlan &plan) {
       std::move(g.step), store, plan.attention ? plan.attention : attentionOf(p),
       HostCompiler(&KernelCache::processDefault()), stepEngine, precision);
 }
-
 
 } // namespace attnc::driver

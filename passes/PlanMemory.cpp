@@ -140,7 +140,7 @@ struct PlanMemoryPass : public attnc::impl::PlanMemoryBase<PlanMemoryPass> {
         if (!llvm::isa<RankedTensorType>(r.getType()))
           continue;
         // A returned gradient is written straight into the runtime's
-        // gradient buffer (codegen/ModelEmitter.cpp), not the arena.
+        // gradient buffer (codegen/ModelStepWalker.cpp), not the arena.
         if (llvm::any_of(r.getUses(), [](OpOperand &u) {
               return llvm::isa<func::ReturnOp>(u.getOwner()) && u.getOperandNumber() > 0;
             }))

@@ -1,7 +1,7 @@
 //===- CompiledStep.h - Running a compiled whole-model step ----*- C++ -*-===//
 //
 // The runtime half of whole-model compilation: loads the C++ the compiler
-// emitted for a @train_<model> function (codegen/ModelEmitter.cpp), gives
+// emitted for a @train_<model> function (codegen/ModelEmitterCpu.cpp), gives
 // it one arena of the planned size, the model's parameters (bound by name)
 // and the GEMM and attention it calls back into, and runs a training step:
 // the loss, with every parameter gradient written into the model's

@@ -123,7 +123,6 @@ int compareEngines(Prepared &p, const train::DataSource &data, const TrainCliOpt
   return ok ? kExitOk : kExitInput;
 }
 
-
 } // namespace
 
 int main(int argc, char **argv) {

@@ -4,7 +4,7 @@
 // compiled by the host compiler, runs on the SIMT block emulator
 // (codegen/kernels/emulator/attnc/simt_emulator.h: real barriers and warp
 // shuffles). Each fixed kernel gets the attnc_kargs layout its comment
-// documents and the launch shape codegen/ModelEmitter.cpp (or, for
+// documents and the launch shape codegen/ModelEmitterCuda.cpp (or, for
 // find_nonfinite, runtime/train/CompiledStepCuda.cpp) gives it, on random
 // inputs from fixed seeds, and is compared with a plain double-precision
 // reference written here, within a bound relative to the magnitude of
@@ -68,7 +68,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 /// Written one past each output; a kernel must leave it.
 constexpr float kGuard = 1234.5f;
 
-// codegen/ModelEmitter.cpp's block widths.
+// codegen/ModelEmitterCuda.cpp's block widths.
 constexpr int kColumnThreads = 128, kElementThreads = 256;
 static_assert(kColumnThreads == step::kColumnTile, "stage 1: one thread per column of a tile");
 

@@ -1,6 +1,6 @@
 //===- model_step.h - Skeleton of a generated whole-model step --*- C++ -*-===//
 //
-// What a generated `attnc_step_<model>` (codegen/ModelEmitter.cpp) calls
+// What a generated `attnc_step_<model>` (codegen/ModelEmitterCpu.cpp) calls
 // besides its own fused row kernels: the runtime's GEMM and attention
 // (through attnc_model_env), and the fixed reductions over rows, written
 // once here. Every reduction over rows runs rows in order (columns in

@@ -1,6 +1,6 @@
 //===- cpu_step_env.h - What a generated CPU step and its runtime share ----===//
 //
-// A generated CPU training step (codegen/ModelEmitter.cpp, --target cpu,
+// A generated CPU training step (codegen/ModelEmitterCpu.cpp, --target cpu,
 // `attnc_step_<model>`) runs its own fused row kernels and calls the
 // runtime for everything else: GEMMs, attention, and the report of a NaN or
 // Inf. This struct is that contract, read by the generated code (compiled

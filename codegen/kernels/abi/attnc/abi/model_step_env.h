@@ -1,6 +1,6 @@
 //===- model_step_env.h - What a generated CUDA step and its runtime share -===//
 //
-// A generated CUDA training step (codegen/ModelEmitter.cpp, --target cuda)
+// A generated CUDA training step (codegen/ModelEmitterCuda.cpp, --target cuda)
 // is two programs: kernels (NVRTC, `model_<name>.cu`) and host code
 // (`attnc_cuda_step_<model>`) that orders them, calls cuBLAS through the
 // runtime and never touches device memory itself. This header is the
