@@ -78,8 +78,7 @@ protected:
                                          const RowsFn &rows) = 0;
   /// An attn.fused_rows over `rows` rows from absolute row `row0`.
   virtual mlir::LogicalResult emitFusedRows(attn::FusedRowsOp fr, llvm::raw_ostream &os,
-                                            const std::string &rows,
-                                            const std::string &row0) = 0;
+                                            const std::string &rows, const std::string &row0) = 0;
   /// A chunked body's summed result zeroed before the chunks.
   virtual void emitZero(mlir::Value r, llvm::raw_ostream &os) = 0;
   /// After a chunk: its rows of `v` copied into `r`, or (sum) `v` added to `r`.
@@ -103,8 +102,8 @@ protected:
   std::string fresh(const char *prefix) { return prefix + std::to_string(counter++); }
   std::string name(mlir::Value v) { return names.lookup(v); }
   /// The statements computing one row of a row-local op.
-  mlir::LogicalResult rowStatements(mlir::Operation *op, llvm::raw_ostream &os,
-                                    const RowPtrFn &ptr, const std::string &row0);
+  mlir::LogicalResult rowStatements(mlir::Operation *op, llvm::raw_ostream &os, const RowPtrFn &ptr,
+                                    const std::string &row0);
 
   mlir::func::FuncOp func;
   llvm::DenseMap<mlir::Value, std::string> names; ///< pointer expression of values in memory

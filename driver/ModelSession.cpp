@@ -128,9 +128,8 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin) {
   if (!p.module)
     return kExitInput;
   p.specHash = sha256Hex(text);
-  const std::set<std::string> autoFfn = modelsWithAutoFfnChunk(*p.module);
-  // The tuning database's CPU tiles and accuracy choices (attn-apply-tuning),
-  // then the heuristics; the FFN chunk from the database below.
+  // The tuning database's CPU tiles, FFN chunks and accuracy choices
+  // (attn-apply-tuning), then the heuristics.
   ResolvePipelineOptions resolve;
   resolve.tuningDb = tuningDbPath();
   resolve.report = true;
@@ -168,9 +167,6 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin) {
   if (c.dModel % c.heads)
     return commandError(cmd, "d_model " + std::to_string(c.dModel) +
                                  " is not a multiple of heads " + std::to_string(c.heads));
-  if (autoFfn.count(p.name))
-    if (int chunk = tunedFfnChunk(TuningLookup::open(), c, std::cerr))
-      c.ffnChunk = chunk > 0 ? chunk : 0;
   if (int rc = pinRunChoices(cmd, opt, pin, p, variant, c))
     return rc;
   codegen::AttentionShape shape;

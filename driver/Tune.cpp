@@ -232,17 +232,6 @@ std::optional<Finalists> chooseAmongFinalists(size_t n, const std::function<doub
   return f;
 }
 
-TuningLookup TuningLookup::open() {
-  TuningLookup t;
-  t.path = tune::TuningDb::defaultPath();
-  Expected<tune::TuningDb> db = tune::TuningDb::open(t.path);
-  if (db)
-    t.db = std::move(*db);
-  else
-    t.error = db.error();
-  return t;
-}
-
 int runTune(const TuneOptions &opt) {
   const std::string path = dbPath(opt.db);
   if (opt.show) {

@@ -119,20 +119,6 @@ tune::KernelKey ffnKey(const train::ModelConfig &config);
 int tuneFfnChunk(mlir::ModuleOp module, attn::ModelOp model, const TuneOptions &options,
                  const std::string &dbPath, const std::string &toolchain, double &budgetLeft);
 
-/// The tuning database as attnc compile and attnc train consult it: read
-/// once per command ($ATTNC_TUNING_DB or the user's), or why it could not be.
-struct TuningLookup {
-  std::string path;
-  std::optional<tune::TuningDb> db; ///< empty: unreadable (see `error`)
-  std::string error;
-  static TuningLookup open();
-};
-
-/// The FFN chunk measured for `config` on this CPU: 0 when there is no
-/// entry, -1 for all rows at once, else the chunk; says which entry it used
-/// on `log`. attnc train calls it when the spec left the chunk `auto`.
-int tunedFfnChunk(const TuningLookup &tuned, const train::ModelConfig &config, std::ostream &log);
-
 /// attnc tune --target cuda: the forward tile space for --arch, compiled
 /// with NVRTC on --jobs threads and filtered by ptxas's report, then timed
 /// on the GPU when there is one (exit 2 when there is not).

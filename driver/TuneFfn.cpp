@@ -177,22 +177,4 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
   return kExitOk;
 }
 
-int tunedFfnChunk(const TuningLookup &tuned, const train::ModelConfig &config, std::ostream &log) {
-  const std::string &path = tuned.path;
-  const std::optional<tune::TuningDb> &db = tuned.db;
-  if (!db) {
-    log << "attnc: warning: " << tuned.error << "; using the heuristic FFN chunk\n";
-    return 0;
-  }
-  const tune::KernelKey key = ffnKey(config);
-  const tune::Entry *e = db->find(tune::cpuDevice(), key, tune::hostToolchain());
-  std::optional<int> parsed = e ? tune::parseFfnChunkConfig(e->config) : std::nullopt;
-  if (!parsed)
-    return 0;
-  const int chunk = *parsed;
-  log << "attnc: ffn: tuned " << e->config << " (" << e->medianMs << " ms per layer step) from "
-      << path << "\n";
-  return chunk > 0 ? chunk : -1; // -1: all rows at once
-}
-
 } // namespace attnc::driver

@@ -174,8 +174,8 @@ LogicalResult ModelOp::verify() {
 LogicalResult LayerOp::verify() {
   if (getReversible() && !getFfnAct())
     return emitOpError("a reversible layer needs a feed-forward block");
-  if (auto chunk = getFfnChunk(); chunk && !tunableIn(*chunk, 1, int64_t(1) << 24))
-    return emitOpError("ffn chunk must be positive or auto, found ") << *chunk;
+  if (auto chunk = getFfnChunk(); chunk && !tunableIn(*chunk, 0, int64_t(1) << 24))
+    return emitOpError("ffn chunk must be positive, 0 (all rows) or auto, found ") << *chunk;
   return success();
 }
 

@@ -136,7 +136,9 @@ def Attn_LayerOp : Attn_Op<"layer", [HasParent<"ModelOp">,
   let description = [{
     A pre-norm layer applying the attention variant `attention` and, when
     present, a feed-forward block with activation `ffn_act` evaluated over
-    sequence chunks of `ffn_chunk` positions (`auto` leaves it to the tuner).
+    sequence chunks of `ffn_chunk` positions (`auto` leaves it to the tuner;
+    0, which `attn-apply-tuning` writes when the tuner measured it fastest,
+    is all rows at once).
     A `reversible` layer is a RevNet block (Reformer) and needs the ffn.
 
     ```mlir

@@ -89,6 +89,8 @@ struct ApplyTuningPass : public attnc::impl::ApplyTuningBase<ApplyTuningPass> {
         applyAccuracy(tuned, model);
     for (ModelOp model : module.getOps<ModelOp>()) {
       if (target == "cpu")
+        applyFfnChunk(tuned, model);
+      if (target == "cpu")
         applyCpuTile(tuned, model);
       else if (failed(applyCudaTile(tuned, model)))
         return signalPassFailure();
@@ -154,6 +156,25 @@ struct ApplyTuningPass : public attnc::impl::ApplyTuningBase<ApplyTuningPass> {
     }
     log() << "attnc: " << name << ": " << best->config << " from " << db << " (max_error "
           << num(bestBudget) << ", " << num(best->medianMs) << " ms)\n";
+  }
+
+  /// The FFN row chunk a spec left auto: attnc tune's entry for the layer's
+  /// dims on this CPU. "All rows at once" is chunk 0 in the IR.
+  void applyFfnChunk(const tune::TuningDb &tuned, ModelOp model) {
+    LayerOp layer = *model.getBody().getOps<LayerOp>().begin();
+    auto chunk = layer.getFfnChunk();
+    if (!chunk || int64_t(*chunk) != kAuto)
+      return;
+    const std::string act = stringifyActivation(layer.getFfnAct().value_or(Activation::gelu)).str();
+    const tune::KernelKey key =
+        tune::ffnKey(model.getDModel(), model.getDFf(), act, layer.getReversible(), model.getSeq());
+    const tune::Entry *e = tuned.find(deviceId, key, cpuToolchainId);
+    std::optional<int> parsed = e ? tune::parseFfnChunkConfig(e->config) : std::nullopt;
+    if (!parsed)
+      return; // attn-resolve-tunables' heuristic
+    layer.setFfnChunkAttr(Builder(layer).getI64IntegerAttr(*parsed));
+    log() << "attnc: ffn: tuned " << e->config << " (" << num(e->medianMs)
+          << " ms per layer step) from " << db << "\n";
   }
 
   void applyCpuTile(const tune::TuningDb &tuned, ModelOp model) {

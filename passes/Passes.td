@@ -50,10 +50,11 @@ def ApplyTuning : Pass<"attn-apply-tuning", "::mlir::ModuleOp"> {
       GPU of `arch` with this NVRTC, `cuda-toolchain`); never for LSH on the
       CPU and never over an explicit tile;
     - with `accuracy`, low-rank `k` or LSH rounds and chunk: the choice of
-      `attnc tune --max-error` with the tightest error budget measured.
+      `attnc tune --max-error` with the tightest error budget measured;
+    - (`target=cpu`) the layer's FFN row chunk, from the entry for its
+      d_model, d_ff, activation, layer kind and sequence length; a measured
+      "all rows at once" is chunk 0.
 
-    The FFN chunk is not among them: its measured "all rows" has no IR
-    spelling yet, so the driver applies it to the training configuration.
     Everything it does not decide stays `auto` for `attn-resolve-tunables`,
     which runs after it (`attn-resolve-pipeline`). A database that cannot be
     read leaves the heuristics in charge. With `report` every choice, and

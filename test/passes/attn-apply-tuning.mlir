@@ -18,6 +18,24 @@
 // CPU: attn.variant @la attributes {lowrank = #attn.lowrank<k = 128, share = headwise>
 // CPULOG: attnc: la: k=128 from {{.*}}apply-tuning-db.json (max_error 0.2, 0.25 ms)
 
+// The FFN row chunk (cpu): gm's entry is all rows (chunk 0 in the IR),
+// lam's 64; on CUDA it stays auto for attn-resolve-tunables.
+// RUN: attnc-opt %t.mlir --attn-apply-tuning="db=%S/Inputs/apply-tuning-ffn-db.json target=cpu device=cpu:TestCPU:avx2:2cpus toolchain=test-cc report=true" 2>%t.errffn | FileCheck %s --check-prefix=FFN
+// RUN: FileCheck %s --check-prefix=FFNLOG < %t.errffn
+// RUN: attnc-opt %t.mlir --attn-apply-tuning="db=%S/Inputs/apply-tuning-ffn-db.json target=cuda arch=sm_90 cuda-toolchain=test-nvrtc accuracy=false" | FileCheck %s --check-prefix=FFNCUDA
+// FFN: attn.layer @g ffn(gelu, chunk = 0)
+// FFN: attn.layer @la ffn(gelu, chunk = 64)
+// FFNLOG: attnc: ffn: tuned chunk=all (1.5 ms per layer step) from {{.*}}apply-tuning-ffn-db.json
+// FFNLOG: attnc: ffn: tuned chunk=64 (2.5 ms per layer step) from {{.*}}apply-tuning-ffn-db.json
+// FFNCUDA: attn.layer @g ffn(gelu, chunk = auto)
+// FFNCUDA: attn.layer @la ffn(gelu, chunk = auto)
+// A chunk of 0 resolves to itself and expands unchunked.
+// RUN: attnc-opt %t.mlir --attn-apply-tuning="db=%S/Inputs/apply-tuning-ffn-db.json target=cpu device=cpu:TestCPU:avx2:2cpus toolchain=test-cc" --attn-resolve-tunables --attn-expand-model="batch=1 infer=false" | FileCheck %s --check-prefix=ALLROWS
+// ALLROWS-LABEL: func.func @train_gm(
+// ALLROWS-NOT: attn.row_chunks
+// ALLROWS-LABEL: func.func @train_lam(
+// ALLROWS: attn.row_chunks chunk 64(
+
 // Another toolchain's entries do not apply.
 // RUN: attnc-opt %t.mlir --attn-apply-tuning="db=%S/Inputs/apply-tuning-db.json target=cpu device=cpu:TestCPU:avx2:2cpus toolchain=other-cc report=true" 2>%t.errtc | FileCheck %s --check-prefix=OTHER
 // RUN: FileCheck %s --check-prefix=OTHERLOG < %t.errtc
