@@ -7,6 +7,7 @@
 #include "runtime/HostCompiler.h"
 #include "runtime/KernelCache.h"
 #include "runtime/Safetensors.h"
+#include "runtime/tune/Measure.h"
 
 #include <algorithm>
 #include <chrono>
@@ -22,34 +23,10 @@ namespace attnc::driver::bench {
 
 using Clock = std::chrono::steady_clock;
 
-/// The median of `v` (the upper one of an even count); `v` is not empty.
-inline double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-/// Median wall time of `repeats` calls after one warm-up, in milliseconds.
-template <typename Fn> double medianMs(int repeats, Fn &&fn) {
-  fn(); // warm-up
-  std::vector<double> t;
-  for (int i = 0; i < repeats; ++i) {
-    auto a = Clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - a).count());
-  }
-  return median(std::move(t));
-}
-
-inline st::Tensor randomTensor(std::vector<int64_t> shape, std::mt19937 &rng, float scale) {
-  std::normal_distribution<float> dist(0.f, scale);
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  std::vector<float> v(n);
-  for (float &x : v)
-    x = dist(rng);
-  return st::Tensor::f32(std::move(shape), v);
-}
+// The measuring half is the runtime's (runtime/tune/Measure.h).
+using tune::median;
+using tune::medianMs;
+using tune::randomTensor;
 
 inline std::string fmt(double v, int prec = 2) {
   if (std::isnan(v))

@@ -93,31 +93,15 @@ std::string rejections(const tune::TileSpace &space) {
 
 } // namespace
 
-RandomAttentionInputs::RandomAttentionInputs(attn::VariantOp variant, int64_t B, int64_t H,
-                                             int64_t S, int64_t D, bool withDout) {
-  std::mt19937 rng(7);
-  q_ = bench::randomTensor({B, H, S, D}, rng, 1.f),
-  k_ = bench::randomTensor({B, H, S, D}, rng, 1.f);
-  v_ = bench::randomTensor({B, H, S, D}, rng, 1.f);
-  lengths_ = st::Tensor::i32({B}, std::vector<int32_t>(size_t(B), int32_t(S)));
-  in.q = &q_, in.k = &k_, in.v = &v_, in.lengths = &lengths_;
-  if (withDout) {
-    dout_ = bench::randomTensor({B, H, S, D}, rng, 1.f);
-    in.dout = &dout_;
-  }
+tune::AttentionExtras attentionExtras(attn::VariantOp variant) {
+  tune::AttentionExtras x;
   if (auto lr = variant.getLowrankAttr()) {
-    std::vector<int64_t> shape = {lr.getK(), S};
-    if (lr.getShare() == attn::ShareMode::none)
-      shape.insert(shape.begin(), H);
-    E_ = bench::randomTensor(shape, rng, 0.05f), F_ = bench::randomTensor(shape, rng, 0.05f);
-    in.E = &E_;
-    if (lr.getShare() == attn::ShareMode::none || lr.getShare() == attn::ShareMode::headwise)
-      in.F = &F_;
+    x.lowrankK = lr.getK();
+    x.share = attn::stringifyShareMode(lr.getShare()).str();
   }
-  if (auto decls = variant.getParams()) {
-    P_ = bench::randomTensor({int64_t(decls->size()), H}, rng, 0.1f);
-    in.params = &P_;
-  }
+  if (auto decls = variant.getParams())
+    x.numParams = int64_t(decls->size());
+  return x;
 }
 
 namespace {
@@ -129,8 +113,8 @@ class TileBench {
 public:
   TileBench(ModuleOp module, attn::ModelOp model, attn::VariantOp variant, int B, int repeats)
       : module_(module), variant_(variant), repeats_(repeats),
-        inputs_(variant, B, model.getHeads(), model.getSeq(), model.getDModel() / model.getHeads(),
-                /*withDout=*/true) {
+        inputs_(B, model.getHeads(), model.getSeq(), model.getDModel() / model.getHeads(),
+                /*withDout=*/true, attentionExtras(variant)) {
     const int64_t H = model.getHeads(), D = model.getDModel() / H, S = model.getSeq();
     shape_.batch = B, shape_.heads = H, shape_.seq = S, shape_.headDim = D, shape_.maxSeq = S;
     shape_.elementType = FloatType::getF32(module.getContext());
@@ -207,30 +191,6 @@ attn::VariantOp variantOf(attn::ModelOp model) {
 }
 
 } // namespace
-
-std::optional<Finalists> chooseAmongFinalists(size_t n, const std::function<double(size_t)> &time) {
-  std::vector<std::vector<double>> rounds(n);
-  for (int r = 0; r < 3; ++r)
-    for (size_t i = 0; i < n; ++i) {
-      double ms = time(i);
-      if (ms < 0)
-        return std::nullopt;
-      rounds[i].push_back(ms);
-    }
-  Finalists f;
-  f.med.resize(n), f.spread.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    std::sort(rounds[i].begin(), rounds[i].end());
-    f.med[i] = rounds[i][1];
-    f.spread[i] = (rounds[i].back() - rounds[i].front()) / f.med[i];
-  }
-  for (size_t i = 1; i < n; ++i) {
-    double margin = std::max({f.spread[0], f.spread[i], 0.02});
-    if (f.med[i] < f.med[f.best] && f.med[i] < f.med[0] * (1 - margin))
-      f.best = i;
-  }
-  return f;
-}
 
 int runTune(const TuneOptions &opt) {
   const std::string path = dbPath(opt.db);

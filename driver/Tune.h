@@ -9,6 +9,7 @@
 #include "runtime/CpuAttention.h"
 #include "runtime/train/Data.h"
 #include "runtime/train/ModelConfig.h"
+#include "runtime/tune/Measure.h"
 #include "runtime/tune/TuningDb.h"
 
 #include <functional>
@@ -57,36 +58,16 @@ int tuneAccuracy(mlir::ModuleOp module, attn::ModelOp model, attn::VariantOp var
                  const TuneOptions &options, const std::string &dbPath,
                  const std::string &toolchain, double &budgetLeft);
 
-/// Random inputs of a model's attention at [B, H, S, D] (E and F for a
-/// low-rank variant, per-head parameters, dout when `withDout`): what the
-/// tuners time. Owns the tensors `in` points to (not copyable).
-class RandomAttentionInputs {
-public:
-  RandomAttentionInputs(attn::VariantOp variant, int64_t B, int64_t H, int64_t S, int64_t D,
-                        bool withDout);
-  RandomAttentionInputs(const RandomAttentionInputs &) = delete;
-  RandomAttentionInputs &operator=(const RandomAttentionInputs &) = delete;
-  AttentionInputs in;
-
-private:
-  st::Tensor q_, k_, v_, dout_, lengths_, E_, F_, P_;
-};
+/// What `variant`'s attention takes besides q, k, v (for
+/// tune::RandomAttentionInputs).
+tune::AttentionExtras attentionExtras(attn::VariantOp variant);
 
 /// Prints "attnc tune: error: MSG"; returns the input-error exit code.
 int tuneFail(const std::string &msg);
 
-/// The interleaved final round every measured choice ends with: the
-/// finalists (index 0: the heuristic) are re-timed round-robin, three
-/// rounds, and the heuristic stays unless another beats it by more than the
-/// measured spread (and at least 2 %), so a choice is never slower than the
-/// default beyond noise and repeat runs agree where configs are equal.
-/// `time(i)` returns milliseconds, or a negative number on failure (then
-/// nullopt).
-struct Finalists {
-  size_t best = 0;
-  std::vector<double> med, spread; ///< median ms and (max - min) / median
-};
-std::optional<Finalists> chooseAmongFinalists(size_t n, const std::function<double(size_t)> &time);
+using tune::chooseAmongFinalists;
+using tune::Finalists;
+using tune::RandomAttentionInputs;
 
 /// One layer's compiled training step of a spec model (its compiled
 /// attention, a synthetic batch), timed per FFN chunk.

@@ -189,7 +189,7 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
     if (dev->arch() != opt.arch)
       return fail("the GPU is " + dev->arch() + " (" + dev->name + "), not --arch " + opt.arch);
     const int64_t B = opt.batch, H = model.getHeads(), S = model.getSeq();
-    RandomAttentionInputs inputs(variant, B, H, S, D, /*withDout=*/false);
+    RandomAttentionInputs inputs(B, H, S, D, /*withDout=*/false, attentionExtras(variant));
     const AttentionInputs &in = inputs.in;
     std::vector<std::optional<CudaAttention>> kernels(passed.size());
     auto timeOne = [&](size_t i) -> double {
