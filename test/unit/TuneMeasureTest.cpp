@@ -32,8 +32,8 @@ TEST(TuneMeasure, MedianIsTheUpperMiddle) {
 
 TEST(TuneMeasure, AFinalistMustBeatTheHeuristicBeyondTheSpread) {
   // 10 % faster with 1 % spreads: chosen.
-  std::optional<Finalists> f = chooseAmongFinalists(
-      2, scripted({{10.0, 10.05, 10.1}, {9.0, 9.05, 9.1}}));
+  std::optional<Finalists> f =
+      chooseAmongFinalists(2, scripted({{10.0, 10.05, 10.1}, {9.0, 9.05, 9.1}}));
   ASSERT_TRUE(f);
   EXPECT_EQ(f->best, 1u);
   EXPECT_DOUBLE_EQ(f->med[0], 10.05);
