@@ -8,7 +8,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 fmt="${CLANG_FORMAT:-clang-format}"
 command -v "$fmt" >/dev/null || { echo "format: $fmt not found (apt-get install clang-format)" >&2; exit 1; }
-mapfile -t files < <(git ls-files '*.cpp' '*.h' '*.cuh' | grep -v '^test/fuzz/corpus/')
+# Tracked files and new ones git does not ignore (a file is formatted before
+# its first commit).
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.cpp' '*.h' '*.cuh' | grep -v '^test/fuzz/corpus/')
 if [ "${1:-}" = "--fix" ]; then
   "$fmt" -i --style=file "${files[@]}"
   exit 0
