@@ -21,14 +21,36 @@
 
 namespace attnc::train {
 
-Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
-  const std::string manifestPath = opt.dir + "/manifest.json";
-  Expected<Manifest> manifest = loadManifest(opt.dir);
+Expected<std::string> Artifact::file(const std::string &name) const {
+  if (auto it = files.find(name); it != files.end())
+    return it->second;
+  return fs::readFile(dir + "/" + name);
+}
+
+Expected<Artifact> openArtifact(const std::string &dir) {
+  Expected<Manifest> manifest = loadManifest(dir);
   if (!manifest)
     return manifest.takeError();
+  Artifact a;
+  a.dir = dir;
+  a.manifest = std::move(*manifest);
+  return a;
+}
+
+Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
+  Expected<Artifact> artifact = openArtifact(opt.dir);
+  if (!artifact)
+    return artifact.takeError();
+  return trainArtifact(*artifact, opt, os);
+}
+
+Status trainArtifact(const Artifact &artifact, const ArtifactTrainOptions &opt, std::ostream &os) {
+  const std::string &dir = artifact.dir;
+  const std::string manifestPath = dir + "/manifest.json";
+  const Manifest *manifest = &artifact.manifest;
   const bool gpu = manifest->target == "cuda";
   if (manifest->target != "cpu" && !gpu)
-    return makeError(opt.dir + " was compiled for " + manifest->target +
+    return makeError(dir + " was compiled for " + manifest->target +
                      "; training runs compiled steps for cpu and cuda");
   for (const ManifestModel &m : manifest->models)
     if (gpu && m.stepAbi != ATTNC_CUDA_STEP_ABI)
@@ -40,9 +62,9 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
                        "; recompile it with this attnc (attnc compile --target cuda)");
   if (gpu)
     if (Status driver = cuda::Driver::available(); !driver)
-      return makeError(opt.dir + " was compiled for cuda: " + driver.error());
+      return makeError(dir + " was compiled for cuda: " + driver.error());
   if (!gpu && opt.precision != "f32" && opt.precision != "auto")
-    return makeError("--precision " + opt.precision + ": " + opt.dir +
+    return makeError("--precision " + opt.precision + ": " + dir +
                      " was compiled for the CPU, which trains in fp32");
   // The model.
   const ManifestModel *mm = nullptr;
@@ -61,10 +83,10 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
             ? manifestPath + " has several models (" + names + "); name one with --model"
             : "no model '" + opt.model + "' in " + manifestPath + " (it has: " + names + ")");
   if (opt.batch && opt.batch != mm->batch)
-    return makeError("--batch " + std::to_string(opt.batch) + ": " + opt.dir +
-                     " planned the step of " + mm->name + " for batch " +
-                     std::to_string(mm->batch) + " (attnc compile --plan-batch " +
-                     std::to_string(opt.batch) + " plans another)");
+    return makeError("--batch " + std::to_string(opt.batch) + ": " + dir + " planned the step of " +
+                     mm->name + " for batch " + std::to_string(mm->batch) +
+                     " (attnc compile --plan-batch " + std::to_string(opt.batch) +
+                     " plans another)");
   Expected<ModelConfig> config =
       modelConfigFromJson(mm->configJson, manifestPath + ": " + mm->name + ".config");
   if (!config)
@@ -84,17 +106,17 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
                                 : fwd->dtype == "f16"   ? "fp16"
                                 : fwd->dtype == "bf16"  ? "bf16"
                                                         : "f32";
-  Expected<std::string> kernelSource = fs::readFile(opt.dir + "/" + manifest->source);
+  Expected<std::string> kernelSource = artifact.file(manifest->source);
   if (!kernelSource)
     return kernelSource.takeError();
-  Expected<std::string> stepSource = fs::readFile(opt.dir + "/" + mm->stepSource);
+  Expected<std::string> stepSource = artifact.file(mm->stepSource);
   if (!stepSource)
     return stepSource.takeError();
   if (gpu && mm->stepKernels.empty())
     return makeError(manifestPath + ": " + mm->name +
                      " has no step_kernels (recompile with this attnc)");
   Expected<std::string> stepKernels =
-      gpu ? fs::readFile(opt.dir + "/" + mm->stepKernels) : Expected<std::string>(std::string());
+      gpu ? artifact.file(mm->stepKernels) : Expected<std::string>(std::string());
   if (!stepKernels)
     return stepKernels.takeError();
   HostCompiler compiler(&KernelCache::processDefault());
@@ -135,7 +157,7 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
     desc.cudaHostSource = std::move(*stepSource);
     desc.cudaDeviceSource = std::move(*stepKernels);
     desc.cudaSymbol = mm->stepSymbol;
-    Expected<std::string> inferSource = fs::readFile(opt.dir + "/" + mm->inferSource);
+    Expected<std::string> inferSource = artifact.file(mm->inferSource);
     if (!inferSource)
       return inferSource.takeError();
     desc.source = std::move(*inferSource);
@@ -179,7 +201,7 @@ Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
   to.forward.run = [compiled](const Batch &b) { return compiled->infer(b); };
   to.stepState = [compiled] { return compiled->stepState(); };
   to.restoreStepState = [compiled](const std::string &s) { return compiled->restoreStepState(s); };
-  std::cerr << "attnc-rt train: " << mm->name << " from " << opt.dir << " (" << model.numParams()
+  std::cerr << "attnc-rt train: " << mm->name << " from " << dir << " (" << model.numParams()
             << " parameters; compiled " << (gpu ? "CUDA " : "") << "step, arena "
             << mm->arenaBytes / 1024 << " KiB) on " << data->describe() << "\n";
   Expected<TrainSummary> s = train(model, *data, to, std::cerr);

@@ -10,8 +10,10 @@
 #define ATTNC_RUNTIME_TRAIN_ARTIFACTTRAIN_H
 
 #include "runtime/Error.h"
+#include "runtime/Manifest.h"
 
 #include <cstdint>
+#include <map>
 #include <ostream>
 #include <string>
 
@@ -35,7 +37,22 @@ struct ArtifactTrainOptions {
   bool hostOptimizer = false; ///< CUDA artifacts: AdamW on the host, not the device
 };
 
+/// An artifact as training reads it: its manifest and the files it names,
+/// from memory (`files`, by name) or else from `dir`, which messages name.
+struct Artifact {
+  std::string dir;
+  Manifest manifest;
+  std::map<std::string, std::string> files;
+  /// The artifact's file `name` (manifest.json's file names).
+  Expected<std::string> file(const std::string &name) const;
+};
+/// The artifact in `dir` (its manifest read and checked; files on demand).
+Expected<Artifact> openArtifact(const std::string &dir);
+
 /// Trains the artifact's model; the report goes to `os`, progress to stderr.
+Status trainArtifact(const Artifact &artifact, const ArtifactTrainOptions &options,
+                     std::ostream &os);
+/// openArtifact(options.dir), then trainArtifact.
 Status trainArtifact(const ArtifactTrainOptions &options, std::ostream &os);
 
 } // namespace attnc::train
