@@ -237,12 +237,10 @@ Expected<int64_t> plannedBytes(const CellModel &m, int b,
                      " at batch " + std::to_string(b) + " failed (see the diagnostics)");
   const train::ModelConfig &c = m.config;
   const int64_t B = b, S = c.seq, D = c.dModel, H = c.heads, Dh = D / H, R = B * S;
-  int64_t constants = 0, eShape = 0;
-  if (c.lshRounds > 0)
-    constants = int64_t(c.layers) * c.lshRounds * Dh * (c.lshBuckets / 2);
+  int64_t eShape = 0;
   if (c.lowrank)
     eShape = (c.share == "none" ? H : 1) * c.lowrankK * S;
-  const int64_t weights = 2 * train::parameterCount(c) + constants;
+  const int64_t weights = 2 * train::parameterCount(c) + train::constantCount(c);
   const int64_t attention = 3 * R * D + B + (c.lowrank ? 2 * eShape : 0) +
                             int64_t(c.headParams.size()) * H + R * D + B * H * S +
                             (c.lowrank ? 2 * B * H * c.lowrankK * Dh : 0);

@@ -26,30 +26,28 @@ namespace attnc::driver {
 bool compileModelGraph(ModuleOp resolved, attn::ModelOp model, const ModelGraphOptions &o,
                        ModelGraph &out) {
   OwningOpRef<ModuleOp> copy(resolved.clone());
-  // Only this model (expand-model expands every model it finds).
+  // Only this model (expand-model expands every model it finds), with the
+  // options' overrides.
   for (attn::ModelOp m : llvm::make_early_inc_range(copy->getOps<attn::ModelOp>())) {
-    if (m.getSymName() != model.getSymName())
+    if (m.getSymName() != model.getSymName()) {
       m.erase();
-    else if (o.layers > 0)
-      m.setLayersAttr(Builder(m).getI64IntegerAttr(o.layers));
-  }
-  for (attn::ModelOp m : copy->getOps<attn::ModelOp>()) {
-    if (o.seq > 0)
-      m.setSeqAttr(Builder(m).getI64IntegerAttr(o.seq));
-    if (!o.variant.empty())
-      for (attn::LayerOp layer : m.getBody().getOps<attn::LayerOp>())
-        layer.setAttentionAttr(FlatSymbolRefAttr::get(m.getContext(), o.variant));
-  }
-  if (o.ffnChunk >= 0)
-    for (attn::ModelOp m : copy->getOps<attn::ModelOp>()) {
-      attn::LayerOp layer = *m.getBody().getOps<attn::LayerOp>().begin();
-      if (!layer.getFfnChunk())
-        continue; // no FFN
-      // All rows: the larger function's row count (attn-expand-model runs
-      // a chunk at least as large as the rows unchunked).
-      const int64_t rows = int64_t(std::max(o.batch, o.inferBatch)) * m.getSeq();
-      layer.setFfnChunkAttr(Builder(m).getI64IntegerAttr(o.ffnChunk > 0 ? o.ffnChunk : rows));
+      continue;
     }
+    Builder b(m);
+    if (o.layers > 0)
+      m.setLayersAttr(b.getI64IntegerAttr(o.layers));
+    if (o.seq > 0)
+      m.setSeqAttr(b.getI64IntegerAttr(o.seq));
+    attn::LayerOp layer = *m.getBody().getOps<attn::LayerOp>().begin();
+    if (!o.variant.empty())
+      layer.setAttentionAttr(FlatSymbolRefAttr::get(m.getContext(), o.variant));
+    // All rows: the larger function's row count (attn-expand-model runs a
+    // chunk at least as large as the rows unchunked). No FFN: nothing to set.
+    if (o.ffnChunk >= 0 && layer.getFfnChunk()) {
+      const int64_t rows = int64_t(std::max(o.batch, o.inferBatch)) * m.getSeq();
+      layer.setFfnChunkAttr(b.getI64IntegerAttr(o.ffnChunk > 0 ? o.ffnChunk : rows));
+    }
+  }
   PassManager pm(copy->getContext());
   ModelStepPipelineOptions step;
   step.batch = o.batch, step.recomputeLayers = o.recomputeLayers;
@@ -254,10 +252,7 @@ void reportMemoryPlans(ModuleOp resolved, int batch, std::ostream &os) {
     }
     // Weights are counted from the parameter store the runtime allocates
     // (values and gradient buffers) and its constants (LSH rotations).
-    int64_t constants = 0;
-    if (c.lshRounds > 0)
-      constants = int64_t(c.layers) * c.lshRounds * (c.dModel / c.heads) * (c.lshBuckets / 2);
-    const int64_t weights = 4 * (2 * train::parameterCount(c) + constants);
+    const int64_t weights = 4 * (2 * train::parameterCount(c) + train::constantCount(c));
     const int64_t inputs = 4 * 2 * int64_t(batch) * c.seq; // tokens and targets
     os << "memory plan of " << model.getSymName().str() << " (batch " << batch << ", seq " << c.seq
        << ", fp32 CPU runtime): training " << mib(g.keptBytes) << " kept for the backward + "

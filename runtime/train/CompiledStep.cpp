@@ -148,17 +148,11 @@ CompiledStep::create(CompiledStepDesc desc, ParameterStore &model, AttentionFn a
     byName[p.name] = p;
   step->args_.assign(step->desc_.args.size(), nullptr);
   for (size_t i = 2; i < step->desc_.args.size(); ++i) {
-    const std::string &name = step->desc_.args[i];
-    if (auto it = byName.find(name); it != byName.end()) {
-      step->args_[i] = it->second.value;
-      continue;
-    }
-    // Constants (LSH rotations) are the model's own.
-    if (const st::Tensor *c = model.constant(name)) {
-      step->args_[i] = const_cast<void *>(static_cast<const void *>(c->data.data()));
-      continue;
-    }
-    return makeError("compiled step: argument '" + name + "' is not a parameter of the model");
+    // Parameters, or constants (LSH rotations), of the model.
+    step->args_[i] = model.argument(step->desc_.args[i]);
+    if (!step->args_[i])
+      return makeError("compiled step: argument '" + step->desc_.args[i] +
+                       "' is not a parameter of the model");
   }
   // Every trained parameter must get its gradient from the step: one left
   // out would silently stay at zero.
@@ -400,16 +394,10 @@ Status CompiledStep::loadInference() {
   // Bind by name, as the step's arguments: the tokens per call.
   inferArgs_.assign(desc_.inferArgs.size(), nullptr);
   for (size_t i = 1; i < desc_.inferArgs.size(); ++i) {
-    const std::string &name = desc_.inferArgs[i];
-    if (Parameter *p = model_.find(name)) {
-      inferArgs_[i] = p->value.data();
-      continue;
-    }
-    if (const st::Tensor *c = model_.constant(name)) {
-      inferArgs_[i] = const_cast<void *>(static_cast<const void *>(c->data.data()));
-      continue;
-    }
-    return makeError("compiled inference: argument '" + name + "' is not a parameter of the model");
+    inferArgs_[i] = model_.argument(desc_.inferArgs[i]);
+    if (!inferArgs_[i])
+      return makeError("compiled inference: argument '" + desc_.inferArgs[i] +
+                       "' is not a parameter of the model");
   }
   if (desc_.inferArgs.empty() || desc_.inferArgs[0] != "tokens")
     return makeError("compiled inference: the first argument must be the tokens");

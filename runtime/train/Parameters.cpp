@@ -74,6 +74,19 @@ int64_t parameterCount(const ModelConfig &config) {
   return n;
 }
 
+std::vector<int64_t> lshRotationShape(const ModelConfig &c) {
+  if (c.lshRounds <= 0)
+    return {};
+  return {c.lshRounds, c.dModel / c.heads, c.lshBuckets / 2};
+}
+
+int64_t constantCount(const ModelConfig &config) {
+  const std::vector<int64_t> shape = lshRotationShape(config);
+  if (shape.empty())
+    return 0;
+  return int64_t(config.layers) * shape[0] * shape[1] * shape[2];
+}
+
 ParameterStore::ParameterStore(ModelConfig config, uint64_t seed) : cfg_(std::move(config)) {
   for (ParameterShape &shape : parameterShapes(cfg_)) {
     auto p = std::make_unique<Parameter>();
@@ -87,11 +100,11 @@ ParameterStore::ParameterStore(ModelConfig config, uint64_t seed) : cfg_(std::mo
     p->decay = shape.decay;
     params_.push_back(std::move(p));
   }
-  const int Dh = cfg_.dModel / cfg_.heads;
-  for (int l = 0; l < cfg_.layers && cfg_.lshRounds > 0; ++l) {
-    std::vector<float> r(size_t(cfg_.lshRounds) * Dh * (cfg_.lshBuckets / 2));
+  const std::vector<int64_t> rotation = lshRotationShape(cfg_);
+  for (int l = 0; l < cfg_.layers && !rotation.empty(); ++l) {
+    std::vector<float> r(size_t(rotation[0] * rotation[1] * rotation[2]));
     philox::lshRotations(cfg_.lshSeed, uint32_t(l), r);
-    rotations_.push_back(st::Tensor::f32({cfg_.lshRounds, Dh, cfg_.lshBuckets / 2}, r));
+    rotations_.push_back(st::Tensor::f32(rotation, r));
   }
   init(seed);
 }
@@ -157,6 +170,14 @@ const st::Tensor *ParameterStore::constant(const std::string &name) const {
   for (size_t l = 0; l < rotations_.size(); ++l)
     if (name == "layers." + std::to_string(l) + ".attn.lsh_rotations")
       return &rotations_[l];
+  return nullptr;
+}
+
+void *ParameterStore::argument(const std::string &name) {
+  if (Parameter *p = find(name))
+    return p->value.data();
+  if (const st::Tensor *c = constant(name))
+    return const_cast<void *>(static_cast<const void *>(c->data.data()));
   return nullptr;
 }
 

@@ -32,6 +32,11 @@ struct ParameterShape {
 std::vector<ParameterShape> parameterShapes(const ModelConfig &config);
 /// Their element count (ParameterStore::numParams without the store).
 int64_t parameterCount(const ModelConfig &config);
+/// The shape of one layer's LSH rotations ([rounds, head dim, buckets/2]);
+/// empty when the variant does not hash.
+std::vector<int64_t> lshRotationShape(const ModelConfig &config);
+/// The element count of the model's constants (every layer's rotations).
+int64_t constantCount(const ModelConfig &config);
 
 /// One trained tensor and its gradient (same size).
 struct Parameter {
@@ -68,6 +73,9 @@ public:
   /// arguments name them: "layers.L.attn.lsh_rotations" is layer L's LSH
   /// rotations. Null when the model has no such constant.
   const st::Tensor *constant(const std::string &name) const;
+  /// What a compiled function's argument `name` points at: the parameter's
+  /// values or the constant's data; null when the model has neither.
+  void *argument(const std::string &name);
 
 private:
   void init(uint64_t seed);
