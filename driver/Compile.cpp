@@ -1,6 +1,6 @@
 //===- Compile.cpp - Spec to kernels and artifacts ------------------------===//
 #include "driver/Compile.h"
-#include "driver/ModelConfig.h"
+#include "driver/Artifact.h"
 #include "driver/ModelGraph.h"
 #include "driver/Tune.h"
 
@@ -10,19 +10,14 @@
 #include "passes/Pipelines.h"
 
 #include "attnc/abi/TileModel.h"
-#include "attnc/abi/model_step_env.h"
 #include "runtime/KernelHeaders.h"
-#include "runtime/FileSystem.h"
 #include "runtime/KernelCache.h"
 #include "runtime/NvrtcCompiler.h"
-#include "runtime/train/ModelConfigJson.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/SHA256.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -44,52 +39,6 @@ int compileFunctions(ModuleOp module, const std::string &target, const std::stri
           module, target == "cpu" ? codegen::Target::Cpu : codegen::Target::Cuda, os, out.kernels)))
     return kExitInput;
   return kExitOk;
-}
-
-int compileModels(ModuleOp module, const std::string &target, const std::string &arch,
-                  CompiledKernels &out) {
-  // The tuning database's tiles for the target, and (CPU measurements: the
-  // CPU target) k / LSH rounds from attnc tune --max-error, where the spec
-  // left them auto; then the heuristics.
-  ResolvePipelineOptions resolve;
-  resolve.tuningDb = tuningDbPath();
-  resolve.target = target, resolve.arch = arch;
-  resolve.tuneAccuracy = target == "cpu";
-  resolve.report = true;
-  if (!runResolvePipeline(module, resolve))
-    return kExitInput;
-
-  SmallVector<attn::ModelOp> models(module.getOps<attn::ModelOp>());
-  if (models.empty()) {
-    std::cerr << "attnc: error: the spec has no model, so no head dim or dtype to compile "
-                 "its attention for; use 'attnc run --op attention:NAME' with inputs\n";
-    return kExitInput;
-  }
-  for (attn::ModelOp model : models) {
-    auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
-    auto variant =
-        SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
-    codegen::AttentionShape shape;
-    // LSH decides its dense fallback from N: compile for the model's length
-    // (the kernels themselves take N at run time).
-    if (variant.getLsh())
-      shape.seq = model.getSeq();
-    shape.heads = model.getHeads();
-    shape.maxSeq = model.getSeq();
-    shape.headDim = model.getDModel() / model.getHeads();
-    Builder b(module.getContext());
-    // The CPU backend computes in f32 whatever the model's dtype.
-    attn::DType dtype = target == "cpu" ? attn::DType::fp32 : model.getDtype();
-    shape.elementType = dtype == attn::DType::fp16   ? b.getF16Type()
-                        : dtype == attn::DType::bf16 ? b.getBF16Type()
-                                                     : b.getF32Type();
-    shape.withLengths = true;
-    shape.differentiate = true;
-    if (failed(codegen::buildAttentionFunction(module, variant,
-                                               (model.getSymName() + "_attention").str(), shape)))
-      return kExitInput;
-  }
-  return compileFunctions(module, target, arch, out);
 }
 
 int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std::ostream &os) {
@@ -141,99 +90,6 @@ int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std
               << " resource check\n";
     return kExitInput;
   }
-  return kExitOk;
-}
-
-/// Writes `text` to `path` via a temporary file and a rename.
-static bool writeAtomically(const std::filesystem::path &path, const std::string &text,
-                            std::string &err) {
-  Status written = fs::writeFileAtomic(path.string(), text);
-  if (!written)
-    err = written.error();
-  return bool(written);
-}
-
-int writeArtifact(const std::string &dir, const std::string &specText, ModuleOp module,
-                  const std::string &target, const std::string &arch,
-                  const CompiledKernels &compiled, int batch) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir)) {
-    std::cerr << "attnc: error: cannot create the artifact directory '" << dir
-              << "': " << (ec ? ec.message() : "not a directory") << "\n";
-    return kExitInput;
-  }
-  Manifest info;
-  // The compiled training step of every model, built where the artifact is
-  // trained (attnc-rt train): CPU, the step's C++; CUDA, its kernels (NVRTC
-  // for the device's arch) and host code.
-  std::vector<std::pair<std::string, std::string>> stepFiles;
-  if (target == "cpu" || target == "cuda")
-    for (attn::ModelOp model : module.getOps<attn::ModelOp>()) {
-      ModelGraph g;
-      ModelGraphOptions graph;
-      graph.batch = batch, graph.emitSource = true, graph.recomputeLayers = true;
-      if (!compileModelGraph(module, model, graph, g))
-        return kExitInput;
-      auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
-      auto variant =
-          SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
-      const bool cuda = target == "cuda";
-      const std::string stem = "model_" + model.getSymName().str();
-      ManifestModel m;
-      m.name = model.getSymName().str();
-      m.batch = batch;
-      m.stepSource = stem + (cuda ? "_host.cpp" : ".cpp");
-      m.stepSymbol = cuda ? g.step.cudaSymbol : g.step.symbol;
-      m.attentionFunction = (model.getSymName() + "_attention").str();
-      m.arenaBytes = g.arenaBytes, m.keptBytes = g.keptBytes;
-      m.args = g.step.args, m.gradArgs = g.step.gradArgs;
-      m.configJson = train::modelConfigToJson(modelConfigOf(model, layer, variant));
-      if (cuda) {
-        m.stepKernels = stem + ".cu";
-        m.stepAbi = ATTNC_CUDA_STEP_ABI;
-        stepFiles.push_back({m.stepKernels, g.step.cudaDeviceSource});
-      }
-      stepFiles.push_back({m.stepSource, cuda ? g.step.cudaHostSource : g.step.source});
-      // Inference runs the CPU function on both targets (for cpu it is in
-      // the step's own source).
-      m.inferSource = stem + ".cpp";
-      m.inferSymbol = g.step.inferSymbol;
-      m.inferArenaBytes = g.step.inferArenaBytes, m.inferBatch = g.step.inferBatch;
-      m.inferArgs = g.step.inferArgs;
-      if (cuda)
-        stepFiles.push_back({m.inferSource, g.step.source});
-      info.models.push_back(std::move(m));
-    }
-  info.specHash = sha256Hex(specText);
-  info.target = target;
-  info.arch = target == "cpu" ? "host" : arch;
-  info.source = target == "cpu" ? "kernels.cpp" : "kernels.cu";
-  info.kernels = compiled.kernels;
-  const std::string manifest = writeManifest(info);
-  std::string ir;
-  llvm::raw_string_ostream is(ir);
-  module.print(is);
-  std::string err;
-  std::filesystem::path root(dir);
-  // The manifest goes last: a directory with a manifest is complete.
-  for (auto &[file, source] : stepFiles)
-    if (!writeAtomically(root / file, source, err)) {
-      std::cerr << "attnc: error: " << err << "\n";
-      return kExitInput;
-    }
-  if (!writeAtomically(root / info.source, compiled.source, err) ||
-      !writeAtomically(root / "attn.mlir", ir + "\n", err) ||
-      !writeAtomically(root / "manifest.json", manifest, err)) {
-    std::cerr << "attnc: error: " << err << "\n";
-    return kExitInput;
-  }
-  std::cout << "wrote " << dir << "/{manifest.json," << info.source
-            << ",attn.mlir}: " << compiled.kernels.size() << " kernel(s) for " << info.target << " "
-            << info.arch << "\n";
-  for (auto &[file, source] : stepFiles)
-    std::cout << "wrote " << dir << "/" << file << ": the compiled training step (batch " << batch
-              << "; attnc-rt train " << dir << " trains it)\n";
   return kExitOk;
 }
 
@@ -299,27 +155,66 @@ int runCompile(const CompileCommandOptions &opts) {
   if (opts.emit == "cuda" || opts.emit == "cpp" || opts.checkNvrtc ||
       (opts.emit.empty() && !opts.output.empty())) {
     std::string target = opts.emit == "cpp" ? "cpu" : opts.emit == "cuda" ? "cuda" : opts.target;
-    CompiledKernels compiled;
-    int rc = compileModels(*module, target, opts.arch, compiled);
-    if (rc)
+    // The tuning database's tiles for the target, and (CPU measurements:
+    // the CPU target) k / LSH rounds from attnc tune --max-error, where the
+    // spec left them auto; then the heuristics.
+    ResolvePipelineOptions resolve;
+    resolve.tuningDb = tuningDbPath();
+    resolve.target = target, resolve.arch = opts.arch;
+    resolve.tuneAccuracy = target == "cpu";
+    resolve.report = true;
+    if (!runResolvePipeline(*module, resolve))
+      return kExitInput;
+    ArtifactOptions ao;
+    ao.target = target, ao.arch = opts.arch, ao.batch = opts.planBatch;
+    if (!opts.emit.empty() || opts.output.empty()) { // the kernels alone
+      CompiledKernels compiled;
+      if (int rc = compileModelKernels(*module, ao, target, compiled))
+        return rc;
+      if (opts.checkNvrtc) {
+        if (target != "cuda")
+          return fail("--check-nvrtc needs the cuda target");
+        if (int rc = checkWithNvrtc(compiled, opts.arch, std::cout))
+          return rc;
+        if (checkModelStepsWithNvrtc(*module, opts.arch, opts.planBatch, std::cout))
+          return kExitInput;
+      }
+      if (!opts.emit.empty())
+        *os << compiled.source;
+      return 0;
+    }
+    Artifact artifact;
+    if (int rc = buildArtifact(*module, sha256Hex(buffer), ao, artifact))
       return rc;
+    const Manifest &info = artifact.manifest;
     if (opts.checkNvrtc) {
       if (target != "cuda")
         return fail("--check-nvrtc needs the cuda target");
-      if (int rc2 = checkWithNvrtc(compiled, opts.arch, std::cout))
-        return rc2;
+      CompiledKernels compiled{artifact.files[info.source], info.kernels};
+      if (int rc = checkWithNvrtc(compiled, opts.arch, std::cout))
+        return rc;
       if (checkModelStepsWithNvrtc(*module, opts.arch, opts.planBatch, std::cout))
         return kExitInput;
-      if (opts.emit.empty() && opts.output.empty())
-        return 0;
     }
-    if (!opts.emit.empty()) {
-      *os << compiled.source;
-      return 0;
+    if (int rc = writeArtifact(opts.output, artifact))
+      return rc;
+    std::cout << "wrote " << opts.output << "/{manifest.json," << info.source
+              << ",attn.mlir}: " << info.kernels.size() << " kernel(s) for " << info.target << " "
+              << info.arch << "\n";
+    if (!info.hostSource.empty())
+      std::cout << "wrote " << opts.output << "/" << info.hostSource << ": the same attention for "
+                << "the CPU (" << info.hostKernels.size()
+                << " kernel(s)), which the CUDA step calls under --engine cuda-sim\n";
+    for (const ManifestModel &m : info.models) {
+      for (const std::string &file : {m.stepKernels, m.stepSource})
+        if (!file.empty())
+          std::cout << "wrote " << opts.output << "/" << file << ": the compiled training step "
+                    << "(batch " << m.batch << "; attnc-rt train " << opts.output
+                    << " trains it)\n";
+      if (m.inferSource != m.stepSource)
+        std::cout << "wrote " << opts.output << "/" << m.inferSource
+                  << ": the inference function (CPU C++, batch " << m.inferBatch << ")\n";
     }
-    if (int rc2 = writeArtifact(opts.output, buffer, *module, target, opts.arch, compiled,
-                                opts.planBatch))
-      return rc2;
     reportMemoryPlans(*module, opts.planBatch, std::cout);
     reportCompiledPlans(*module, opts.planBatch, std::cout);
     return 0;

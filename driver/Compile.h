@@ -25,19 +25,6 @@ struct CompiledKernels {
 int compileFunctions(mlir::ModuleOp module, const std::string &target, const std::string &arch,
                      CompiledKernels &out);
 
-/// Resolves tunables, builds one differentiable attention function per model
-/// (batch and sequence dynamic), then compileFunctions().
-int compileModels(mlir::ModuleOp module, const std::string &target, const std::string &arch,
-                  CompiledKernels &out);
-
-/// Writes DIR/manifest.json, DIR/kernels.{cu,cpp} and DIR/attn.mlir, each
-/// atomically (a reader never sees a partial file); for the CPU target also
-/// each model's compiled training step for `batch` (DIR/model_NAME.cpp,
-/// described in the manifest's "models").
-int writeArtifact(const std::string &dir, const std::string &specText, mlir::ModuleOp module,
-                  const std::string &target, const std::string &arch,
-                  const CompiledKernels &compiled, int batch);
-
 /// Compiles the CUDA source with NVRTC for `arch` and checks every entry
 /// point: it compiles, spills no registers, and its static plus dynamic
 /// shared memory fits the arch. Prints a resource table to `os`.

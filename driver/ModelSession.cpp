@@ -33,7 +33,7 @@ namespace {
 /// --no-resume chooses again), eval/generate/fill read it, and the checks
 /// (--grad-check, --check-reversible) leave it alone.
 int pinRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Prepared &p,
-                  attn::VariantOp variant, train::ModelConfig &c) {
+                  attn::LayerOp layer, attn::VariantOp variant, train::ModelConfig &c) {
   if (pin == Pin::None)
     return kExitOk;
   const std::string path = opt.out + "/kernel-choices.json";
@@ -67,6 +67,8 @@ int pinRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Pr
       variant.setTileAttr(
           attn::TileAttr::get(variant.getContext(), bq, bkv, tile.getWarps(), tile.getStages()));
       c.ffnChunk = int(chunk);
+      if (layer.getFfnChunk()) // 0: all rows at once
+        layer.setFfnChunkAttr(Builder(layer).getI64IntegerAttr(chunk));
       if (auto lr = variant.getLowrankAttr()) {
         variant.setLowrankAttr(attn::LowRankAttr::get(variant.getContext(), k, lr.getShare()));
         c.lowrankK = int(k);
@@ -104,7 +106,8 @@ int pinRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Pr
 
 } // namespace
 
-int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin) {
+int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin,
+            bool compileKernels) {
   if (opt.target != "cpu" && opt.target != "cuda")
     return commandError(cmd, "--target " + opt.target + ": targets are cpu and cuda");
   if (opt.target == "cuda") {
@@ -167,8 +170,10 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin) {
   if (c.dModel % c.heads)
     return commandError(cmd, "d_model " + std::to_string(c.dModel) +
                                  " is not a multiple of heads " + std::to_string(c.heads));
-  if (int rc = pinRunChoices(cmd, opt, pin, p, variant, c))
+  if (int rc = pinRunChoices(cmd, opt, pin, p, layer, variant, c))
     return rc;
+  if (!compileKernels)
+    return kExitOk;
   codegen::AttentionShape shape;
   shape.batch = opt.batch, shape.heads = c.heads, shape.seq = c.seq;
   shape.headDim = c.dModel / c.heads, shape.maxSeq = c.seq;
@@ -218,9 +223,6 @@ compiledStep(Prepared &p, train::ParameterStore &store, const StepPlan &plan) {
   graph.inferBatch = plan.inferBatch;
   graph.emitSource = true, graph.recomputeLayers = recomputeLayers;
   graph.fuseInChunks = plan.fuseInChunks;
-  // The FFN chunk the run uses (tuned, or pinned by kernel-choices.json)
-  // may differ from the spec's resolved one: the compiled functions use it.
-  graph.ffnChunk = p.config.ffnChunk;
   if (!compileModelGraph(*p.module, m, graph, g))
     return makeError("whole-model compilation of " + p.name + " failed (see the diagnostics)");
   if (graph.train)

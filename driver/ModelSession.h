@@ -52,8 +52,11 @@ enum class Pin { None, Read, ReadWrite };
 /// Prepares `opt.spec`'s model (opt.model, or the only one) for command
 /// `cmd` ("train", "eval", ...): errors are printed as `attnc <cmd>: error:`
 /// and the exit code returned (0: ready). `pin`: how the run directory's
-/// kernel choices (--out/kernel-choices.json) apply.
-int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = Pin::Read);
+/// kernel choices (--out/kernel-choices.json) apply, written into the
+/// module. `compileKernels` false leaves the attention kernels uncompiled
+/// (attnc train compiles the model into an artifact instead).
+int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = Pin::Read,
+            bool compileKernels = true);
 
 /// The prepared attention: the GPU's with --target cuda, else the CPU's.
 train::AttentionFn attentionOf(Prepared &p);

@@ -10,12 +10,15 @@
 //
 //===----------------------------------------------------------------------===//
 #include "driver/Train.h"
+#include "driver/Artifact.h"
 #include "driver/BenchCommon.h"
 #include "driver/ModelConfig.h"
 #include "driver/ModelSession.h"
 #include "driver/Spec.h"
 
+#include "runtime/CudaDriver.h"
 #include "runtime/Philox.h"
+#include "runtime/train/ArtifactTrain.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/CompiledStep.h"
 #include "runtime/train/Trainer.h"
@@ -26,20 +29,12 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
-#include <sys/resource.h>
 
 using namespace mlir;
 
 namespace attnc::driver {
 
 namespace {
-
-/// Peak resident set size of this process (getrusage), in MiB.
-long peakRssMiB() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_maxrss / 1024; // Linux reports KiB
-}
 
 /// The forward of a compiled step's inference function (evaluations).
 train::Forward forwardOf(train::CompiledStep &step) {
@@ -49,30 +44,76 @@ train::Forward forwardOf(train::CompiledStep &step) {
   return f;
 }
 
+/// The options of the runtime's training front door, from attnc train's.
+train::ArtifactTrainOptions artifactTrainOptions(const Prepared &p, const TrainCliOptions &opt) {
+  train::ArtifactTrainOptions to;
+  to.precision = p.precision; // resolved: the model's dtype on the CUDA engines
+  to.model = opt.model, to.data = opt.data, to.out = opt.out, to.steps = opt.steps;
+  to.batch = opt.batch, to.lr = opt.lr, to.weightDecay = opt.weightDecay, to.clip = opt.clip;
+  to.warmup = opt.warmup, to.seed = opt.seed, to.evalEvery = opt.evalEvery;
+  to.checkpointEvery = opt.checkpointEvery, to.evalBatches = opt.evalBatches;
+  to.resume = opt.resume, to.stopAfter = opt.stopAfter, to.engine = opt.engine;
+  to.lossScale = opt.lossScale;
+  to.hostOptimizer = opt.optimizer == "host";
+  to.tool = "attnc train";
+  return to;
+}
+
+/// The prepared model compiled into an artifact in memory, as attnc
+/// compile -o would write it: for the CPU, or for CUDA on the GPU present
+/// (--target cuda) or on the emulator (--engine cuda-sim, with the same
+/// attention compiled for the CPU).
+int buildTrainingArtifact(Prepared &p, const TrainCliOptions &opt, Artifact &artifact) {
+  ArtifactOptions ao;
+  const bool sim = opt.engine == "cuda-sim";
+  ao.target = opt.target == "cuda" || sim ? "cuda" : "cpu";
+  if (opt.target == "cuda") {
+    Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0);
+    if (!dev)
+      return commandError("train", dev.error());
+    ao.arch = dev->arch();
+  }
+  ao.batch = ao.inferBatch = opt.batch;
+  ao.model = p.name;
+  // Reversible layers rebuild their inputs anyway.
+  ao.recomputeLayers = opt.recomputeLayers && !p.config.reversible;
+  // The emulator runs the CUDA step with the attention on the CPU kernels.
+  ao.hostKernels = sim, ao.deviceKernels = !sim;
+  std::vector<CompiledModelCounts> counts;
+  if (int rc = buildArtifact(*p.module, p.specHash, ao, artifact, &counts))
+    return rc;
+  const ManifestModel &m = artifact.manifest.models.front();
+  std::cerr << "attnc train: compiled step of " << p.name
+            << (ao.recomputeLayers ? " (layers recomputed in the backward)" : "") << ": arena "
+            << m.arenaBytes / 1024 << " KiB, " << counts.front().fusedKernels
+            << " fused row kernels, " << counts.front().gemms << " GEMMs, "
+            << counts.front().attentionCalls << " attention calls\n";
+  return kExitOk;
+}
+
 /// --grad-check: finite differences of the whole model on the first batch,
 /// on the compiled step (the CPU's, or the CUDA step under cuda-sim).
-int gradCheck(Prepared &p, const train::DataSource &data, const TrainCliOptions &opt) {
-  train::ParameterStore store(p.config, opt.seed);
+int gradCheck(const Prepared &p, const Artifact &artifact, const train::DataSource &data,
+              const TrainCliOptions &opt) {
+  Expected<train::ArtifactModel> loaded =
+      train::loadArtifactModel(artifact, artifactTrainOptions(p, opt));
+  if (!loaded)
+    return commandError("train", loaded.error());
+  train::CompiledStep &step = *loaded->step;
+  const train::ModelConfig &config = loaded->config;
   train::Batch b = data.train(opt.seed, 0, opt.batch);
-  StepPlan plan;
-  plan.batch = opt.batch, plan.recomputeLayers = opt.recomputeLayers, plan.engine = opt.engine;
-  Expected<std::unique_ptr<train::CompiledStep>> s = compiledStep(p, store, plan);
-  if (!s)
-    return commandError("train", s.error());
-  train::CompiledStep &step = **s;
-  if (p.config.dropout > 0 || p.config.attentionDropout > 0) { // the masks change the loss
+  if (config.dropout > 0 || config.attentionDropout > 0) { // the masks change the loss
     Expected<double> off = step.run(b, /*training=*/false, 0);
     Expected<double> on = step.run(b, /*training=*/true, 0);
     if (!off || !on)
       return commandError("train", !off ? off.error() : on.error());
-    std::cout << "dropout " << p.config.dropout << ", attention dropout "
-              << p.config.attentionDropout << ": loss " << *on << " with the masks of step 0, "
-              << *off << " without\n";
+    std::cout << "dropout " << config.dropout << ", attention dropout " << config.attentionDropout
+              << ": loss " << *on << " with the masks of step 0, " << *off << " without\n";
   }
   // Step 0's masks: the loss is a function of the weights.
   train::LossFn loss = [&](bool) { return step.run(b, /*training=*/true, 0); };
   Expected<train::GradCheckResult> r =
-      train::gradientCheck(store, opt.gradCheck, opt.gradCheckEps, opt.seed, loss);
+      train::gradientCheck(*loaded->store, opt.gradCheck, opt.gradCheckEps, opt.seed, loss);
   if (!r)
     return commandError("train", r.error());
   for (const train::GradCheckProbe &pr : r->probes)
@@ -180,63 +221,26 @@ int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csv
 int runTrain(const TrainCliOptions &opt) {
   Prepared p;
   const bool check = opt.gradCheck > 0;
-  if (int rc = prepare("train", opt, p, check ? Pin::None : Pin::ReadWrite))
+  if (int rc = prepare("train", opt, p, check ? Pin::None : Pin::ReadWrite,
+                       /*compileKernels=*/false))
     return rc;
+  // The data first: a wrong path fails before anything compiles.
   Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);
   if (!data)
     return commandError("train", data.error());
-  if (opt.gradCheck > 0)
-    return gradCheck(p, *data, opt);
-  train::ParameterStore model(p.config, opt.seed);
-  // The training step and, for the evaluations, the inference function.
-  StepPlan plan;
-  plan.batch = opt.batch, plan.inferBatch = opt.batch;
-  plan.recomputeLayers = opt.recomputeLayers, plan.engine = opt.engine;
-  Expected<std::unique_ptr<train::CompiledStep>> step = compiledStep(p, model, plan);
-  if (!step)
-    return commandError("train", step.error());
-  std::unique_ptr<train::CompiledStep> compiled = std::move(*step);
-  train::TrainOptions to;
-  to.outDir = opt.out, to.data = opt.data, to.steps = opt.steps, to.batch = opt.batch;
-  to.seed = opt.seed, to.evalEvery = opt.evalEvery, to.evalBatches = opt.evalBatches;
-  to.checkpointEvery = opt.checkpointEvery, to.specHash = p.specHash, to.resume = opt.resume;
-  to.adam.lr = opt.lr, to.adam.weightDecay = opt.weightDecay, to.adam.clipNorm = opt.clip;
-  to.adam.warmupSteps = opt.warmup;
-  to.stopAfter = opt.stopAfter;
-  const bool onDevice = opt.target == "cuda" || opt.engine == "cuda-sim";
-  if (onDevice && opt.optimizer == "device")
-    to.resident = compiled.get();
-  else
-    to.stepFn = [&](const train::Batch &b, int64_t step) { return compiled->run(b, true, step); };
-  to.forward = forwardOf(*compiled);
-  to.stepState = [&] { return compiled->stepState(); };
-  to.restoreStepState = [&](const std::string &s) { return compiled->restoreStepState(s); };
-  std::cerr << "attnc train: " << p.name << " (" << model.numParams() << " parameters, "
-            << p.config.layers << (p.config.reversible ? " reversible" : "") << " layer(s)) on "
-            << data->describe() << "\n";
-  Expected<train::TrainSummary> s = train::train(model, *data, to, std::cerr);
-  if (!s)
-    return commandError("train", s.error());
-  const train::EvalResult &e = s->eval;
-  if (s->lastStep == s->firstStep) {
-    std::cout << p.name << ": " << opt.out << " is already at step " << s->lastStep
-              << "; nothing to train (held-out loss " << s->eval.loss << ", accuracy "
-              << s->eval.accuracy << ")\n";
-    return kExitOk;
-  }
-  std::cout << "trained " << p.name << " for steps " << s->firstStep << ".." << s->lastStep
-            << " in " << s->seconds << " s (" << int64_t(s->tokensPerSecond) << " tokens/s)\n"
-            << "final training loss " << s->finalLoss << "; held-out loss " << e.loss << " ("
-            << e.bitsPerByte << " bits/byte), accuracy " << e.accuracy << " over " << e.positions
-            << " positions\n"
-            << "compiled step: arena " << compiled->arenaBytes() / 1024 << " KiB, of which "
-            << compiled->keptBytes() / 1024 << " KiB kept for the backward; peak resident memory "
-            << peakRssMiB() << " MiB; inference arena " << compiled->inferArenaBytes() / 1024
-            << " KiB\n";
-  if (p.precision == "fp16")
-    std::cout << "fp16 loss scale " << compiled->lossScale() << ", " << compiled->overflowReruns()
-              << " step(s) rerun after an overflow\n";
-  std::cout << "wrote " << opt.out << "/{latest.json,train.csv,loss.svg}\n";
+  // The one front door: the same artifact attnc compile -o writes, trained
+  // by the runtime call attnc-rt train makes.
+  Artifact artifact;
+  if (int rc = buildTrainingArtifact(p, opt, artifact))
+    return rc;
+  if (check)
+    return gradCheck(p, artifact, *data, opt);
+  train::ArtifactTrainOptions to = artifactTrainOptions(p, opt);
+  to.opened = &*data;
+  Expected<train::ArtifactTrainResult> r = train::trainArtifact(artifact, to);
+  if (!r)
+    return commandError("train", r.error());
+  train::writeTrainReport(*r, opt.out, std::cout);
   return kExitOk;
 }
 

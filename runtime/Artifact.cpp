@@ -12,6 +12,22 @@
 
 namespace attnc {
 
+Expected<std::string> Artifact::file(const std::string &name) const {
+  if (auto it = files.find(name); it != files.end())
+    return it->second;
+  return fs::readFile(dir + "/" + name);
+}
+
+Expected<Artifact> openArtifact(const std::string &dir) {
+  Expected<Manifest> manifest = loadManifest(dir);
+  if (!manifest)
+    return manifest.takeError();
+  Artifact a;
+  a.dir = dir;
+  a.manifest = std::move(*manifest);
+  return a;
+}
+
 Status runArtifactAttention(const ArtifactRunOptions &opt) {
   std::string manifestPath = opt.dir + "/manifest.json";
   Expected<Manifest> manifest = loadManifest(opt.dir);

@@ -12,7 +12,23 @@
 #include "runtime/AttentionIO.h"
 #include "runtime/Manifest.h"
 
+#include <map>
+#include <string>
+
 namespace attnc {
+
+/// An artifact as the runtime reads it: its manifest and the files it
+/// names, from memory (`files`, by name: what attnc train builds without
+/// writing a directory) or else from `dir`. Messages name `dir`.
+struct Artifact {
+  std::string dir;
+  Manifest manifest;
+  std::map<std::string, std::string> files;
+  /// The artifact's file `name` (manifest.json's file names).
+  Expected<std::string> file(const std::string &name) const;
+};
+/// The artifact in `dir` (its manifest read and checked; files on demand).
+Expected<Artifact> openArtifact(const std::string &dir);
 
 struct ArtifactRunOptions {
   std::string dir;

@@ -54,35 +54,17 @@ private:
   std::string path;
 };
 
-} // namespace
-
-Expected<Manifest> parseManifest(const std::string &text, const std::string &path) {
-  json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded() || !root.is_object())
-    return makeError(path + ": not a JSON object");
-  Manifest m;
+/// A "kernels" array (`at` names it in errors: "kernels",
+/// "host_kernels.kernels").
+Expected<std::vector<ManifestKernel>> parseKernels(const json &kernels, const std::string &at,
+                                                   const std::string &path) {
+  if (!kernels.is_array())
+    return makeError(path + ": " + at + ": expected an array");
   Reader r(path);
-  if (!r.get(root, "", "format_version", m.formatVersion))
-    return makeError(r.error);
-  if (m.formatVersion != kManifestFormatVersion)
-    return makeError(path + ": format_version " + std::to_string(m.formatVersion) + " is not the " +
-                     std::to_string(kManifestFormatVersion) +
-                     " this runtime reads; recompile the spec with this attnc");
-  r.get(root, "", "target", m.target);
-  r.get(root, "", "arch", m.arch);
-  r.get(root, "", "source", m.source);
-  r.get(root, "", "spec_hash", m.specHash);
-  const json *kernels = r.field(root, "", "kernels");
-  if (!r.error.empty())
-    return makeError(r.error);
-  if (!kernels->is_array())
-    return makeError(path + ": kernels: expected an array");
-  if (m.source.find('/') != std::string::npos || m.source.empty())
-    return makeError(path + ": source: expected a file name in the artifact, found '" + m.source +
-                     "'");
-  for (size_t i = 0; i < kernels->size(); ++i) {
-    const json &k = (*kernels)[i];
-    std::string where = "kernels[" + std::to_string(i) + "]";
+  std::vector<ManifestKernel> out;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const json &k = kernels[i];
+    std::string where = at + "[" + std::to_string(i) + "]";
     ManifestKernel mk;
     std::string kind;
     if (auto qk = k.find("shared_qk"); qk != k.end() && qk->is_boolean())
@@ -176,7 +158,58 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &pat
         mk.numParams != int64_t(mk.params.size()))
       return makeError(path + ": " + where + ": inconsistent head_dim, tile, scale or params");
     mk.backward = kind == "backward";
-    m.kernels.push_back(std::move(mk));
+    out.push_back(std::move(mk));
+  }
+  return out;
+}
+
+/// A kernel source's file name in the artifact (no directories).
+Status checkSourceName(const std::string &name, const std::string &at, const std::string &path) {
+  if (name.find('/') != std::string::npos || name.empty())
+    return makeError(path + ": " + at + ": expected a file name in the artifact, found '" + name +
+                     "'");
+  return {};
+}
+
+} // namespace
+
+Expected<Manifest> parseManifest(const std::string &text, const std::string &path) {
+  json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object())
+    return makeError(path + ": not a JSON object");
+  Manifest m;
+  Reader r(path);
+  if (!r.get(root, "", "format_version", m.formatVersion))
+    return makeError(r.error);
+  if (m.formatVersion != kManifestFormatVersion)
+    return makeError(path + ": format_version " + std::to_string(m.formatVersion) + " is not the " +
+                     std::to_string(kManifestFormatVersion) +
+                     " this runtime reads; recompile the spec with this attnc");
+  r.get(root, "", "target", m.target);
+  r.get(root, "", "arch", m.arch);
+  r.get(root, "", "source", m.source);
+  r.get(root, "", "spec_hash", m.specHash);
+  const json *kernels = r.field(root, "", "kernels");
+  if (!r.error.empty())
+    return makeError(r.error);
+  if (Status st = checkSourceName(m.source, "source", path); !st)
+    return st.takeError();
+  Expected<std::vector<ManifestKernel>> parsed = parseKernels(*kernels, "kernels", path);
+  if (!parsed)
+    return parsed.takeError();
+  m.kernels = std::move(*parsed);
+  if (auto host = root.find("host_kernels"); host != root.end()) {
+    r.get(*host, "host_kernels", "source", m.hostSource);
+    const json *hostKernels = r.field(*host, "host_kernels", "kernels");
+    if (!r.error.empty())
+      return makeError(r.error);
+    if (Status st = checkSourceName(m.hostSource, "host_kernels.source", path); !st)
+      return st.takeError();
+    Expected<std::vector<ManifestKernel>> hk =
+        parseKernels(*hostKernels, "host_kernels.kernels", path);
+    if (!hk)
+      return hk.takeError();
+    m.hostKernels = std::move(*hk);
   }
   if (root.contains("models")) {
     const json &models = root["models"];
@@ -375,6 +408,12 @@ std::string writeManifest(const Manifest &m) {
                {"arch", m.arch},
                {"source", m.source},
                {"kernels", kernels}};
+  if (!m.hostKernels.empty()) {
+    json host = json::array();
+    for (const ManifestKernel &k : m.hostKernels)
+      host.push_back(kernelJson(k));
+    root["host_kernels"] = {{"source", m.hostSource}, {"kernels", host}};
+  }
   if (!m.models.empty()) {
     json models = json::array();
     for (const ManifestModel &model : m.models)

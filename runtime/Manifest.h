@@ -121,6 +121,12 @@ struct Manifest {
   std::string specHash; ///< SHA-256 of the spec text (hex), or ""
   std::vector<ManifestKernel> kernels;
   std::vector<ManifestModel> models; ///< absent in artifacts without models
+  /// CUDA artifacts: the same attention functions compiled for the CPU
+  /// ("host_kernels": source file and kernels), which the CUDA training
+  /// step calls when its kernels run on the SIMT emulator (attnc-rt train
+  /// --engine cuda-sim) on a machine without a GPU. Empty: none.
+  std::string hostSource;
+  std::vector<ManifestKernel> hostKernels;
 };
 
 /// manifest.json's text (keys sorted, two-space indents).

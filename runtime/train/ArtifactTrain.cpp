@@ -18,41 +18,53 @@
 
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <sys/resource.h>
 
 namespace attnc::train {
 
-Expected<std::string> Artifact::file(const std::string &name) const {
-  if (auto it = files.find(name); it != files.end())
-    return it->second;
-  return fs::readFile(dir + "/" + name);
+namespace {
+
+/// An attention function calling `kernels`, which it keeps alive.
+template <class Kernels> AttentionFn callInto(Kernels kernels) {
+  auto shared = std::make_shared<Kernels>(std::move(kernels));
+  return [shared](const AttentionInputs &in) { return shared->run(in); };
 }
 
-Expected<Artifact> openArtifact(const std::string &dir) {
-  Expected<Manifest> manifest = loadManifest(dir);
-  if (!manifest)
-    return manifest.takeError();
-  Artifact a;
-  a.dir = dir;
-  a.manifest = std::move(*manifest);
-  return a;
+/// The forward and backward kernels of `function` among `kernels`.
+Expected<std::pair<const ManifestKernel *, const ManifestKernel *>>
+attentionKernels(const std::vector<ManifestKernel> &kernels, const std::string &function,
+                 const std::string &where) {
+  const ManifestKernel *fwd = nullptr, *bwd = nullptr;
+  for (const ManifestKernel &k : kernels)
+    if (k.function == function)
+      (k.backward ? bwd : fwd) = &k;
+  if (!fwd || !bwd)
+    return makeError(where + ": no forward and backward kernels of " + function);
+  return std::make_pair(fwd, bwd);
 }
 
-Status trainArtifact(const ArtifactTrainOptions &opt, std::ostream &os) {
-  Expected<Artifact> artifact = openArtifact(opt.dir);
-  if (!artifact)
-    return artifact.takeError();
-  return trainArtifact(*artifact, opt, os);
-}
+} // namespace
 
-Status trainArtifact(const Artifact &artifact, const ArtifactTrainOptions &opt, std::ostream &os) {
-  const std::string &dir = artifact.dir;
-  const std::string manifestPath = dir + "/manifest.json";
-  const Manifest *manifest = &artifact.manifest;
-  const bool gpu = manifest->target == "cuda";
-  if (manifest->target != "cpu" && !gpu)
-    return makeError(dir + " was compiled for " + manifest->target +
+Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
+                                          const ArtifactTrainOptions &opt) {
+  // Messages name the directory, or say the artifact was built in memory.
+  const std::string dir = artifact.dir.empty() ? "the compiled spec" : artifact.dir;
+  const std::string manifestPath =
+      artifact.dir.empty() ? "the compiled spec's manifest" : artifact.dir + "/manifest.json";
+  const Manifest &manifest = artifact.manifest;
+  const std::string &tool = opt.tool;
+  const bool gpu = manifest.target == "cuda";
+  const bool sim = opt.engine == "cuda-sim";
+  if (opt.engine != "compiled" && !sim)
+    return makeError("engine '" + opt.engine + "': the engines are compiled and cuda-sim");
+  if (manifest.target != "cpu" && !gpu)
+    return makeError(dir + " was compiled for " + manifest.target +
                      "; training runs compiled steps for cpu and cuda");
-  for (const ManifestModel &m : manifest->models)
+  if (sim && !gpu)
+    return makeError("--engine cuda-sim runs a CUDA artifact's step on the SIMT emulator; " + dir +
+                     " was compiled for the CPU (attnc compile --target cuda plans one)");
+  for (const ManifestModel &m : manifest.models)
     if (gpu && m.stepAbi != ATTNC_CUDA_STEP_ABI)
       return makeError(manifestPath + ": the CUDA step of " + m.name +
                        " was compiled for step "
@@ -60,24 +72,25 @@ Status trainArtifact(const Artifact &artifact, const ArtifactTrainOptions &opt, 
                        std::to_string(m.stepAbi) + ", this runtime runs ABI " +
                        std::to_string(ATTNC_CUDA_STEP_ABI) +
                        "; recompile it with this attnc (attnc compile --target cuda)");
-  if (gpu)
+  if (gpu && !sim)
     if (Status driver = cuda::Driver::available(); !driver)
-      return makeError(dir + " was compiled for cuda: " + driver.error());
+      return makeError(dir + " was compiled for cuda: " + driver.error() +
+                       " (--engine cuda-sim runs its step on the SIMT emulator)");
   if (!gpu && opt.precision != "f32" && opt.precision != "auto")
     return makeError("--precision " + opt.precision + ": " + dir +
                      " was compiled for the CPU, which trains in fp32");
   // The model.
   const ManifestModel *mm = nullptr;
   std::string names;
-  for (const ManifestModel &m : manifest->models) {
+  for (const ManifestModel &m : manifest.models) {
     names += (names.empty() ? "" : ", ") + m.name;
     if (m.name == opt.model || (opt.model.empty() && !mm))
       mm = &m;
   }
-  if (manifest->models.empty())
+  if (manifest.models.empty())
     return makeError(manifestPath + " has no compiled model (the spec has none, or the "
                                     "artifact predates whole-model compilation)");
-  if (!mm || (opt.model.empty() && manifest->models.size() > 1))
+  if (!mm || (opt.model.empty() && manifest.models.size() > 1))
     return makeError(
         opt.model.empty()
             ? manifestPath + " has several models (" + names + "); name one with --model"
@@ -87,41 +100,43 @@ Status trainArtifact(const Artifact &artifact, const ArtifactTrainOptions &opt, 
                      mm->name + " for batch " + std::to_string(mm->batch) +
                      " (attnc compile --plan-batch " + std::to_string(opt.batch) +
                      " plans another)");
+  ArtifactModel out;
+  out.manifest = *mm;
   Expected<ModelConfig> config =
       modelConfigFromJson(mm->configJson, manifestPath + ": " + mm->name + ".config");
   if (!config)
     return config.takeError();
-  config->dropoutSeed = opt.seed;
+  out.config = std::move(*config);
+  out.config.dropoutSeed = opt.seed;
 
-  // Its attention: the forward and backward kernels of its function.
-  const ManifestKernel *fwd = nullptr, *bwd = nullptr;
-  for (const ManifestKernel &k : manifest->kernels)
-    if (k.function == mm->attentionFunction)
-      (k.backward ? bwd : fwd) = &k;
-  if (!fwd || !bwd)
-    return makeError(manifestPath + ": no forward and backward kernels of " +
-                     mm->attentionFunction + " for model " + mm->name);
-  // auto: the GEMMs compute in the attention kernels' dtype (the model's).
-  const std::string precision = opt.precision != "auto" ? opt.precision
-                                : fwd->dtype == "f16"   ? "fp16"
-                                : fwd->dtype == "bf16"  ? "bf16"
-                                                        : "f32";
-  Expected<std::string> kernelSource = artifact.file(manifest->source);
+  // Its attention: the forward and backward kernels of its function; under
+  // cuda-sim the host kernels of the same function.
+  const std::vector<ManifestKernel> &kernels = sim ? manifest.hostKernels : manifest.kernels;
+  if (sim && kernels.empty())
+    return makeError(manifestPath + " has no host_kernels for --engine cuda-sim (recompile with "
+                                    "this attnc)");
+  auto pair =
+      attentionKernels(kernels, mm->attentionFunction, manifestPath + ": model " + mm->name);
+  if (!pair)
+    return pair.takeError();
+  auto [fwd, bwd] = *pair;
+  // auto: the GEMMs compute in the CUDA attention kernels' dtype (the
+  // model's); the CPU in f32.
+  out.precision = opt.precision != "auto" ? opt.precision : "f32";
+  if (gpu && opt.precision == "auto") {
+    auto cuda = attentionKernels(manifest.kernels, mm->attentionFunction,
+                                 manifestPath + ": model " + mm->name);
+    if (!cuda)
+      return cuda.takeError();
+    const std::string &dtype = cuda->first->dtype;
+    out.precision = dtype == "f16" ? "fp16" : dtype == "bf16" ? "bf16" : "f32";
+  }
+  Expected<std::string> kernelSource = artifact.file(sim ? manifest.hostSource : manifest.source);
   if (!kernelSource)
     return kernelSource.takeError();
-  Expected<std::string> stepSource = artifact.file(mm->stepSource);
-  if (!stepSource)
-    return stepSource.takeError();
-  if (gpu && mm->stepKernels.empty())
-    return makeError(manifestPath + ": " + mm->name +
-                     " has no step_kernels (recompile with this attnc)");
-  Expected<std::string> stepKernels =
-      gpu ? artifact.file(mm->stepKernels) : Expected<std::string>(std::string());
-  if (!stepKernels)
-    return stepKernels.takeError();
   HostCompiler compiler(&KernelCache::processDefault());
-  AttentionFn attentionFn;
-  if (gpu) {
+  AttentionFn attention;
+  if (gpu && !sim) {
     Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0);
     if (!dev)
       return dev.takeError();
@@ -129,41 +144,43 @@ Status trainArtifact(const Artifact &artifact, const ArtifactTrainOptions &opt, 
     if (!dirs)
       return dirs.takeError();
     NvrtcCompiler nvrtc(&KernelCache::processDefault());
-    Expected<CudaAttention> kernels = CudaAttention::compile(
-        *kernelSource, dev->arch(), fwd->dtype, fwd->desc(), bwd->desc(), *dirs, nvrtc);
-    if (!kernels)
-      return kernels.takeError();
-    auto attention = std::make_shared<CudaAttention>(std::move(*kernels));
-    attentionFn = [attention](const AttentionInputs &in) { return attention->run(in); };
-    std::cerr << "attnc-rt train: on " << dev->describe() << ", GEMMs in " << precision << "\n";
+    Expected<CudaAttention> k = CudaAttention::compile(*kernelSource, dev->arch(), fwd->dtype,
+                                                       fwd->desc(), bwd->desc(), *dirs, nvrtc);
+    if (!k)
+      return k.takeError();
+    attention = callInto(std::move(*k));
+    std::cerr << tool << ": on " << dev->describe() << "\n";
   } else {
     Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
     if (!dirs)
       return dirs.takeError();
-    Expected<CpuAttention> kernels =
+    Expected<CpuAttention> k =
         CpuAttention::compile(*kernelSource, fwd->desc(), bwd->desc(), *dirs, compiler);
-    if (!kernels)
-      return kernels.takeError();
-    auto attention = std::make_shared<CpuAttention>(std::move(*kernels));
-    attentionFn = [attention](const AttentionInputs &in) { return attention->run(in); };
+    if (!k)
+      return k.takeError();
+    attention = callInto(std::move(*k));
   }
 
   if (mm->inferSymbol.empty())
     return makeError(manifestPath + ": " + mm->name +
                      " has no inference function for the evaluations (recompile with this attnc)");
-  ParameterStore model(*config, opt.seed);
   CompiledStepDesc desc;
   if (gpu) {
-    desc.cudaHostSource = std::move(*stepSource);
-    desc.cudaDeviceSource = std::move(*stepKernels);
+    Expected<std::string> host = artifact.file(mm->stepSource);
+    Expected<std::string> device = artifact.file(mm->stepKernels);
+    if (mm->stepKernels.empty())
+      return makeError(manifestPath + ": " + mm->name +
+                       " has no step_kernels (recompile with this attnc)");
+    if (!host || !device)
+      return (!host ? host : device).takeError();
+    desc.cudaHostSource = std::move(*host);
+    desc.cudaDeviceSource = std::move(*device);
     desc.cudaSymbol = mm->stepSymbol;
-    Expected<std::string> inferSource = artifact.file(mm->inferSource);
-    if (!inferSource)
-      return inferSource.takeError();
-    desc.source = std::move(*inferSource);
-  } else {
-    desc.source = std::move(*stepSource);
   }
+  Expected<std::string> cpuSource = artifact.file(mm->inferSource);
+  if (!cpuSource)
+    return cpuSource.takeError();
+  desc.source = std::move(*cpuSource);
   desc.inferSymbol = mm->inferSymbol;
   desc.inferArenaBytes = mm->inferArenaBytes;
   desc.inferBatch = mm->inferBatch;
@@ -174,25 +191,55 @@ Status trainArtifact(const Artifact &artifact, const ArtifactTrainOptions &opt, 
   desc.batch = mm->batch;
   desc.args = mm->args;
   desc.gradArgs = mm->gradArgs;
-  StepPrecision stepPrecision;
-  stepPrecision.gemm = precision, stepPrecision.initialLossScale = opt.lossScale;
+  out.engine = !gpu ? StepEngine::Cpu : sim ? StepEngine::CudaSim : StepEngine::Cuda;
+  if (out.engine == StepEngine::Cuda)
+    std::cerr << tool << ": the CUDA step (" << mm->stepSymbol << ") on the GPU, GEMMs in "
+              << out.precision << "\n";
+  else if (out.engine == StepEngine::CudaSim)
+    std::cerr << tool << ": cuda-sim: the CUDA step's kernels (" << mm->stepSymbol
+              << ") run on the SIMT emulator, GEMM inputs rounded as " << out.precision << "\n";
+  out.store = std::make_unique<ParameterStore>(out.config, opt.seed);
+  StepPrecision precision;
+  precision.gemm = out.precision, precision.initialLossScale = opt.lossScale;
   Expected<std::unique_ptr<CompiledStep>> step =
-      CompiledStep::create(std::move(desc), model, attentionFn, compiler,
-                           gpu ? StepEngine::Cuda : StepEngine::Cpu, stepPrecision);
+      CompiledStep::create(std::move(desc), *out.store, attention, compiler, out.engine, precision);
   if (!step)
     return step.takeError();
+  out.step = std::move(*step);
+  return out;
+}
 
-  Expected<DataSource> data = DataSource::open(opt.data, *config, 0.05);
-  if (!data)
-    return data.takeError();
+Expected<ArtifactTrainResult> trainArtifact(const ArtifactTrainOptions &opt) {
+  Expected<Artifact> artifact = openArtifact(opt.dir);
+  if (!artifact)
+    return artifact.takeError();
+  return trainArtifact(*artifact, opt);
+}
+
+Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
+                                            const ArtifactTrainOptions &opt) {
+  Expected<ArtifactModel> loaded = loadArtifactModel(artifact, opt);
+  if (!loaded)
+    return loaded.takeError();
+  ArtifactModel &am = *loaded;
+  const ManifestModel &mm = am.manifest;
+  std::optional<DataSource> own;
+  if (!opt.opened) {
+    Expected<DataSource> opened = DataSource::open(opt.data, am.config, 0.05);
+    if (!opened)
+      return opened.takeError();
+    own = std::move(*opened);
+  }
+  const DataSource *data = opt.opened ? opt.opened : &*own;
   TrainOptions to;
-  to.outDir = opt.out, to.data = opt.data, to.steps = opt.steps, to.batch = mm->batch;
+  to.outDir = opt.out, to.data = opt.data, to.steps = opt.steps, to.batch = mm.batch;
   to.seed = opt.seed, to.evalEvery = opt.evalEvery, to.evalBatches = opt.evalBatches;
-  to.checkpointEvery = opt.checkpointEvery, to.specHash = manifest->specHash;
-  to.resume = opt.resume;
+  to.checkpointEvery = opt.checkpointEvery, to.specHash = artifact.manifest.specHash;
+  to.resume = opt.resume, to.stopAfter = opt.stopAfter;
   to.adam.lr = opt.lr, to.adam.weightDecay = opt.weightDecay, to.adam.clipNorm = opt.clip;
   to.adam.warmupSteps = opt.warmup;
-  CompiledStep *compiled = step->get();
+  CompiledStep *compiled = am.step.get();
+  const bool gpu = am.engine != StepEngine::Cpu;
   if (gpu && !opt.hostOptimizer)
     to.resident = compiled;
   else
@@ -201,22 +248,47 @@ Status trainArtifact(const Artifact &artifact, const ArtifactTrainOptions &opt, 
   to.forward.run = [compiled](const Batch &b) { return compiled->infer(b); };
   to.stepState = [compiled] { return compiled->stepState(); };
   to.restoreStepState = [compiled](const std::string &s) { return compiled->restoreStepState(s); };
-  std::cerr << "attnc-rt train: " << mm->name << " from " << dir << " (" << model.numParams()
-            << " parameters; compiled " << (gpu ? "CUDA " : "") << "step, arena "
-            << mm->arenaBytes / 1024 << " KiB) on " << data->describe() << "\n";
-  Expected<TrainSummary> s = train(model, *data, to, std::cerr);
+  std::cerr << opt.tool << ": " << mm.name
+            << (artifact.dir.empty() ? std::string() : " from " + artifact.dir) << " ("
+            << am.store->numParams() << " parameters; compiled " << (gpu ? "CUDA " : "")
+            << "step, arena " << mm.arenaBytes / 1024 << " KiB) on " << data->describe() << "\n";
+  Expected<TrainSummary> s = train(*am.store, *data, to, std::cerr);
   if (!s)
     return s.takeError();
-  os << "trained " << mm->name << " for steps " << s->firstStep << ".." << s->lastStep << " in "
-     << s->seconds << " s (" << int64_t(s->tokensPerSecond) << " tokens/s)\n"
-     << "final training loss " << s->finalLoss << "; held-out loss " << s->eval.loss << " ("
-     << s->eval.bitsPerByte << " bits/byte), accuracy " << s->eval.accuracy << "\n"
-     << (gpu && precision == "fp16"
-             ? "fp16 loss scale " + std::to_string(compiled->lossScale()) + ", " +
-                   std::to_string(compiled->overflowReruns()) + " step(s) rerun after an overflow\n"
-             : std::string())
-     << "wrote " << opt.out << "/{latest.json,train.csv,loss.svg}\n";
-  return {};
+  ArtifactTrainResult r;
+  r.model = mm.name;
+  r.numParams = am.store->numParams();
+  r.summary = std::move(*s);
+  r.arenaBytes = compiled->arenaBytes(), r.keptBytes = compiled->keptBytes();
+  r.inferArenaBytes = compiled->inferArenaBytes();
+  r.precision = am.precision;
+  r.gpu = gpu;
+  r.lossScale = compiled->lossScale(), r.overflowReruns = compiled->overflowReruns();
+  return r;
+}
+
+void writeTrainReport(const ArtifactTrainResult &r, const std::string &outDir, std::ostream &os) {
+  const TrainSummary &s = r.summary;
+  const EvalResult &e = s.eval;
+  if (s.lastStep == s.firstStep) {
+    os << r.model << ": " << outDir << " is already at step " << s.lastStep
+       << "; nothing to train (held-out loss " << e.loss << ", accuracy " << e.accuracy << ")\n";
+    return;
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  os << "trained " << r.model << " for steps " << s.firstStep << ".." << s.lastStep << " in "
+     << s.seconds << " s (" << int64_t(s.tokensPerSecond) << " tokens/s)\n"
+     << "final training loss " << s.finalLoss << "; held-out loss " << e.loss << " ("
+     << e.bitsPerByte << " bits/byte), accuracy " << e.accuracy << " over " << e.positions
+     << " positions\n"
+     << "compiled step: arena " << r.arenaBytes / 1024 << " KiB, of which " << r.keptBytes / 1024
+     << " KiB kept for the backward; peak resident memory " << usage.ru_maxrss / 1024
+     << " MiB; inference arena " << r.inferArenaBytes / 1024 << " KiB\n";
+  if (r.gpu && r.precision == "fp16")
+    os << "fp16 loss scale " << r.lossScale << ", " << r.overflowReruns
+       << " step(s) rerun after an overflow\n";
+  os << "wrote " << outDir << "/{latest.json,train.csv,loss.svg}\n";
 }
 
 } // namespace attnc::train

@@ -1,19 +1,24 @@
 //===- ArtifactTrain.h - Training a compiled model from an artifact -*- C++ -*-===//
 //
-// attnc-rt train: the whole-model training step `attnc compile --target cpu
-// -o DIR` wrote into an artifact (its C++, arena plan and bindings in
-// manifest.json's "models"), run by the training runtime with the
-// artifact's attention kernels: no spec, no MLIR.
+// The one front door to training: a model's compiled training step and
+// inference function, as an artifact carries them (manifest.json's
+// "models": the C++ or CUDA sources, arena plans, bindings and the model's
+// configuration), bound to a parameter store with the artifact's attention
+// kernels, and trained by the training loop. `attnc-rt train DIR` opens the
+// artifact from a directory; `attnc train SPEC` builds the same artifact in
+// memory (driver/Artifact.h) and calls the same function. No MLIR here.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_RUNTIME_TRAIN_ARTIFACTTRAIN_H
 #define ATTNC_RUNTIME_TRAIN_ARTIFACTTRAIN_H
 
+#include "runtime/Artifact.h"
 #include "runtime/Error.h"
-#include "runtime/Manifest.h"
+#include "runtime/train/CompiledStep.h"
+#include "runtime/train/Trainer.h"
 
 #include <cstdint>
-#include <map>
+#include <memory>
 #include <ostream>
 #include <string>
 
@@ -30,30 +35,64 @@ struct ArtifactTrainOptions {
   int64_t evalEvery = 0, checkpointEvery = 50;
   int evalBatches = 8;
   bool resume = true;
+  int64_t stopAfter = 0; ///< > 0: stop (with a checkpoint) after this many steps
+  /// "compiled": the artifact's step where it was compiled for (CPU, or a
+  /// GPU for a CUDA artifact); "cuda-sim": a CUDA artifact's step with its
+  /// kernels on the SIMT emulator and its attention on the artifact's host
+  /// kernels, on a machine without a GPU.
+  std::string engine = "compiled";
   /// CUDA artifacts: the GEMMs' (StepPrecision); auto: the attention
   /// kernels' dtype (the model's).
   std::string precision = "auto";
   float lossScale = 0;        ///< fp16: the initial loss scale (0: LossScaler's)
   bool hostOptimizer = false; ///< CUDA artifacts: AdamW on the host, not the device
+  /// What progress lines on stderr begin with ("attnc-rt train: ").
+  std::string tool = "attnc-rt train";
+  /// The training data already opened for this model (`data` names it);
+  /// null: trainArtifact opens `data`.
+  const DataSource *opened = nullptr;
 };
 
-/// An artifact as training reads it: its manifest and the files it names,
-/// from memory (`files`, by name) or else from `dir`, which messages name.
-struct Artifact {
-  std::string dir;
-  Manifest manifest;
-  std::map<std::string, std::string> files;
-  /// The artifact's file `name` (manifest.json's file names).
-  Expected<std::string> file(const std::string &name) const;
+/// One model of an artifact, ready to run: its configuration (from the
+/// manifest), parameters and compiled step.
+struct ArtifactModel {
+  ManifestModel manifest;
+  ModelConfig config;
+  std::string precision; ///< the GEMMs' (f32 on the CPU)
+  StepEngine engine = StepEngine::Cpu;
+  std::unique_ptr<ParameterStore> store;
+  std::unique_ptr<CompiledStep> step;
 };
-/// The artifact in `dir` (its manifest read and checked; files on demand).
-Expected<Artifact> openArtifact(const std::string &dir);
 
-/// Trains the artifact's model; the report goes to `os`, progress to stderr.
-Status trainArtifact(const Artifact &artifact, const ArtifactTrainOptions &options,
-                     std::ostream &os);
+/// Binds the artifact's model (options.model, or the only one) to fresh
+/// parameters from options.seed and compiles its step (host compiler,
+/// NVRTC on a GPU) with its attention kernels. Progress goes to stderr.
+Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
+                                          const ArtifactTrainOptions &options);
+
+struct ArtifactTrainResult {
+  std::string model;
+  int64_t numParams = 0;
+  TrainSummary summary;
+  int64_t arenaBytes = 0, keptBytes = 0, inferArenaBytes = 0;
+  std::string precision;
+  bool gpu = false;    ///< a CUDA step (on a GPU or the emulator)
+  float lossScale = 1; ///< fp16 CUDA steps: the loss scale at the end
+  int64_t overflowReruns = 0;
+};
+
+/// Trains the artifact's model; progress goes to stderr, the result back
+/// to the caller to report.
+Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
+                                            const ArtifactTrainOptions &options);
 /// openArtifact(options.dir), then trainArtifact.
-Status trainArtifact(const ArtifactTrainOptions &options, std::ostream &os);
+Expected<ArtifactTrainResult> trainArtifact(const ArtifactTrainOptions &options);
+
+/// The report both attnc train and attnc-rt train print: steps, time and
+/// rate, the final training and held-out losses, the compiled step's
+/// memory, and where the run's files are (`outDir`).
+void writeTrainReport(const ArtifactTrainResult &result, const std::string &outDir,
+                      std::ostream &os);
 
 } // namespace attnc::train
 

@@ -127,6 +127,53 @@ TEST(Manifest, TheInferenceFunctionRoundTripsAndMayBeAbsent) {
   EXPECT_NE(typed.error().find("models[0].inference.symbol"), std::string::npos) << typed.error();
 }
 
+TEST(Manifest, HostKernelsRoundTripAndMayBeAbsent) {
+  Manifest m = sample();
+  // A CPU artifact (or one from before host kernels) has none.
+  EXPECT_EQ(writeManifest(m).find("\"host_kernels\""), std::string::npos);
+  Expected<Manifest> none = parseManifest(writeManifest(m), "manifest.json");
+  ASSERT_TRUE(none.ok()) << none.error();
+  EXPECT_TRUE(none->hostKernels.empty());
+  EXPECT_TRUE(none->hostSource.empty());
+  // A CUDA artifact's CPU kernels of the same functions (cuda-sim).
+  m.hostSource = "kernels.cpp";
+  ManifestKernel k = m.kernels[0];
+  k.dtype = "f32", k.blockQ = 16, k.blockKv = 48, k.warps = 1, k.stages = 1;
+  m.hostKernels = {k};
+  k.backward = true;
+  m.hostKernels.push_back(k);
+  const std::string text = writeManifest(m);
+  Expected<Manifest> back = parseManifest(text, "manifest.json");
+  ASSERT_TRUE(back.ok()) << back.error() << "\n" << text;
+  EXPECT_EQ(back->hostSource, "kernels.cpp");
+  ASSERT_EQ(back->hostKernels.size(), 2u);
+  EXPECT_EQ(back->hostKernels[0].dtype, "f32");
+  EXPECT_EQ(back->hostKernels[0].blockKv, 48);
+  EXPECT_FALSE(back->hostKernels[0].backward);
+  EXPECT_TRUE(back->hostKernels[1].backward);
+  EXPECT_EQ(back->hostKernels[1].function, "m_attention");
+  EXPECT_EQ(back->kernels.size(), 2u); // the CUDA kernels untouched
+  EXPECT_EQ(back->kernels[0].dtype, "f16");
+  EXPECT_EQ(writeManifest(*back), text);
+  // Damaged entries name the field under host_kernels.
+  std::string bad = text;
+  const std::string source = "\"source\": \"kernels.cpp\"";
+  bad.replace(bad.find(source), source.size(), "\"source\": \"../kernels.cpp\"");
+  Expected<Manifest> escaped = parseManifest(bad, "manifest.json");
+  ASSERT_FALSE(escaped.ok());
+  EXPECT_NE(escaped.error().find("host_kernels.source: expected a file name in the artifact"),
+            std::string::npos)
+      << escaped.error();
+  bad = text;
+  const std::string blockKv = "\"block_kv\": 48";
+  bad.replace(bad.find(blockKv), blockKv.size(), "\"block_kv\": \"wide\"");
+  Expected<Manifest> typed = parseManifest(bad, "manifest.json");
+  ASSERT_FALSE(typed.ok());
+  EXPECT_NE(typed.error().find("host_kernels.kernels[0].tile.block_kv: expected an integer"),
+            std::string::npos)
+      << typed.error();
+}
+
 TEST(Manifest, DoublesKeepEveryBitAndKeysAreSorted) {
   const std::string text = writeManifest(sample());
   EXPECT_NE(text.find("\"dropout\": 0.20000000000000001"), std::string::npos) << text;

@@ -73,6 +73,18 @@ int main(int argc, char **argv) {
                   "CUDA artifacts: AdamW on the host on downloaded gradients (default: on the "
                   "device, the parameters staying there)");
   train->add_flag("!--no-resume", topts.resume, "start afresh even if --out has a checkpoint");
+  train
+      ->add_option("--stop-after", topts.stopAfter,
+                   "stop after this many steps of this invocation, with a checkpoint "
+                   "(train in slices; the schedule still spans --steps)")
+      ->check(CLI::PositiveNumber);
+  train
+      ->add_option("--engine", topts.engine,
+                   "compiled: the artifact's step on its target (a CUDA artifact on the GPU); "
+                   "cuda-sim: a CUDA artifact's step with its kernels on the SIMT emulator and "
+                   "its attention on the artifact's CPU kernels (no GPU needed; slow)")
+      ->check(CLI::IsMember({"compiled", "cuda-sim"}))
+      ->capture_default_str();
 
   CLI::App *info = app.add_subcommand("info", "Print the toolchain, cache and GPU of this machine");
 
@@ -93,11 +105,12 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (train->parsed()) {
-    attnc::Status s = attnc::train::trainArtifact(topts, std::cout);
-    if (!s) {
-      std::cerr << "attnc-rt train: error: " << s.error() << "\n";
+    auto r = attnc::train::trainArtifact(topts);
+    if (!r) {
+      std::cerr << "attnc-rt train: error: " << r.error() << "\n";
       return 1;
     }
+    attnc::train::writeTrainReport(*r, topts.out, std::cout);
     return 0;
   }
   if (info->parsed()) {
