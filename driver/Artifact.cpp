@@ -144,6 +144,7 @@ int buildArtifact(ModuleOp resolved, const std::string &specHash, const Artifact
     m.arenaBytes = g.arenaBytes, m.keptBytes = g.keptBytes;
     m.args = g.step.args, m.gradArgs = g.step.gradArgs;
     m.configJson = train::modelConfigToJson(modelConfigOf(model, layer, variant));
+    m.trainJson = train::trainSettingsToJson(trainSettingsOf(model));
     if (cuda) {
       m.stepKernels = stem + ".cu";
       m.stepAbi = ATTNC_CUDA_STEP_ABI;

@@ -46,6 +46,25 @@ train::ModelConfig modelConfigOf(attn::ModelOp model, attn::LayerOp layer,
   return c;
 }
 
+train::TrainSettings trainSettingsOf(attn::ModelOp model) {
+  train::TrainSettings s;
+  mlir::DictionaryAttr dict = model.getTrainAttr();
+  if (!dict)
+    return s;
+  auto f64 = [&](const char *key, std::optional<double> &out) {
+    if (auto a = dict.getAs<mlir::FloatAttr>(key))
+      out = a.getValueAsDouble();
+  };
+  auto i64 = [&](const char *key, std::optional<int64_t> &out) {
+    if (auto a = dict.getAs<mlir::IntegerAttr>(key))
+      out = a.getInt();
+  };
+  f64("lr", s.lr), f64("weight_decay", s.weightDecay), f64("clip", s.clip);
+  i64("warmup", s.warmup), i64("batch", s.batch), i64("steps", s.steps);
+  i64("eval_every", s.evalEvery);
+  return s;
+}
+
 std::set<std::string> modelsWithAutoFfnChunk(mlir::ModuleOp module) {
   std::set<std::string> names;
   for (attn::ModelOp model : module.getOps<attn::ModelOp>())

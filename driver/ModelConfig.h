@@ -5,6 +5,7 @@
 #include "dsl/AttnDialect.h"
 #include "runtime/train/Data.h"
 #include "runtime/train/ModelConfig.h"
+#include "runtime/train/TrainSettings.h"
 
 #include "mlir/IR/BuiltinOps.h"
 
@@ -19,6 +20,10 @@ namespace attnc::driver {
 /// and per-head parameters), after attn-resolve-tunables: what attnc train
 /// trains, attnc bench --linformer-table times and attnc tune measures.
 train::ModelConfig modelConfigOf(attn::ModelOp model, attn::LayerOp layer, attn::VariantOp variant);
+
+/// The model's recommended training settings (its `train` attribute, the
+/// spec's train block); empty when it has none.
+train::TrainSettings trainSettingsOf(attn::ModelOp model);
 
 /// The models whose FFN chunk the spec left `auto` (for the tuner); call
 /// before attn-resolve-tunables replaces it.

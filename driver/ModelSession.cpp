@@ -200,6 +200,11 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin,
   return compileCpuAttention(*p.module, variant, shape, p.kernels);
 }
 
+attn::ModelOp Prepared::model() {
+  return SymbolTable::lookupNearestSymbolFrom<attn::ModelOp>(*module,
+                                                             StringAttr::get(&context, name));
+}
+
 train::AttentionFn attentionOf(Prepared &p) {
   if (p.cudaKernels)
     return [k = p.cudaKernels](const AttentionInputs &in) { return k->run(in); };
@@ -211,10 +216,7 @@ Expected<std::unique_ptr<train::CompiledStep>>
 compiledStep(Prepared &p, train::ParameterStore &store, const StepPlan &plan) {
   // Reversible layers rebuild their inputs anyway.
   const bool recomputeLayers = plan.recomputeLayers && !p.config.reversible;
-  attn::ModelOp m;
-  for (attn::ModelOp op : p.module->getOps<attn::ModelOp>())
-    if (op.getSymName() == p.name)
-      m = op;
+  attn::ModelOp m = p.model();
   ModelGraph g;
   ModelGraphOptions graph;
   graph.batch = plan.batch > 0 ? plan.batch : plan.inferBatch;

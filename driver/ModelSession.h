@@ -13,6 +13,7 @@
 #define ATTNC_DRIVER_MODELSESSION_H
 
 #include "driver/Train.h"
+#include "dsl/AttnDialect.h"
 
 #include "runtime/CpuAttention.h"
 #include "runtime/CudaAttention.h"
@@ -44,6 +45,8 @@ struct Prepared {
   float lossScale = 0;
   train::ModelConfig config;
   std::string specHash, name;
+  /// The prepared model's op in `module`.
+  attn::ModelOp model();
 };
 
 /// What a command does with the run directory's kernel choices.

@@ -48,10 +48,8 @@ train::Forward forwardOf(train::CompiledStep &step) {
 train::ArtifactTrainOptions artifactTrainOptions(const Prepared &p, const TrainCliOptions &opt) {
   train::ArtifactTrainOptions to;
   to.precision = p.precision; // resolved: the model's dtype on the CUDA engines
-  to.model = opt.model, to.data = opt.data, to.out = opt.out, to.steps = opt.steps;
-  to.batch = opt.batch, to.lr = opt.lr, to.weightDecay = opt.weightDecay, to.clip = opt.clip;
-  to.warmup = opt.warmup, to.seed = opt.seed, to.evalEvery = opt.evalEvery;
-  to.checkpointEvery = opt.checkpointEvery, to.evalBatches = opt.evalBatches;
+  to.model = opt.model, to.data = opt.data, to.out = opt.out, to.flags = opt.flags;
+  to.seed = opt.seed, to.checkpointEvery = opt.checkpointEvery, to.evalBatches = opt.evalBatches;
   to.resume = opt.resume, to.stopAfter = opt.stopAfter, to.engine = opt.engine;
   to.lossScale = opt.lossScale;
   to.hostOptimizer = opt.optimizer == "host";
@@ -218,12 +216,18 @@ int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csv
   return kExitOk;
 }
 
-int runTrain(const TrainCliOptions &opt) {
+int runTrain(const TrainCliOptions &options) {
   Prepared p;
-  const bool check = opt.gradCheck > 0;
-  if (int rc = prepare("train", opt, p, check ? Pin::None : Pin::ReadWrite,
+  const bool check = options.gradCheck > 0;
+  if (int rc = prepare("train", options, p, check ? Pin::None : Pin::ReadWrite,
                        /*compileKernels=*/false))
     return rc;
+  // The batch the step is planned for: --batch, else the model's train
+  // block, else attnc's default (the other settings resolve the same way
+  // in the runtime, from the artifact's copy of the block).
+  TrainCliOptions opt = options;
+  opt.batch = int(
+      *opt.flags.orElse(trainSettingsOf(p.model())).orElse(train::defaultTrainSettings()).batch);
   // The data first: a wrong path fails before anything compiles.
   Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);
   if (!data)

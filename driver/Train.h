@@ -3,6 +3,7 @@
 #define ATTNC_DRIVER_TRAIN_H
 
 #include "runtime/Safetensors.h"
+#include "runtime/train/TrainSettings.h"
 
 #include <cstdint>
 #include <string>
@@ -12,12 +13,13 @@ namespace attnc::driver {
 struct TrainCliOptions {
   std::string spec, model; ///< model: which model of the spec (default: the only one)
   std::string data, out = "attnc-run";
-  int64_t steps = 200;
-  int batch = 8;
-  float lr = 1e-3f, weightDecay = 0.01f, clip = 1.0f;
-  int64_t warmup = 20;
+  /// attnc train: the settings its flags give (runtime/train/
+  /// TrainSettings.h); the spec's train block and attnc's defaults fill
+  /// the rest. runTrain resolves `batch` from them.
+  train::TrainSettings flags;
+  int batch = 8; ///< sequences per step (train) or per evaluation batch
   uint64_t seed = 0;
-  int64_t evalEvery = 0, checkpointEvery = 50;
+  int64_t checkpointEvery = 50;
   int evalBatches = 8;
   std::string target = "cpu";
   bool resume = true;

@@ -1,5 +1,6 @@
 //===- AST.cpp - AST helpers and the --emit=ast dumper --------------------===//
 #include "dsl/AST.h"
+#include "dsl/TrainSettings.h"
 
 namespace attnc::ast {
 
@@ -184,6 +185,14 @@ private:
            << "\n";
     line() << "dtype=" << dtypeName(m.dtype) << " objective=" << objectiveName(m.objective)
            << " dropout=" << m.dropout << "\n";
+    if (m.train.present) {
+      line() << "Train" << at(m.train.loc) << "\n";
+      ++indent;
+      for (const TrainSettingInfo &info : kTrainSettings)
+        if (const Setting *s = m.train.setting(info.key); s->present)
+          line() << info.key << "=" << s->value << at(s->loc) << "\n";
+      --indent;
+    }
     for (const LayerDecl &l : m.layerDecls) {
       line() << "Layer " << (l.reversible ? "reversible" : "standard") << at(l.loc) << "\n";
       ++indent;
@@ -204,5 +213,19 @@ private:
 } // namespace
 
 void dump(const Spec &spec, std::ostream &os) { Dumper(os).dump(spec); }
+
+Setting *TrainDecl::setting(const std::string &key) {
+  std::pair<const char *, Setting *> table[] = {{"lr", &lr},
+                                                {"warmup", &warmup},
+                                                {"batch", &batch},
+                                                {"steps", &steps},
+                                                {"weight_decay", &weightDecay},
+                                                {"clip", &clip},
+                                                {"eval_every", &evalEvery}};
+  for (auto &[name, s] : table)
+    if (key == name)
+      return s;
+  return nullptr;
+}
 
 } // namespace attnc::ast

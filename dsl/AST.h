@@ -140,6 +140,27 @@ struct Dim {
   SourceLoc loc;
 };
 
+/// A training setting of a `train { ... }` block, with where it was written.
+struct Setting {
+  double value = 0;
+  bool present = false;
+  SourceLoc loc;
+};
+
+/// A model's recommended training settings (`train { lr 2e-3; warmup 30;
+/// batch 8; steps 300 }`): what attnc train uses where no flag says
+/// otherwise. Each is optional.
+struct TrainDecl {
+  SourceLoc loc;
+  bool present = false;
+  Setting lr, warmup, batch, steps, weightDecay, clip, evalEvery;
+  /// The setting of keyword `key` (dsl/TrainSettings.h), or null.
+  Setting *setting(const std::string &key);
+  const Setting *setting(const std::string &key) const {
+    return const_cast<TrainDecl *>(this)->setting(key);
+  }
+};
+
 struct ModelDecl {
   std::string name;
   SourceLoc loc;
@@ -147,6 +168,7 @@ struct ModelDecl {
   DType dtype = DType::F32;
   Objective objective = Objective::CausalLM;
   double dropout = 0;
+  TrainDecl train;
   std::vector<LayerDecl> layerDecls; ///< exactly one after Sema
 };
 

@@ -1,5 +1,6 @@
 //===- AttnOps.cpp - core attn ops and their verifiers (AttnOps.td) ---------===//
 #include "dsl/AttnDetail.h"
+#include "dsl/TrainSettings.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -162,6 +163,22 @@ LogicalResult ModelOp::verify() {
     return emitOpError("the duplicate objective needs an even seq, found ") << getSeq();
   if (auto p = getDropout(); p && !(p->convertToDouble() >= 0 && p->convertToDouble() < 1))
     return emitOpError("dropout must be in [0, 1), found ") << p->convertToDouble();
+  if (DictionaryAttr train = getTrainAttr())
+    for (NamedAttribute setting : train) {
+      const std::string key = setting.getName().str();
+      const TrainSettingInfo *info = findTrainSetting(key);
+      if (!info)
+        return emitOpError("train: unknown setting '")
+               << key << "' (expected " << trainSettingKeys() << ")";
+      auto i = llvm::dyn_cast<IntegerAttr>(setting.getValue());
+      auto f = llvm::dyn_cast<FloatAttr>(setting.getValue());
+      if (info->integer ? !i || !i.getType().isInteger(64) : !f || !f.getType().isF64())
+        return emitOpError("train: ")
+               << key << " must be " << (info->integer ? "an i64" : "an f64");
+      const double value = i ? double(i.getInt()) : f.getValueAsDouble();
+      if (std::string why = checkTrainSetting(*info, value); !why.empty())
+        return emitOpError("train: ") << why;
+    }
   auto layers = getBody().getOps<LayerOp>();
   size_t count = std::distance(layers.begin(), layers.end());
   if (count != 1 || getBody().front().getOperations().size() != 1)

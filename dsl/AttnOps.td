@@ -105,10 +105,17 @@ def Attn_ModelOp : Attn_Op<"model", [Symbol, SingleBlock, NoTerminator]> {
     one `attn.layer`, the template repeated `layers` times. `d_ff` defaults to
     `4·d_model` in the front end; `heads` must divide `d_model`.
 
+    `train`, when present, holds the model's recommended training settings
+    (the spec's `train { ... }` block): `lr`, `weight_decay` and `clip` as
+    f64, `warmup`, `batch`, `steps` and `eval_every` as i64, each optional and
+    range-checked (dsl/TrainSettings.h). attnc train uses them where its
+    flags say nothing; the runtime reads them from the artifact's manifest.
+
     ```mlir
     attn.model @reformer_tiny dtype fp32 objective causal_lm attributes {
         d_ff = 512 : i64, d_model = 256 : i64, heads = 4 : i64,
-        layers = 2 : i64, seq = 1024 : i64, vocab = 256 : i64} {
+        layers = 2 : i64, seq = 1024 : i64, vocab = 256 : i64,
+        train = {lr = 2.000000e-03 : f64, warmup = 30 : i64}} {
       attn.layer reversible @lsh_attn ffn(gelu, chunk = auto)
     }
     ```
@@ -122,7 +129,8 @@ def Attn_ModelOp : Attn_Op<"model", [Symbol, SingleBlock, NoTerminator]> {
                        ConfinedAttr<I64Attr, [IntPositive]>:$layers,
                        Attn_DType:$dtype,
                        Attn_Objective:$objective,
-                       OptionalAttr<F64Attr>:$dropout);
+                       OptionalAttr<F64Attr>:$dropout,
+                       OptionalAttr<DictionaryAttr>:$train);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `dtype` $dtype `objective` $objective attr-dict-with-keyword $body

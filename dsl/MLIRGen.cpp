@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "dsl/MLIRGen.h"
+#include "dsl/TrainSettings.h"
 #include "dsl/AttnDialect.h"
 #include "dsl/Sema.h"
 
@@ -261,7 +262,18 @@ private:
         loc_(m.loc), m.name, m.vocab.value, m.seq.value, m.dModel.value, m.heads.value, m.dFf.value,
         m.layers.value, static_cast<attn::DType>(m.dtype),
         static_cast<attn::Objective>(m.objective),
-        m.dropout > 0 ? builder.getF64FloatAttr(m.dropout) : FloatAttr());
+        m.dropout > 0 ? builder.getF64FloatAttr(m.dropout) : FloatAttr(),
+        /*train=*/DictionaryAttr());
+    if (m.train.present) {
+      // The recommended training settings: whole numbers as i64, the rest f64.
+      SmallVector<NamedAttribute> settings;
+      for (const TrainSettingInfo &info : kTrainSettings)
+        if (const Setting *s = m.train.setting(info.key); s->present)
+          settings.push_back(builder.getNamedAttr(
+              info.key, info.integer ? Attribute(builder.getI64IntegerAttr(int64_t(s->value)))
+                                     : Attribute(builder.getF64FloatAttr(s->value))));
+      op.setTrainAttr(builder.getDictionaryAttr(settings));
+    }
     OpBuilder::InsertionGuard guard(builder);
     builder.createBlock(&op.getBody());
     for (const LayerDecl &l : m.layerDecls) {

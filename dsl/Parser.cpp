@@ -1,5 +1,6 @@
 //===- Parser.cpp - Recursive-descent parser for .attn specs --------------===//
 #include "dsl/Parser.h"
+#include "dsl/TrainSettings.h"
 #include "dsl/Sema.h"
 
 #include <algorithm>
@@ -431,15 +432,52 @@ bool Parser::parseModel(Spec &spec) {
     } else if (isKeyword("layer")) {
       if (!parseLayer(model))
         return false;
+    } else if (isKeyword("train")) {
+      if (model.train.present)
+        return error(itemLoc, "'train' is given twice in model '" + model.name + "'");
+      if (!parseTrain(model))
+        return false;
     } else {
       return errorExpected("a model field (vocab, seq, d_model, heads, d_ff, "
-                           "layers, dtype, objective, dropout, layer) or '}'");
+                           "layers, dtype, objective, dropout, layer, train) or '}'");
     }
   }
   if (!expect(Tok::RBrace, "'}'"))
     return false;
   spec.models.push_back(std::move(model));
   return true;
+}
+
+bool Parser::parseTrain(ModelDecl &model) {
+  TrainDecl &train = model.train;
+  train.loc = tok.loc;
+  train.present = true;
+  consume(); // 'train'
+  if (!expect(Tok::LBrace, "'{' after 'train'"))
+    return false;
+  while (!failed && tok.kind != Tok::RBrace) {
+    if (tok.kind == Tok::Semi) {
+      consume();
+      continue;
+    }
+    const TrainSettingInfo *info =
+        tok.kind == Tok::Ident ? findTrainSetting(std::string(tok.text)) : nullptr;
+    if (!info)
+      return errorExpected("a training setting (" + trainSettingKeys() + ") or '}'");
+    Setting &setting = *train.setting(info->key);
+    if (setting.present)
+      return error(tok.loc, "'" + std::string(info->key) +
+                                "' is given twice in the train block of model '" + model.name +
+                                "'");
+    consume();
+    setting.loc = tok.loc;
+    setting.present = true;
+    if (!parseNumber(setting.value, ("a number after '" + std::string(info->key) + "'").c_str()))
+      return false;
+    if (std::string why = checkTrainSetting(*info, setting.value); !why.empty())
+      return error(setting.loc, why);
+  }
+  return expect(Tok::RBrace, "'}'");
 }
 
 bool Parser::parseLayer(ModelDecl &model) {

@@ -55,6 +55,7 @@ private:
   bool parseAttention(ast::Spec &spec);
   bool parseModel(ast::Spec &spec);
   bool parseLayer(ast::ModelDecl &model);
+  bool parseTrain(ast::ModelDecl &model);
   bool parseArgs(std::vector<Arg> &args);
   bool parseNumber(double &out, const char *what);
   bool parseInt(int64_t &out, const char *what);

@@ -362,6 +362,11 @@ private:
     if (m.objective == Objective::Duplicate && m.seq.present && m.seq.value % 2 != 0)
       diag.error(m.seq.loc, "the duplicate objective ('0 w 0 w') needs an even seq, found " +
                                 std::to_string(m.seq.value));
+    const TrainDecl &t = m.train;
+    if (t.warmup.present && t.steps.present && t.warmup.value > t.steps.value)
+      diag.error(t.warmup.loc, "warmup " + std::to_string(int64_t(t.warmup.value)) +
+                                   " is longer than the " + std::to_string(int64_t(t.steps.value)) +
+                                   " training steps of model '" + m.name + "'");
     if (m.layerDecls.empty()) {
       diag.error(m.loc, "model '" + m.name + "' has no 'layer' block");
       return;

@@ -276,6 +276,11 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &pat
           return makeError(path + ": " + at + ": batch must be positive, arena_bytes not negative");
       }
       mm.configJson = config->dump();
+      if (auto train = e.find("train"); train != e.end()) {
+        if (!train->is_object())
+          return makeError(path + ": " + where + ".train: expected an object");
+        mm.trainJson = train->dump();
+      }
       m.models.push_back(std::move(mm));
     }
   }
@@ -382,6 +387,9 @@ json modelJson(const ManifestModel &m) {
                 {"args", m.args},
                 {"grad_args", m.gradArgs},
                 {"config", json::parse(m.configJson, nullptr, /*allow_exceptions=*/false)}};
+  if (json train = json::parse(m.trainJson, nullptr, /*allow_exceptions=*/false);
+      train.is_object() && !train.empty())
+    model["train"] = train;
   if (!m.stepKernels.empty()) {
     model["step_kernels"] = m.stepKernels;
     model["step_abi"] = m.stepAbi;

@@ -103,6 +103,10 @@ struct ManifestModel {
   std::vector<std::string> args;
   std::vector<int> gradArgs;
   std::string configJson; ///< a JSON object
+  /// The model's recommended training settings (the spec's `train` block,
+  /// runtime/train/TrainSettings.h) as a JSON object; "{}" when it has none
+  /// or the artifact predates them.
+  std::string trainJson = "{}";
   /// The model's inference function (@infer_<model>, "inference" in the
   /// JSON; absent in artifacts compiled before it): the CPU C++ that holds
   /// it (for both targets), its entry point, arena, sequences per call and

@@ -16,6 +16,7 @@
 #include "runtime/train/ModelConfigJson.h"
 #include "runtime/train/Trainer.h"
 
+#include <cmath>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -95,13 +96,19 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
         opt.model.empty()
             ? manifestPath + " has several models (" + names + "); name one with --model"
             : "no model '" + opt.model + "' in " + manifestPath + " (it has: " + names + ")");
-  if (opt.batch && opt.batch != mm->batch)
-    return makeError("--batch " + std::to_string(opt.batch) + ": " + dir + " planned the step of " +
-                     mm->name + " for batch " + std::to_string(mm->batch) +
-                     " (attnc compile --plan-batch " + std::to_string(opt.batch) +
-                     " plans another)");
+  if (opt.flags.batch && *opt.flags.batch != mm->batch)
+    return makeError("--batch " + std::to_string(*opt.flags.batch) + ": " + dir +
+                     " planned the step of " + mm->name + " for batch " +
+                     std::to_string(mm->batch) + " (attnc compile --plan-batch " +
+                     std::to_string(*opt.flags.batch) + " plans another)");
   ArtifactModel out;
   out.manifest = *mm;
+  Expected<TrainSettings> recommended =
+      trainSettingsFromJson(mm->trainJson, manifestPath + ": " + mm->name + ".train");
+  if (!recommended)
+    return recommended.takeError();
+  out.recommended = std::move(*recommended);
+  out.recommended.batch = mm->batch; // the plan's
   Expected<ModelConfig> config =
       modelConfigFromJson(mm->configJson, manifestPath + ": " + mm->name + ".config");
   if (!config)
@@ -231,13 +238,23 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
     own = std::move(*opened);
   }
   const DataSource *data = opt.opened ? opt.opened : &*own;
+  // Flags, else the model's recommended settings, else attnc's defaults.
+  const TrainSettings s = opt.flags.orElse(am.recommended).orElse(defaultTrainSettings());
+  std::cerr << opt.tool << ": " << describeTrainSettings(opt.flags, am.recommended) << "\n";
   TrainOptions to;
-  to.outDir = opt.out, to.data = opt.data, to.steps = opt.steps, to.batch = mm.batch;
-  to.seed = opt.seed, to.evalEvery = opt.evalEvery, to.evalBatches = opt.evalBatches;
+  to.outDir = opt.out, to.data = opt.data, to.steps = *s.steps, to.batch = mm.batch;
+  to.seed = opt.seed, to.evalEvery = *s.evalEvery, to.evalBatches = opt.evalBatches;
   to.checkpointEvery = opt.checkpointEvery, to.specHash = artifact.manifest.specHash;
   to.resume = opt.resume, to.stopAfter = opt.stopAfter;
-  to.adam.lr = opt.lr, to.adam.weightDecay = opt.weightDecay, to.adam.clipNorm = opt.clip;
-  to.adam.warmupSteps = opt.warmup;
+  to.adam.lr = float(*s.lr), to.adam.weightDecay = float(*s.weightDecay);
+  to.adam.clipNorm = float(*s.clip), to.adam.warmupSteps = *s.warmup;
+  const ModelConfig &c = am.config;
+  to.title = mm.name + ": " +
+             (c.lowrank    ? "low-rank attention (k = " + std::to_string(c.lowrankK) + ")"
+              : c.sharedQk ? "LSH attention (" + std::to_string(c.lshRounds) + " rounds)"
+                           : std::string("dense attention")) +
+             ", " + std::to_string(c.layers) + (c.reversible ? " reversible" : "") + " layer" +
+             (c.layers == 1 ? "" : "s") + ", on " + opt.data;
   CompiledStep *compiled = am.step.get();
   const bool gpu = am.engine != StepEngine::Cpu;
   if (gpu && !opt.hostOptimizer)
@@ -252,13 +269,13 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
             << (artifact.dir.empty() ? std::string() : " from " + artifact.dir) << " ("
             << am.store->numParams() << " parameters; compiled " << (gpu ? "CUDA " : "")
             << "step, arena " << mm.arenaBytes / 1024 << " KiB) on " << data->describe() << "\n";
-  Expected<TrainSummary> s = train(*am.store, *data, to, std::cerr);
-  if (!s)
-    return s.takeError();
+  Expected<TrainSummary> summary = train(*am.store, *data, to, std::cerr);
+  if (!summary)
+    return summary.takeError();
   ArtifactTrainResult r;
   r.model = mm.name;
   r.numParams = am.store->numParams();
-  r.summary = std::move(*s);
+  r.summary = std::move(*summary);
   r.arenaBytes = compiled->arenaBytes(), r.keptBytes = compiled->keptBytes();
   r.inferArenaBytes = compiled->inferArenaBytes();
   r.precision = am.precision;
@@ -282,6 +299,8 @@ void writeTrainReport(const ArtifactTrainResult &r, const std::string &outDir, s
      << "final training loss " << s.finalLoss << "; held-out loss " << e.loss << " ("
      << e.bitsPerByte << " bits/byte), accuracy " << e.accuracy << " over " << e.positions
      << " positions\n"
+     << "best held-out loss " << s.bestEval.loss << " (" << s.bestEval.loss / std::log(2.0)
+     << " bits/byte) at step " << s.bestEval.step << " of " << s.evals.size() << " evaluation(s)\n"
      << "compiled step: arena " << r.arenaBytes / 1024 << " KiB, of which " << r.keptBytes / 1024
      << " KiB kept for the backward; peak resident memory " << usage.ru_maxrss / 1024
      << " MiB; inference arena " << r.inferArenaBytes / 1024 << " KiB\n";

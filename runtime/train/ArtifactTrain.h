@@ -16,6 +16,7 @@
 #include "runtime/Error.h"
 #include "runtime/train/CompiledStep.h"
 #include "runtime/train/Trainer.h"
+#include "runtime/train/TrainSettings.h"
 
 #include <cstdint>
 #include <memory>
@@ -27,12 +28,13 @@ namespace attnc::train {
 struct ArtifactTrainOptions {
   std::string dir, model; ///< model: which compiled model (default: the only one)
   std::string data, out = "attnc-run";
-  int64_t steps = 200;
-  int batch = 0; ///< 0: the artifact's (the plan is per batch; another is an error)
-  float lr = 1e-3f, weightDecay = 0.01f, clip = 1.0f;
-  int64_t warmup = 20;
+  /// What the command line says (lr, warmup, steps, ...): each overrides
+  /// the model's recommended setting (the manifest's "train"), which
+  /// overrides attnc's default. The batch is the artifact's plan; a flag
+  /// naming another is an error.
+  TrainSettings flags;
   uint64_t seed = 0;
-  int64_t evalEvery = 0, checkpointEvery = 50;
+  int64_t checkpointEvery = 50;
   int evalBatches = 8;
   bool resume = true;
   int64_t stopAfter = 0; ///< > 0: stop (with a checkpoint) after this many steps
@@ -58,6 +60,9 @@ struct ArtifactTrainOptions {
 struct ArtifactModel {
   ManifestModel manifest;
   ModelConfig config;
+  /// The model's recommended training settings (the spec's train block),
+  /// with the batch the step was planned for.
+  TrainSettings recommended;
   std::string precision; ///< the GEMMs' (f32 on the CPU)
   StepEngine engine = StepEngine::Cpu;
   std::unique_ptr<ParameterStore> store;

@@ -1,5 +1,6 @@
 //===- Trainer.cpp - The training loop of attnc train ---------------------===//
 #include "runtime/train/Trainer.h"
+#include "runtime/train/Plot.h"
 
 #include "runtime/FileSystem.h"
 #include "runtime/Philox.h"
@@ -198,44 +199,65 @@ Expected<GradCheckResult> gradientCheck(ParameterStore &model, int probes, float
   return res;
 }
 
-Status writeLossSvg(const std::string &path, const std::vector<double> &losses, int64_t firstStep,
-                    const std::string &title) {
-  const double W = 640, H = 360, L = 60, R = 20, T = 30, Bm = 40;
-  std::ostringstream os;
-  double lo = 1e300, hi = -1e300;
-  for (double v : losses)
-    if (std::isfinite(v))
-      lo = std::min(lo, v), hi = std::max(hi, v);
-  if (losses.empty() || !(hi >= lo))
-    lo = 0, hi = 1;
-  if (hi - lo < 1e-9)
-    hi = lo + 1;
-  const double n = std::max<double>(1, double(losses.size()) - 1);
-  auto x = [&](double i) { return L + i / n * (W - L - R); };
-  auto y = [&](double v) { return T + (1 - (v - lo) / (hi - lo)) * (H - T - Bm); };
-  os << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
-     << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
-        "fill='white'/>\n<text x='"
-     << L << "' y='18'>" << title << "</text>\n<line x1='" << L << "' y1='" << H - Bm << "' x2='"
-     << W - R << "' y2='" << H - Bm << "' stroke='black'/>\n<line x1='" << L << "' y1='" << T
-     << "' x2='" << L << "' y2='" << H - Bm << "' stroke='black'/>\n";
-  char buf[64];
-  for (double v : {lo, (lo + hi) / 2, hi}) {
-    std::snprintf(buf, sizeof buf, "%.3g", v);
-    os << "<text x='4' y='" << y(v) + 4 << "'>" << buf << "</text>\n";
+namespace {
+
+/// The rows of a run's CSV log (train.csv, eval.csv) that a resumed run
+/// keeps: those of steps before `start` (`limit`: the step counts up to and
+/// including it), in order; rows of steps it will redo, or torn lines, go.
+/// Calls `row(step, value)` with the second column of each kept row.
+std::string keptRows(const std::string &path, const char *header, int64_t start, bool inclusive,
+                     const std::function<void(int64_t, double)> &row) {
+  std::string kept = std::string(header) + "\n";
+  if (start <= 0)
+    return kept;
+  std::ifstream in(path);
+  std::string line;
+  int64_t last = -1;
+  while (std::getline(in, line)) {
+    char *endp = nullptr;
+    long long step = std::strtoll(line.c_str(), &endp, 10);
+    if (endp == line.c_str() || *endp != ',' || step < 0 || step > start ||
+        (!inclusive && step == start) || step <= last)
+      continue;
+    char *endv = nullptr;
+    double value = std::strtod(endp + 1, &endv);
+    if (endv == endp + 1)
+      continue;
+    last = step;
+    row(step, value);
+    kept += line + "\n";
   }
-  os << "<text x='" << L << "' y='" << H - Bm + 16 << "'>step " << firstStep << "</text>\n"
-     << "<text x='" << W - R - 70 << "' y='" << H - Bm + 16 << "'>step "
-     << firstStep + int64_t(losses.size()) << "</text>\n"
-     << "<text x='" << W / 2 - 40 << "' y='" << H - 8 << "'>training loss (nats)</text>\n";
-  os << "<polyline fill='none' stroke='#1f77b4' stroke-width='1.5' points='";
-  for (size_t i = 0; i < losses.size(); ++i)
-    if (std::isfinite(losses[i])) {
-      std::snprintf(buf, sizeof buf, "%.1f,%.1f ", x(double(i)), y(losses[i]));
-      os << buf;
-    }
-  os << "'/>\n</svg>\n";
-  return fs::writeFileAtomic(path, os.str());
+  return kept;
+}
+
+} // namespace
+
+Status writeTrainingPlot(const std::string &path, const std::string &title,
+                         const std::vector<double> &losses, const std::vector<EvalPoint> &evals) {
+  LinePlot plot;
+  plot.title = title;
+  plot.xLabel = "step";
+  plot.yLabel = "loss (nats per predicted byte)";
+  std::vector<double> steps(losses.size());
+  for (size_t i = 0; i < steps.size(); ++i)
+    steps[i] = double(i + 1); // the loss of step i is the state after i+1 updates' data
+  PlotSeries raw{"", steps, losses, "#1f77b4", 1.0, 0.25, false};
+  // About 2 % of the run per side, so the trend shows through the noise.
+  const int window = std::max(1, int(losses.size() / 50)) * 2 + 1;
+  PlotSeries smooth{"training (moving average of " + std::to_string(window) + " steps)",
+                    steps,
+                    movingAverage(losses, window),
+                    "#1f77b4",
+                    2.0,
+                    1.0,
+                    false};
+  PlotSeries held{"held-out", {}, {}, "#d62728", 2.0, 1.0, true};
+  for (const EvalPoint &e : evals)
+    held.x.push_back(double(e.step)), held.y.push_back(e.loss);
+  plot.series = {raw, smooth};
+  if (!evals.empty())
+    plot.series.push_back(held);
+  return writeLinePlot(path, plot);
 }
 
 Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, const TrainOptions &opt,
@@ -327,27 +349,28 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
   // before its checkpoint (rows of steps it will redo, or torn lines, go).
   std::string csvPath = opt.outDir + "/train.csv";
   const char *header = "step,loss,lr,grad_norm,tokens_per_s,seconds";
-  std::string keptRows = std::string(header) + "\n";
   std::vector<double> earlierLosses;
-  if (start > 0) {
-    std::ifstream in(csvPath);
-    std::string line;
-    while (std::getline(in, line)) {
-      char *endp = nullptr;
-      long long step = std::strtoll(line.c_str(), &endp, 10);
-      if (endp == line.c_str() || *endp != ',' || step < 0 || step >= start)
-        continue;
-      char *endl2 = nullptr;
-      double loss = std::strtod(endp + 1, &endl2);
-      if (endl2 == endp + 1)
-        continue;
-      if (size_t(step) != earlierLosses.size())
-        continue; // rows out of order: keep the log consistent with the steps
-      earlierLosses.push_back(loss);
-      keptRows += line + "\n";
-    }
-  }
-  if (Status s = fs::writeFileAtomic(csvPath, keptRows); !s)
+  std::string kept =
+      keptRows(csvPath, header, start, /*inclusive=*/false, [&](int64_t step, double v) {
+        if (size_t(step) == earlierLosses.size()) // rows out of order would misplace the curve
+          earlierLosses.push_back(v);
+      });
+  // The evaluations (eval.csv), the same way: those up to the checkpoint.
+  const std::string evalPath = opt.outDir + "/eval.csv";
+  const char *evalHeader = "step,loss,bits_per_byte,accuracy";
+  std::string keptEvals =
+      keptRows(evalPath, evalHeader, start, /*inclusive=*/true, [&](int64_t step, double v) {
+        sum.evals.push_back({step, v});
+      });
+  if (Status s = fs::writeFileAtomic(evalPath, keptEvals); !s)
+    return s.takeError();
+  std::ofstream evalCsv(evalPath, std::ios::app);
+  auto record = [&](int64_t step, const EvalResult &e) {
+    sum.evals.push_back({step, e.loss});
+    evalCsv << step << "," << e.loss << "," << e.bitsPerByte << "," << e.accuracy << "\n";
+    evalCsv.flush();
+  };
+  if (Status s = fs::writeFileAtomic(csvPath, kept); !s)
     return s.takeError();
   std::ofstream csv(csvPath, std::ios::app);
   const bool tty = opt.progress && isatty(STDERR_FILENO);
@@ -403,6 +426,7 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
         return e.takeError();
       log << (tty ? "\n" : "") << "step " << step + 1 << ": eval loss " << e->loss << " ("
           << e->bitsPerByte << " bits/byte), accuracy " << e->accuracy << "\n";
+      record(step + 1, *e);
     }
     if (opt.checkpointEvery > 0 && (step + 1) % opt.checkpointEvery == 0 && step + 1 < end) {
       csv.flush(); // the log reaches the checkpoint's step before the checkpoint exists
@@ -427,10 +451,17 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
   if (!e)
     return e.takeError();
   sum.eval = *e;
-  // The curve of the whole run (resumed runs included).
+  if (sum.evals.empty() || sum.evals.back().step != sum.lastStep)
+    record(sum.lastStep, *e);
+  for (const EvalPoint &p : sum.evals)
+    if (p.loss < sum.bestEval.loss || sum.bestEval.step < 0)
+      sum.bestEval = p;
+  // The curves of the whole run (resumed runs included).
   std::vector<double> all = earlierLosses;
   all.insert(all.end(), sum.losses.begin(), sum.losses.end());
-  if (Status s = writeLossSvg(opt.outDir + "/loss.svg", all, 0, "attnc train: loss per step"); !s)
+  if (Status s = writeTrainingPlot(opt.outDir + "/loss.svg",
+                                   opt.title.empty() ? "attnc train" : opt.title, all, sum.evals);
+      !s)
     return s.takeError();
   return sum;
 }

@@ -68,6 +68,7 @@ struct TrainOptions {
   int64_t stopAfter = 0; ///< > 0: stop after this many steps (checkpointed); the
                          ///< schedule still spans `steps`
   bool progress = true;  ///< live line when stderr is a terminal
+  std::string title;     ///< loss.svg's title: the model, its attention and the data
   /// The training step's forward and backward (mean loss; gradients in the
   /// model's buffers, which the trainer zeroes first): a compiled
   /// whole-model step (CompiledStep::run). Required unless `resident`.
@@ -91,11 +92,21 @@ struct EvalResult {
   int64_t positions = 0;
 };
 
+/// One held-out evaluation: the mean loss after `step` steps.
+struct EvalPoint {
+  int64_t step = -1;
+  double loss = 0;
+};
+
 struct TrainSummary {
   int64_t firstStep = 0, lastStep = 0; ///< steps run by this call [first, last)
   double finalLoss = 0, tokensPerSecond = 0, seconds = 0;
   EvalResult eval;
   std::vector<double> losses; ///< per step run by this call
+  /// Every evaluation of the run (a resumed run's earlier ones from
+  /// eval.csv), in step order, and the one with the lowest loss.
+  std::vector<EvalPoint> evals;
+  EvalPoint bestEval;
 };
 
 /// Loads the data the options name for the model's objective.
@@ -152,9 +163,10 @@ using LossFn = std::function<Expected<double>(bool backward)>;
 Expected<GradCheckResult> gradientCheck(ParameterStore &model, int probes, float eps, uint64_t seed,
                                         const LossFn &loss, double floor = 1e-2);
 
-/// Writes an SVG line plot of `losses` (per step, starting at `firstStep`).
-Status writeLossSvg(const std::string &path, const std::vector<double> &losses, int64_t firstStep,
-                    const std::string &title);
+/// loss.svg: the training loss of every step (faint) with its moving
+/// average, and the held-out loss at each evaluation, under `title`.
+Status writeTrainingPlot(const std::string &path, const std::string &title,
+                         const std::vector<double> &losses, const std::vector<EvalPoint> &evals);
 
 } // namespace attnc::train
 

@@ -303,3 +303,27 @@ func.func @f(%q: tensor<1x2x8x16xf32>, %r: tensor<2x16x4xf32>) {
   %o, %l = attn.attention @d(%q, %q, %q) rotations(%r) : (tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>, tensor<2x16x4xf32>) -> (tensor<1x2x8x16xf32>, tensor<1x2x8xf32>)
   return
 }
+
+// -----
+
+attn.variant @a attributes {causal, tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto>}
+// expected-error @+1 {{train: unknown setting 'momentum'}}
+attn.model @m dtype fp32 objective causal_lm attributes {d_ff = 64 : i64, d_model = 32 : i64, heads = 2 : i64, layers = 1 : i64, seq = 16 : i64, train = {momentum = 9.000000e-01 : f64}, vocab = 256 : i64} {
+  attn.layer @a
+}
+
+// -----
+
+attn.variant @a attributes {causal, tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto>}
+// expected-error @+1 {{train: warmup must be an i64}}
+attn.model @m dtype fp32 objective causal_lm attributes {d_ff = 64 : i64, d_model = 32 : i64, heads = 2 : i64, layers = 1 : i64, seq = 16 : i64, train = {warmup = 3.000000e+00 : f64}, vocab = 256 : i64} {
+  attn.layer @a
+}
+
+// -----
+
+attn.variant @a attributes {causal, tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto>}
+// expected-error @+1 {{train: batch must be in [1, 65536], found 0}}
+attn.model @m dtype fp32 objective causal_lm attributes {d_ff = 64 : i64, d_model = 32 : i64, heads = 2 : i64, layers = 1 : i64, seq = 16 : i64, train = {batch = 0 : i64}, vocab = 256 : i64} {
+  attn.layer @a
+}

@@ -174,6 +174,28 @@ TEST(Manifest, HostKernelsRoundTripAndMayBeAbsent) {
       << typed.error();
 }
 
+TEST(Manifest, TheTrainBlockRoundTripsAndMayBeAbsent) {
+  Manifest m = sample();
+  // A model without a train block (or an older artifact): "{}", not written.
+  EXPECT_EQ(writeManifest(m).find("\"train\""), std::string::npos);
+  Expected<Manifest> none = parseManifest(writeManifest(m), "manifest.json");
+  ASSERT_TRUE(none.ok()) << none.error();
+  EXPECT_EQ(none->models[0].trainJson, "{}");
+  m.models[0].trainJson = R"({"lr":0.002,"warmup":30})";
+  const std::string text = writeManifest(m);
+  Expected<Manifest> back = parseManifest(text, "manifest.json");
+  ASSERT_TRUE(back.ok()) << back.error() << "\n" << text;
+  EXPECT_EQ(back->models[0].trainJson, m.models[0].trainJson);
+  EXPECT_EQ(writeManifest(*back), text);
+  std::string bad = text;
+  const std::string train = "\"train\": {";
+  bad.replace(bad.find(train), train.size(), "\"train\": 7, \"x\": {");
+  Expected<Manifest> typed = parseManifest(bad, "manifest.json");
+  ASSERT_FALSE(typed.ok());
+  EXPECT_NE(typed.error().find("models[0].train: expected an object"), std::string::npos)
+      << typed.error();
+}
+
 TEST(Manifest, DoublesKeepEveryBitAndKeysAreSorted) {
   const std::string text = writeManifest(sample());
   EXPECT_NE(text.find("\"dropout\": 0.20000000000000001"), std::string::npos) << text;

@@ -11,6 +11,7 @@
 #include "runtime/NvrtcCompiler.h"
 #include "runtime/Version.h"
 #include "runtime/train/ArtifactTrain.h"
+#include "tools/TrainFlags.h"
 
 #include <CLI/CLI.hpp>
 
@@ -43,17 +44,10 @@ int main(int argc, char **argv) {
   train->add_option("--model", topts.model, "which compiled model (default: the only one)");
   train->add_option("--data", topts.data, "text file(s) or directory, or synthetic:duplicate")
       ->required();
-  train->add_option("--steps", topts.steps, "total optimizer steps")->capture_default_str();
-  train->add_option("--batch", topts.batch,
+  attnc::tools::addTrainSettingFlags(train, topts.flags);
+  train->add_option("--batch", topts.flags.batch,
                     "sequences per step (must be the artifact's; default: it)");
-  train->add_option("--lr", topts.lr, "peak learning rate")->capture_default_str();
-  train->add_option("--weight-decay", topts.weightDecay, "AdamW weight decay")
-      ->capture_default_str();
-  train->add_option("--clip", topts.clip, "gradient norm clip (0: off)")->capture_default_str();
-  train->add_option("--warmup", topts.warmup, "warm-up steps")->capture_default_str();
   train->add_option("--seed", topts.seed, "initialisation, data and dropout seed")
-      ->capture_default_str();
-  train->add_option("--eval-every", topts.evalEvery, "evaluate every N steps (0: at the end)")
       ->capture_default_str();
   train->add_option("--checkpoint-every", topts.checkpointEvery, "checkpoint every N steps")
       ->capture_default_str();

@@ -7,8 +7,10 @@
 //===----------------------------------------------------------------------===//
 #include "driver/Bench.h"
 #include "driver/Compile.h"
+#include "driver/PlotRuns.h"
 #include "driver/Run.h"
 #include "driver/Train.h"
+#include "tools/TrainFlags.h"
 #include "driver/Tune.h"
 #include "runtime/Version.h"
 
@@ -171,9 +173,11 @@ int main(int argc, char **argv) {
         ->required();
     sub->add_option("--out", topts.out, "run directory: checkpoints, train.csv, loss.svg")
         ->capture_default_str();
-    sub->add_option("--batch", topts.batch, "sequences per step")
-        ->check(CLI::Range(1, 1 << 16))
-        ->capture_default_str();
+    sub->add_option("--batch", topts.batch,
+                    sub == trainCmd ? "sequences per step (default: the model's train block, "
+                                      "else 8)"
+                                    : "sequences per evaluation batch")
+        ->check(CLI::Range(1, 1 << 16));
     sub->add_option("--seed", topts.seed, "seed of the weights and the data order")
         ->capture_default_str();
     sub->add_option("--eval-batches", topts.evalBatches, "batches per evaluation")
@@ -183,9 +187,7 @@ int main(int argc, char **argv) {
         ->check(CLI::IsMember({"cpu", "cuda"}))
         ->capture_default_str();
   }
-  trainCmd->add_option("--steps", topts.steps, "optimizer steps in all (a resumed run continues)")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
-      ->capture_default_str();
+  attnc::tools::addTrainSettingFlags(trainCmd, topts.flags);
   trainCmd
       ->add_option("--precision", topts.precision,
                    "--target cuda: the GEMMs' compute precision (fp32 storage and master "
@@ -198,21 +200,6 @@ int main(int argc, char **argv) {
                    "--precision fp16: the initial loss scale (default 65536; halved on "
                    "overflow, doubled after 2000 good steps, at most 2^24)")
       ->check(CLI::PositiveNumber);
-  trainCmd->add_option("--lr", topts.lr, "peak learning rate (AdamW)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  trainCmd->add_option("--warmup", topts.warmup, "linear warm-up steps, then cosine decay")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  trainCmd->add_option("--weight-decay", topts.weightDecay, "AdamW weight decay")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  trainCmd->add_option("--clip", topts.clip, "clip the global gradient norm (0: off)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  trainCmd->add_option("--eval-every", topts.evalEvery, "evaluate every N steps (0: at the end)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
   trainCmd
       ->add_option("--checkpoint-every", topts.checkpointEvery,
                    "checkpoint every N steps (and at the end)")
@@ -325,6 +312,20 @@ int main(int argc, char **argv) {
                    "CUDA: shared memory per block in bytes (default: the arch's)")
       ->check(CLI::NonNegativeNumber);
 
+  attnc::driver::PlotCliOptions plotOpts;
+  CLI::App *plotCmd = app.add_subcommand(
+      "plot", "Draw training runs side by side: held-out loss per evaluation, training loss");
+  plotCmd->add_option("runs", plotOpts.runs, "run directories (attnc train --out)")->required();
+  plotCmd->add_option("-o,--output", plotOpts.output, "the SVG to write")->capture_default_str();
+  plotCmd->add_option("--labels", plotOpts.labels, "a legend label per run (default: its name)")
+      ->delimiter(',');
+  plotCmd->add_option("--title", plotOpts.title, "the plot's title");
+  plotCmd
+      ->add_option("--what", plotOpts.what,
+                   "held-out (eval.csv), training (train.csv, smoothed) or both")
+      ->check(CLI::IsMember({"held-out", "training", "both"}))
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success &e) { // --help, --version
@@ -340,8 +341,11 @@ int main(int argc, char **argv) {
     return attnc::driver::runAttention(ropts);
   if (bench->parsed())
     return attnc::driver::runBench(bopts);
-  if (trainCmd->parsed())
+  if (trainCmd->parsed()) {
+    if (trainCmd->count("--batch")) // else the model's train block decides
+      topts.flags.batch = topts.batch;
     return attnc::driver::runTrain(topts);
+  }
   if (evalCmd->parsed())
     return attnc::driver::runEval(topts);
   if (tuneCmd->parsed()) {
@@ -351,6 +355,8 @@ int main(int argc, char **argv) {
     }
     return attnc::driver::runTune(tuneOpts);
   }
+  if (plotCmd->parsed())
+    return attnc::driver::runPlot(plotOpts);
   if (generateCmd->parsed())
     return attnc::driver::runGenerate(topts);
   if (fillCmd->parsed())

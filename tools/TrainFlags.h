@@ -1,0 +1,49 @@
+//===- TrainFlags.h - The training-setting flags attnc and attnc-rt share -*- C++ -*-===//
+//
+// --lr, --warmup, --weight-decay, --clip, --steps and --eval-every, bound
+// to optional settings: a flag that is not given leaves its setting to the
+// model's train block, then to attnc's default (runtime/train/
+// TrainSettings.h), so the help says so instead of printing a default.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_TOOLS_TRAINFLAGS_H
+#define ATTNC_TOOLS_TRAINFLAGS_H
+
+#include "runtime/train/TrainSettings.h"
+
+#include <CLI/CLI.hpp>
+
+#include <sstream>
+#include <string>
+
+namespace attnc::tools {
+
+inline void addTrainSettingFlags(CLI::App *cmd, train::TrainSettings &flags) {
+  const train::TrainSettings d = train::defaultTrainSettings();
+  auto help = [](const char *what, double fallback) {
+    std::ostringstream os;
+    os << what << " (default: the model's train block, else " << fallback << ")";
+    return os.str();
+  };
+  cmd->add_option("--steps", flags.steps,
+                  help("optimizer steps in all (a resumed run continues)", double(*d.steps)))
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  // Flags take any positive rate (tests drive runs into NaN on purpose);
+  // the spec's train block keeps to (0, 1].
+  cmd->add_option("--lr", flags.lr, help("peak learning rate (AdamW)", *d.lr))
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", flags.warmup,
+                  help("linear warm-up steps, then cosine decay to 10 %", double(*d.warmup)))
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--weight-decay", flags.weightDecay, help("AdamW weight decay", *d.weightDecay))
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--clip", flags.clip, help("clip the global gradient norm (0: off)", *d.clip))
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--eval-every", flags.evalEvery,
+                  help("evaluate every N steps (0: at the end)", double(*d.evalEvery)))
+      ->check(CLI::NonNegativeNumber);
+}
+
+} // namespace attnc::tools
+
+#endif // ATTNC_TOOLS_TRAINFLAGS_H
