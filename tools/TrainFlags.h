@@ -1,8 +1,8 @@
 //===- TrainFlags.h - The training-setting flags attnc and attnc-rt share -*- C++ -*-===//
 //
 // --lr, --warmup, --weight-decay, --clip, --steps and --eval-every, bound
-// to optional settings: a flag that is not given leaves its setting to the
-// model's train block, then to attnc's default (runtime/train/
+// to optional settings, and the flags that slice and continue a run: a flag that is not given
+// leaves its setting to the model's train block, then to attnc's default (runtime/train/
 // TrainSettings.h), so the help says so instead of printing a default.
 //
 //===----------------------------------------------------------------------===//
@@ -42,6 +42,20 @@ inline void addTrainSettingFlags(CLI::App *cmd, train::TrainSettings &flags) {
   cmd->add_option("--eval-every", flags.evalEvery,
                   help("evaluate every N steps (0: at the end)", double(*d.evalEvery)))
       ->check(CLI::NonNegativeNumber);
+}
+
+/// --checkpoint-every, --no-resume and --stop-after: how a run is sliced
+/// and continued.
+inline void addRunFlags(CLI::App *cmd, int64_t &checkpointEvery, bool &resume, int64_t &stopAfter) {
+  cmd->add_option("--checkpoint-every", checkpointEvery,
+                  "checkpoint every N steps (and at the end)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_flag("!--no-resume", resume, "start from scratch even if --out has a checkpoint");
+  cmd->add_option("--stop-after", stopAfter,
+                  "stop after this many steps of this invocation, with a checkpoint "
+                  "(train in slices; the schedule still spans --steps)")
+      ->check(CLI::PositiveNumber);
 }
 
 } // namespace attnc::tools

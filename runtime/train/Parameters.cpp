@@ -109,9 +109,17 @@ ParameterStore::ParameterStore(ModelConfig config, uint64_t seed) : cfg_(std::mo
   init(seed);
 }
 
+namespace {
+/// The embedding tables' standard deviation (GPT-2's, BERT's).
+constexpr float kEmbeddingStd = 0.02f;
+/// The noise on the low-rank projections' pooling start (a pooled row's
+/// in-segment weights are k/S).
+constexpr float kPoolingNoise = 0.01f;
+} // namespace
+
 void ParameterStore::init(uint64_t seed) {
-  // N(0, 0.02) weights from Philox (stream = parameter index), the output
-  // projections scaled by 1/sqrt(2·layers) (GPT-2), norms' gains 1.
+  // Random draws from Philox (stream = parameter index). The recipe and the
+  // measurements behind each choice: docs/training.md, "The recipe".
   const float outScale = 1.0f / std::sqrt(2.0f * float(std::max(1, cfg_.layers)));
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter &p = *params_[i];
@@ -119,6 +127,10 @@ void ParameterStore::init(uint64_t seed) {
     auto endsWith = [&](const char *suf) {
       size_t m = std::strlen(suf);
       return n.size() >= m && n.compare(n.size() - m, m, suf) == 0;
+    };
+    auto normal = [&](float stddev) {
+      for (size_t k = 0; k < p.value.size(); ++k)
+        p.value[k] = stddev * philox::normal(seed, uint32_t(1000 + i), k);
     };
     if (endsWith(".gamma")) {
       std::fill(p.value.begin(), p.value.end(), 1.0f);
@@ -137,13 +149,29 @@ void ParameterStore::init(uint64_t seed) {
                 endsWith(".bo") || endsWith(".b1") || endsWith(".b2") || endsWith("head.b");
     if (bias)
       continue;
-    float stddev = 0.02f;
-    if (endsWith(".E") || endsWith(".F")) // Xavier over [k, S], as fairseq's Linformer
-      stddev = float(std::sqrt(2.0 / double(cfg_.lowrankK + cfg_.seq)));
-    if (endsWith("attn.wo") || endsWith("ffn.w2"))
-      stddev *= outScale;
-    for (size_t k = 0; k < p.value.size(); ++k)
-      p.value[k] = stddev * philox::normal(seed, uint32_t(1000 + i), k);
+    if (endsWith("_emb")) {
+      // Token and position tables (BERT's, GPT-2's scale). Not sinusoids:
+      // they helped the masked LMs but kept the LSH duplication model at
+      // chance (docs/training.md, "The recipe").
+      normal(kEmbeddingStd);
+    } else if (endsWith(".E") || endsWith(".F")) {
+      // Mean pooling over k segments of the sequence, plus a little noise to
+      // tell heads and rows apart: the pooling projection the Linformer
+      // paper lists beside the learned one, as the learned one's start.
+      const int64_t K = cfg_.lowrankK, S = cfg_.seq;
+      for (size_t k = 0; k < p.value.size(); ++k) {
+        const int64_t col = int64_t(k) % S, row = (int64_t(k) / S) % K;
+        p.value[k] = (col * K / S == row ? float(K) / float(S) : 0.0f) +
+                     kPoolingNoise * philox::normal(seed, uint32_t(1000 + i), k);
+      }
+    } else {
+      // Linear maps [in, out]: variance preserving, N(0, 1/in) (LeCun);
+      // the residual branches' output maps scaled by 1/sqrt(2·layers) (GPT-2).
+      float stddev = 1.0f / std::sqrt(float(p.shape[0]));
+      if (endsWith("attn.wo") || endsWith("ffn.w2"))
+        stddev *= outScale;
+      normal(stddev);
+    }
   }
 }
 

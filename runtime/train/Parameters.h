@@ -48,10 +48,12 @@ struct Parameter {
 
 class ParameterStore {
 public:
-  /// Every parameter of `config`, initialised from `seed`: N(0, 0.02)
-  /// weights from Philox (stream = parameter index), output projections
-  /// scaled by 1/sqrt(2·layers), low-rank E/F Xavier over [k, seq], norm
-  /// gains 1, biases 0, per-head parameters at their declared values.
+  /// Every parameter of `config`, initialised from `seed` (Philox, stream
+  /// = parameter index): linear maps N(0, 1/fan_in), the residual branches'
+  /// output maps scaled by 1/sqrt(2·layers); token and position tables
+  /// N(0, 0.02); low-rank E/F mean
+  /// pooling over k segments plus N(0, 0.01); norm gains 1, biases 0,
+  /// per-head parameters at their declared values (docs/training.md).
   ParameterStore(ModelConfig config, uint64_t seed);
   ParameterStore(const ParameterStore &) = delete;
   ParameterStore &operator=(const ParameterStore &) = delete;

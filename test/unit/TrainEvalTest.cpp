@@ -178,6 +178,37 @@ TEST(ParameterStore, InitialisationIsTheSeedsAndWeightsRoundTrip) {
   EXPECT_NE(s.error().find("missing tensor 'pos_emb'"), std::string::npos) << s.error();
 }
 
+TEST(ParameterStore, TheRecipesInitialisation) {
+  // docs/training.md, "The recipe": each tensor starts as documented.
+  ModelConfig c;
+  c.vocab = 256, c.seq = 64, c.dModel = 128, c.heads = 4, c.dff = 512, c.layers = 2;
+  c.objective = Objective::Mlm, c.lowrank = true, c.share = "headwise", c.lowrankK = 16;
+  ParameterStore s(c, 3);
+  auto rms = [](const std::vector<float> &v) {
+    double sum = 0;
+    for (float x : v)
+      sum += double(x) * x;
+    return std::sqrt(sum / double(v.size()));
+  };
+  // Linear maps N(0, 1/fan_in); output maps also / sqrt(2·layers).
+  EXPECT_NEAR(rms(s.find("layers.0.attn.wq")->value), 1 / std::sqrt(128.0), 0.004);
+  EXPECT_NEAR(rms(s.find("layers.1.ffn.w1")->value), 1 / std::sqrt(128.0), 0.004);
+  EXPECT_NEAR(rms(s.find("layers.0.ffn.w2")->value), 1 / std::sqrt(512.0) / 2, 0.002);
+  EXPECT_NEAR(rms(s.find("layers.0.attn.wo")->value), 1 / std::sqrt(128.0) / 2, 0.002);
+  EXPECT_NEAR(rms(s.find("head.w")->value), 1 / std::sqrt(128.0), 0.004);
+  EXPECT_NEAR(rms(s.find("tok_emb")->value), 0.02, 0.001);
+  EXPECT_NEAR(rms(s.find("pos_emb")->value), 0.02, 0.001);
+  // E, F: row r pools columns [4r, 4r + 4) (64 positions into 16 rows).
+  for (const char *name : {"layers.0.attn.E", "layers.1.attn.F"}) {
+    const std::vector<float> &e = s.find(name)->value;
+    ASSERT_EQ(e.size(), 16u * 64u) << name;
+    for (int r = 0; r < 16; ++r)
+      for (int col = 0; col < 64; ++col)
+        EXPECT_NEAR(e[r * 64 + col], col / 4 == r ? 0.25 : 0.0, 0.06)
+            << name << " " << r << "," << col;
+  }
+}
+
 TEST(ParameterStore, LshRotationsAreConstantsPerLayer) {
   ModelConfig c = smallModel();
   c.lowrank = false, c.sharedQk = true, c.lshRounds = 2, c.lshBuckets = 4, c.lshSeed = 3;

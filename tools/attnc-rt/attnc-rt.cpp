@@ -49,8 +49,6 @@ int main(int argc, char **argv) {
                     "sequences per step (must be the artifact's; default: it)");
   train->add_option("--seed", topts.seed, "initialisation, data and dropout seed")
       ->capture_default_str();
-  train->add_option("--checkpoint-every", topts.checkpointEvery, "checkpoint every N steps")
-      ->capture_default_str();
   train->add_option("--out", topts.out, "run directory")->capture_default_str();
   train
       ->add_option("--precision", topts.precision,
@@ -66,12 +64,7 @@ int main(int argc, char **argv) {
   train->add_flag("--host-optimizer", topts.hostOptimizer,
                   "CUDA artifacts: AdamW on the host on downloaded gradients (default: on the "
                   "device, the parameters staying there)");
-  train->add_flag("!--no-resume", topts.resume, "start afresh even if --out has a checkpoint");
-  train
-      ->add_option("--stop-after", topts.stopAfter,
-                   "stop after this many steps of this invocation, with a checkpoint "
-                   "(train in slices; the schedule still spans --steps)")
-      ->check(CLI::PositiveNumber);
+  attnc::tools::addRunFlags(train, topts.checkpointEvery, topts.resume, topts.stopAfter);
   train
       ->add_option("--engine", topts.engine,
                    "compiled: the artifact's step on its target (a CUDA artifact on the GPU); "

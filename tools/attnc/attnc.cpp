@@ -63,8 +63,11 @@ int main(int argc, char **argv) {
 
   attnc::driver::BenchOptions bopts;
   CLI::App *bench = app.add_subcommand(
-      "bench", "Time dense (fused and unfused), low-rank and LSH attention side by side");
-  bench->add_option("--target", bopts.target, "where to run")
+      "bench", "Time attention on the CPU side by side: dense (fused and unfused), low-rank, "
+               "LSH; or the Linformer table, training steps, tuned kernels");
+  bench
+      ->add_option("--target", bopts.target,
+                   "where to run (cpu; cuda is not implemented yet and exits 2)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   bench->add_option("--n", bopts.lengths, "sequence lengths")
@@ -171,7 +174,7 @@ int main(int argc, char **argv) {
     sub->add_option("--data", topts.data,
                     "synthetic:duplicate, or text files / directories (':'-separated)")
         ->required();
-    sub->add_option("--out", topts.out, "run directory: checkpoints, train.csv, loss.svg")
+    sub->add_option("--out", topts.out, "run directory: checkpoints, train.csv, eval.csv, loss.svg")
         ->capture_default_str();
     sub->add_option("--batch", topts.batch,
                     sub == trainCmd ? "sequences per step (default: the model's train block, "
@@ -200,18 +203,7 @@ int main(int argc, char **argv) {
                    "--precision fp16: the initial loss scale (default 65536; halved on "
                    "overflow, doubled after 2000 good steps, at most 2^24)")
       ->check(CLI::PositiveNumber);
-  trainCmd
-      ->add_option("--checkpoint-every", topts.checkpointEvery,
-                   "checkpoint every N steps (and at the end)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  trainCmd->add_flag("!--no-resume", topts.resume,
-                     "start from scratch even if --out has a checkpoint");
-  trainCmd
-      ->add_option("--stop-after", topts.stopAfter,
-                   "stop after this many steps of this invocation, with a checkpoint "
-                   "(train in slices; the schedule still spans --steps)")
-      ->check(CLI::PositiveNumber);
+  attnc::tools::addRunFlags(trainCmd, topts.checkpointEvery, topts.resume, topts.stopAfter);
   trainCmd
       ->add_option("--grad-check", topts.gradCheck,
                    "instead of training: finite-difference N coordinates of every "
@@ -267,7 +259,8 @@ int main(int argc, char **argv) {
   attnc::driver::TuneOptions tuneOpts;
   CLI::App *tuneCmd = app.add_subcommand(
       "tune",
-      "Measure tile configs of a spec's kernels on this machine (CPU) into the tuning database");
+      "Measure a spec's kernel choices on this machine into the tuning database: attention "
+      "tiles and FFN chunks, or with --max-error low-rank k / LSH rounds by an error budget");
   tuneCmd->add_option("spec", tuneOpts.spec, "the .attn spec file");
   tuneCmd->add_option("--model", tuneOpts.model, "only this model of the spec");
   tuneCmd->add_option("--target", tuneOpts.target, "where to measure")
