@@ -108,7 +108,6 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
   if (!recommended)
     return recommended.takeError();
   out.recommended = std::move(*recommended);
-  out.recommended.batch = mm->batch; // the plan's
   Expected<ModelConfig> config =
       modelConfigFromJson(mm->configJson, manifestPath + ": " + mm->name + ".config");
   if (!config)
@@ -240,7 +239,8 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
   const DataSource *data = opt.opened ? opt.opened : &*own;
   // Flags, else the model's recommended settings, else attnc's defaults.
   const TrainSettings s = opt.flags.orElse(am.recommended).orElse(defaultTrainSettings());
-  std::cerr << opt.tool << ": " << describeTrainSettings(opt.flags, am.recommended) << "\n";
+  std::cerr << opt.tool << ": " << describeTrainSettings(opt.flags, am.recommended, mm.batch)
+            << "\n";
   TrainOptions to;
   to.outDir = opt.out, to.data = opt.data, to.steps = *s.steps, to.batch = mm.batch;
   to.seed = opt.seed, to.evalEvery = *s.evalEvery, to.evalBatches = opt.evalBatches;

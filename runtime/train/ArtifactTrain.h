@@ -60,8 +60,8 @@ struct ArtifactTrainOptions {
 struct ArtifactModel {
   ManifestModel manifest;
   ModelConfig config;
-  /// The model's recommended training settings (the spec's train block),
-  /// with the batch the step was planned for.
+  /// The model's recommended training settings (the spec's train block);
+  /// the batch is the plan's (manifest.batch) whatever it says.
   TrainSettings recommended;
   std::string precision; ///< the GEMMs' (f32 on the CPU)
   StepEngine engine = StepEngine::Cpu;

@@ -104,7 +104,8 @@ Expected<TrainSettings> trainSettingsFromJson(const std::string &text, const std
   return s;
 }
 
-std::string describeTrainSettings(const TrainSettings &flags, const TrainSettings &spec) {
+std::string describeTrainSettings(const TrainSettings &flags, const TrainSettings &spec,
+                                  int64_t plannedBatch) {
   const TrainSettings defaults = defaultTrainSettings();
   std::ostringstream os;
   for (const TrainSettingInfo &info : kTrainSettings) {
@@ -114,6 +115,9 @@ std::string describeTrainSettings(const TrainSettings &flags, const TrainSetting
       v = value(spec, info.key), source = "spec";
     if (!v)
       v = value(defaults, info.key), source = "default";
+    if (std::string(info.key) == "batch" && !flags.batch && plannedBatch > 0 &&
+        *v != double(plannedBatch))
+      v = double(plannedBatch), source = "plan";
     os << (os.tellp() > 0 ? ", " : "") << info.key << " " << *v << " (" << source << ")";
   }
   return os.str();

@@ -41,7 +41,11 @@ Expected<TrainSettings> trainSettingsFromJson(const std::string &json, const std
 
 /// One line for the log: every resolved setting with its source, e.g.
 /// "lr 0.002 (spec), warmup 30 (spec), steps 500 (flag), clip 1 (default)".
-std::string describeTrainSettings(const TrainSettings &flags, const TrainSettings &spec);
+/// `plannedBatch` (> 0): the batch an artifact's step was planned for,
+/// which wins unless a flag names it; shown as "(plan)" where it differs
+/// from what the spec or the default would say.
+std::string describeTrainSettings(const TrainSettings &flags, const TrainSettings &spec,
+                                  int64_t plannedBatch = 0);
 
 } // namespace attnc::train
 

@@ -38,6 +38,12 @@ TEST(TrainSettings, TheLogSaysWhereEachSettingCameFrom) {
   EXPECT_NE(line.find("lr 0.002 (spec)"), std::string::npos) << line;
   EXPECT_NE(line.find("steps 500 (flag)"), std::string::npos) << line;
   EXPECT_NE(line.find("clip 1 (default)"), std::string::npos) << line;
+  // An artifact planned for another batch than the spec's: the plan wins.
+  spec.batch = 8;
+  EXPECT_NE(describeTrainSettings(flags, spec, 2).find("batch 2 (plan)"), std::string::npos);
+  EXPECT_NE(describeTrainSettings(flags, spec, 8).find("batch 8 (spec)"), std::string::npos);
+  flags.batch = 2;
+  EXPECT_NE(describeTrainSettings(flags, spec, 2).find("batch 2 (flag)"), std::string::npos);
 }
 
 TEST(TrainSettings, JsonRoundTripsAndIsChecked) {
