@@ -103,17 +103,21 @@ template <typename OpTy> LogicalResult describeLsh(OpTy op, bool backward, Manif
 
 void emitCudaEntries(const ManifestKernel &k, StringRef variant, StringRef elt, raw_ostream &os,
                      std::vector<std::string> &entries) {
-  std::string tmpl = llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}, {6}", k.blockQ, k.blockKv,
-                                   k.headDim, k.warps, k.stages, elt, variant)
-                         .str();
-  unsigned threads = k.warps * 32;
+  // Dense and low-rank entry points read their tile from one macro, so a
+  // runtime compiling for another GPU re-tiles them (common.cuh).
+  const std::string tileMacro = "ATTNC_TILE_" + k.name;
+  const std::string tmpl =
+      llvm::formatv("ATTNC_FLASH_ARGS({0}, {1}, {2}, {3})", tileMacro, k.headDim, elt, variant)
+          .str();
+  const std::string tileThreads = "ATTNC_TILE_THREADS(" + tileMacro + ")";
   auto entry = [&](StringRef prefix, StringRef args, StringRef body) {
     std::string name = (prefix + k.name).str();
     // minBlocks = 1: without it ptxas caps registers lower and spills.
-    os << "extern \"C\" __global__ void __launch_bounds__(" << threads << ", 1) " << name
+    os << "extern \"C\" __global__ void __launch_bounds__(" << tileThreads << ", 1) " << name
        << "(attnc::" << args << " a) {\n  " << body << "<" << tmpl << ">(a);\n}\n";
     entries.push_back(name);
   };
+  unsigned threads = k.warps * 32;
   if (k.lsh) {
     // <CHUNK, BEFORE, AFTER, D, BQ, BKV, WARPS, T, Variant>
     std::string lshTmpl =
@@ -138,12 +142,17 @@ void emitCudaEntries(const ManifestKernel &k, StringRef variant, StringRef elt, 
     lshEntry("attnc_lsh_bwd_combine_", "lsh_bwd_combine");
     return;
   }
+  os << "// The tile (block_q, block_kv, warps, stages) attn-tile picked; a runtime\n"
+        "// compiling for another GPU defines it first.\n#ifndef "
+     << tileMacro << "\n#define " << tileMacro << " " << k.blockQ << ", " << k.blockKv << ", "
+     << k.warps << ", " << k.stages << "\n#endif\n";
   if (k.sharedQk) {
     // Keys = normalised queries before the attention; dK folded into dQ after.
-    std::string rowTmpl = llvm::formatv("{0}, {1}, {2}", k.headDim, k.warps, elt).str();
+    std::string rowTmpl =
+        llvm::formatv("{0}, ATTNC_TILE_WARPS({1}), {2}", k.headDim, tileMacro, elt).str();
     auto rowEntry = [&](StringRef prefix, StringRef fn) {
       std::string name = (prefix + k.name).str();
-      os << "extern \"C\" __global__ void __launch_bounds__(" << threads << ", 1) " << name
+      os << "extern \"C\" __global__ void __launch_bounds__(" << tileThreads << ", 1) " << name
          << "(attnc::SharedQkArgs a) {\n  attnc::" << fn << "<" << rowTmpl << ">(a);\n}\n";
       entries.push_back(name);
     };

@@ -196,7 +196,7 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
       if (!kernels[i]) {
         Expected<CudaAttention> a =
             CudaAttention::compile(passed[i]->source, opt.arch, passed[i]->dtype, passed[i]->fwd,
-                                   std::nullopt, options.includeDirs, nvrtc);
+                                   std::nullopt, options.includeDirs, nvrtc, /*retile=*/false);
         if (!a)
           return -1;
         kernels[i].emplace(std::move(a).take());

@@ -1,6 +1,8 @@
 //===- CudaAttention.cpp - Run one compiled attention op on a GPU ---------===//
 #include "runtime/CudaAttention.h"
 
+#include "runtime/DeviceTiling.h"
+
 #include "runtime/FileSystem.h"
 #include "runtime/HalfFloat.h"
 #include "runtime/HostCompiler.h"
@@ -91,6 +93,16 @@ Expected<std::vector<float>> download(const cuda::DeviceBuffer &buf, size_t n,
 
 unsigned ceilDiv(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
 
+/// A one-dimensional grid of `blocks` (every attention grid is: TileModel.h),
+/// or an error naming the kernel when no GPU could launch it.
+Expected<cuda::Dim3> flatGrid(const std::string &kernel, long long blocks) {
+  if (blocks < 1 || blocks > attnc::tile::kMaxGridX)
+    return makeError("kernel " + kernel + ": a grid of " + std::to_string(blocks) +
+                     " blocks is outside CUDA's 1 to " + std::to_string(attnc::tile::kMaxGridX) +
+                     "; split the batch");
+  return cuda::Dim3{unsigned(blocks), 1, 1};
+}
+
 /// The low-rank projections around the GPU attention run on the host, with
 /// the CPU kernels' own projection (the same loops as the CPU target),
 /// compiled by the host compiler like any CPU kernel: the runtime reaches
@@ -135,19 +147,44 @@ Status CudaAttention::loadHostProjections() {
   return {};
 }
 
-Expected<CudaAttention> CudaAttention::compile(const std::string &source, const std::string &arch,
+Expected<CudaAttention> CudaAttention::compile(const std::string &source,
+                                               const std::string &compiledFor,
                                                const std::string &dtype, const KernelDesc &forward,
                                                std::optional<KernelDesc> backward,
                                                const std::vector<std::string> &includeDirs,
-                                               const NvrtcCompiler &compiler) {
+                                               const NvrtcCompiler &compiler, bool retile) {
   if (dtype != "f32" && dtype != "f16" && dtype != "bf16")
     return makeError("kernel " + forward.name + ": unknown dtype '" + dtype + "'");
   Expected<cuda::Context> ctx = cuda::Context::create(0);
   if (!ctx)
     return ctx.takeError();
+  Expected<cuda::DeviceInfo> info = cuda::queryDevice(0);
+  if (!info)
+    return info.takeError();
+  // The kernels as this GPU runs them: compiled for its arch, each tile
+  // checked against its shared memory and re-tiled where needed.
+  const DeviceLimits limits = DeviceLimits::of(*info);
   NvrtcOptions options;
-  options.arch = arch;
+  options.arch = info->arch();
+  if (Expected<GpuArch> a = parseGpuArch(compiledFor); a && a->sm == limits.sm)
+    options.arch = compiledFor; // keeps an "a"/"f" suffix
   options.includeDirs = includeDirs;
+  Expected<DeviceKernelPlan> fwdPlan =
+      planKernelForDevice(forward, dtype, compiledFor, limits, retile);
+  if (!fwdPlan)
+    return fwdPlan.takeError();
+  std::optional<DeviceKernelPlan> bwdPlan;
+  if (backward) {
+    Expected<DeviceKernelPlan> p =
+        planKernelForDevice(*backward, dtype, compiledFor, limits, retile);
+    if (!p)
+      return p.takeError();
+    bwdPlan = std::move(*p);
+  }
+  std::vector<std::string> notes;
+  for (const DeviceKernelPlan *p : {&*fwdPlan, bwdPlan ? &*bwdPlan : nullptr})
+    if (p && !p->define.empty())
+      options.options.push_back(p->define), notes.push_back(p->note);
   Expected<Cubin> cubin = compiler.compile("attnc_kernels.cu", source, options);
   if (!cubin)
     return cubin.takeError();
@@ -156,8 +193,11 @@ Expected<CudaAttention> CudaAttention::compile(const std::string &source, const 
     return module.takeError();
   CudaAttention a(std::move(ctx).take(), std::move(module).take());
   a.dtype_ = dtype;
-  a.fwd_ = forward;
-  a.bwd_ = std::move(backward);
+  a.fwd_ = fwdPlan->desc;
+  if (bwdPlan)
+    a.bwd_ = bwdPlan->desc;
+  a.retiled_ = std::move(notes);
+  a.device_ = info->describe();
   auto resolve = [&](const KernelDesc &d, std::vector<cuda::Kernel> &out) -> Status {
     for (const std::string &entry : d.entryPoints) {
       Expected<cuda::Kernel> k = a.module_.kernel(entry);
@@ -250,9 +290,13 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
     return makeError("cannot create CUDA events: " + (!e0   ? e0.error()
                                                       : !e1 ? e1.error()
                                                             : e2.error()));
+  Expected<cuda::Dim3> fwdGrid =
+      flatGrid(fwd_.name, attnc::tile::queryTileBlocks(Nq, fwd_.blockQ, (long long)B * H));
+  if (!fwdGrid)
+    return fwdGrid.takeError();
   (void)e0->record();
-  if (Status s = cuda::launch(fwdKernels_[flashFwd], {ceilDiv(Nq, fwd_.blockQ), unsigned(B * H), 1},
-                              block, size_t(fwd_.smemBytes), nullptr, a);
+  if (Status s =
+          cuda::launch(fwdKernels_[flashFwd], *fwdGrid, block, size_t(fwd_.smemBytes), nullptr, a);
       !s)
     return s.takeError();
   (void)e1->record();
@@ -304,9 +348,16 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   };
   // Entry order as emitted: [normalise, fold_dk,] preprocess, dkdv, dq[, dparams].
   const size_t flashBwd = bwd_->sharedQk ? 2 : 0;
-  Step steps[] = {{{ceilDiv(Nq, bwd_->blockQ), unsigned(B * H), 1}, 0},
-                  {{ceilDiv(Nk, bwd_->blockKv), unsigned(B * H), 1}, size_t(bwd_->smemBytes)},
-                  {{ceilDiv(Nq, bwd_->blockQ), unsigned(B * H), 1}, size_t(bwd_->smemBytes)},
+  const long long bh = (long long)B * H;
+  Expected<cuda::Dim3> qGrid =
+                           flatGrid(bwd_->name, attnc::tile::queryTileBlocks(Nq, bwd_->blockQ, bh)),
+                       kGrid =
+                           flatGrid(bwd_->name, attnc::tile::keyTileBlocks(Nk, bwd_->blockKv, bh));
+  if (!qGrid || !kGrid)
+    return makeError(!qGrid ? qGrid.error() : kGrid.error());
+  Step steps[] = {{*qGrid, 0},
+                  {*kGrid, size_t(bwd_->smemBytes)},
+                  {*qGrid, size_t(bwd_->smemBytes)},
                   {{unsigned(std::max(P, 1) * H), 1, 1}, 0}};
   for (size_t i = 0; i + flashBwd < bwdKernels_.size() && i < 4; ++i)
     if (Status s = cuda::launch(bwdKernels_[i + flashBwd], steps[i].grid, bblock, steps[i].smem,
@@ -377,10 +428,6 @@ Expected<AttentionOutputs> CudaAttention::runLsh(const AttentionInputs &in) {
                      " buckets; the CUDA hash kernel handles at most " +
                      std::to_string(attnc::tile::kLshMaxBuckets));
   const int bh = B * H, npad = attnc::tile::lshPaddedLength(N, l.chunk);
-  if (int64_t(bh) * R > attnc::tile::kLshMaxGridY)
-    return makeError("LSH kernel " + fwd_.name +
-                     ": B*H*rounds = " + std::to_string(int64_t(bh) * R) +
-                     " exceeds the grid's y limit 65535; split the batch");
   const size_t nqd = size_t(bh) * N * D, eb = elemBytes(dtype_);
   const size_t rounds = size_t(R);
   auto hq = toDevice(f32(in.q), nqd, dtype_), hv = toDevice(f32(in.v), nqd, dtype_);
@@ -421,11 +468,14 @@ Expected<AttentionOutputs> CudaAttention::runLsh(const AttentionInputs &in) {
     if (kernels.size() != grids.size())
       return makeError("LSH kernel " + d.name + ": expected " + std::to_string(grids.size()) +
                        " entry points, found " + std::to_string(kernels.size()));
-    for (size_t i = 0; i < grids.size(); ++i)
-      if (Status s = cuda::launch(kernels[i], {unsigned(grids[i].x), unsigned(grids[i].y), 1},
-                                  {unsigned(d.warps * 32), 1, 1}, 0, nullptr, a);
+    for (size_t i = 0; i < grids.size(); ++i) {
+      Expected<cuda::Dim3> grid = flatGrid(kernels[i].name, grids[i].x);
+      if (!grid)
+        return grid.takeError();
+      if (Status s = cuda::launch(kernels[i], *grid, {unsigned(d.warps * 32), 1, 1}, 0, nullptr, a);
           !s)
         return s;
+    }
     return cuda::synchronize(nullptr, kernels.back().name);
   };
   attnc::tile::LshTile ft{fwd_.blockQ, fwd_.blockKv, fwd_.warps};

@@ -24,14 +24,24 @@ namespace attnc {
 
 class CudaAttention {
 public:
-  /// `dtype` is the kernels' element type: f32, f16 or bf16.
-  static Expected<CudaAttention> compile(const std::string &source, const std::string &arch,
+  /// Compiles `source`, whose tiles were picked for `compiledFor`
+  /// ("sm_80"), for device 0, re-tiling each kernel for it where its arch
+  /// or shared memory differ (runtime/DeviceTiling.h); `retile` false
+  /// refuses instead. `dtype` is the kernels' element type: f32, f16 or
+  /// bf16.
+  static Expected<CudaAttention> compile(const std::string &source, const std::string &compiledFor,
                                          const std::string &dtype, const KernelDesc &forward,
                                          std::optional<KernelDesc> backward,
                                          const std::vector<std::string> &includeDirs,
-                                         const NvrtcCompiler &compiler);
+                                         const NvrtcCompiler &compiler, bool retile = true);
 
   Expected<AttentionOutputs> run(const AttentionInputs &inputs);
+
+  /// What was re-tiled for this GPU, a line per kernel (none: the
+  /// compiled tiles run as they are).
+  const std::vector<std::string> &retiled() const { return retiled_; }
+  /// The GPU, as DeviceInfo::describe() says it.
+  const std::string &device() const { return device_; }
 
   /// Milliseconds of the last run's kernels (CUDA events), forward and
   /// backward.
@@ -53,6 +63,8 @@ private:
   KernelDesc fwd_;
   std::optional<KernelDesc> bwd_;
   std::vector<cuda::Kernel> fwdKernels_, bwdKernels_;
+  std::vector<std::string> retiled_;
+  std::string device_;
   float forwardMs_ = 0, backwardMs_ = 0;
   std::shared_ptr<SharedObject> projections_; ///< low-rank: the host projections
   ProjectFwdFn *projectFwd_ = nullptr;

@@ -437,6 +437,7 @@ KernelDesc ManifestKernel::desc() const {
   KernelDesc d;
   d.name = name, d.backward = backward, d.headDim = int(headDim);
   d.blockQ = int(blockQ), d.blockKv = int(blockKv), d.warps = int(warps);
+  d.stages = int(stages);
   d.smemBytes = int(smemBytes);
   d.causal = causal, d.keyPadding = keyPadding, d.numParams = int(numParams);
   d.lowrank = kvSource == "lowrank", d.share = share, d.sharedQk = sharedQk;

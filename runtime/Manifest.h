@@ -38,6 +38,7 @@ struct KernelDesc {
   bool backward = false;
   int headDim = 0, blockQ = 0, blockKv = 0;
   int warps = 1;     ///< CUDA: threads per block / 32
+  int stages = 1;    ///< CUDA: K/V (forward) or Q/dO, K/V (backward) pipeline stages
   int smemBytes = 0; ///< CUDA: dynamic shared memory per block
   bool causal = false, keyPadding = false;
   int numParams = 0;

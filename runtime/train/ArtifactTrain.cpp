@@ -150,10 +150,12 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
     if (!dirs)
       return dirs.takeError();
     NvrtcCompiler nvrtc(&KernelCache::processDefault());
-    Expected<CudaAttention> k = CudaAttention::compile(*kernelSource, dev->arch(), fwd->dtype,
+    Expected<CudaAttention> k = CudaAttention::compile(*kernelSource, manifest.arch, fwd->dtype,
                                                        fwd->desc(), bwd->desc(), *dirs, nvrtc);
     if (!k)
       return k.takeError();
+    for (const std::string &line : k->retiled())
+      std::cerr << tool << ": re-tiled for " << k->device() << ": " << line << "\n";
     attention = callInto(std::move(*k));
     std::cerr << tool << ": on " << dev->describe() << "\n";
   } else {

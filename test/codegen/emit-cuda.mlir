@@ -53,8 +53,12 @@ func.func @f(%q: tensor<?x4x?x64xf32>, %k: tensor<?x4x?x64xf32>, %v: tensor<?x4x
 // CHECK: const int [[C:v[0-9]+]] = 256;
 // CHECK: const bool [[W:v[0-9]+]] = ({{v[0-9]+}} < [[C]]);
 // CHECK-NEXT: return [[W]];
-// CHECK: extern "C" __global__ void __launch_bounds__([[THREADS:[0-9]+]], 1) attnc_fwd_attn0_f32_d64(attnc::AttnFwdArgs a) {
-// CHECK-NEXT: attnc::flash_fwd<{{[0-9]+}}, {{[0-9]+}}, 64, {{[0-9]+}}, {{[0-9]+}}, float, Variant_attn0_f32_d64>(a);
+// The tile is one macro the runtime may define first (re-tiling for its GPU).
+// CHECK: #ifndef ATTNC_TILE_attn0_f32_d64
+// CHECK-NEXT: #define ATTNC_TILE_attn0_f32_d64 {{[0-9]+}}, {{[0-9]+}}, {{[0-9]+}}, {{[0-9]+}}
+// CHECK-NEXT: #endif
+// CHECK-NEXT: extern "C" __global__ void __launch_bounds__(ATTNC_TILE_THREADS(ATTNC_TILE_attn0_f32_d64), 1) attnc_fwd_attn0_f32_d64(attnc::AttnFwdArgs a) {
+// CHECK-NEXT: attnc::flash_fwd<ATTNC_FLASH_ARGS(ATTNC_TILE_attn0_f32_d64, 64, float, Variant_attn0_f32_d64)>(a);
 // CHECK-LABEL: // attn_bwd1_f32_d64: backward
 // CHECK: attnc_bwd_preprocess_attn_bwd1_f32_d64(attnc::AttnBwdArgs a)
 // CHECK: attnc_bwd_dkdv_attn_bwd1_f32_d64(attnc::AttnBwdArgs a)

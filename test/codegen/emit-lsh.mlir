@@ -53,7 +53,7 @@ attn.variant @short attributes {causal, lsh = #attn.lsh<buckets = 8, rounds = 2,
 // CHECK-NEXT: if (q == kv) {
 // CHECK-NEXT: return 0.0f;
 // CHECK: attnc_shared_qk_normalise_attn2_f16_d32(attnc::SharedQkArgs a) {
-// CHECK-NEXT: attnc::shared_qk_normalise<32, {{[0-9]+}}, __half>(a);
+// CHECK-NEXT: attnc::shared_qk_normalise<32, ATTNC_TILE_WARPS(ATTNC_TILE_attn2_f16_d32), __half>(a);
 // CHECK: attnc_fwd_attn2_f16_d32(attnc::AttnFwdArgs a)
 // CHECK: attnc_shared_qk_normalise_attn_bwd3_f16_d32(
 // CHECK: attnc_shared_qk_fold_dk_attn_bwd3_f16_d32(

@@ -487,7 +487,10 @@ using emu::Buffer;
 
 /// Runs a kernel body over a grid, one emulated block at a time, with
 /// shared memory reset to NaNs for each block.
-bool launch(int gx, int gy, int threads, const std::function<void()> &body) {
+bool launch(long long gx, int gy, int threads, const std::function<void()> &body) {
+  // What a GPU takes: the grids are the runtime's (TileModel.h), flat in x.
+  EXPECT_LE(gy, 65535) << "gridDim.y over CUDA's limit";
+  EXPECT_LE(gx, attnc::tile::kMaxGridX) << "gridDim.x over CUDA's limit";
   emu::atThreadExit = [] { emu::leftoverCopies += int(emu::curCopies().pending.size()); };
   if (!emu::launch(gx, gy, threads, body, [threads] {
         std::memset(attnc::attncSmem, 0xff, sizeof attnc::attncSmem);
@@ -589,7 +592,7 @@ void runEmulated(const EmuShape &shape, double tol) {
                         p.dropout,
                         p.dropoutOffset,
                         p.dropoutSeed};
-  ASSERT_TRUE(launch((p.Nq + FQ - 1) / FQ, BH, FW * 32, [&] {
+  ASSERT_TRUE(launch(attnc::tile::queryTileBlocks(p.Nq, FQ, BH), 1, FW * 32, [&] {
     attnc::flash_fwd<FQ, FKV, D, FW, FS, T, V>(fa);
   })) << "forward deadlocked";
   std::vector<double> refOut, refLse;
@@ -630,13 +633,14 @@ void runEmulated(const EmuShape &shape, double tol) {
                         p.dropout,
                         p.dropoutOffset,
                         p.dropoutSeed};
-  const int qBlocks = (p.Nq + BQ - 1) / BQ, kvBlocks = (p.Nk + BKV - 1) / BKV;
-  ASSERT_TRUE(launch(qBlocks, BH, BW * 32,
+  const long long qBlocks = attnc::tile::queryTileBlocks(p.Nq, BQ, BH),
+                  kvBlocks = attnc::tile::keyTileBlocks(p.Nk, BKV, BH);
+  ASSERT_TRUE(launch(qBlocks, 1, BW * 32,
                      [&] { attnc::flash_bwd_preprocess<BQ, BKV, D, BW, BS, T, V>(ba); }));
-  ASSERT_TRUE(launch(kvBlocks, BH, BW * 32, [&] {
+  ASSERT_TRUE(launch(kvBlocks, 1, BW * 32, [&] {
     attnc::flash_bwd_dkdv<BQ, BKV, D, BW, BS, T, V>(ba);
   })) << "dK/dV deadlocked";
-  ASSERT_TRUE(launch(qBlocks, BH, BW * 32, [&] {
+  ASSERT_TRUE(launch(qBlocks, 1, BW * 32, [&] {
     attnc::flash_bwd_dq<BQ, BKV, D, BW, BS, T, V>(ba);
   })) << "dQ deadlocked";
   if (V::kNumParams > 0) {
@@ -730,6 +734,11 @@ TEST(CudaKernelsEmulated, Fp32D256Turing) {
 // fp32 D = 96 with 3-stage pipelines and a 32 x 32 one-slot-free backward.
 TEST(CudaKernelsEmulated, Fp32D96ThreeStages) {
   runEmulated<float, 96, 32, 32, 2, 3, 32, 32, 4, 3, EmuMod>(kLong, kTolFp32);
+}
+// B * H = 70,000 (over gridDim.y's 65535) at a tiny N: the runtime's flat
+// grids reach every (b, h) slice once; batches 1 and 2 have 3 and no keys.
+TEST(CudaKernelsEmulated, Fp32ManySlices) {
+  runEmulated<float, 16, 16, 16, 1, 1, 16, 16, 1, 1, EmuMod>({35000, 2, 3, 16}, kTolFp32);
 }
 
 } // namespace

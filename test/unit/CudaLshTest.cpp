@@ -147,7 +147,6 @@ TEST(CudaLshTileModel, DefaultTiles) {
   // dK/dV: K, V, Q, dO rows; P^T, G^T; round lse, weight, delta, positions.
   static_assert(lshBwdDkdvSmemBytes(32, 32, 64) == 4 * (4 * 32 * 65 + 2 * 32 * 33 + 5 * 32));
   static_assert(lshBwdDqSmemBytes(32, 32, 64) == 4 * (4 * 32 * 65 + 32 * 33 + 4 * 32));
-  static_assert(kLshMaxGridY == 65535);
   for (int chunk = 1; chunk <= 256; ++chunk)
     for (int D : {16, 32, 48, 64, 80, 96, 128, 160, 192, 256}) {
       SCOPED_TRACE("chunk " + std::to_string(chunk) + " D " + std::to_string(D));
@@ -165,12 +164,14 @@ TEST(CudaLshTileModel, DefaultTiles) {
   EXPECT_EQ(lshPaddedLength(1, 64), 64);
   EXPECT_EQ(lshPaddedLength(128, 64), 128);
   EXPECT_EQ(lshPaddedLength(129, 64), 192);
+  // Grids are tiles x rows flattened into x (gridDim.y stops at 65535).
   const LshGrid g = lshFwdGrid({32, 32, 4}, 100, 64, 6, 2);
-  EXPECT_EQ(g.x, 4);
-  EXPECT_EQ(g.y, 12);
-  EXPECT_EQ(lshBwdDkdvGrid({32, 16, 4}, 100, 64, 6, 2).x, 8);
-  EXPECT_EQ(lshRowGrid(129, 3).x, 3);
-  EXPECT_EQ(lshHashGrid(6, 4).x, 4);
+  EXPECT_EQ(g.x, 4 * 12); // 128 padded slots / 32, B*H*R = 12
+  EXPECT_EQ(g.y, 1);
+  EXPECT_EQ(lshBwdDkdvGrid({32, 16, 4}, 100, 64, 6, 2).x, 8 * 12);
+  EXPECT_EQ(lshRowGrid(129, 3).x, 3 * 3);
+  EXPECT_EQ(lshHashGrid(6, 4).x, 4 * 6);
+  EXPECT_EQ(lshFwdGrid({32, 32, 4}, 100, 64, 70000, 2).y, 1); // B*H*R = 140000
 }
 
 class CudaLshNvrtc : public testing::TestWithParam<std::pair<int, const DType *>> {};
@@ -602,6 +603,8 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
   const LshGrid gh = lshHashGrid(BH, s.R), gf = lshFwdGrid(tile, s.N, CHUNK, BH, s.R),
                 gdq = lshBwdDqGrid(tile, s.N, CHUNK, BH, s.R),
                 gdk = lshBwdDkdvGrid(tile, s.N, CHUNK, BH, s.R), grow = lshRowGrid(s.N, BH);
+  for (const LshGrid &g : {gh, gf, gdq, gdk, grow}) // what a GPU takes
+    ASSERT_TRUE(g.y <= 65535 && g.x <= attnc::tile::kMaxGridX) << "grid " << g.x << " x " << g.y;
 #define ATTNC_LSH_ARGS CHUNK, BEFORE, AFTER, D, BQ, BKV, WARPS, T, V
   ASSERT_TRUE(emu::launch(gh.x, gh.y, NT, [&] { attnc::lsh_hash<ATTNC_LSH_ARGS>(a); }))
       << "hash deadlocked";
@@ -836,6 +839,11 @@ TEST(CudaLshEmulated, Fp16Dropout) {
 }
 TEST(CudaLshEmulated, Bf16D32) {
   runLsh<__nv_bfloat16, 32, 1, 1, 32, 32, 32, 4, EmuMod>({3, 1, 61, 3, 6, 1.0f}, kTolBf16, "bf16");
+}
+// B * H * rounds = 70,000 (over gridDim.y's 65535) at a tiny N: the flat
+// grids of LshTileModel.h reach every (b, h, round) once.
+TEST(CudaLshEmulated, Fp32ManySlices) {
+  runLsh<float, 4, 1, 0, 16, 4, 4, 1, EmuMod>({35000, 1, 3, 2, 2, 1.0f}, kTolFp32, "fp32");
 }
 
 } // namespace

@@ -150,4 +150,19 @@ template <class T> ATTNC_HD T *smemAt(int byteOffset) {
 
 } // namespace attnc
 
+// The emitted entry points of a fused dense or low-rank kernel NAME take
+// their tile from one macro, ATTNC_TILE_NAME = block_q, block_kv, warps,
+// stages, which the source defines unless the runtime did first: it
+// re-tiles for the GPU present when that is not the one the tile was
+// picked for (runtime/DeviceTiling.h). These pick the fields out of it.
+#define ATTNC_TILE_THREADS_(bq, bkv, warps, stages) ((warps)*32)
+#define ATTNC_TILE_THREADS(tile) ATTNC_TILE_THREADS_(tile)
+#define ATTNC_TILE_WARPS_(bq, bkv, warps, stages) warps
+#define ATTNC_TILE_WARPS(tile) ATTNC_TILE_WARPS_(tile)
+/// The template arguments <BQ, BKV, D, WARPS, STAGES, T, Variant> of the
+/// flash kernels.
+#define ATTNC_FLASH_ARGS_(bq, bkv, warps, stages, d, t, variant)                                   \
+  bq, bkv, d, warps, stages, t, variant
+#define ATTNC_FLASH_ARGS(tile, d, t, variant) ATTNC_FLASH_ARGS_(tile, d, t, variant)
+
 #endif // ATTNC_CUDA_COMMON_CUH

@@ -118,7 +118,8 @@ ATTNC_HD void loadStats(float *st, const float *lse, const float *delta, int q0,
 template <int BLOCK_Q, int BLOCK_KV, int HEAD_DIM, int WARPS, int STAGES, class T, class Variant>
 __device__ void flash_bwd_preprocess(const AttnBwdArgs &a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int bh = blockIdx.y, q0 = blockIdx.x * BLOCK_Q;
+  const tile::GridBlock blk = tile::gridBlock(blockIdx.x, tile::gridTiles(a.Nq, BLOCK_Q));
+  const int bh = blk.row, q0 = blk.tile * BLOCK_Q;
   for (int r = warp; r < BLOCK_Q; r += WARPS) {
     const int i = q0 + r;
     if (i >= a.Nq)
@@ -149,8 +150,9 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wm = warp % Tr::kWM, wn = warp / Tr::kWM;
-  const int bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
-  const int kv0 = blockIdx.x * BLOCK_KV;
+  const tile::GridBlock blk = tile::gridBlock(blockIdx.x, tile::gridTiles(a.Nk, BLOCK_KV));
+  const int bh = blk.row, b = bh / a.H, h = bh % a.H;
+  const int kv0 = blk.tile * BLOCK_KV;
   const int kvEnd = mask::keyEnd<Variant>(a.lengths, b, a.Nk);
   const int kvRows = imax(0, imin(BLOCK_KV, kvEnd - kv0)); // attendable keys
   int mBegin, mEnd; // the query blocks that may keep one of these keys
@@ -281,7 +283,7 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
         float sum = 0.f;
         for (int w = 0; w < WARPS; ++w)
           sum += red[w];
-        a.dparams_partial[(size_t(p) * a.B * a.H + bh) * nKvBlocks + blockIdx.x] = sum;
+        a.dparams_partial[(size_t(p) * a.B * a.H + bh) * nKvBlocks + blk.tile] = sum;
       }
       __syncthreads();
     }
@@ -308,8 +310,9 @@ __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
 
   const int tid = threadIdx.x, warp = tid / 32;
   const int wm = warp % Tr::kWM, wn = warp / Tr::kWM;
-  const int bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
-  const int q0 = blockIdx.x * BLOCK_Q;
+  const tile::GridBlock blk = tile::gridBlock(blockIdx.x, tile::gridTiles(a.Nq, BLOCK_Q));
+  const int bh = blk.row, b = bh / a.H, h = bh % a.H;
+  const int q0 = blk.tile * BLOCK_Q;
   if (q0 >= a.Nq)
     return;
   const int qRows = imin(BLOCK_Q, a.Nq - q0);

@@ -66,8 +66,9 @@ __device__ void flash_fwd(const AttnFwdArgs &a) {
   constexpr int D = HEAD_DIM, LD = Tr::kLd, NS = BLOCK_KV / 8, NO = D / 8;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
-  const int q0 = blockIdx.x * BLOCK_Q;
+  const tile::GridBlock blk = tile::gridBlock(blockIdx.x, tile::gridTiles(a.Nq, BLOCK_Q));
+  const int bh = blk.row, b = bh / a.H, h = bh % a.H;
+  const int q0 = blk.tile * BLOCK_Q;
   if (q0 >= a.Nq)
     return;
   const int qRows = imin(BLOCK_Q, a.Nq - q0);

@@ -4,7 +4,7 @@
 // device function templates <CHUNK, BEFORE, AFTER, D, BQ, BKV, WARPS, T,
 // Variant> taking the one AttnLshArgs, run with WARPS * 32 threads and
 // static shared memory only (sizes in codegen/kernels/abi/attnc/abi/LshTileModel.h, checked here
-// by static_assert). Launch order and grids (bh = b * H + h):
+// by static_assert). Launch order and grids, tiles x rows (bh = b * H + h):
 //
 //   forward   lsh_hash          (R, B*H)           keys (r == 0), buckets, perm
 //             lsh_fwd           (Npad/BQ, B*H*R)   round_out, round_lse
@@ -15,8 +15,8 @@
 //             lsh_bwd_dkdv      (Npad/BKV, B*H*R)  round_dk, round_dv
 //             lsh_bwd_combine   (ceil(N/64), B*H)  dq (T), dv (T)
 //
-// with blockIdx.y = bh * R + r in the per-round kernels (so B*H*R <=
-// tile::kLshMaxGridY, checked by the caller). The backward reads the
+// each grid flattened into x (tile fastest, TileModel.h's gridBlock), the
+// row being bh * R + r in the per-round kernels. The backward reads the
 // forward's round_lse [B, H, R, N] (and out): the caller keeps it from
 // lsh_fwd to the backward, and no backward kernel writes it; the backward
 // does not read the combined lse. Everything is fp32 inside (T is loaded

@@ -20,8 +20,8 @@ template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS, c
 __device__ void lsh_bwd_preprocess(const AttnLshArgs &a) {
   (void)LshTraits<CHUNK, D, BQ, BKV, WARPS>::kThreads;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int bh = blockIdx.y, N = a.N;
-  const int i0 = blockIdx.x * tile::kLshRowsPerBlock;
+  const int bh = lshRowBlock(a).row, N = a.N;
+  const int i0 = lshRowBlock(a).tile * tile::kLshRowsPerBlock;
   const int i1 = imin(N, i0 + tile::kLshRowsPerBlock);
   for (int i = i0 + warp; i < i1; i += WARPS) {
     const size_t off = (size_t(bh) * N + i) * D;
@@ -48,8 +48,9 @@ __device__ void lsh_bwd_dq(const AttnLshArgs &a) {
   ATTNC_LSH_SHARED(Smem, sm);
 
   const int tid = threadIdx.x, row = tid / TPR, sub = tid % TPR;
-  const LshRound rd = lshRound<CHUNK>(a, blockIdx.y);
-  const int t0 = blockIdx.x * BQ;
+  const tile::GridBlock blk = lshRoundBlock<CHUNK>(a, BQ);
+  const LshRound rd = lshRound<CHUNK>(a, blk.row);
+  const int t0 = blk.tile * BQ;
   if (t0 >= rd.N)
     return;
   const int c = t0 / CHUNK;
@@ -151,8 +152,9 @@ __device__ void lsh_bwd_dkdv(const AttnLshArgs &a) {
   ATTNC_LSH_SHARED(Smem, sm);
 
   const int tid = threadIdx.x, row = tid / TPK, sub = tid % TPK;
-  const LshRound rd = lshRound<CHUNK>(a, blockIdx.y);
-  const int t0 = blockIdx.x * BKV;
+  const tile::GridBlock blk = lshRoundBlock<CHUNK>(a, BKV);
+  const LshRound rd = lshRound<CHUNK>(a, blk.row);
+  const int t0 = blk.tile * BKV;
   if (t0 >= rd.N)
     return;
   const int c = t0 / CHUNK; // the queries of chunks c-AFTER..c+BEFORE see it
@@ -260,8 +262,8 @@ __device__ void lsh_bwd_combine(const AttnLshArgs &a) {
   (void)LshTraits<CHUNK, D, BQ, BKV, WARPS>::kThreads;
   constexpr int DPL = (D + 31) / 32; // elements per lane
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int bh = blockIdx.y, R = a.rounds, N = a.N;
-  const int i0 = blockIdx.x * tile::kLshRowsPerBlock;
+  const int bh = lshRowBlock(a).row, R = a.rounds, N = a.N;
+  const int i0 = lshRowBlock(a).tile * tile::kLshRowsPerBlock;
   const int i1 = imin(N, i0 + tile::kLshRowsPerBlock);
   for (int j = i0 + warp; j < i1; j += WARPS) {
     const size_t row = size_t(bh) * N + j;

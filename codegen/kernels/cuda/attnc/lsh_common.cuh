@@ -96,6 +96,19 @@ template <int CHUNK> ATTNC_HD LshRound lshRound(const AttnLshArgs &a, int y) {
   return x;
 }
 
+/// This block's tile and row (bh * rounds + r) in a per-round kernel's
+/// grid of `slotsPerTile`-slot tiles over the padded length, and in a
+/// per-position kernel's grid of kLshRowsPerBlock positions per (b, h)
+/// (grids: LshTileModel.h).
+template <int CHUNK>
+ATTNC_HD tile::GridBlock lshRoundBlock(const AttnLshArgs &a, int slotsPerTile) {
+  return tile::gridBlock(blockIdx.x,
+                         tile::gridTiles(tile::lshPaddedLength(a.N, CHUNK), slotsPerTile));
+}
+ATTNC_HD tile::GridBlock lshRowBlock(const AttnLshArgs &a) {
+  return tile::gridBlock(blockIdx.x, tile::gridTiles(a.N, tile::kLshRowsPerBlock));
+}
+
 /// What the variant hooks see.
 struct LshCtx {
   const float *params;

@@ -24,8 +24,9 @@ __device__ void lsh_fwd(const AttnLshArgs &a) {
   ATTNC_LSH_SHARED(Smem, sm);
 
   const int tid = threadIdx.x, row = tid / TPR, sub = tid % TPR;
-  const LshRound rd = lshRound<CHUNK>(a, blockIdx.y);
-  const int t0 = blockIdx.x * BQ;
+  const tile::GridBlock blk = lshRoundBlock<CHUNK>(a, BQ);
+  const LshRound rd = lshRound<CHUNK>(a, blk.row);
+  const int t0 = blk.tile * BQ;
   if (t0 >= rd.N) // only pad slots
     return;
   const int c = t0 / CHUNK;
@@ -140,8 +141,8 @@ template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS, c
 __device__ void lsh_combine(const AttnLshArgs &a) {
   (void)LshTraits<CHUNK, D, BQ, BKV, WARPS>::kThreads;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int bh = blockIdx.y, R = a.rounds, N = a.N;
-  const int i0 = blockIdx.x * tile::kLshRowsPerBlock;
+  const int bh = lshRowBlock(a).row, R = a.rounds, N = a.N;
+  const int i0 = lshRowBlock(a).tile * tile::kLshRowsPerBlock;
   const int i1 = imin(N, i0 + tile::kLshRowsPerBlock);
   for (int i = i0 + warp; i < i1; i += WARPS) {
     const float *rl = a.round_lse + size_t(bh) * R * N + i;

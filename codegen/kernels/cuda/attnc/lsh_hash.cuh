@@ -21,7 +21,8 @@ __device__ void lsh_hash(const AttnLshArgs &a) {
   constexpr int NT = Tr::kThreads;
   ATTNC_LSH_SHARED(LshHashSmem, sm);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int r = blockIdx.x, bh = blockIdx.y;
+  const tile::GridBlock blk = tile::gridBlock(blockIdx.x, a.rounds);
+  const int r = blk.tile, bh = blk.row;
   const int N = a.N, NB = a.num_buckets, half = NB / 2;
   const int Npad = tile::lshPaddedLength(N, CHUNK);
   const T *q = static_cast<const T *>(a.q) + size_t(bh) * N * D;

@@ -35,6 +35,8 @@
 #ifndef ATTNC_ABI_LSHTILEMODEL_H
 #define ATTNC_ABI_LSHTILEMODEL_H
 
+#include "attnc/abi/TileModel.h" // the grid helpers
+
 #if defined(__CUDACC__)
 #define ATTNC_LSH_TILE_FN __host__ __device__ constexpr
 #else
@@ -52,11 +54,6 @@ constexpr int kLshMaxBuckets = 2048;
 constexpr int kLshSmemLimitBytes = 48 * 1024;
 /// Positions per block of lsh_combine, lsh_bwd_preprocess, lsh_bwd_combine.
 constexpr int kLshRowsPerBlock = 64;
-/// Largest gridDim.y of an LSH launch (CUDA's limit): the per-round kernels
-/// (lsh_fwd, lsh_bwd_dq, lsh_bwd_dkdv) launch B * H * rounds blocks in y,
-/// the others B * H, so callers must check B * H * rounds <= kLshMaxGridY.
-constexpr int kLshMaxGridY = 65535;
-
 /// A tile of the LSH kernels: BQ query slots and BKV key slots per tile,
 /// WARPS warps per block (all seven kernels share it).
 struct LshTile {
@@ -114,24 +111,30 @@ ATTNC_LSH_TILE_FN LshTile lshDefaultTile(int chunk, int headDim) {
   return LshTile{1, 1, 1};
 }
 
-/// Grids (x, y) of the kernels, for B * H = bh and the given rounds (y at
-/// most kLshMaxGridY: bh * rounds <= kLshMaxGridY).
+/// Grids of the kernels for B * H = bh and the given rounds: tiles x rows
+/// flattened into x (TileModel.h's gridBlock; y is always 1), rows being
+/// bh * rounds in the per-round kernels (lsh_fwd, lsh_bwd_dq,
+/// lsh_bwd_dkdv) and bh in the others. Callers check x <= kMaxGridX.
 struct LshGrid {
-  int x, y;
+  long long x;
+  int y;
 };
-ATTNC_LSH_TILE_FN LshGrid lshHashGrid(int bh, int rounds) { return {rounds, bh}; }
+ATTNC_LSH_TILE_FN LshGrid lshFlatGrid(long long tiles, long long rows) {
+  return {gridBlocks(tiles, rows), 1};
+}
+ATTNC_LSH_TILE_FN LshGrid lshHashGrid(int bh, int rounds) { return lshFlatGrid(rounds, bh); }
 ATTNC_LSH_TILE_FN LshGrid lshFwdGrid(const LshTile &t, int n, int chunk, int bh, int rounds) {
-  return {lshPaddedLength(n, chunk) / t.blockQ, bh * rounds};
+  return lshFlatGrid(gridTiles(lshPaddedLength(n, chunk), t.blockQ), (long long)bh * rounds);
 }
 ATTNC_LSH_TILE_FN LshGrid lshBwdDqGrid(const LshTile &t, int n, int chunk, int bh, int rounds) {
-  return {lshPaddedLength(n, chunk) / t.blockQ, bh * rounds};
+  return lshFlatGrid(gridTiles(lshPaddedLength(n, chunk), t.blockQ), (long long)bh * rounds);
 }
 ATTNC_LSH_TILE_FN LshGrid lshBwdDkdvGrid(const LshTile &t, int n, int chunk, int bh, int rounds) {
-  return {lshPaddedLength(n, chunk) / t.blockKv, bh * rounds};
+  return lshFlatGrid(gridTiles(lshPaddedLength(n, chunk), t.blockKv), (long long)bh * rounds);
 }
 /// lsh_combine, lsh_bwd_preprocess and lsh_bwd_combine.
 ATTNC_LSH_TILE_FN LshGrid lshRowGrid(int n, int bh) {
-  return {(n + kLshRowsPerBlock - 1) / kLshRowsPerBlock, bh};
+  return lshFlatGrid(gridTiles(n, kLshRowsPerBlock), bh);
 }
 
 } // namespace attnc::tile

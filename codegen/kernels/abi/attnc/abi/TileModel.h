@@ -56,6 +56,37 @@ namespace attnc::tile {
 
 constexpr int kMaxRegsPerThread = 255;
 constexpr int kMaxThreads = 1024;
+/// Grids. gridDim.y and .z stop at 65535, and B * H (or B * H * rounds)
+/// does not: every attention kernel's grid is one-dimensional, block x =
+/// tile + tiles * row, where `row` is the (batch, head) slice (or slice
+/// and round) and `tile` its block of rows. The tile index runs fastest,
+/// so one slice's blocks run side by side and share its K and V in L2.
+/// gridDim.x goes to 2^31 - 1 (sm_30 and later).
+constexpr long long kMaxGridX = 2147483647LL;
+/// The blocks of a (tiles x rows) grid; callers check it against kMaxGridX.
+ATTNC_TILE_FN long long gridBlocks(long long tiles, long long rows) { return tiles * rows; }
+/// Block `block`'s tile and row in a grid of `tiles` tiles per row.
+struct GridBlock {
+  int tile, row;
+};
+ATTNC_TILE_FN GridBlock gridBlock(unsigned block, int tiles) {
+  return GridBlock{int(block % unsigned(tiles)), int(block / unsigned(tiles))};
+}
+/// Tiles of `rowsPerTile` over `n` rows, at least 1 (so an empty slice
+/// still has a block that returns early and the division is defined).
+ATTNC_TILE_FN int gridTiles(long long n, int rowsPerTile) {
+  return n <= 0 ? 1 : int((n + rowsPerTile - 1) / rowsPerTile);
+}
+
+/// Blocks of the fused dense kernels for bh = B * H: the forward,
+/// backward preprocess and dQ tile the queries, dK/dV the keys.
+ATTNC_TILE_FN long long queryTileBlocks(long long nq, int blockQ, long long bh) {
+  return gridBlocks(gridTiles(nq, blockQ), bh);
+}
+ATTNC_TILE_FN long long keyTileBlocks(long long nk, int blockKv, long long bh) {
+  return gridBlocks(gridTiles(nk, blockKv), bh);
+}
+
 /// Query (forward) or fixed (backward) rows owned by one warp: one m16 MMA tile.
 constexpr int kRowsPerWarp = 16;
 /// Padding after each shared-memory row (see the file comment).
@@ -216,12 +247,18 @@ ATTNC_TILE_FN int smemBytes(const TileConfig &c, int headDim, int elemBytes, boo
 
 /// Whether a config is a legal shape within the register budget and the
 /// arch's shared memory.
-ATTNC_TILE_FN bool tileFits(const TileConfig &c, int elemBytes, int headDim, int sm,
-                            bool backward) {
+/// ... within `smemLimit` bytes of shared memory (a device's own opt-in
+/// limit, which the runtime reads from the driver).
+ATTNC_TILE_FN bool tileFitsWithin(const TileConfig &c, int elemBytes, int headDim, int sm,
+                                  bool backward, int smemLimit) {
   return validTile(c, headDim, backward) &&
          accFloats(c, headDim, backward) <= accFloatBudget(elemBytes, backward) &&
-         smemBytes(c, headDim, elemBytes, backward) <= smemLimitBytes(sm) &&
+         smemBytes(c, headDim, elemBytes, backward) <= smemLimit &&
          (sm >= 80 || c.stages <= 1); // no cp.async before Ampere
+}
+ATTNC_TILE_FN bool tileFits(const TileConfig &c, int elemBytes, int headDim, int sm,
+                            bool backward) {
+  return tileFitsWithin(c, elemBytes, headDim, sm, backward, smemLimitBytes(sm));
 }
 
 /// Candidate tiles, most preferred first: large query blocks (K/V reuse),
@@ -247,14 +284,18 @@ ATTNC_TILE_FN TileConfig bwdCandidate(int i) {
 /// and SM version (75, 80, 86, 89, 90...): the first candidate that fits.
 /// Every supported combination has one (test/unit/CudaKernelsTest.cpp); the
 /// smallest candidate is returned otherwise.
-ATTNC_TILE_FN TileConfig defaultTile(int elemBytes, int headDim, int sm, bool backward) {
+ATTNC_TILE_FN TileConfig defaultTileWithin(int elemBytes, int headDim, int sm, bool backward,
+                                           int smemLimit) {
   const int n = backward ? kNumBwdCandidates : kNumFwdCandidates;
   for (int i = 0; i < n; ++i) {
     const TileConfig c = backward ? bwdCandidate(i) : fwdCandidate(i);
-    if (tileFits(c, elemBytes, headDim, sm, backward))
+    if (tileFitsWithin(c, elemBytes, headDim, sm, backward, smemLimit))
       return c;
   }
   return backward ? bwdCandidate(n - 1) : fwdCandidate(n - 1);
+}
+ATTNC_TILE_FN TileConfig defaultTile(int elemBytes, int headDim, int sm, bool backward) {
+  return defaultTileWithin(elemBytes, headDim, sm, backward, smemLimitBytes(sm));
 }
 
 } // namespace attnc::tile
