@@ -11,6 +11,12 @@
 
 #include "attnc/simt_emulator.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #include <vector>
 
 //===-- What tests hand the emulated kernels ------------------------------===//
@@ -66,6 +72,45 @@ template <class T> struct Buffer {
     return true;
   }
 };
+
+/// The schedules a test runs its launches under, comparing their results
+/// bit for bit: ATTNC_EMU_SCHEDULES when set (comma-separated, e.g.
+/// "index,reverse,random:7"), else the first `count` of index, reverse and
+/// random:`seed`.
+inline std::vector<Schedule> testSchedules(int count, std::uint64_t seed = 1) {
+  std::vector<Schedule> r;
+  if (const char *env = std::getenv("ATTNC_EMU_SCHEDULES"); env && *env) {
+    std::string list = env;
+    for (size_t at = 0; at <= list.size();) {
+      const size_t end = std::min(list.find(',', at), list.size());
+      Schedule s;
+      if (!parseSchedule(list.substr(at, end - at), s)) {
+        std::fprintf(stderr,
+                     "emu: ATTNC_EMU_SCHEDULES=%s: expected a comma-separated list of "
+                     "index, reverse, random or random:SEED\n",
+                     env);
+        std::abort();
+      }
+      r.push_back(s);
+      at = end + 1;
+    }
+    return r;
+  }
+  const Schedule all[] = {indexSchedule(), reverseSchedule(), randomSchedule(seed)};
+  for (int i = 0; i < count && i < 3; ++i)
+    r.push_back(all[i]);
+  return r;
+}
+
+/// The first index where a and b differ in their bits, or -1.
+template <class V> long long firstBitDifference(const std::vector<V> &a, const std::vector<V> &b) {
+  if (a.size() != b.size())
+    return 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(V)) != 0)
+      return (long long)i;
+  return -1;
+}
 
 /// Dense attention, the identity policy.
 struct DenseVariant {

@@ -15,7 +15,9 @@
 //
 // Numerics. The same headers compiled by the host compiler run on the
 // block emulator of test/unit/CudaEmulator.h (real barriers and warp
-// intrinsics) and are compared with a double-precision reference of
+// intrinsics, checked masks), under several schedules that must agree bit
+// for bit (docs/emulator.md), and are compared with a double-precision
+// reference of
 // docs/kernels.md's LSH semantics written here: buckets and permutation
 // exactly (the hash is specified bit for bit), keys, out, lse, round_lse,
 // dq, dv (the backward weighting the rounds from round_lse; rows that keep
@@ -32,6 +34,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -522,9 +525,11 @@ struct Shape {
 };
 
 /// Hash, forward and backward of one (T, config, tile, variant) against
-/// the reference, on the emulator.
+/// the reference, on the emulator, under `schedules` schedules
+/// (emu::testSchedules) whose results must agree bit for bit.
 template <class T, int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS, class V>
-void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyRows = nullptr) {
+void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyRows = nullptr,
+            int schedules = 3) {
   constexpr bool kMod = V::kNumParams > 0;
   LshSetup s{shape.B, shape.H, shape.N,     D,    shape.R, shape.NB, CHUNK,
              BEFORE,  AFTER,   shape.scale, kMod, {},      {},       {}};
@@ -606,8 +611,41 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
   for (const LshGrid &g : {gh, gf, gdq, gdk, grow}) // what a GPU takes
     ASSERT_TRUE(g.y <= 65535 && g.x <= attnc::tile::kMaxGridX) << "grid " << g.x << " x " << g.y;
 #define ATTNC_LSH_ARGS CHUNK, BEFORE, AFTER, D, BQ, BKV, WARPS, T, V
-  ASSERT_TRUE(emu::launch(gh.x, gh.y, NT, [&] { attnc::lsh_hash<ATTNC_LSH_ARGS>(a); }))
-      << "hash deadlocked";
+  // Hash, forward and combine; then (after `a` points at the backward's
+  // inputs) hash, preprocess, dq, dk/dv and combine. False when the
+  // emulator finds a fault (the test failure says which).
+  auto launched = [](bool ok, const char *kernel) {
+    if (!ok)
+      ADD_FAILURE() << kernel << " under schedule " << emu::schedule.name() << ": "
+                    << emu::lastError;
+    return ok;
+  };
+  auto forward = [&](const attnc::AttnLshArgs &x) {
+    return launched(emu::launch(gh.x, gh.y, NT, [&] { attnc::lsh_hash<ATTNC_LSH_ARGS>(x); }),
+                    "hash") &&
+           launched(emu::launch(gf.x, gf.y, NT, [&] { attnc::lsh_fwd<ATTNC_LSH_ARGS>(x); }),
+                    "forward") &&
+           launched(emu::launch(grow.x, grow.y, NT, [&] { attnc::lsh_combine<ATTNC_LSH_ARGS>(x); }),
+                    "combine");
+  };
+  auto backward = [&](const attnc::AttnLshArgs &x) {
+    return launched(emu::launch(gh.x, gh.y, NT, [&] { attnc::lsh_hash<ATTNC_LSH_ARGS>(x); }),
+                    "hash") &&
+           launched(emu::launch(grow.x, grow.y, NT,
+                                [&] { attnc::lsh_bwd_preprocess<ATTNC_LSH_ARGS>(x); }),
+                    "backward preprocess") &&
+           launched(emu::launch(gdq.x, gdq.y, NT, [&] { attnc::lsh_bwd_dq<ATTNC_LSH_ARGS>(x); }),
+                    "dq") &&
+           launched(emu::launch(gdk.x, gdk.y, NT, [&] { attnc::lsh_bwd_dkdv<ATTNC_LSH_ARGS>(x); }),
+                    "dkdv") &&
+           launched(
+               emu::launch(grow.x, grow.y, NT, [&] { attnc::lsh_bwd_combine<ATTNC_LSH_ARGS>(x); }),
+               "backward combine");
+  };
+#undef ATTNC_LSH_ARGS
+  const std::vector<emu::Schedule> scheds = emu::testSchedules(schedules, 7u + unsigned(D + BQ));
+  std::optional<emu::ScheduleScope> first(std::in_place, scheds[0]);
+  ASSERT_TRUE(forward(a));
 
   // Hash and sort: exact.
   {
@@ -625,10 +663,6 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
     EXPECT_LE(maxError("keys", bkeys.values(), keys), 1e-6);
   }
 
-  ASSERT_TRUE(emu::launch(gf.x, gf.y, NT, [&] { attnc::lsh_fwd<ATTNC_LSH_ARGS>(a); }))
-      << "forward deadlocked";
-  ASSERT_TRUE(emu::launch(grow.x, grow.y, NT, [&] { attnc::lsh_combine<ATTNC_LSH_ARGS>(a); }))
-      << "combine deadlocked";
   std::vector<double> refOut, refLse, refRoundLse;
   refForward(s, q, v, refOut, refLse, &refRoundLse);
   const double eOut = maxError("out", bout.values(), refOut);
@@ -650,15 +684,8 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
   std::vector<double> outT, roundLseF(roundLseIn.begin(), roundLseIn.end());
   for (float x : bout2.values())
     outT.push_back(x);
-  ASSERT_TRUE(emu::launch(gh.x, gh.y, NT, [&] { attnc::lsh_hash<ATTNC_LSH_ARGS>(a); }));
-  ASSERT_TRUE(
-      emu::launch(grow.x, grow.y, NT, [&] { attnc::lsh_bwd_preprocess<ATTNC_LSH_ARGS>(a); }));
-  ASSERT_TRUE(emu::launch(gdq.x, gdq.y, NT, [&] { attnc::lsh_bwd_dq<ATTNC_LSH_ARGS>(a); }))
-      << "dq deadlocked";
-  ASSERT_TRUE(emu::launch(gdk.x, gdk.y, NT, [&] { attnc::lsh_bwd_dkdv<ATTNC_LSH_ARGS>(a); }))
-      << "dkdv deadlocked";
-  ASSERT_TRUE(emu::launch(grow.x, grow.y, NT, [&] { attnc::lsh_bwd_combine<ATTNC_LSH_ARGS>(a); }));
-#undef ATTNC_LSH_ARGS
+  ASSERT_TRUE(backward(a));
+  first.reset();
   std::vector<double> rdq, rdv;
   refBackward(s, q, v, dout, outT, roundLseF, rdq, rdv);
   std::vector<double> refDelta(rows);
@@ -712,6 +739,57 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
         brdk.guardsIntact(), brdv.guardsIntact(), bbuckets.guardsIntact(), bperm.guardsIntact(),
         bout2.guardsIntact(), blse2.guardsIntact(), broundLse2.guardsIntact()})
     EXPECT_TRUE(ok) << "a kernel wrote out of bounds";
+
+  // The other schedules: the same launches into fresh outputs. A race makes
+  // the result depend on the schedule.
+  const std::vector<float> want[] = {bbuckets.values(), bperm.values(), bkeys.values(),
+                                     bout.values(),     blse.values(),  broundLse.values(),
+                                     bdelta.values(),   bdq.values(),   bdv.values()};
+  for (size_t i = 1; i < scheds.size(); ++i) {
+    emu::ScheduleScope scope(scheds[i]);
+    Buffer<T> out(elems), dq(elems), dv(elems);
+    Buffer<float> lse(rows), keys(elems), round(size_t(s.R) * elems), roundLse(size_t(s.R) * rows),
+        delta(rows), rdq(size_t(s.R) * elems), rdk(size_t(s.R) * elems), rdv(size_t(s.R) * elems);
+    Buffer<int> buckets(size_t(BH) * s.R * s.N), perm(size_t(BH) * s.R * npad);
+    attnc::AttnLshArgs x = a;
+    x.out = out.ptr();
+    x.lse = lse.ptr();
+    x.keys = keys.ptr();
+    x.round_out = round.ptr();
+    x.round_lse = roundLse.ptr();
+    x.buckets = buckets.ptr();
+    x.perm = perm.ptr();
+    ASSERT_TRUE(forward(x));
+    const std::vector<float> fwdOut = out.values(), fwdLse = lse.values(),
+                             fwdRoundLse = roundLse.values();
+    x.out = bout2.ptr();
+    x.lse = blse2.ptr();
+    x.round_lse = broundLse2.ptr();
+    x.delta = delta.ptr();
+    x.dq = dq.ptr();
+    x.dv = dv.ptr();
+    x.round_dq = rdq.ptr();
+    x.round_dk = rdk.ptr();
+    x.round_dv = rdv.ptr();
+    ASSERT_TRUE(backward(x));
+    const std::vector<float> got[] = {buckets.values(), perm.values(), keys.values(),
+                                      fwdOut,           fwdLse,        fwdRoundLse,
+                                      delta.values(),   dq.values(),   dv.values()};
+    const char *names[] = {"buckets", "perm", "keys", "out", "lse", "rlse", "delta", "dq", "dv"};
+    bool same = true;
+    for (size_t k = 0; k < std::size(names); ++k) {
+      const long long at = emu::firstBitDifference(got[k], want[k]);
+      if (at >= 0) {
+        same = false;
+        ADD_FAILURE() << names[k] << " under schedule " << scheds[i].name()
+                      << " differs from schedule " << scheds[0].name() << " at element " << at
+                      << ": " << got[k][size_t(at)] << " vs " << want[k][size_t(at)];
+      }
+    }
+    if (same)
+      std::printf("  schedule %s: bit-identical to %s\n", scheds[i].name().c_str(),
+                  scheds[0].name().c_str());
+  }
 }
 
 // Tolerances on max |err| / max(1, |ref|): fp32 computes in fp32
@@ -843,7 +921,8 @@ TEST(CudaLshEmulated, Bf16D32) {
 // B * H * rounds = 70,000 (over gridDim.y's 65535) at a tiny N: the flat
 // grids of LshTileModel.h reach every (b, h, round) once.
 TEST(CudaLshEmulated, Fp32ManySlices) {
-  runLsh<float, 4, 1, 0, 16, 4, 4, 1, EmuMod>({35000, 1, 3, 2, 2, 1.0f}, kTolFp32, "fp32");
+  runLsh<float, 4, 1, 0, 16, 4, 4, 1, EmuMod>({35000, 1, 3, 2, 2, 1.0f}, kTolFp32, "fp32", nullptr,
+                                              /*schedules=*/2);
 }
 
 } // namespace

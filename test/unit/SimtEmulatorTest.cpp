@@ -1,0 +1,301 @@
+//===- SimtEmulatorTest.cpp - The host CUDA emulator's own checks ---------===//
+//
+// The emulator (codegen/kernels/emulator/attnc/simt_emulator.h) must catch
+// what a GPU would. Each check has a
+// tiny kernel here that breaks it and must fail, next to the correct
+// kernel that must pass:
+//
+//   - schedules: a missing __syncthreads whose reader has a higher thread
+//     index than the writer (the old emulator's blind spot) is caught under
+//     the reverse or a random schedule; one whose reader runs several warp
+//     collectives after the writer, under index; blocks run in the
+//     schedule's order;
+//   - warp collectives over a mask complete when its lanes arrive;
+//     disjoint masks in divergent branches are fine; deadlocks fail.
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/simt_emulator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+using emu::Schedule;
+
+bool isNaN(float x) { return std::isnan(x); }
+
+/// Runs `body` under `s`; the launch's result.
+bool launchUnder(const Schedule &s, long long gx, int threads, const std::function<void()> &body) {
+  emu::ScheduleScope scope(s);
+  return emu::launch(gx, 1, threads, body);
+}
+
+/// EXPECT that the last launch failed with a message containing every part.
+void expectError(std::initializer_list<const char *> parts) {
+  for (const char *p : parts)
+    EXPECT_NE(emu::lastError.find(p), std::string::npos)
+        << "\"" << p << "\" missing from: " << emu::lastError;
+}
+
+const Schedule kIndex = emu::indexSchedule(), kReverse = emu::reverseSchedule();
+
+//===-- Schedules ---------------------------------------------------------===//
+
+TEST(SimtEmulatorSchedule, Parses) {
+  Schedule s;
+  ASSERT_TRUE(emu::parseSchedule("index", s));
+  EXPECT_EQ(s.kind, Schedule::Index);
+  ASSERT_TRUE(emu::parseSchedule("reverse", s));
+  EXPECT_EQ(s.kind, Schedule::Reverse);
+  ASSERT_TRUE(emu::parseSchedule("random:42", s));
+  EXPECT_EQ(s.kind, Schedule::Random);
+  EXPECT_EQ(s.seed, 42u);
+  EXPECT_EQ(s.name(), "random:42");
+  ASSERT_TRUE(emu::parseSchedule("random", s));
+  EXPECT_EQ(s.seed, 1u);
+  for (const char *bad : {"", "rand", "random:", "random:x", "Index", "reverse "})
+    EXPECT_FALSE(emu::parseSchedule(bad, s)) << bad;
+}
+
+TEST(SimtEmulatorSchedule, FromEnvironment) {
+  ASSERT_EQ(setenv("ATTNC_EMU_SCHEDULE", "random:9", 1), 0);
+  EXPECT_EQ(emu::scheduleFromEnv().name(), "random:9");
+  ASSERT_EQ(setenv("ATTNC_EMU_SCHEDULE", "reverse", 1), 0);
+  EXPECT_EQ(emu::scheduleFromEnv().name(), "reverse");
+  ASSERT_EQ(unsetenv("ATTNC_EMU_SCHEDULE"), 0);
+  EXPECT_EQ(emu::scheduleFromEnv().name(), "index");
+  ASSERT_EQ(setenv("ATTNC_EMU_SCHEDULE", "backwards", 1), 0);
+  EXPECT_DEATH(emu::scheduleFromEnv(), "ATTNC_EMU_SCHEDULE=backwards");
+  ASSERT_EQ(unsetenv("ATTNC_EMU_SCHEDULE"), 0);
+}
+
+/// Thread `writer` stores 1 in shared memory, thread `reader` loads it,
+/// with or without a barrier between; returns what the reader saw under
+/// `s` (NaN: the 0xff-filled shared memory, not written yet).
+float readAfterWrite(const Schedule &s, int threads, int writer, int reader, bool barrier) {
+  float seen = 0.f;
+  EXPECT_TRUE(launchUnder(s, 1, threads, [&] {
+    float &x = emu::shared<float>();
+    if (int(threadIdx.x) == writer)
+      x = 1.f;
+    if (barrier)
+      __syncthreads();
+    if (int(threadIdx.x) == reader)
+      seen = x;
+  }));
+  return seen;
+}
+
+// The old emulator ran every thread to the barrier in index order, so only
+// readers below the writer saw the race. Reverse catches the others.
+TEST(SimtEmulatorSchedule, MissingBarrierReaderAboveWriter) {
+  for (int reader : {5, 63, 127}) { // same warp, next warp, last warp
+    SCOPED_TRACE("reader " + std::to_string(reader));
+    EXPECT_EQ(readAfterWrite(kIndex, 128, 0, reader, false), 1.f); // hidden
+    EXPECT_TRUE(isNaN(readAfterWrite(kReverse, 128, 0, reader, false)));
+    for (const Schedule &s : {kIndex, kReverse, emu::randomSchedule(3)})
+      EXPECT_EQ(readAfterWrite(s, 128, 0, reader, true), 1.f) << s.name();
+  }
+  // Below the writer: index catches it.
+  EXPECT_TRUE(isNaN(readAfterWrite(kIndex, 128, 100, 3, false)));
+  EXPECT_EQ(readAfterWrite(kIndex, 128, 100, 3, true), 1.f);
+}
+
+// Random schedules catch both directions, some seed soon enough.
+TEST(SimtEmulatorSchedule, RandomCatchesBothDirections) {
+  for (auto [writer, reader] : {std::pair{0, 70}, std::pair{70, 0}, std::pair{3, 9}}) {
+    int caught = 0;
+    for (std::uint64_t seed = 1; seed <= 16; ++seed)
+      caught += isNaN(readAfterWrite(emu::randomSchedule(seed), 96, writer, reader, false));
+    EXPECT_GT(caught, 0) << writer << " -> " << reader;
+    EXPECT_LT(caught, 16) << writer << " -> " << reader; // the order is random
+  }
+  // The same seed gives the same schedule.
+  for (std::uint64_t seed : {5u, 6u})
+    EXPECT_EQ(isNaN(readAfterWrite(emu::randomSchedule(seed), 96, 0, 70, false)),
+              isNaN(readAfterWrite(emu::randomSchedule(seed), 96, 0, 70, false)));
+}
+
+// Warps interleave at collectives: under index warp 0 runs alone from one
+// barrier to the next, so a write warp 1 makes before its first shuffle is
+// not seen by warp 0 three shuffles later (run in lockstep, it would be).
+TEST(SimtEmulatorSchedule, WarpsRunAheadAcrossCollectives) {
+  for (bool barrier : {false, true}) {
+    for (const Schedule &s : {kIndex, kReverse}) {
+      float seen = 0.f;
+      ASSERT_TRUE(launchUnder(s, 1, 64, [&] {
+        float &x = emu::shared<float>();
+        const int t = int(threadIdx.x);
+        float v = float(t);
+        if (t == 63) // warp 1, before its shuffles
+          x = 1.f;
+        if (barrier)
+          __syncthreads();
+        for (int i = 0; i < 3; ++i)
+          v += __shfl_xor_sync(0xffffffffu, v, 1);
+        if (t == 0) // warp 0, after its shuffles
+          seen = x + 0.f * v;
+      }));
+      if (barrier || s.kind == Schedule::Reverse)
+        EXPECT_EQ(seen, 1.f) << s.name();
+      else
+        EXPECT_TRUE(isNaN(seen)) << s.name() << ": warp 0 did not run ahead";
+    }
+  }
+}
+
+// Blocks run in index order, in reverse, or in a seeded permutation.
+TEST(SimtEmulatorSchedule, BlockOrder) {
+  auto order = [](const Schedule &s) {
+    std::vector<int> seen;
+    EXPECT_TRUE(launchUnder(s, 16, 32, [&] {
+      if (threadIdx.x == 0)
+        seen.push_back(int(blockIdx.x));
+    }));
+    return seen;
+  };
+  std::vector<int> ascending(16);
+  for (int i = 0; i < 16; ++i)
+    ascending[size_t(i)] = i;
+  EXPECT_EQ(order(kIndex), ascending);
+  EXPECT_EQ(order(kReverse), std::vector<int>(ascending.rbegin(), ascending.rend()));
+  const std::vector<int> r7 = order(emu::randomSchedule(7));
+  EXPECT_EQ(r7, order(emu::randomSchedule(7)));
+  EXPECT_NE(r7, ascending);
+  EXPECT_NE(r7, order(emu::randomSchedule(8)));
+  EXPECT_EQ(std::set<int>(r7.begin(), r7.end()).size(), 16u);
+  // A block reading what another block of the same launch writes: caught
+  // by one order or the other.
+  auto crossBlock = [](const Schedule &s) {
+    std::vector<float> g(2, std::nanf(""));
+    float seen = 0.f;
+    EXPECT_TRUE(launchUnder(s, 2, 32, [&] {
+      if (threadIdx.x == 0 && blockIdx.x == 0)
+        g[0] = 1.f;
+      if (threadIdx.x == 0 && blockIdx.x == 1)
+        seen = g[0];
+    }));
+    return seen;
+  };
+  EXPECT_EQ(crossBlock(kIndex), 1.f);
+  EXPECT_TRUE(isNaN(crossBlock(kReverse)));
+}
+
+// Lanes of a warp run in the schedule's order between collectives: a
+// missing __syncwarp shows up one way or the other.
+TEST(SimtEmulatorSchedule, LanesBetweenCollectives) {
+  auto run = [](const Schedule &s, bool sync) {
+    std::vector<float> out(32);
+    EXPECT_TRUE(launchUnder(s, 1, 32, [&] {
+      float *x = &emu::shared<float[32]>()[0];
+      const int l = int(threadIdx.x);
+      x[l] = float(l);
+      if (sync)
+        __syncwarp();
+      out[size_t(l)] = x[(l + 1) % 32];
+    }));
+    int nans = 0;
+    for (float v : out)
+      nans += isNaN(v);
+    return nans;
+  };
+  EXPECT_EQ(run(kIndex, false), 31); // lanes 0-30 read before lane l+1 wrote
+  EXPECT_EQ(run(kReverse, false), 1);
+  for (const Schedule &s : {kIndex, kReverse, emu::randomSchedule(2)})
+    EXPECT_EQ(run(s, true), 0) << s.name();
+}
+
+//===-- Warp collectives --------------------------------------------------===//
+
+// A full-warp sum, then the block's; the reference for what must work.
+TEST(SimtEmulatorCollectives, ShufflesBallotMatch) {
+  for (const Schedule &s : {kIndex, kReverse, emu::randomSchedule(11)}) {
+    std::vector<float> sums(2);
+    std::vector<unsigned> ballots(64), matches(64);
+    std::vector<int> ups(64), downs(64);
+    ASSERT_TRUE(launchUnder(s, 1, 64, [&] {
+      const int t = int(threadIdx.x), l = t % 32;
+      float v = float(t + 1);
+      for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+      sums[size_t(t / 32)] = __shfl_sync(0xffffffffu, v, 7);
+      ballots[size_t(t)] = __ballot_sync(0xffffffffu, l % 3 == 0);
+      matches[size_t(t)] = __match_any_sync(0xffffffffu, l / 8);
+      ups[size_t(t)] = __shfl_up_sync(0xffffffffu, l, 2);
+      downs[size_t(t)] = __shfl_down_sync(0xffffffffu, l, 4, 8);
+    })) << s.name();
+    EXPECT_EQ(sums[0], 32.f * 33.f / 2.f);
+    EXPECT_EQ(sums[1], 32.f * 32.f + 32.f * 33.f / 2.f);
+    for (int t = 0; t < 64; ++t) {
+      const int l = t % 32;
+      EXPECT_EQ(ballots[size_t(t)], 0x49249249u);
+      EXPECT_EQ(matches[size_t(t)], 0xffu << (l / 8 * 8));
+      EXPECT_EQ(ups[size_t(t)], l >= 2 ? l - 2 : l);
+      EXPECT_EQ(downs[size_t(t)], l % 8 + 4 < 8 ? l + 4 : l);
+    }
+  }
+}
+
+// Independent thread scheduling: divergent branches may each run a
+// collective over their own lanes.
+TEST(SimtEmulatorCollectives, DisjointMasksInDivergentBranches) {
+  for (const Schedule &s : {kIndex, kReverse, emu::randomSchedule(4)}) {
+    std::vector<int> got(32);
+    ASSERT_TRUE(launchUnder(s, 1, 32,
+                            [&] {
+                              const int l = int(threadIdx.x);
+                              if (l < 16) {
+                                got[size_t(l)] = __shfl_sync(0x0000ffffu, l * 10, 15 - l);
+                              } else {
+                                __syncwarp(0xffff0000u);
+                                got[size_t(l)] = int(__ballot_sync(0xffff0000u, l % 2) >> 16);
+                              }
+                            }))
+        << s.name() << ": " << emu::lastError;
+    for (int l = 0; l < 16; ++l)
+      EXPECT_EQ(got[size_t(l)], (15 - l) * 10);
+    for (int l = 16; l < 32; ++l)
+      EXPECT_EQ(got[size_t(l)], 0xaaaa);
+  }
+}
+
+// A barrier some threads never reach; the launch after a failed one runs
+// normally (its threads' stacks were abandoned mid-body).
+TEST(SimtEmulatorCollectives, DeadlockThenNormalLaunch) {
+  emu::ScheduleScope scope(kIndex);
+  EXPECT_FALSE(emu::launch(1, 1, 64, [] {
+    if (threadIdx.x == 0)
+      __syncthreads();
+    else if (threadIdx.x < 32)
+      __syncwarp();
+    else
+      __syncthreads();
+  }));
+  expectError({"block (0, 0, 0): deadlock"});
+  std::vector<float> out(2);
+  auto blockSum = [&] {
+    float *partial = &emu::shared<float[4]>()[0];
+    const int t = int(threadIdx.x);
+    float v = float(t + 1);
+    for (int o = 16; o > 0; o >>= 1)
+      v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (t % 32 == 0)
+      partial[t / 32] = v;
+    __syncthreads();
+    if (t == 0)
+      out[blockIdx.x] = partial[0] + partial[1] + partial[2] + partial[3];
+  };
+  ASSERT_TRUE(emu::launch(2, 1, 128, blockSum)) << emu::lastError;
+  EXPECT_EQ(emu::lastError, "");
+  EXPECT_EQ(out[0], 128.f * 129.f / 2.f);
+  EXPECT_EQ(out[1], 128.f * 129.f / 2.f);
+}
+
+} // namespace
