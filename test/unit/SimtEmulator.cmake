@@ -1,5 +1,5 @@
 # The host CUDA emulator's own checks (codegen/kernels/emulator/attnc:
-# schedules), each against a tiny kernel that breaks
+# schedules, warp-collective masks), each against a tiny kernel that breaks
 # it, see test/unit/SimtEmulatorTest.cpp. Needs Linux ucontext, no GPU and
 # no NVRTC.
 add_executable(attnc-simt-emulator-tests ${CMAKE_CURRENT_SOURCE_DIR}/unit/SimtEmulatorTest.cpp)

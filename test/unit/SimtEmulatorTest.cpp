@@ -10,8 +10,10 @@
 //     the reverse or a random schedule; one whose reader runs several warp
 //     collectives after the writer, under index; blocks run in the
 //     schedule's order;
-//   - warp collectives over a mask complete when its lanes arrive;
-//     disjoint masks in divergent branches are fine; deadlocks fail.
+//   - warp collectives: a mask that names an exited or a divergent lane, a
+//     lane outside its own mask, a shuffle reading outside its mask,
+//     different collectives at once, __syncthreads at different call
+//     sites, deadlocks; disjoint masks in divergent branches are fine.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/simt_emulator.h"
@@ -266,6 +268,101 @@ TEST(SimtEmulatorCollectives, DisjointMasksInDivergentBranches) {
   }
 }
 
+// Half the warp shuffles with the full mask, the other half goes on to
+// the barrier: on a GPU, undefined (the shuffle waits for lanes that never
+// come). Under every schedule the launch fails naming the culprit.
+TEST(SimtEmulatorCollectives, DivergentShuffleFails) {
+  for (const Schedule &s : {kIndex, kReverse, emu::randomSchedule(5)}) {
+    EXPECT_FALSE(launchUnder(s, 1, 64, [] {
+      float v = 1.f;
+      if (threadIdx.x % 32 < 16)
+        v = __shfl_sync(0xffffffffu, v, 0);
+      __syncthreads();
+    })) << s.name();
+    expectError({"__shfl_sync", "0xffffffff", "lane 16", "__syncthreads"});
+  }
+}
+
+// A mask that names a lane which has returned.
+TEST(SimtEmulatorCollectives, MaskNamingExitedLaneFails) {
+  for (const Schedule &s : {kIndex, kReverse}) {
+    EXPECT_FALSE(launchUnder(s, 1, 32, [] {
+      if (threadIdx.x == 31)
+        return;
+      (void)__ballot_sync(0xffffffffu, 1);
+    })) << s.name();
+    expectError({"__ballot_sync", "lane 31", "exited"});
+  }
+  // A partial warp: lanes past the block's threads are no lanes to wait for.
+  EXPECT_FALSE(launchUnder(kIndex, 1, 48, [] { (void)__shfl_xor_sync(0xffffffffu, 1, 1); }));
+  expectError({"__shfl_xor_sync", "lane 16", "not a thread of the block"});
+  EXPECT_TRUE(launchUnder(kIndex, 1, 48, [] {
+    (void)__shfl_xor_sync(threadIdx.x < 32 ? 0xffffffffu : 0x0000ffffu, 1, 1);
+  })) << emu::lastError;
+}
+
+TEST(SimtEmulatorCollectives, CallerOutsideItsMaskFails) {
+  EXPECT_FALSE(launchUnder(kIndex, 1, 32, [] { (void)__shfl_sync(0x0000000fu, 1, 0); }));
+  expectError({"block (0, 0, 0) warp 0 lane 4", "__shfl_sync", "0x0000000f",
+               "does not name the calling lane"});
+  EXPECT_FALSE(launchUnder(kIndex, 1, 32, [] { __syncwarp(threadIdx.x == 7 ? 1u : ~0u); }));
+  expectError({"lane 7", "__syncwarp", "does not name the calling lane"});
+}
+
+TEST(SimtEmulatorCollectives, ShuffleReadingOutsideItsMaskFails) {
+  EXPECT_FALSE(launchUnder(kIndex, 1, 32, [] {
+    if (threadIdx.x < 16)
+      (void)__shfl_sync(0x0000ffffu, 1, 20);
+  }));
+  expectError({"__shfl_sync", "reads lane 20", "not in its mask 0x0000ffff"});
+}
+
+// Lanes at different collectives with the same mask do not sync together
+// (PTX: same instruction form and mask).
+TEST(SimtEmulatorCollectives, DifferentCollectivesFail) {
+  EXPECT_FALSE(launchUnder(kIndex, 1, 32, [] {
+    if (threadIdx.x < 16)
+      (void)__shfl_xor_sync(0xffffffffu, 1, 1);
+    else
+      (void)__shfl_down_sync(0xffffffffu, 1, 1);
+  }));
+  expectError({"__shfl_xor_sync", "lane 16 waits at __shfl_down_sync"});
+  EXPECT_FALSE(launchUnder(kIndex, 1, 32, [] {
+    if (threadIdx.x == 3)
+      (void)__match_any_sync(0xffffffffu, 1);
+    else
+      __syncwarp();
+  }));
+  expectError({"cannot complete", "__match_any_sync", "__syncwarp"});
+  // __syncwarp(mask) where lanes 8-31 name lanes 0-7, which sync among
+  // themselves: lanes 8-31 would wait forever.
+  for (const Schedule &s : {kIndex, kReverse}) {
+    EXPECT_FALSE(launchUnder(s, 1, 32, [] { __syncwarp(threadIdx.x < 8 ? 0xffu : ~0u); }));
+    expectError({"__syncwarp with mask 0xffffffff", "cannot complete: lane 0 waits at __syncwarp "
+                                                    "with mask 0x000000ff"});
+  }
+}
+
+TEST(SimtEmulatorCollectives, SyncthreadsAtDifferentSitesFails) {
+  // Outside the EXPECT macro: within a macro's arguments every line is
+  // the macro's.
+  auto twoSites = [] {
+    if (threadIdx.x < 64)
+      __syncthreads();
+    else
+      __syncthreads();
+  };
+  EXPECT_FALSE(launchUnder(kIndex, 1, 128, twoSites));
+  expectError({"different __syncthreads",
+               "threads 0-63 at SimtEmulatorTest.cpp:", "threads 64-127 at SimtEmulatorTest.cpp:"});
+  // Threads that return early are not waited for.
+  EXPECT_TRUE(launchUnder(kReverse, 1, 128, [] {
+    if (threadIdx.x >= 64)
+      return;
+    __syncthreads();
+  }));
+}
+
 // A barrier some threads never reach; the launch after a failed one runs
 // normally (its threads' stacks were abandoned mid-body).
 TEST(SimtEmulatorCollectives, DeadlockThenNormalLaunch) {
@@ -278,7 +375,7 @@ TEST(SimtEmulatorCollectives, DeadlockThenNormalLaunch) {
     else
       __syncthreads();
   }));
-  expectError({"block (0, 0, 0): deadlock"});
+  expectError({"warp 0 lane 1", "__syncwarp", "lane 0 waits at __syncthreads"});
   std::vector<float> out(2);
   auto blockSum = [&] {
     float *partial = &emu::shared<float[4]>()[0];

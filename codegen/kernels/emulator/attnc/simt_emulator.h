@@ -25,9 +25,14 @@
 // results bit for bit: a missing barrier shows up as a difference or as
 // NaNs read from the 0xff-filled shared memory.
 //
-// A warp collective over `mask` completes when every lane of the mask
-// waits at it; a barrier or collective no thread can release is a
-// deadlock (runBlock / launch return false, emu::lastError says so).
+// Checks (each fails the launch: runBlock / launch return false and
+// emu::lastError names block, warp, lane and intrinsic):
+//   - a warp collective's mask must name the calling lane, and every lane
+//     it names must arrive at the same collective (same intrinsic, same
+//     mask): not one that has exited, waits at __syncthreads or at another
+//     collective; a shuffle may only read lanes of its mask;
+//   - every thread of a block waits at the same __syncthreads (call site);
+//   - a barrier or collective no thread can release is a deadlock.
 //
 // Used by the kernel unit tests (test/unit/CudaEmulator.h adds what tests
 // hand the kernels; CudaKernelsTest.cpp builds ldmatrix, mma and cp.async
@@ -366,6 +371,17 @@ inline const std::uint64_t (&collective(Op op, unsigned mask, const void *data, 
   Thread &t = cur();
   const int w = warpId(), l = lane();
   Warp &warp = block->warps[size_t(w)];
+  if (!(mask >> l & 1u))
+    fail(whereAmI() + ": " + opLabel(op, form) + " at " + site.str() + " with mask " + hex(mask) +
+         " that does not name the calling lane");
+  if (const unsigned gone = mask & ~warp.live) {
+    const int k = __builtin_ctz(gone);
+    const int thread = 32 * w + k;
+    fail(whereAmI() + ": " + opLabel(op, form) + " at " + site.str() + " with mask " + hex(mask) +
+         " names lane " + std::to_string(k) +
+         (thread < int(block->threads.size()) ? ", which has exited"
+                                              : ", which is not a thread of the block"));
+  }
   if (bytes)
     std::memcpy(block->xch[w][l], data, bytes);
   t.op = op;
@@ -377,12 +393,15 @@ inline const std::uint64_t (&collective(Op op, unsigned mask, const void *data, 
   return block->snap[w];
 }
 
-/// Value `v` of lane `src` from a collective's slots.
+/// Value `v` of lane `src` from a collective's slots; `src` must be in the
+/// caller's mask.
 template <class V>
 V laneValue(const std::uint64_t (&slots)[32][kSlotWords], int src, unsigned mask, Op op,
             Site site) {
   static_assert(sizeof(V) <= sizeof(slots[0]) && std::is_trivially_copyable_v<V>);
-  (void)mask, (void)op, (void)site;
+  if (!(mask >> src & 1u))
+    fail(whereAmI() + ": " + opName(op) + " at " + site.str() + " reads lane " +
+         std::to_string(src) + ", which is not in its mask " + hex(mask));
   V v;
   std::memcpy(&v, slots[src], sizeof v);
   return v;
@@ -426,6 +445,21 @@ __attribute__((noinline)) inline void runThread(Block &blk, int i) {
     setcontext(&f.ctx);
   }
   jumpTo(t.resume);
+}
+
+/// "3", "0-31", "0-3, 8".
+inline std::string ranges(const std::vector<int> &v) {
+  std::string s;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1)
+      ++j;
+    s += (s.empty() ? "" : ", ") + std::to_string(v[i]);
+    if (j > i)
+      s += "-" + std::to_string(v[j]);
+    i = j + 1;
+  }
+  return s;
 }
 
 namespace detail {
@@ -489,7 +523,24 @@ inline void runWarp(Block &blk, int w, Schedule::Kind kind) {
     runThread(blk, 32 * w + order[i]);
 }
 
+/// "block .. warp w lane l: <its collective> cannot complete: lane k <why>".
+inline std::string cannotComplete(const Block &blk, int w, int l, int k, const std::string &why) {
+  const Thread &t = blk.threads[size_t(32 * w + l)];
+  return blockName() + " warp " + std::to_string(w) + " lane " + std::to_string(l) + ": " +
+         opLabel(t.op, t.form) + " with mask " + hex(t.mask) + " at " + t.site.str() +
+         " cannot complete: lane " + std::to_string(k) + " " + why;
+}
+inline std::string waitsAt(const Thread &o) {
+  if (o.op == Op::SyncThreads)
+    return "waits at __syncthreads (" + o.site.str() + ")";
+  return "waits at " + opLabel(o.op, o.form) + " with mask " + hex(o.mask) + " (" + o.site.str() +
+         ")";
+}
+
 /// Whether warp w has lanes to run or a group to release (released then).
+/// A group is not released while another waiting lane's mask names one of
+/// its lanes: that lane's collective could never complete (undefined on a
+/// GPU); the block fails instead.
 inline bool prepare(Block &blk, int w) {
   Warp &warp = blk.warps[size_t(w)];
   if (warp.run)
@@ -499,8 +550,78 @@ inline bool prepare(Block &blk, int w) {
   const unsigned g = readyGroup(blk, w);
   if (!g)
     return false;
+  for (unsigned o = warp.coll & ~g; o; o &= o - 1) {
+    const int k = __builtin_ctz(o);
+    if (const unsigned named = blk.threads[size_t(32 * w + k)].mask & g) {
+      const int j = __builtin_ctz(named);
+      report(cannotComplete(blk, w, k, j, waitsAt(blk.threads[size_t(32 * w + j)])));
+      return false;
+    }
+  }
   release(blk, w, g);
   return true;
+}
+
+/// Why nothing can run: the first collective that cannot complete, or the
+/// threads at different __syncthreads.
+inline std::string diagnose(const Block &blk) {
+  const int nw = int(blk.warps.size());
+  for (int w = 0; w < nw; ++w) {
+    const Warp &warp = blk.warps[size_t(w)];
+    for (unsigned c = warp.coll; c; c &= c - 1) {
+      const int l = __builtin_ctz(c);
+      const Thread &t = blk.threads[size_t(32 * w + l)];
+      for (unsigned m = t.mask; m; m &= m - 1) {
+        const int k = __builtin_ctz(m);
+        if (32 * w + k >= int(blk.threads.size()))
+          return cannotComplete(blk, w, l, k, "is not a thread of the block");
+        if (!(warp.live >> k & 1u))
+          return cannotComplete(blk, w, l, k, "has exited");
+        const Thread &o = blk.threads[size_t(32 * w + k)];
+        if (o.op == Op::SyncThreads || o.op != t.op || o.form != t.form || o.mask != t.mask)
+          return cannotComplete(blk, w, l, k, waitsAt(o));
+      }
+    }
+  }
+  return blockName() + ": deadlock";
+}
+
+/// With every live thread at __syncthreads: "" when all wait at the same
+/// call site, else which threads wait where.
+inline std::string barrierSites(const Block &blk) {
+  const Thread *first = nullptr;
+  bool same = true;
+  for (const Thread &t : blk.threads)
+    if (!t.done) {
+      if (!first)
+        first = &t;
+      else if (!(t.site == first->site)) {
+        same = false;
+        break;
+      }
+    }
+  if (same)
+    return "";
+  std::vector<Site> sites;
+  std::vector<std::vector<int>> who;
+  for (const Thread &t : blk.threads) {
+    if (t.done)
+      continue;
+    size_t i = 0;
+    while (i < sites.size() && !(sites[i] == t.site))
+      ++i;
+    if (i == sites.size()) {
+      sites.push_back(t.site);
+      who.emplace_back();
+    }
+    who[i].push_back(int(t.idx.x));
+  }
+  if (sites.size() <= 1)
+    return "";
+  std::string s = blockName() + ": threads wait at different __syncthreads:";
+  for (size_t i = 0; i < sites.size(); ++i)
+    s += (i ? "; threads " : " threads ") + ranges(who[i]) + " at " + sites[i].str();
+  return s;
 }
 
 /// The next warp to run, -1 when none has work.
@@ -581,7 +702,12 @@ inline bool runBlock(int threads, uint3 idx, const std::function<void()> &body,
     if (!any)
       break;
     if (!allAtBarrier) {
-      report(blockName() + ": deadlock (a barrier or warp collective some threads never reach)");
+      report(detail::diagnose(blk));
+      break;
+    }
+    const std::string sites = detail::barrierSites(blk);
+    if (!sites.empty()) {
+      report(sites);
       break;
     }
     for (Warp &warp : blk.warps) {
