@@ -44,17 +44,28 @@ template <> struct HostElem<int> {
 };
 
 /// A device-like buffer: 0xff-filled (NaN, or -1 for int) contents until
-/// written, guard zones on both sides checked afterwards.
-template <class T> struct Buffer {
+/// written, guard zones on both sides checked afterwards. Registered as
+/// global memory while it lives (cp.async sources must lie in one).
+template <class T> struct Buffer : GlobalMemory {
   static constexpr size_t kGuard = 64; // elements, keeps 16-byte alignment
   std::vector<T> data;
   size_t n;
   explicit Buffer(size_t n) : data(n + 2 * kGuard), n(n) {
     std::memset(static_cast<void *>(data.data()), 0xff, data.size() * sizeof(T));
+    registerGlobal(this);
   }
   template <class U> explicit Buffer(const std::vector<U> &v) : Buffer(v.size()) {
     for (size_t i = 0; i < n; ++i)
       data[kGuard + i] = HostElem<T>::to(float(v[i]));
+  }
+  Buffer(const Buffer &) = delete;
+  Buffer &operator=(const Buffer &) = delete;
+  ~Buffer() override { unregisterGlobal(this); }
+  /// Whether [p, p + bytes) lies in the n elements (not the guards).
+  bool contains(const void *p, size_t bytes) const override {
+    const auto *c = static_cast<const unsigned char *>(p);
+    const auto *lo = reinterpret_cast<const unsigned char *>(data.data() + kGuard);
+    return c >= lo && c + bytes <= lo + n * sizeof(T);
   }
   T *ptr() { return data.data() + kGuard; }
   std::vector<float> values() const {

@@ -13,12 +13,13 @@
 // the NVRTC/ptxas plumbing: test/unit/CudaTestSupport.h). No GPU is needed.
 //
 // The second half runs the same headers on the host: compiled by the host
-// compiler they take the SIMT path for fp32 and, with ATTNC_EMULATE_MMA,
-// the tensor-core path for fp16/bf16 on ldmatrix and mma emulated from the
-// PTX ISA's fragment definitions, and asynchronous copies for all (built
-// here on the block emulator, codegen/kernels/emulator/attnc/
-// simt_emulator.h, which runs every CUDA thread as a coroutine with real
-// barrier and warp-collective semantics); shared memory is pre-filled with
+// compiler they take the SIMT path for fp32 and, with ldmatrix, mma and
+// cp.async from codegen/kernels/emulator/attnc/tensor_core_emulator.h
+// (emulated from the PTX ISA's definitions), the tensor-core path for
+// fp16/bf16 and asynchronous copies for all. The block emulator
+// (simt_emulator.h, docs/emulator.md) runs every CUDA thread as a
+// coroutine with real barrier and warp-collective semantics and checks
+// masks, ldmatrix and cp.async addresses; shared memory is pre-filled with
 // NaNs. Each case runs under several schedules (index, reverse, random
 // warp and lane orders; blocks in order, reversed, shuffled; copies landing
 // as late or as early as cp.async allows) whose results must agree bit for
@@ -229,173 +230,19 @@ INSTANTIATE_TEST_SUITE_P(Matrix, CudaKernels, testing::ValuesIn(allCells()),
 // Host emulation of the kernels
 //===----------------------------------------------------------------------===//
 
+// The block emulator, what tests hand the kernels (CudaEmulator.h), then
+// ldmatrix, mma and cp.async (tensor_core_emulator.h), then the kernels.
 #include "CudaEmulator.h"
+
+#include "attnc/tensor_core_emulator.h"
+
+#include "attnc/flash_bwd.cuh"
+#include "attnc/flash_fwd.cuh"
 
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
-
-// fp16 and bf16 take the tensor-core path, with ldmatrix and mma below;
-// copies are asynchronous, as with cp.async (sm_80+).
-#define ATTNC_EMULATE_MMA 1
-#define ATTNC_EMULATE_ASYNC_COPY 1
-#include "attnc/flash_bwd.cuh"
-#include "attnc/flash_fwd.cuh"
-
-namespace attnc {
-/// The emulated block's dynamic shared memory (common.cuh declares it).
-alignas(16) unsigned char attncSmem[232448];
-} // namespace attnc
-
-// The tensor-core and cp.async state the emulator lacks.
-namespace emu {
-
-/// cp.async copies of one thread not completed yet, and the number of commits
-/// so far (a copy belongs to group `committed` at issue).
-struct AsyncCopies {
-  struct Copy {
-    void *dst;
-    const void *src;
-    bool valid;
-    int group;
-  };
-  std::vector<Copy> pending;
-  int committed = 0;
-};
-inline std::vector<AsyncCopies> asyncCopies; ///< [thread], reset for every block
-inline AsyncCopies &curCopies() { return asyncCopies[size_t(block->current)]; }
-
-inline void land(const AsyncCopies::Copy &c) {
-  if (c.valid)
-    std::memcpy(c.dst, c.src, 16);
-  else
-    std::memset(c.dst, 0, 16);
-}
-/// Whether the copy being issued lands now, as early as cp.async allows
-/// (reverse, and half the random schedule's), or at the wait that covers
-/// its group, as late as allowed (index, the other half).
-inline bool landAtIssue() {
-  switch (schedule.kind) {
-  case Schedule::Index:
-    return false;
-  case Schedule::Reverse:
-    return true;
-  case Schedule::Random:
-    return block->rng.coin();
-  }
-  return false;
-}
-
-inline void tcBlockStart() {
-  std::memset(attnc::attncSmem, 0xff, sizeof attnc::attncSmem);
-  asyncCopies.resize(block->threads.size());
-  for (AsyncCopies &c : asyncCopies) {
-    c.pending.clear();
-    c.committed = 0;
-  }
-}
-inline void tcThreadExit() {
-  const size_t n = curCopies().pending.size();
-  if (n > 0)
-    fail(whereAmI() + " exited with " + std::to_string(n) +
-         " cp.async copies in flight (no wait_group covers them)");
-}
-inline const bool tcHooked = addHooks({tcBlockStart, tcThreadExit, nullptr});
-
-/// mma.sync operands of one lane.
-struct MmaRegs {
-  unsigned a[4], b[2];
-};
-
-} // namespace emu
-
-namespace attnc {
-
-// cp.async.cg (16 bytes, zero-fill when src-size is 0), commit_group and
-// wait_group: a copy may land any time between its issue and the wait that
-// covers its group.
-void copy16(void *smem, const void *gmem, bool valid) {
-  emu::AsyncCopies &t = emu::curCopies();
-  const emu::AsyncCopies::Copy c{smem, gmem, valid, t.committed};
-  if (emu::landAtIssue())
-    emu::land(c);
-  else
-    t.pending.push_back(c);
-}
-void cpAsyncCommit() { ++emu::curCopies().committed; }
-void cpAsyncWaitGroups(int n) {
-  emu::AsyncCopies &t = emu::curCopies();
-  size_t kept = 0;
-  for (const emu::AsyncCopies::Copy &c : t.pending) {
-    if (c.group < t.committed - n)
-      emu::land(c);
-    else
-      t.pending[kept++] = c;
-  }
-  t.pending.resize(kept);
-}
-
-// ldmatrix and mma.sync.m16n8k16 as the PTX ISA defines them, written from
-// its fragment tables rather than from the kernels' use of them. g = lane / 4
-// and t = lane % 4 throughout.
-
-/// ldmatrix.x N: lanes 8i .. 8i+7 give the row addresses of 8x8 matrix i
-/// (8 contiguous b16 each); every lane gets, per matrix, elements (g, 2t),
-/// (g, 2t + 1), or with .trans (2t, g), (2t + 1, g), the first in the low
-/// half.
-template <int N, bool TRANS> void emuLdmatrix(unsigned *r, const void *p) {
-  const int l = threadIdx.x % 32, g = l / 4, t = l % 4;
-  const auto &slots = emu::collective(emu::Op::Ldmatrix, 0xffffffffu, &p, sizeof p,
-                                      emu::Site{__FILE__, __LINE__}, 2 * N + TRANS);
-  for (int i = 0; i < N; ++i) {
-    unsigned e[2];
-    for (int x = 0; x < 2; ++x) {
-      const int row = TRANS ? 2 * t + x : g, col = TRANS ? g : 2 * t + x;
-      const void *rowAddr;
-      std::memcpy(&rowAddr, slots[8 * i + row], sizeof rowAddr);
-      e[x] = static_cast<const unsigned short *>(rowAddr)[col];
-    }
-    r[i] = e[0] | e[1] << 16;
-  }
-}
-void ldsmX4(unsigned (&r)[4], const void *p) { emuLdmatrix<4, false>(r, p); }
-void ldsmX4Trans(unsigned (&r)[4], const void *p) { emuLdmatrix<4, true>(r, p); }
-void ldsmX2(unsigned (&r)[2], const void *p) { emuLdmatrix<2, false>(r, p); }
-void ldsmX2Trans(unsigned (&r)[2], const void *p) { emuLdmatrix<2, true>(r, p); }
-
-/// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: A (16 x 16) register
-/// j of lane (g, t) holds row g + 8 (j % 2), columns 2t + 8 (j / 2) + {0, 1};
-/// B (16 x 8) register j holds rows 2t + 8j + {0, 1} of column g; C element
-/// j is row g + 8 (j / 2), column 2t + j % 2.
-template <class T> void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  const int l = threadIdx.x % 32, g = l / 4, t = l % 4;
-  const emu::MmaRegs mine{{a[0], a[1], a[2], a[3]}, {b0, b1}};
-  const auto &slots =
-      emu::collective(emu::Op::Mma, 0xffffffffu, &mine, sizeof mine, emu::Site{__FILE__, __LINE__},
-                      IsSame<T, __half>::value ? 1 : 2);
-  emu::MmaRegs regs[32];
-  for (int i = 0; i < 32; ++i)
-    std::memcpy(&regs[i], slots[i], sizeof regs[i]);
-  auto half = [](unsigned reg, int hi) {
-    const unsigned short bits = static_cast<unsigned short>(hi ? reg >> 16 : reg);
-    return Elem<T>::toFloat(bitCast<T>(bits));
-  };
-  auto A = [&](int row, int col) {
-    const int lane = 4 * (row % 8) + (col % 8) / 2, reg = (row / 8) + 2 * (col / 8);
-    return half(regs[lane].a[reg], col % 2);
-  };
-  auto B = [&](int k, int n) { return half(regs[4 * n + (k % 8) / 2].b[k / 8], k % 2); };
-  for (int j = 0; j < 4; ++j) {
-    const int row = g + 8 * (j / 2), col = 2 * t + j % 2;
-    float sum = 0.f;
-    for (int k = 0; k < 16; ++k)
-      sum += A(row, k) * B(k, col);
-    c[j] += sum;
-  }
-}
-
-} // namespace attnc
 
 namespace {
 
@@ -528,14 +375,15 @@ void refBackward(const Problem &p, const std::vector<float> &out, const std::vec
 
 using emu::Buffer;
 
-/// Runs a kernel body over a grid, one emulated block at a time under
-/// emu::schedule, with shared memory reset to NaNs for each block; false
-/// (and a test failure saying why) when the emulator finds a fault.
-bool launch(long long gx, int gy, int threads, const std::function<void()> &body) {
+/// Runs a kernel body over a grid with `smem` bytes of dynamic shared
+/// memory, one emulated block at a time under emu::schedule, with shared
+/// memory reset to NaNs for each block; false (and a test failure naming
+/// the check) when the emulator finds a fault.
+bool launch(long long gx, int gy, int threads, size_t smem, const std::function<void()> &body) {
   // What a GPU takes: the grids are the runtime's (TileModel.h), flat in x.
   EXPECT_LE(gy, 65535) << "gridDim.y over CUDA's limit";
   EXPECT_LE(gx, attnc::tile::kMaxGridX) << "gridDim.x over CUDA's limit";
-  if (emu::launch(gx, gy, threads, body))
+  if (emu::launchSmem(gx, gy, threads, smem, body))
     return true;
   ADD_FAILURE() << "schedule " << emu::schedule.name() << ": " << emu::lastError;
   return false;
@@ -658,6 +506,7 @@ void runEmulated(const EmuShape &shape, double tol, int schedules = 3) {
                           p.dropoutOffset,
                           p.dropoutSeed};
     if (!launch(attnc::tile::queryTileBlocks(p.Nq, FQ, BH), 1, FW * 32,
+                fwdSmemBytes(FQ, FKV, D, FS, int(sizeof(T))),
                 [&] { attnc::flash_fwd<FQ, FKV, D, FW, FS, T, V>(fa); }))
       return false;
     Buffer<float> delta(size_t(BH) * p.Nq);
@@ -689,13 +538,15 @@ void runEmulated(const EmuShape &shape, double tol, int schedules = 3) {
                           p.dropoutSeed};
     const long long qBlocks = attnc::tile::queryTileBlocks(p.Nq, BQ, BH),
                     kvBlocks = attnc::tile::keyTileBlocks(p.Nk, BKV, BH);
-    if (!launch(qBlocks, 1, BW * 32,
+    const int e = int(sizeof(T));
+    if (!launch(qBlocks, 1, BW * 32, 0,
                 [&] { attnc::flash_bwd_preprocess<BQ, BKV, D, BW, BS, T, V>(ba); }) ||
-        !launch(kvBlocks, 1, BW * 32,
+        !launch(kvBlocks, 1, BW * 32, bwdDkdvSmemBytes(BQ, BKV, D, BS, e),
                 [&] { attnc::flash_bwd_dkdv<BQ, BKV, D, BW, BS, T, V>(ba); }) ||
-        !launch(qBlocks, 1, BW * 32, [&] { attnc::flash_bwd_dq<BQ, BKV, D, BW, BS, T, V>(ba); }))
+        !launch(qBlocks, 1, BW * 32, bwdDqSmemBytes(BQ, BKV, D, BS, e),
+                [&] { attnc::flash_bwd_dq<BQ, BKV, D, BW, BS, T, V>(ba); }))
       return false;
-    if (V::kNumParams > 0 && !launch(V::kNumParams * p.H, 1, BW * 32, [&] {
+    if (V::kNumParams > 0 && !launch(V::kNumParams * p.H, 1, BW * 32, 0, [&] {
           attnc::flash_bwd_dparams<BQ, BKV, D, BW, BS, T, V>(ba);
         }))
       return false;

@@ -1,7 +1,7 @@
 //===- SimtEmulatorTest.cpp - The host CUDA emulator's own checks ---------===//
 //
-// The emulator (codegen/kernels/emulator/attnc/simt_emulator.h) must catch
-// what a GPU would. Each check has a
+// The emulator (codegen/kernels/emulator/attnc/simt_emulator.h and
+// tensor_core_emulator.h) must catch what a GPU would. Each check has a
 // tiny kernel here that breaks it and must fail, next to the correct
 // kernel that must pass:
 //
@@ -13,10 +13,22 @@
 //   - warp collectives: a mask that names an exited or a divergent lane, a
 //     lane outside its own mask, a shuffle reading outside its mask,
 //     different collectives at once, __syncthreads at different call
-//     sites, deadlocks; disjoint masks in divergent branches are fine.
+//     sites, deadlocks; disjoint masks in divergent branches are fine;
+//   - ldmatrix: misaligned row addresses, rows outside shared memory;
+//     mma and ldmatrix compute the PTX fragments' product;
+//   - cp.async: destination not shared or misaligned, source misaligned,
+//     shared or outside the device buffers, copies in flight at exit, when
+//     copies land; writes past the launch's dynamic shared memory.
+//
+// Vector loads and stores the kernels make directly (Elem<T>::load4,
+// storeTile) are checked by UBSan's alignment check, which this test is
+// compiled with (test/unit/SimtEmulator.cmake): a misaligned float4 load
+// must abort.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/simt_emulator.h"
+
+#include "attnc/tensor_core_emulator.h"
 
 #include <gtest/gtest.h>
 
@@ -394,5 +406,217 @@ TEST(SimtEmulatorCollectives, DeadlockThenNormalLaunch) {
   EXPECT_EQ(out[0], 128.f * 129.f / 2.f);
   EXPECT_EQ(out[1], 128.f * 129.f / 2.f);
 }
+
+//===-- ldmatrix and mma --------------------------------------------------===//
+
+/// Shared memory with 16-byte padded rows, as the kernels lay it out.
+struct Tiles {
+  __half a[16][24];
+  __half b[16][24]; ///< B^T: row n holds column n of B (k-contiguous)
+};
+
+// A (16 x 16) * B (16 x 8) through ldmatrix.x4 / .x2 and mma, as
+// WarpMma::gemmSS does it, against a plain product.
+TEST(SimtEmulatorTensorCores, LdmatrixAndMmaProduct) {
+  float a[16][16], b[16][8];
+  for (int i = 0; i < 16; ++i)
+    for (int k = 0; k < 16; ++k)
+      a[i][k] = float((i * 7 + k * 3) % 11 - 5) / 4.f; // exact in fp16
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < 8; ++n)
+      b[k][n] = float((k * 5 + n) % 7 - 3) / 2.f;
+  for (const Schedule &s : {kIndex, kReverse, emu::randomSchedule(8)}) {
+    float c[16][8] = {};
+    ASSERT_TRUE(launchUnder(s, 1, 32, [&] {
+      Tiles &sm = emu::shared<Tiles>();
+      const int l = int(threadIdx.x), g = l / 4, t = l % 4;
+      for (int k = 0; k < 16; ++k) {
+        sm.a[l % 16][k] = __float2half_rn(a[l % 16][k]);
+        if (l < 8)
+          sm.b[l][k] = __float2half_rn(b[k][l]);
+      }
+      __syncwarp();
+      unsigned af[4], bf[2];
+      attnc::ldsmX4(af, &sm.a[l % 16][(l / 16) * 8]);
+      attnc::ldsmX2(bf, &sm.b[l % 8][((l / 8) % 2) * 8]);
+      float acc[4] = {};
+      attnc::mma16816<__half>(acc, af, bf[0], bf[1]);
+      for (int j = 0; j < 4; ++j)
+        c[g + 8 * (j / 2)][2 * t + j % 2] = acc[j];
+    })) << emu::lastError;
+    for (int i = 0; i < 16; ++i)
+      for (int n = 0; n < 8; ++n) {
+        float want = 0.f;
+        for (int k = 0; k < 16; ++k)
+          want += a[i][k] * b[k][n];
+        EXPECT_EQ(c[i][n], want) << i << ", " << n;
+      }
+  }
+}
+
+TEST(SimtEmulatorTensorCores, MisalignedLdmatrixRowFails) {
+  emu::ScheduleScope scope(kIndex);
+  EXPECT_FALSE(emu::launch(1, 1, 32, [] {
+    Tiles &sm = emu::shared<Tiles>();
+    unsigned r[4];
+    const int l = int(threadIdx.x);
+    // Lane 9's row starts 2 bytes (one element) in.
+    attnc::ldsmX4(r, &sm.a[l % 16][(l / 16) * 8 + (l == 9)]);
+  }));
+  expectError({"warp 0 lane 9", "ldmatrix row address", "not 16-byte aligned"});
+}
+
+TEST(SimtEmulatorTensorCores, LdmatrixRowOutsideSharedMemoryFails) {
+  emu::ScheduleScope scope(kIndex);
+  alignas(16) static __half global[32][8];
+  EXPECT_FALSE(emu::launch(1, 1, 32, [] {
+    unsigned r[2];
+    attnc::ldsmX2(r, global[threadIdx.x]);
+  }));
+  expectError({"lane 0", "ldmatrix row address", "not inside shared memory"});
+  // Past the end of the launch's dynamic shared memory.
+  EXPECT_FALSE(emu::launchSmem(1, 1, 32, 1024, [] {
+    unsigned r[4];
+    attnc::ldsmX4(r, attnc::attncSmem + 16 * threadIdx.x + (threadIdx.x == 31 ? 1024 : 0));
+  }));
+  expectError({"lane 31", "ldmatrix row address", "not inside shared memory"});
+  // .x2 reads the rows of lanes 0-15 only; the others' addresses are ignored.
+  EXPECT_TRUE(emu::launchSmem(1, 1, 32, 1024, [] {
+    unsigned r[2];
+    const int l = int(threadIdx.x);
+    attnc::ldsmX2(r, l < 16 ? attnc::attncSmem + 16 * l : static_cast<unsigned char *>(nullptr));
+  })) << emu::lastError;
+}
+
+//===-- cp.async ----------------------------------------------------------===//
+
+/// Device-like global memory for the copies: registered while it lives.
+struct Global : emu::GlobalMemory {
+  alignas(16) float data[64];
+  Global() {
+    for (int i = 0; i < 64; ++i)
+      data[i] = float(i);
+    emu::registerGlobal(this);
+  }
+  ~Global() override { emu::unregisterGlobal(this); }
+  bool contains(const void *p, size_t bytes) const override {
+    const auto *c = static_cast<const unsigned char *>(p);
+    const auto *lo = reinterpret_cast<const unsigned char *>(data);
+    return c >= lo && c + bytes <= lo + sizeof data;
+  }
+};
+
+TEST(SimtEmulatorAsyncCopy, CopiesLandByTheWait) {
+  Global g;
+  for (const Schedule &s : {kIndex, kReverse, emu::randomSchedule(12)}) {
+    float before = 0.f, after = 0.f;
+    emu::ScheduleScope scope(s);
+    ASSERT_TRUE(emu::launchSmem(1, 1, 32, 512, [&] {
+      float *sm = reinterpret_cast<float *>(attnc::attncSmem);
+      const int l = int(threadIdx.x);
+      if (l < 16)
+        attnc::copy16(sm + 4 * l, g.data + 4 * l, true);
+      attnc::cpAsyncCommit();
+      if (l == 0)
+        before = sm[0];
+      attnc::cpAsyncWait<0>();
+      __syncwarp();
+      if (l == 0)
+        after = sm[60];
+    })) << emu::lastError;
+    EXPECT_EQ(after, 60.f) << s.name();
+    // Index lands copies at the wait (as late as allowed), reverse at the
+    // issue (as early).
+    if (s.kind == Schedule::Index) {
+      EXPECT_TRUE(isNaN(before));
+    } else if (s.kind == Schedule::Reverse) {
+      EXPECT_EQ(before, 0.f);
+    }
+  }
+}
+
+TEST(SimtEmulatorAsyncCopy, DestinationMustBeAlignedSharedMemory) {
+  emu::ScheduleScope scope(kIndex);
+  Global g;
+  alignas(16) static float notShared[8];
+  EXPECT_FALSE(emu::launchSmem(1, 1, 32, 512, [&] {
+    attnc::copy16(notShared, g.data, true);
+    attnc::cpAsyncWait<0>();
+  }));
+  expectError({"lane 0", "cp.async shared destination", "not inside shared memory"});
+  EXPECT_FALSE(emu::launchSmem(1, 1, 32, 512, [&] {
+    attnc::copy16(attnc::attncSmem + 8, g.data, true);
+    attnc::cpAsyncWait<0>();
+  }));
+  expectError({"cp.async shared destination", "not 16-byte aligned"});
+  EXPECT_FALSE(emu::launchSmem(1, 1, 32, 512, [&] {
+    attnc::copy16(attnc::attncSmem + 512, g.data, true); // past the launch's bytes
+    attnc::cpAsyncWait<0>();
+  }));
+  expectError({"cp.async shared destination", "not inside shared memory"});
+}
+
+TEST(SimtEmulatorAsyncCopy, SourceMustBeAlignedGlobalMemory) {
+  emu::ScheduleScope scope(kIndex);
+  Global g;
+  EXPECT_FALSE(emu::launchSmem(1, 1, 32, 512, [&] {
+    attnc::copy16(attnc::attncSmem, g.data + 1, true);
+    attnc::cpAsyncWait<0>();
+  }));
+  expectError({"cp.async global source", "not 16-byte aligned"});
+  EXPECT_FALSE(emu::launchSmem(1, 1, 32, 512, [&] {
+    attnc::copy16(attnc::attncSmem, attnc::attncSmem + 256, true);
+    attnc::cpAsyncWait<0>();
+  }));
+  expectError({"cp.async global source", "is shared memory"});
+  EXPECT_FALSE(emu::launchSmem(1, 1, 32, 512, [&] {
+    attnc::copy16(attnc::attncSmem, g.data + 64, true); // one past the buffer
+    attnc::cpAsyncWait<0>();
+  }));
+  expectError({"cp.async global source", "not inside a device buffer"});
+  // A zero-fill reads nothing: any aligned global address will do.
+  EXPECT_TRUE(emu::launchSmem(1, 1, 32, 512, [&] {
+    attnc::copy16(attnc::attncSmem + 16 * threadIdx.x, g.data + 64, false);
+    attnc::cpAsyncCommit();
+    attnc::cpAsyncWait<0>();
+  })) << emu::lastError;
+}
+
+TEST(SimtEmulatorAsyncCopy, CopiesInFlightAtExitFail) {
+  emu::ScheduleScope scope(kIndex);
+  Global g;
+  EXPECT_FALSE(emu::launchSmem(1, 1, 32, 512, [&] {
+    attnc::copy16(attnc::attncSmem + 16 * threadIdx.x, g.data, true);
+    attnc::cpAsyncCommit();
+    if (threadIdx.x != 5)
+      attnc::cpAsyncWait<0>();
+  }));
+  expectError({"lane 5", "exited with 1 cp.async copies in flight"});
+}
+
+TEST(SimtEmulatorAsyncCopy, WritePastDynamicSharedMemoryFails) {
+  emu::ScheduleScope scope(kIndex);
+  EXPECT_FALSE(emu::launchSmem(3, 1, 32, 512, [] {
+    if (blockIdx.x == 1 && threadIdx.x == 0)
+      attnc::attncSmem[512 + 40] = 0;
+  }));
+  expectError({"block (1, 0, 0)", "at byte 552", "past the 512 bytes"});
+  EXPECT_TRUE(emu::launchSmem(3, 1, 32, 512, [] {
+    if (threadIdx.x == 0)
+      attnc::attncSmem[511] = 0;
+  }));
+}
+
+//===-- Vector accesses (UBSan) -------------------------------------------===//
+
+#if defined(ATTNC_EMU_TEST_UBSAN_ALIGNMENT)
+// Elem<float>::load4 is a float4 load: 16-byte aligned on a GPU, a trap
+// otherwise; UBSan's alignment check aborts the host run the same way.
+TEST(SimtEmulatorVectorAccess, MisalignedFloat4LoadAborts) {
+  alignas(16) static float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_EQ(attnc::Elem<float>::load4(x + 4).x, 5.f);
+  EXPECT_DEATH((void)attnc::Elem<float>::load4(x + 1), "misaligned address");
+}
+#endif
 
 } // namespace

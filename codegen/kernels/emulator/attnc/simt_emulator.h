@@ -3,7 +3,7 @@
 // A small emulator of CUDA blocks for checking kernels without a GPU: every
 // thread of the block is a ucontext that runs until it waits at a barrier
 // (__syncthreads) or a warp collective (__syncwarp, a shuffle, ballot,
-// match_any, or an ldmatrix / mma built on emu::collective) or returns.
+// match_any, or the ldmatrix / mma of tensor_core_emulator.h) or returns.
 // Provides the device builtins the kernel headers use (shuffles, ballot,
 // match_any, popc, integer atomics, bit casts, threadIdx, blockIdx) and
 // turns cuda_fp16.h's attribute macros into host ones.
@@ -32,11 +32,13 @@
 //     mask): not one that has exited, waits at __syncthreads or at another
 //     collective; a shuffle may only read lanes of its mask;
 //   - every thread of a block waits at the same __syncthreads (call site);
-//   - a barrier or collective no thread can release is a deadlock.
+//   - a barrier or collective no thread can release is a deadlock;
+//   - shared-memory address checks for the helpers that take addresses
+//     (requireShared, requireAligned; used by tensor_core_emulator.h).
 //
 // Used by the kernel unit tests (test/unit/CudaEmulator.h adds what tests
-// hand the kernels; CudaKernelsTest.cpp builds ldmatrix, mma and cp.async
-// on top) and by `attnc train --engine cuda-sim`, which runs a generated
+// hand the kernels; tensor_core_emulator.h adds ldmatrix, mma and
+// cp.async) and by `attnc train --engine cuda-sim`, which runs a generated
 // CUDA training step's kernels here (docs/model-compilation.md). Include it
 // before the kernel headers, in one translation unit per program.
 //
@@ -284,7 +286,7 @@ constexpr size_t kStackBytes = 128 * 1024;
 /// did not).
 inline std::string lastError;
 
-/// Callbacks of an emulation layer (CudaKernelsTest.cpp's cp.async): before each
+/// Callbacks of an emulation layer (tensor_core_emulator.h): before each
 /// block (emu::block set up, shared memory refilled), as each thread
 /// returns (cur() still that thread), after each block that ran to its end
 /// (may report()). Registered once with addHooks.
@@ -747,6 +749,76 @@ inline void refillShared() {
               sharedHighWater < 0 ? sizeof sharedBytes : size_t(sharedHighWater));
   if (sharedHighWater < 0)
     sharedHighWater = 0;
+}
+
+/// The emulated shared memory: sharedBytes, and regions an emulation layer
+/// adds (tensor_core_emulator.h: the dynamic shared memory, of the size the
+/// launch asked for).
+struct Region {
+  const unsigned char *base;
+  size_t bytes;
+};
+inline Region sharedRegions[4] = {{sharedBytes, sizeof sharedBytes}};
+inline int sharedRegionCount = 1;
+
+/// Whether [p, p + bytes) lies inside one shared-memory region.
+inline bool isShared(const void *p, size_t bytes) {
+  const auto *c = static_cast<const unsigned char *>(p);
+  for (int i = 0; i < sharedRegionCount; ++i) {
+    const Region &r = sharedRegions[i];
+    if (c >= r.base && c <= r.base + r.bytes && size_t(r.base + r.bytes - c) >= bytes)
+      return true;
+  }
+  return false;
+}
+/// Whether any byte of [p, p + bytes) is shared memory.
+inline bool touchesShared(const void *p, size_t bytes) {
+  const auto *c = static_cast<const unsigned char *>(p);
+  for (int i = 0; i < sharedRegionCount; ++i) {
+    const Region &r = sharedRegions[i];
+    if (c < r.base + r.bytes && c + bytes > r.base)
+      return true;
+  }
+  return false;
+}
+inline std::string addr(const void *p) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%p", p);
+  return b;
+}
+/// Fails the block unless `p` is `align`-byte aligned (`what` names the
+/// access: "ldmatrix row address").
+inline void requireAligned(const void *p, size_t align, const char *what) {
+  if (reinterpret_cast<std::uintptr_t>(p) % align != 0)
+    fail(whereAmI() + ": " + what + " " + addr(p) + " is not " + std::to_string(align) +
+         "-byte aligned");
+}
+/// Fails the block unless [p, p + bytes) is inside the emulated shared
+/// memory.
+inline void requireShared(const void *p, size_t bytes, const char *what) {
+  if (!isShared(p, bytes))
+    fail(whereAmI() + ": " + what + " " + addr(p) + " (" + std::to_string(bytes) +
+         " bytes) is not inside shared memory");
+}
+
+//===-- Device memory -----------------------------------------------------===//
+
+/// Memory a test hands the kernels as global memory; while any is
+/// registered, cp.async sources must lie inside one.
+struct GlobalMemory {
+  virtual bool contains(const void *p, size_t bytes) const = 0;
+  virtual ~GlobalMemory() = default;
+};
+inline std::vector<const GlobalMemory *> globalMemory;
+inline void registerGlobal(const GlobalMemory *m) { globalMemory.push_back(m); }
+inline void unregisterGlobal(const GlobalMemory *m) {
+  globalMemory.erase(std::remove(globalMemory.begin(), globalMemory.end(), m), globalMemory.end());
+}
+inline bool isGlobal(const void *p, size_t bytes) {
+  for (const GlobalMemory *m : globalMemory)
+    if (m->contains(p, bytes))
+      return true;
+  return false;
 }
 
 //===-- Launches ----------------------------------------------------------===//
