@@ -440,8 +440,58 @@ Problem makeProblem(int B, int H, int Nq, int Nk, int D, bool mod, bool roundHal
   return p;
 }
 
+/// Low-rank (Linformer) attention reaches the flash kernels as dense
+/// attention over k projected keys (docs/kernels.md): K' = E_n K~, V' =
+/// F_n V~, where K~, V~ are the n keys and values with rows past
+/// lengths[b] (n, n - 13, 0) zeroed and E, F are [k, n]. Replaces p's keys
+/// and values (p.Nk = k keys) by such projections, rounded to the kernel's
+/// element type; the projection GEMMs themselves are cuBLAS's.
+void projectLowRank(Problem &p, int n, bool roundHalf, bool roundBf16) {
+  const int k = p.Nk, D = p.D;
+  unsigned state = 777u;
+  auto rnd = [&] {
+    state = state * 1664525u + 1013904223u;
+    return double(state >> 8) / double(1 << 24) * 2.0 - 1.0;
+  };
+  auto round = [&](double x) {
+    float f = float(x);
+    if (roundHalf)
+      f = __half2float(__float2half_rn(f));
+    if (roundBf16)
+      f = __bfloat162float(__float2bfloat16_rn(f));
+    return f;
+  };
+  std::vector<double> E(size_t(k) * n), F(size_t(k) * n);
+  for (double &x : E)
+    x = rnd() * 2.0 / std::sqrt(double(n)); // projected scores of a few units
+  for (double &x : F)
+    x = rnd() * 2.0 / std::sqrt(double(n));
+  for (std::vector<float> *t : {&p.k, &p.v}) {
+    const std::vector<double> &P = t == &p.k ? E : F;
+    t->assign(size_t(p.B) * p.H * k * D, 0.f);
+    for (int b = 0; b < p.B; ++b) {
+      const int len = b == 0 ? n : b == 1 ? n - 13 : 0;
+      for (int h = 0; h < p.H; ++h) {
+        std::vector<double> x(size_t(n) * D, 0.0); // K~ or V~ of (b, h)
+        for (int j = 0; j < len; ++j)
+          for (int d = 0; d < D; ++d)
+            x[size_t(j) * D + d] = rnd() * 2.0;
+        float *out = &(*t)[(size_t(b) * p.H + h) * k * D];
+        for (int r = 0; r < k; ++r)
+          for (int d = 0; d < D; ++d) {
+            double sum = 0;
+            for (int j = 0; j < n; ++j)
+              sum += P[size_t(r) * n + j] * x[size_t(j) * D + d];
+            out[size_t(r) * D + d] = round(sum);
+          }
+      }
+    }
+  }
+}
+
 struct EmuShape {
   int B, H, Nq, Nk;
+  int lowRankN = 0; ///< > 0: Nk keys projected from this many (projectLowRank)
 };
 
 /// What one run of the five kernels writes.
@@ -460,9 +510,14 @@ void runEmulated(const EmuShape &shape, double tol, int schedules = 3) {
   Problem p = makeProblem(shape.B, shape.H, shape.Nq, shape.Nk, D, V::kNumParams > 0, kHalf, kBf16);
   if (V::kDropout)
     p.dropout = kEmuDropout, p.dropoutSeed = 0x5eed1234abcdull, p.dropoutOffset = 7;
-  std::printf("D=%d fwd %dx%d w%d s%d, bwd %dx%d w%d s%d, %s%s, B=%d H=%d Nq=%d Nk=%d\n", D, FQ,
+  if (shape.lowRankN > 0)
+    projectLowRank(p, shape.lowRankN, kHalf, kBf16);
+  std::printf("D=%d fwd %dx%d w%d s%d, bwd %dx%d w%d s%d, %s%s%s, B=%d H=%d Nq=%d Nk=%d\n", D, FQ,
               FKV, FW, FS, BQ, BKV, BW, BS, V::kNumParams > 0 ? "modified" : "dense",
-              V::kDropout ? " with dropout" : "", p.B, p.H, p.Nq, p.Nk);
+              V::kDropout ? " with dropout" : "",
+              shape.lowRankN > 0 ? (" low-rank from " + std::to_string(shape.lowRankN)).c_str()
+                                 : "",
+              p.B, p.H, p.Nq, p.Nk);
   const int BH = p.B * p.H;
   Buffer<T> q(p.q), k(p.k), v(p.v), dout(p.dout);
   Buffer<int> lengths(0);
@@ -602,6 +657,17 @@ void runEmulated(const EmuShape &shape, double tol, int schedules = 3) {
   }
 }
 
+/// runEmulated at the shipped default tiles of (T, D, sm_SM): TileModel.h's
+/// defaultTile, forward and backward, as the runtime launches them.
+template <class T, int D, int SM, class V>
+void runDefaultTiles(const EmuShape &shape, double tol, int schedules = 3) {
+  constexpr attnc::tile::TileConfig f = attnc::tile::defaultTile(int(sizeof(T)), D, SM, false);
+  constexpr attnc::tile::TileConfig b = attnc::tile::defaultTile(int(sizeof(T)), D, SM, true);
+  std::printf("sm_%d default tiles:\n", SM);
+  runEmulated<T, D, f.blockQ, f.blockKv, f.warps, f.stages, b.blockQ, b.blockKv, b.warps, b.stages,
+              V>(shape, tol, schedules);
+}
+
 // bf16 before sm_80 runs the SIMT GEMMs on Elem<bf16>'s conversions, which
 // the emulated cases (tensor cores for bf16) do not reach.
 TEST(CudaKernelsEmulated, Bf16SimtConversions) {
@@ -670,6 +736,68 @@ TEST(CudaKernelsEmulated, Fp32D256Turing) {
 TEST(CudaKernelsEmulated, Fp32D96ThreeStages) {
   runEmulated<float, 96, 32, 32, 2, 3, 32, 32, 4, 3, EmuMod>(kLong, kTolFp32);
 }
+// Every dense kernel at its shipped default tile (defaultTile: 64- to
+// 128-row tiles, 4 or 8 warps, 1 or 2 stages), for fp32, fp16 and bf16 at
+// head dims 64, 128 and 256: fp16 at sm_80's defaults, fp32 and bf16 at
+// sm_90's (larger). 150 queries x 133 keys (a partial query and key tile),
+// dense (every key block) and modified (causal, key padding, a score
+// modifier, a window, dparams of two heads; batch 2 has no keys). (With
+// one head, fp32 dparams at D = 256 comes within 3 % of its tolerance at
+// every tile, the Turing one too: the slope's gradient sums ds (j - i),
+// and ds sums to 0 along each row, so the data, not the tile, decides.)
+const EmuShape kDefaultsDense{2, 1, 150, 133}, kDefaultsMod{3, 2, 150, 133};
+template <class T, int D, int SM> void runDefaultTilesBoth(double tol) {
+  runDefaultTiles<T, D, SM, EmuDense>(kDefaultsDense, tol);
+  runDefaultTiles<T, D, SM, EmuMod>(kDefaultsMod, tol);
+}
+TEST(CudaKernelsEmulated, DefaultTilesFp32D64) { runDefaultTilesBoth<float, 64, 90>(kTolFp32); }
+TEST(CudaKernelsEmulated, DefaultTilesFp32D128) { runDefaultTilesBoth<float, 128, 90>(kTolFp32); }
+TEST(CudaKernelsEmulated, DefaultTilesFp32D256) { runDefaultTilesBoth<float, 256, 90>(kTolFp32); }
+TEST(CudaKernelsEmulated, DefaultTilesFp16D64) { runDefaultTilesBoth<__half, 64, 80>(kTolFp16); }
+TEST(CudaKernelsEmulated, DefaultTilesFp16D128) { runDefaultTilesBoth<__half, 128, 80>(kTolFp16); }
+TEST(CudaKernelsEmulated, DefaultTilesFp16D256) { runDefaultTilesBoth<__half, 256, 80>(kTolFp16); }
+TEST(CudaKernelsEmulated, DefaultTilesBf16D64) {
+  runDefaultTilesBoth<__nv_bfloat16, 64, 90>(kTolBf16);
+}
+TEST(CudaKernelsEmulated, DefaultTilesBf16D128) {
+  runDefaultTilesBoth<__nv_bfloat16, 128, 90>(kTolBf16);
+}
+TEST(CudaKernelsEmulated, DefaultTilesBf16D256) {
+  runDefaultTilesBoth<__nv_bfloat16, 256, 90>(kTolBf16);
+}
+
+// Low-rank attention: the flash kernels (dense variant, as the low-rank
+// emitter instantiates them) over k = 48 keys projected from 150
+// positions, at the default tiles, for the same dtypes and head dims.
+const EmuShape kLowRank{3, 1, 150, 48, 150};
+TEST(CudaLowRankEmulated, DefaultTilesFp32D64) {
+  runDefaultTiles<float, 64, 90, EmuDense>(kLowRank, kTolFp32);
+}
+TEST(CudaLowRankEmulated, DefaultTilesFp32D128) {
+  runDefaultTiles<float, 128, 90, EmuDense>(kLowRank, kTolFp32);
+}
+TEST(CudaLowRankEmulated, DefaultTilesFp32D256) {
+  runDefaultTiles<float, 256, 90, EmuDense>(kLowRank, kTolFp32);
+}
+TEST(CudaLowRankEmulated, DefaultTilesFp16D64) {
+  runDefaultTiles<__half, 64, 80, EmuDense>(kLowRank, kTolFp16);
+}
+TEST(CudaLowRankEmulated, DefaultTilesFp16D128) {
+  runDefaultTiles<__half, 128, 80, EmuDense>(kLowRank, kTolFp16);
+}
+TEST(CudaLowRankEmulated, DefaultTilesFp16D256) {
+  runDefaultTiles<__half, 256, 80, EmuDense>(kLowRank, kTolFp16);
+}
+TEST(CudaLowRankEmulated, DefaultTilesBf16D64) {
+  runDefaultTiles<__nv_bfloat16, 64, 90, EmuDense>(kLowRank, kTolBf16);
+}
+TEST(CudaLowRankEmulated, DefaultTilesBf16D128) {
+  runDefaultTiles<__nv_bfloat16, 128, 90, EmuDense>(kLowRank, kTolBf16);
+}
+TEST(CudaLowRankEmulated, DefaultTilesBf16D256) {
+  runDefaultTiles<__nv_bfloat16, 256, 90, EmuDense>(kLowRank, kTolBf16);
+}
+
 // B * H = 70,000 (over gridDim.y's 65535) at a tiny N: the runtime's flat
 // grids reach every (b, h) slice once; batches 1 and 2 have 3 and no keys.
 TEST(CudaKernelsEmulated, Fp32ManySlices) {

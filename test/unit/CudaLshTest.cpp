@@ -918,6 +918,35 @@ TEST(CudaLshEmulated, Fp16Dropout) {
 TEST(CudaLshEmulated, Bf16D32) {
   runLsh<__nv_bfloat16, 32, 1, 1, 32, 32, 32, 4, EmuMod>({3, 1, 61, 3, 6, 1.0f}, kTolBf16, "bf16");
 }
+// Every LSH kernel at its shipped default tile (lshDefaultTile for
+// Reformer's chunk of 64, one chunk back: 32 x 32 tiles at D = 64, 16 x 16
+// at 128, 8 x 8 at 256, 4 warps) for fp32, fp16 and bf16: 150 positions
+// (two whole chunks and a partial one), two rounds of 8 buckets, dense on
+// two heads and modified (causal, key padding with lengths 150, 137, 0, a
+// score modifier, a window) on three batches.
+template <class T, int D> void runLshDefaultTiles(double tol, const char *dtype) {
+  constexpr LshTile t = lshDefaultTile(64, D);
+  std::printf("default tile for chunk 64, D = %d:\n", D);
+  runLsh<T, 64, 1, 0, D, t.blockQ, t.blockKv, t.warps, EmuDense>({1, 2, 150, 2, 8, 0.5f}, tol,
+                                                                 dtype);
+  runLsh<T, 64, 1, 0, D, t.blockQ, t.blockKv, t.warps, EmuMod>({3, 1, 150, 2, 8, 0.5f}, tol, dtype);
+}
+TEST(CudaLshEmulated, DefaultTilesFp32D64) { runLshDefaultTiles<float, 64>(kTolFp32, "fp32"); }
+TEST(CudaLshEmulated, DefaultTilesFp32D128) { runLshDefaultTiles<float, 128>(kTolFp32, "fp32"); }
+TEST(CudaLshEmulated, DefaultTilesFp32D256) { runLshDefaultTiles<float, 256>(kTolFp32, "fp32"); }
+TEST(CudaLshEmulated, DefaultTilesFp16D64) { runLshDefaultTiles<__half, 64>(kTolFp16, "fp16"); }
+TEST(CudaLshEmulated, DefaultTilesFp16D128) { runLshDefaultTiles<__half, 128>(kTolFp16, "fp16"); }
+TEST(CudaLshEmulated, DefaultTilesFp16D256) { runLshDefaultTiles<__half, 256>(kTolFp16, "fp16"); }
+TEST(CudaLshEmulated, DefaultTilesBf16D64) {
+  runLshDefaultTiles<__nv_bfloat16, 64>(kTolBf16, "bf16");
+}
+TEST(CudaLshEmulated, DefaultTilesBf16D128) {
+  runLshDefaultTiles<__nv_bfloat16, 128>(kTolBf16, "bf16");
+}
+TEST(CudaLshEmulated, DefaultTilesBf16D256) {
+  runLshDefaultTiles<__nv_bfloat16, 256>(kTolBf16, "bf16");
+}
+
 // B * H * rounds = 70,000 (over gridDim.y's 65535) at a tiny N: the flat
 // grids of LshTileModel.h reach every (b, h, round) once.
 TEST(CudaLshEmulated, Fp32ManySlices) {
