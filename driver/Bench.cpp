@@ -188,10 +188,8 @@ void writeSvg(const std::string &path, const std::vector<Row> &rows,
 int runBench(const BenchOptions &opt) {
   // OMP_WAIT_POLICY stays the default: an ACTIVE (always spinning) pool
   // would steal the cores from OpenBLAS's threads in the unfused baseline.
-  if (opt.target != "cpu") {
-    std::cerr << "attnc bench: --target cuda needs a GPU machine and is not implemented yet\n";
-    return kExitNotImplemented;
-  }
+  if (opt.target != "cpu")
+    return runCudaBench(opt);
   if (!opt.tunedSpec.empty()) {
     TuneOptions t;
     t.spec = opt.tunedSpec, t.batch = opt.batch, t.repeats = opt.repeats;

@@ -8,7 +8,8 @@
 namespace attnc::driver {
 
 struct BenchOptions {
-  std::string target = "cpu";
+  std::string target = "cpu"; ///< cpu, cuda, or cuda-sim (the GPU program on the emulator)
+  std::string dtype = "f16";  ///< cuda, cuda-sim: the kernels' element type
   std::vector<int> lengths = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> ranks = {128, 256};
   int batch = 1, heads = 4, headDim = 64;
@@ -48,6 +49,12 @@ struct BenchOptions {
 /// fixed-total-tokens LSH sweep (its own table, CSV and plot). With
 /// --linformer-table, the Linformer table instead (runLinformerTable).
 int runBench(const BenchOptions &options);
+
+/// --target cuda / cuda-sim: the dense, causal, low-rank and LSH kernels
+/// for the GPU present (or on the SIMT emulator) at --n x --batch x
+/// --heads x --head-dim in --dtype, timed by the runtime's GPU benchmark
+/// (runtime/tune/AttentionBench.h); a table and --csv.
+int runCudaBench(const BenchOptions &options);
 
 } // namespace attnc::driver
 

@@ -192,7 +192,7 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin,
                            : dtype == "bf16" ? Type(bld.getBF16Type())
                                              : Type(bld.getF32Type());
     std::optional<CudaAttention> kernels;
-    if (int rc = compileCudaAttention(*p.module, variant, gpuShape, dev->arch(), kernels))
+    if (int rc = compileCudaAttention(*p.module, variant, gpuShape, dev->arch(), false, kernels))
       return rc;
     p.cudaKernels = std::make_shared<CudaAttention>(std::move(*kernels));
     std::cerr << "attnc " << cmd << ": on " << dev->describe() << "\n";

@@ -70,6 +70,20 @@ int emitVariant(ModuleOp module, attn::VariantOp variant, const codegen::Attenti
 
 } // namespace
 
+int emitCudaVariantArtifact(ModuleOp module, attn::VariantOp variant,
+                            const codegen::AttentionShape &shape, const std::string &arch,
+                            Artifact &out) {
+  CompiledKernels compiled;
+  std::optional<KernelDesc> fwd, bwd;
+  if (int rc = emitVariant(module, variant, shape, "cuda", arch, compiled, fwd, bwd))
+    return rc;
+  out.dir = "variant " + variant.getSymName().str();
+  out.manifest.target = "cuda", out.manifest.arch = arch, out.manifest.source = "kernels.cu";
+  out.manifest.kernels = std::move(compiled.kernels);
+  out.files["kernels.cu"] = std::move(compiled.source);
+  return kExitOk;
+}
+
 int emitCudaAttention(ModuleOp module, attn::VariantOp variant,
                       const codegen::AttentionShape &shape, const std::string &arch,
                       std::string &source, std::string &dtype, KernelDesc &fwd) {
@@ -83,9 +97,14 @@ int emitCudaAttention(ModuleOp module, attn::VariantOp variant,
   return kExitOk;
 }
 
+static HostCompiler &hostCompiler() {
+  static HostCompiler compiler(&KernelCache::processDefault());
+  return compiler;
+}
+
 int compileCudaAttention(ModuleOp module, attn::VariantOp variant,
                          const codegen::AttentionShape &shape, const std::string &arch,
-                         std::optional<CudaAttention> &out) {
+                         bool emulate, std::optional<CudaAttention> &out) {
   CompiledKernels compiled;
   std::optional<KernelDesc> fwd, bwd;
   if (int rc = emitVariant(module, variant, shape, "cuda", arch, compiled, fwd, bwd))
@@ -98,7 +117,9 @@ int compileCudaAttention(ModuleOp module, attn::VariantOp variant,
   }
   NvrtcCompiler nvrtc(&KernelCache::processDefault());
   Expected<CudaAttention> kernels =
-      CudaAttention::compile(compiled.source, arch, dtype, *fwd, bwd, *dirs, nvrtc);
+      emulate ? CudaAttention::compileEmulated(compiled.source, arch, arch, dtype, *fwd, bwd,
+                                               hostCompiler())
+              : CudaAttention::compile(compiled.source, arch, dtype, *fwd, bwd, *dirs, nvrtc);
   if (!kernels) {
     std::cerr << "attnc: error: " << kernels.error() << "\n";
     return kExitInput;
@@ -115,11 +136,6 @@ int emitCpuAttention(ModuleOp module, attn::VariantOp variant, const codegen::At
     return rc;
   out.source = std::move(compiled.source), out.fwd = *fwd, out.bwd = bwd;
   return kExitOk;
-}
-
-static HostCompiler &hostCompiler() {
-  static HostCompiler compiler(&KernelCache::processDefault());
-  return compiler;
 }
 
 std::vector<std::string> buildCpuAttentions(const std::vector<EmittedKernels> &emitted, int threads,
@@ -259,27 +275,32 @@ int runAttention(const RunOptions &opt) {
   shape.withLengths = io.inputs.lengths != nullptr;
   shape.differentiate = io.inputs.dout != nullptr;
   auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
-  if (opt.target == "cuda") {
+  if (opt.target == "cuda" || opt.target == "cuda-sim") {
     // The GPU: kernels in --dtype (inputs and outputs stay f32 on the host),
     // NVRTC to CUBIN for --arch, or for the device's own arch when it was
-    // left at its default; the CUDA events time the kernels.
+    // left at its default; the CUDA events time the kernels. cuda-sim: the
+    // same source on the SIMT emulator, at the tiles --arch gets.
+    const bool emulate = opt.target == "cuda-sim";
     Builder bld(&context);
     shape.elementType = opt.dtype == "f16"    ? Type(bld.getF16Type())
                         : opt.dtype == "bf16" ? Type(bld.getBF16Type())
                                               : Type(bld.getF32Type());
     std::string arch = opt.arch;
-    Status driver = cuda::Driver::available();
-    if (driver && arch.empty())
+    Status driver = emulate ? Status() : cuda::Driver::available();
+    if (!emulate && driver && arch.empty())
       if (Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0))
         arch = "sm_" + std::to_string(dev->ccMajor * 10 + dev->ccMinor);
     if (arch.empty())
       arch = "sm_80";
+    if (Expected<GpuArch> a = parseGpuArch(arch); !a)
+      return fail("--arch: " + a.error());
     std::optional<CudaAttention> kernels;
     if (!driver) // loading the CUBIN needs the driver: say so before compiling
       return fail("--target cuda: " + driver.error() +
-                  " (attnc compile --check-nvrtc checks the kernels without a GPU)");
+                  " (attnc compile --check-nvrtc checks the kernels without a GPU), and "
+                  "--target cuda-sim runs them on the CPU");
     auto t0 = std::chrono::steady_clock::now();
-    if (int rc = compileCudaAttention(*module, variant, shape, arch, kernels))
+    if (int rc = compileCudaAttention(*module, variant, shape, arch, emulate, kernels))
       return rc;
     auto t1 = std::chrono::steady_clock::now();
     Expected<AttentionOutputs> result = kernels->run(io.inputs);
@@ -291,7 +312,8 @@ int runAttention(const RunOptions &opt) {
               << N << ", " << D << "] " << opt.dtype << " " << arch
               << (io.inputs.dout ? " forward+backward" : " forward") << ": kernels ready in "
               << int(ms(t0, t1)) << " ms; forward " << kernels->forwardMs() << " ms, backward "
-              << kernels->backwardMs() << " ms on the GPU; wrote " << opt.output << "\n";
+              << kernels->backwardMs() << " ms on " << (emulate ? "the SIMT emulator" : "the GPU")
+              << "; wrote " << opt.output << "\n";
     return kExitOk;
   }
   auto t0 = std::chrono::steady_clock::now();

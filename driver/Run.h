@@ -4,6 +4,7 @@
 
 #include "codegen/AttentionFunction.h"
 #include "runtime/CpuAttention.h"
+#include "runtime/Artifact.h"
 #include "runtime/CudaAttention.h"
 
 #include <optional>
@@ -55,11 +56,18 @@ int emitCudaAttention(mlir::ModuleOp module, attn::VariantOp variant,
                       const codegen::AttentionShape &shape, const std::string &arch,
                       std::string &source, std::string &dtype, KernelDesc &fwd);
 
+/// A variant's CUDA kernels as an in-memory artifact (manifest and source,
+/// what attnc compile would write for it alone), tiled for `arch`.
+int emitCudaVariantArtifact(mlir::ModuleOp module, attn::VariantOp variant,
+                            const codegen::AttentionShape &shape, const std::string &arch,
+                            Artifact &out);
+
 /// The same for the GPU: NVRTC to CUBIN for `arch` (cached), the kernels'
-/// element type is shape.elementType.
+/// element type is shape.elementType. `emulate`: the same source on the
+/// SIMT emulator (--target cuda-sim) at the tiles `arch` gets.
 int compileCudaAttention(mlir::ModuleOp module, attn::VariantOp variant,
                          const codegen::AttentionShape &shape, const std::string &arch,
-                         std::optional<CudaAttention> &out);
+                         bool emulate, std::optional<CudaAttention> &out);
 
 } // namespace attnc::driver
 

@@ -16,6 +16,7 @@
 #include "driver/ModelSession.h"
 #include "driver/Spec.h"
 
+#include "attnc/abi/TileModel.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/Philox.h"
 #include "runtime/train/ArtifactTrain.h"
@@ -53,6 +54,7 @@ train::ArtifactTrainOptions artifactTrainOptions(const Prepared &p, const TrainC
   to.resume = opt.resume, to.stopAfter = opt.stopAfter, to.engine = opt.engine;
   to.lossScale = opt.lossScale;
   to.hostOptimizer = opt.optimizer == "host";
+  to.hostAttention = opt.hostAttention;
   to.tool = "attnc train";
   return to;
 }
@@ -75,8 +77,12 @@ int buildTrainingArtifact(Prepared &p, const TrainCliOptions &opt, Artifact &art
   ao.model = p.name;
   // Reversible layers rebuild their inputs anyway.
   ao.recomputeLayers = opt.recomputeLayers && !p.config.reversible;
-  // The emulator runs the CUDA step with the attention on the CPU kernels.
-  ao.hostKernels = sim, ao.deviceKernels = !sim;
+  // The emulator runs the CUDA step with the CUDA attention kernels where
+  // they exist for the head dim (f32 dense and LSH then on the step's
+  // buffers, as attnc-rt train does), else on the CPU kernels.
+  ao.hostKernels = sim;
+  ao.deviceKernels = !sim || (!opt.hostAttention &&
+                              attnc::tile::cudaHeadDimSupported(p.config.dModel / p.config.heads));
   std::vector<CompiledModelCounts> counts;
   if (int rc = buildArtifact(*p.module, p.specHash, ao, artifact, &counts))
     return rc;

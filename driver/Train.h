@@ -34,6 +34,7 @@ struct TrainCliOptions {
   /// (docs/model-compilation.md); "cuda-sim": its CUDA step on the SIMT
   /// emulator.
   std::string engine = "compiled";
+  bool hostAttention = false; ///< CUDA steps: attention through the host
   /// --target cuda: the GEMMs' compute precision (f32, tf32, bf16, fp16; fp16
   /// with dynamic loss scaling); auto: the model's dtype.
   std::string precision = "auto";

@@ -22,8 +22,6 @@ using namespace attnc::attn;
 
 namespace {
 
-const int64_t kCudaHeadDims[] = {32, 64, 80, 96, 128, 256};
-
 struct TileAttentionPass : public attnc::impl::TileAttentionBase<TileAttentionPass> {
   using TileAttentionBase::TileAttentionBase;
 
@@ -129,7 +127,7 @@ struct TileAttentionPass : public attnc::impl::TileAttentionBase<TileAttentionPa
       warps = pick(t.getWarps(), 1);
       stages = pick(t.getStages(), 1);
     } else {
-      if (!llvm::is_contained(kCudaHeadDims, headDim))
+      if (!attnc::tile::cudaHeadDimSupported(headDim))
         return op.emitOpError("head dim ")
                << headDim << " has no CUDA kernel (supported: 32, 64, 80, 96, 128, 256)";
       attnc::tile::TileConfig def =

@@ -33,17 +33,20 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
   Expected<Manifest> manifest = loadManifest(opt.dir);
   if (!manifest)
     return manifest.takeError();
-  if (opt.target != manifest->target)
+  // cuda-sim runs a CUDA artifact's kernels on the SIMT emulator.
+  const bool emulate = opt.target == "cuda-sim" && manifest->target == "cuda";
+  if (opt.target != manifest->target && !emulate)
     return makeError(opt.dir + " was compiled for target " + manifest->target + ", not " +
-                     opt.target + "; recompile with attnc compile --target " + opt.target);
-  if (manifest->target == "cuda") {
+                     opt.target + "; recompile with attnc compile --target " +
+                     (opt.target == "cuda-sim" ? std::string("cuda") : opt.target));
+  if (manifest->target == "cuda" && !emulate) {
     if (Status driver = cuda::Driver::available(); !driver)
       return makeError("target cuda: " + driver.error());
     // Any GPU: CudaAttention::compile compiles for the one present and
     // re-tiles for it (runtime/DeviceTiling.h).
     if (Expected<GpuArch> want = parseGpuArch(manifest->arch); !want)
       return makeError(manifestPath + ": arch: " + want.error());
-  } else if (manifest->target != "cpu") {
+  } else if (manifest->target != "cpu" && !emulate) {
     return makeError(manifestPath + ": target: expected cpu or cuda, found '" + manifest->target +
                      "'");
   }
@@ -107,15 +110,20 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
     if (!dirs)
       return dirs.takeError();
     NvrtcCompiler nvrtc(&KernelCache::processDefault());
-    Expected<CudaAttention> kernels = CudaAttention::compile(*source, manifest->arch, fwd->dtype,
-                                                             fwd->desc(), bwdDesc, *dirs, nvrtc);
+    HostCompiler host(&KernelCache::processDefault());
+    Expected<CudaAttention> kernels =
+        emulate ? CudaAttention::compileEmulated(*source, manifest->arch, manifest->arch,
+                                                 fwd->dtype, fwd->desc(), bwdDesc, host)
+                : CudaAttention::compile(*source, manifest->arch, fwd->dtype, fwd->desc(), bwdDesc,
+                                         *dirs, nvrtc);
     if (!kernels)
       return kernels.takeError();
     for (const std::string &line : kernels->retiled())
       std::cerr << "attnc: re-tiled for " << kernels->device() << ": " << line << "\n";
     auto t1 = std::chrono::steady_clock::now();
     result = kernels->run((*io)->inputs);
-    timing = "on the GPU: loaded in " + std::to_string(int(ms(t0, t1))) + " ms; kernels forward " +
+    timing = std::string(emulate ? "on the SIMT emulator" : "on the GPU") + ": loaded in " +
+             std::to_string(int(ms(t0, t1))) + " ms; kernels forward " +
              std::to_string(kernels->forwardMs()) + " ms, backward " +
              std::to_string(kernels->backwardMs()) + " ms";
   } else {

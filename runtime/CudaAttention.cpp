@@ -1,8 +1,8 @@
 //===- CudaAttention.cpp - Run one compiled attention op on a GPU ---------===//
 #include "runtime/CudaAttention.h"
 
+#include "runtime/CudaDriver.h"
 #include "runtime/DeviceTiling.h"
-
 #include "runtime/FileSystem.h"
 #include "runtime/HalfFloat.h"
 #include "runtime/HostCompiler.h"
@@ -20,7 +20,7 @@ namespace attnc {
 
 namespace {
 
-size_t elemBytes(const std::string &dtype) { return dtype == "f32" ? 4 : 2; }
+size_t elemBytes(const std::string &dtype) { return dtype == "f32" || dtype == "i32" ? 4 : 2; }
 
 /// Host f32 values converted to the kernels' element type.
 std::vector<uint8_t> toDevice(const float *v, size_t n, const std::string &dtype) {
@@ -52,55 +52,75 @@ const float *f32(const st::Tensor *t) {
   return t ? reinterpret_cast<const float *>(t->data.data()) : nullptr;
 }
 
-/// A device buffer holding `host` converted to `dtype` (or f32/i32 as is).
-Expected<cuda::DeviceBuffer> upload(const void *host, size_t bytes) {
-  Expected<cuda::DeviceBuffer> buf = cuda::DeviceBuffer::allocate(std::max<size_t>(bytes, 16));
-  if (!buf)
-    return buf;
-  if (bytes)
-    if (Status s = buf->upload(host, bytes); !s)
-      return s.takeError();
-  return buf;
+/// Device memory of a KernelDevice, released when destroyed.
+class DeviceArray {
+public:
+  DeviceArray() = default;
+  DeviceArray(KernelDevice *dev, void *p, size_t bytes) : dev_(dev), p_(p), bytes_(bytes) {}
+  DeviceArray(DeviceArray &&o) noexcept : dev_(o.dev_), p_(o.p_), bytes_(o.bytes_) {
+    o.p_ = nullptr;
+  }
+  DeviceArray &operator=(DeviceArray &&o) noexcept {
+    std::swap(dev_, o.dev_), std::swap(p_, o.p_), std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  ~DeviceArray() {
+    if (p_)
+      dev_->release(p_);
+  }
+  template <typename T = void> T *as() const { return static_cast<T *>(p_); }
+  size_t bytes() const { return bytes_; }
+
+private:
+  KernelDevice *dev_ = nullptr;
+  void *p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+/// `bytes` of device memory holding `host` (when given) or zeros.
+Expected<DeviceArray> deviceArray(KernelDevice &dev, size_t bytes, const std::string &what,
+                                  const void *host = nullptr) {
+  Expected<void *> p = dev.allocate(std::max<size_t>(bytes, 16), what);
+  if (!p)
+    return p.takeError();
+  DeviceArray a(&dev, *p, bytes);
+  if (Status s = host ? dev.upload(*p, host, bytes) : dev.zero(*p, bytes); !s)
+    return s.takeError();
+  return a;
 }
 
-/// Uploads `host` into `out` when it is not null (optional inputs).
-Status uploadOptional(const void *host, size_t bytes, std::optional<cuda::DeviceBuffer> &out) {
+/// `bytes` of `host` on the device in `out`, or nothing when `host` is
+/// null (the optional inputs: lengths, per-head parameters).
+Status uploadOptional(KernelDevice &dev, const void *host, size_t bytes, const std::string &what,
+                      std::optional<DeviceArray> &out) {
   if (!host)
     return {};
-  Expected<cuda::DeviceBuffer> b = upload(host, bytes);
-  if (!b)
-    return b.takeError();
-  out.emplace(std::move(b).take());
+  Expected<DeviceArray> a = deviceArray(dev, bytes, what, host);
+  if (!a)
+    return a.takeError();
+  out.emplace(std::move(*a));
   return {};
 }
 
-Expected<cuda::DeviceBuffer> zeros(size_t bytes) {
-  Expected<cuda::DeviceBuffer> buf = cuda::DeviceBuffer::allocate(std::max<size_t>(bytes, 16));
-  if (!buf)
-    return buf;
-  if (Status s = buf->zero(); !s)
-    return s.takeError();
-  return buf;
-}
-
-Expected<std::vector<float>> download(const cuda::DeviceBuffer &buf, size_t n,
+Expected<std::vector<float>> download(KernelDevice &dev, const DeviceArray &buf, size_t n,
                                       const std::string &dtype) {
   std::vector<uint8_t> bytes(n * elemBytes(dtype));
-  if (Status s = buf.download(bytes.data(), bytes.size()); !s)
+  if (Status s = dev.download(bytes.data(), buf.as(), bytes.size()); !s)
     return s.takeError();
   return fromDevice(bytes, dtype);
 }
 
-unsigned ceilDiv(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
+std::string shapeStr(const std::vector<int64_t> &s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
 
-/// A one-dimensional grid of `blocks` (every attention grid is: TileModel.h),
-/// or an error naming the kernel when no GPU could launch it.
-Expected<cuda::Dim3> flatGrid(const std::string &kernel, long long blocks) {
-  if (blocks < 1 || blocks > attnc::tile::kMaxGridX)
-    return makeError("kernel " + kernel + ": a grid of " + std::to_string(blocks) +
-                     " blocks is outside CUDA's 1 to " + std::to_string(attnc::tile::kMaxGridX) +
-                     "; split the batch");
-  return cuda::Dim3{unsigned(blocks), 1, 1};
+/// A contiguous view of `a`.
+DeviceTensor view(const char *name, const DeviceArray &a, std::vector<int64_t> shape,
+                  const std::string &dtype) {
+  return DeviceTensor{name, a.as(), std::move(shape), {}, dtype};
 }
 
 /// The low-rank projections around the GPU attention run on the host, with
@@ -122,6 +142,43 @@ extern "C" int attnc_host_lowrank_project_bwd(
 )";
 
 } // namespace
+
+Status checkDeviceOperand(const DeviceTensor &t, const std::string &kernel,
+                          const std::string &dtype, const std::vector<int64_t> &shape,
+                          bool vectorRows) {
+  const std::string where = "kernel " + kernel + ": tensor '" + t.name + "'";
+  if (!t.data)
+    return makeError(where + " has no data (a null pointer)");
+  if (t.dtype != dtype)
+    return makeError(where + " is " + t.dtype + "; the kernel takes " + dtype);
+  if (t.shape != shape)
+    return makeError(where + " has shape " + shapeStr(t.shape) + "; the kernel takes " +
+                     shapeStr(shape));
+  if (!t.strides.empty()) {
+    if (t.strides.size() != t.shape.size())
+      return makeError(where + " has " + std::to_string(t.strides.size()) + " strides for " +
+                       std::to_string(t.shape.size()) + " dimensions");
+    int64_t expect = 1;
+    for (size_t i = t.shape.size(); i-- > 0;) {
+      if (t.shape[i] != 1 && t.strides[i] != expect)
+        return makeError(where + " is not contiguous: strides " + shapeStr(t.strides) +
+                         " for shape " + shapeStr(t.shape) + " (dimension " + std::to_string(i) +
+                         " has stride " + std::to_string(t.strides[i]) + ", expected " +
+                         std::to_string(expect) + "); pass a contiguous copy");
+      expect *= t.shape[i];
+    }
+  }
+  const uintptr_t address = reinterpret_cast<uintptr_t>(t.data);
+  if (address % 16 != 0)
+    return makeError(where + " starts at an address that is not 16-byte aligned (" +
+                     std::to_string(address % 16) +
+                     " bytes past); the kernels load 16 bytes at "
+                     "a time");
+  if (vectorRows && !shape.empty() && (shape.back() * int64_t(elemBytes(dtype))) % 16 != 0)
+    return makeError(where + ": rows of " + std::to_string(shape.back()) + " " + dtype +
+                     " elements are not a whole number of 16-byte vectors");
+  return {};
+}
 
 Status CudaAttention::loadHostProjections() {
   Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
@@ -147,17 +204,63 @@ Status CudaAttention::loadHostProjections() {
   return {};
 }
 
+namespace {
+
+/// The plans of a forward and (optional) backward kernel on `device`.
+Expected<std::pair<DeviceKernelPlan, std::optional<DeviceKernelPlan>>>
+planBoth(const KernelDesc &forward, const std::optional<KernelDesc> &backward,
+         const std::string &dtype, const std::string &compiledFor, const DeviceLimits &device,
+         bool retile, std::vector<std::string> &defines) {
+  if (dtype != "f32" && dtype != "f16" && dtype != "bf16")
+    return makeError("kernel " + forward.name + ": unknown dtype '" + dtype + "'");
+  Expected<DeviceKernelPlan> f = planKernelForDevice(forward, dtype, compiledFor, device, retile);
+  if (!f)
+    return f.takeError();
+  std::optional<DeviceKernelPlan> b;
+  if (backward) {
+    Expected<DeviceKernelPlan> p =
+        planKernelForDevice(*backward, dtype, compiledFor, device, retile);
+    if (!p)
+      return p.takeError();
+    b = std::move(*p);
+  }
+  for (const DeviceKernelPlan *p : {&*f, b ? &*b : nullptr})
+    if (p && !p->define.empty())
+      defines.push_back(p->define);
+  return std::make_pair(std::move(*f), std::move(b));
+}
+
+} // namespace
+
+Expected<CudaAttention> CudaAttention::finish(CudaAttention a, const std::string &dtype,
+                                              const DeviceKernelPlan &fwd,
+                                              const std::optional<DeviceKernelPlan> &bwd) {
+  a.dtype_ = dtype;
+  a.fwd_ = fwd.desc;
+  if (bwd)
+    a.bwd_ = bwd->desc;
+  for (const DeviceKernelPlan *p : {&fwd, bwd ? &*bwd : nullptr})
+    if (p && !p->note.empty())
+      a.retiled_.push_back(p->note);
+  for (const KernelDesc *d : {&a.fwd_, a.bwd_ ? &*a.bwd_ : nullptr})
+    for (const std::string &entry : d ? d->entryPoints : std::vector<std::string>{})
+      if (!a.module_->has(entry))
+        return makeError("kernel '" + entry + "' is not in the compiled module of " + d->name);
+  if (a.fwd_.lowrank)
+    if (Status s = a.loadHostProjections(); !s)
+      return s.takeError();
+  return a;
+}
+
 Expected<CudaAttention> CudaAttention::compile(const std::string &source,
                                                const std::string &compiledFor,
                                                const std::string &dtype, const KernelDesc &forward,
                                                std::optional<KernelDesc> backward,
                                                const std::vector<std::string> &includeDirs,
                                                const NvrtcCompiler &compiler, bool retile) {
-  if (dtype != "f32" && dtype != "f16" && dtype != "bf16")
-    return makeError("kernel " + forward.name + ": unknown dtype '" + dtype + "'");
-  Expected<cuda::Context> ctx = cuda::Context::create(0);
-  if (!ctx)
-    return ctx.takeError();
+  Expected<std::shared_ptr<KernelDevice>> device = createGpuKernelDevice();
+  if (!device)
+    return device.takeError();
   Expected<cuda::DeviceInfo> info = cuda::queryDevice(0);
   if (!info)
     return info.takeError();
@@ -169,60 +272,196 @@ Expected<CudaAttention> CudaAttention::compile(const std::string &source,
   if (Expected<GpuArch> a = parseGpuArch(compiledFor); a && a->sm == limits.sm)
     options.arch = compiledFor; // keeps an "a"/"f" suffix
   options.includeDirs = includeDirs;
-  Expected<DeviceKernelPlan> fwdPlan =
-      planKernelForDevice(forward, dtype, compiledFor, limits, retile);
-  if (!fwdPlan)
-    return fwdPlan.takeError();
-  std::optional<DeviceKernelPlan> bwdPlan;
-  if (backward) {
-    Expected<DeviceKernelPlan> p =
-        planKernelForDevice(*backward, dtype, compiledFor, limits, retile);
-    if (!p)
-      return p.takeError();
-    bwdPlan = std::move(*p);
-  }
-  std::vector<std::string> notes;
-  for (const DeviceKernelPlan *p : {&*fwdPlan, bwdPlan ? &*bwdPlan : nullptr})
-    if (p && !p->define.empty())
-      options.options.push_back(p->define), notes.push_back(p->note);
+  auto plans = planBoth(forward, backward, dtype, compiledFor, limits, retile, options.options);
+  if (!plans)
+    return plans.takeError();
   Expected<Cubin> cubin = compiler.compile("attnc_kernels.cu", source, options);
   if (!cubin)
     return cubin.takeError();
-  Expected<cuda::Module> module = cuda::Module::load(cubin->image, cubin->programName);
+  Expected<std::unique_ptr<KernelModule>> module = loadGpuKernelModule(*cubin);
   if (!module)
     return module.takeError();
-  CudaAttention a(std::move(ctx).take(), std::move(module).take());
-  a.dtype_ = dtype;
-  a.fwd_ = fwdPlan->desc;
-  if (bwdPlan)
-    a.bwd_ = bwdPlan->desc;
-  a.retiled_ = std::move(notes);
-  a.device_ = info->describe();
-  auto resolve = [&](const KernelDesc &d, std::vector<cuda::Kernel> &out) -> Status {
-    for (const std::string &entry : d.entryPoints) {
-      Expected<cuda::Kernel> k = a.module_.kernel(entry);
-      if (!k)
-        return k.takeError();
-      out.push_back(*k);
-    }
-    return {};
+  CudaAttention a;
+  a.device_ = std::move(*device);
+  a.module_ = std::move(*module);
+  return finish(std::move(a), dtype, plans->first, plans->second);
+}
+
+Expected<CudaAttention>
+CudaAttention::compileEmulated(const std::string &source, const std::string &compiledFor,
+                               const std::string &arch, const std::string &dtype,
+                               const KernelDesc &forward, std::optional<KernelDesc> backward,
+                               const HostCompiler &compiler) {
+  Expected<GpuArch> target = parseGpuArch(arch);
+  if (!target)
+    return makeError("--arch: " + target.error());
+  DeviceLimits limits;
+  limits.sm = target->sm;
+  limits.smemOptinBytes = attnc::tile::smemLimitBytes(target->sm);
+  limits.description = "the SIMT emulator as " + target->str();
+  std::vector<std::string> defines;
+  auto plans = planBoth(forward, backward, dtype, compiledFor, limits, true, defines);
+  if (!plans)
+    return plans.takeError();
+  std::vector<std::string> entries = plans->first.desc.entryPoints;
+  if (plans->second)
+    entries.insert(entries.end(), plans->second->desc.entryPoints.begin(),
+                   plans->second->desc.entryPoints.end());
+  Expected<std::unique_ptr<KernelModule>> module =
+      compileEmulatedKernelModule("attnc_kernels", source, entries, defines, compiler);
+  if (!module)
+    return module.takeError();
+  CudaAttention a;
+  a.device_ = createEmulatedKernelDevice();
+  a.module_ = std::move(*module);
+  return finish(std::move(a), dtype, plans->first, plans->second);
+}
+
+Status CudaAttention::launch(const std::string &entry, long long blocks, int warps, size_t smem,
+                             const void *args, size_t argBytes) {
+  if (blocks < 1 || blocks > attnc::tile::kMaxGridX)
+    return makeError("kernel " + entry + ": a grid of " + std::to_string(blocks) +
+                     " blocks is outside CUDA's 1 to " + std::to_string(attnc::tile::kMaxGridX) +
+                     "; split the batch");
+  return module_->launch(entry, blocks, warps * 32, smem, args, argBytes);
+}
+
+Expected<char *> CudaAttention::workspace(size_t bytes) {
+  if (workspaceBytes_ < bytes) {
+    workspace_.reset(); // the old one first: the new one may need its room
+    workspaceBytes_ = 0;
+    Expected<void *> w = device_->allocate(bytes, "the attention kernels' workspace");
+    if (!w)
+      return w.takeError();
+    std::shared_ptr<KernelDevice> dev = device_;
+    workspace_ = std::shared_ptr<void>(*w, [dev](void *p) { dev->release(p); });
+    workspaceBytes_ = bytes;
+  }
+  return static_cast<char *>(workspace_.get());
+}
+
+Status CudaAttention::forwardOnDevice(const DeviceAttentionArgs &x) {
+  if (fwd_.lsh)
+    return makeError("kernel " + fwd_.name + ": LSH attention runs through run()");
+  if (Status s = device_->bind(); !s)
+    return s;
+  if (x.q.shape.size() != 4 || x.k.shape.size() != 4)
+    return makeError("kernel " + fwd_.name + ": q and k must be [B, H, N, D], got " +
+                     shapeStr(x.q.shape) + " and " + shapeStr(x.k.shape));
+  const int64_t B = x.q.shape[0], H = x.q.shape[1], Nq = x.q.shape[2], Nk = x.k.shape[2],
+                D = x.q.shape[3];
+  if (D != fwd_.headDim)
+    return makeError("kernel " + fwd_.name + " was compiled for head dim " +
+                     std::to_string(fwd_.headDim) + ", got " + std::to_string(D));
+  const std::vector<int64_t> qShape{B, H, Nq, D}, kShape{B, H, Nk, D};
+  for (const auto &[t, shape] :
+       {std::pair{&x.q, qShape}, {&x.k, kShape}, {&x.v, kShape}, {&x.out, qShape}})
+    if (Status s = checkDeviceOperand(*t, fwd_.name, dtype_, shape, true); !s)
+      return s;
+  if (Status s = checkDeviceOperand(x.lse, fwd_.name, "f32", {B, H, Nq}, false); !s)
+    return s;
+  // Shared QK (LSH's dense fallback): entry 0 normalises q into the keys
+  // buffer; the flash entry follows (docs/kernels.md).
+  const size_t flash = fwd_.sharedQk ? 1 : 0;
+  if (fwd_.sharedQk) {
+    const long long rows = B * H * Nq;
+    SharedQkArgs n{x.q.data, nullptr, x.k.data, rows};
+    if (Status s = launch(fwd_.entryPoints[0], (rows + fwd_.warps - 1) / fwd_.warps, fwd_.warps, 0,
+                          &n, sizeof n);
+        !s)
+      return s;
+  }
+  AttnFwdArgs a{};
+  a.q = x.q.data, a.k = x.k.data, a.v = x.v.data, a.out = x.out.data;
+  a.lse = static_cast<float *>(x.lse.data);
+  a.lengths = x.lengths, a.params = x.params;
+  a.B = int(B), a.H = int(H), a.Nq = int(Nq), a.Nk = int(Nk), a.scale = fwd_.scale;
+  if (x.dropout) // training: the kernels' attention dropout (the CPU kernels' masks)
+    a.dropout = fwd_.dropout, a.dropout_seed = x.dropoutSeed, a.dropout_offset = x.dropoutOffset;
+  return launch(fwd_.entryPoints[flash], attnc::tile::queryTileBlocks(Nq, fwd_.blockQ, B * H),
+                fwd_.warps, size_t(fwd_.smemBytes), &a, sizeof a);
+}
+
+Status CudaAttention::backwardOnDevice(const DeviceAttentionArgs &x) {
+  if (!bwd_)
+    return makeError("no backward kernel was compiled for " + fwd_.name);
+  if (bwd_->lsh)
+    return makeError("kernel " + bwd_->name + ": LSH attention runs through run()");
+  if (Status s = device_->bind(); !s)
+    return s;
+  if (x.q.shape.size() != 4 || x.k.shape.size() != 4)
+    return makeError("kernel " + bwd_->name + ": q and k must be [B, H, N, D], got " +
+                     shapeStr(x.q.shape) + " and " + shapeStr(x.k.shape));
+  const int64_t B = x.q.shape[0], H = x.q.shape[1], Nq = x.q.shape[2], Nk = x.k.shape[2],
+                D = x.q.shape[3];
+  const std::vector<int64_t> qShape{B, H, Nq, D}, kShape{B, H, Nk, D};
+  for (const auto &[t, shape] : {std::pair{&x.q, qShape},
+                                 {&x.k, kShape},
+                                 {&x.v, kShape},
+                                 {&x.out, qShape},
+                                 {&x.dout, qShape},
+                                 {&x.dq, qShape},
+                                 {&x.dk, kShape},
+                                 {&x.dv, kShape}})
+    if (Status s = checkDeviceOperand(*t, bwd_->name, dtype_, shape, true); !s)
+      return s;
+  if (Status s = checkDeviceOperand(x.lse, bwd_->name, "f32", {B, H, Nq}, false); !s)
+    return s;
+  const int P = bwd_->numParams;
+  if (P && !x.dparams)
+    return makeError("kernel " + bwd_->name + ": no buffer for the gradient of its " +
+                     std::to_string(P) + " per-head parameters");
+  // Workspace: delta, and the dparams partials.
+  const long long partial =
+      attnc::tile::bwd_workspace_floats(int(B), int(H), int(Nq), int(Nk), P, bwd_->blockKv);
+  Expected<char *> w = workspace(sizeof(float) * size_t(B * H * Nq + std::max(partial, 1LL)));
+  if (!w)
+    return w.takeError();
+  float *delta = reinterpret_cast<float *>(*w);
+  AttnBwdArgs g{};
+  g.q = x.q.data, g.k = x.k.data, g.v = x.v.data, g.out = x.out.data, g.dout = x.dout.data;
+  g.lse = static_cast<float *>(x.lse.data), g.lengths = x.lengths, g.params = x.params;
+  g.delta = delta;
+  g.dq = x.dq.data, g.dk = x.dk.data, g.dv = x.dv.data;
+  g.dparams = P ? x.dparams : nullptr;
+  g.dparams_partial = P ? delta + B * H * Nq : nullptr;
+  g.B = int(B), g.H = int(H), g.Nq = int(Nq), g.Nk = int(Nk), g.scale = bwd_->scale;
+  if (x.dropout)
+    g.dropout = fwd_.dropout, g.dropout_seed = x.dropoutSeed, g.dropout_offset = x.dropoutOffset;
+  // Entry order as emitted: [normalise, fold_dk,] preprocess, dkdv, dq[, dparams].
+  const size_t first = bwd_->sharedQk ? 2 : 0;
+  const long long qBlocks = attnc::tile::queryTileBlocks(Nq, bwd_->blockQ, B * H),
+                  kBlocks = attnc::tile::keyTileBlocks(Nk, bwd_->blockKv, B * H);
+  struct Step {
+    long long blocks;
+    size_t smem;
   };
-  if (Status s = resolve(a.fwd_, a.fwdKernels_); !s)
-    return s.takeError();
-  if (a.fwd_.lowrank)
-    if (Status s = a.loadHostProjections(); !s)
-      return s.takeError();
-  if (a.bwd_)
-    if (Status s = resolve(*a.bwd_, a.bwdKernels_); !s)
-      return s.takeError();
-  return a;
+  const Step steps[] = {{qBlocks, 0},
+                        {kBlocks, size_t(bwd_->smemBytes)},
+                        {qBlocks, size_t(bwd_->smemBytes)},
+                        {std::max(P, 1) * H, 0}};
+  for (size_t i = 0; i + first < bwd_->entryPoints.size() && i < 4; ++i)
+    if (Status s = launch(bwd_->entryPoints[i + first], steps[i].blocks, bwd_->warps, steps[i].smem,
+                          &g, sizeof g);
+        !s)
+      return s;
+  if (bwd_->sharedQk) { // dq += the key path through the normalisation
+    const long long rows = B * H * Nq;
+    SharedQkArgs f{x.q.data, x.dk.data, x.dq.data, rows};
+    if (Status s = launch(bwd_->entryPoints[1], (rows + bwd_->warps - 1) / bwd_->warps, bwd_->warps,
+                          0, &f, sizeof f);
+        !s)
+      return s;
+  }
+  return {};
 }
 
 Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
-  if (Status s = ctx_.makeCurrent(); !s)
+  if (Status s = device_->bind(); !s)
     return s.takeError();
   if (fwd_.lsh)
     return runLsh(in);
+  KernelDevice &dev = *device_;
   const auto &qs = in.q->shape;
   int B = int(qs[0]), H = int(qs[1]), Nq = int(qs[2]), N = int(in.k->shape[2]), D = int(qs[3]);
   if (D != fwd_.headDim)
@@ -246,68 +485,45 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
       return makeError("kernel " + fwd_.name + ": the low-rank projection failed");
     keys = kp.data(), values = vp.data(), Nk = kProj;
   }
-  size_t nq = size_t(B) * H * Nq * D, nk = size_t(B) * H * Nk * D;
+  const size_t nq = size_t(B) * H * Nq * D, nk = size_t(B) * H * Nk * D, eb = elemBytes(dtype_);
   auto hq = toDevice(f32(in.q), nq, dtype_), hk = toDevice(keys, nk, dtype_),
        hv = toDevice(values, nk, dtype_);
-  Expected<cuda::DeviceBuffer> dq = upload(hq.data(), hq.size()), dk = upload(hk.data(), hk.size()),
-                               dv = upload(hv.data(), hv.size()),
-                               dOut = zeros(nq * elemBytes(dtype_)),
-                               dLse = zeros(size_t(B) * H * Nq * 4);
+  Expected<DeviceArray> dq = deviceArray(dev, hq.size(), "q", hq.data()),
+                        dk = deviceArray(dev, hk.size(), "k", hk.data()),
+                        dv = deviceArray(dev, hv.size(), "v", hv.data()),
+                        dOut = deviceArray(dev, nq * eb, "out"),
+                        dLse = deviceArray(dev, size_t(B) * H * Nq * 4, "lse");
   for (auto *b : {&dq, &dk, &dv, &dOut, &dLse})
     if (!*b)
       return b->takeError();
-  std::optional<cuda::DeviceBuffer> dLen, dParams;
-  if (Status st = uploadOptional(lengths && !fwd_.lowrank ? lengths : nullptr, size_t(B) * 4, dLen);
-      !st)
-    return st.takeError();
-  if (Status st = uploadOptional(in.params ? in.params->data.data() : nullptr,
-                                 in.params ? in.params->data.size() : 0, dParams);
-      !st)
-    return st.takeError();
-  // Shared QK (LSH's dense fallback): entry 0 normalises q into the keys
-  // buffer; the flash entries follow (docs/kernels.md).
-  const size_t flashFwd = fwd_.sharedQk ? 1 : 0;
-  const long long rows = (long long)B * H * Nq;
-  const unsigned rowBlocks = ceilDiv(rows, fwd_.warps);
-  if (fwd_.sharedQk)
-    if (Status s =
-            cuda::launch(fwdKernels_[0], {rowBlocks, 1, 1}, {unsigned(fwd_.warps * 32), 1, 1}, 0,
-                         nullptr, SharedQkArgs{dq->as<void>(), nullptr, dk->as<void>(), rows});
-        !s)
-      return s.takeError();
-  AttnFwdArgs a{};
-  a.q = dq->as<void>(), a.k = dk->as<void>(), a.v = dv->as<void>();
-  a.out = dOut->as<void>(), a.lse = dLse->as<float>();
-  a.lengths = dLen ? dLen->as<int>() : nullptr;
-  a.params = dParams ? dParams->as<float>() : nullptr;
-  a.B = B, a.H = H, a.Nq = Nq, a.Nk = Nk, a.scale = fwd_.scale;
-  if (in.dropout) // training: the kernels' attention dropout (the CPU kernels' masks)
-    a.dropout = fwd_.dropout, a.dropout_seed = in.dropoutSeed, a.dropout_offset = in.dropoutOffset;
-  cuda::Dim3 block{unsigned(fwd_.warps * 32), 1, 1};
-  Expected<cuda::Event> e0 = cuda::Event::create(), e1 = cuda::Event::create(),
-                        e2 = cuda::Event::create();
-  if (!e0 || !e1 || !e2)
-    return makeError("cannot create CUDA events: " + (!e0   ? e0.error()
-                                                      : !e1 ? e1.error()
-                                                            : e2.error()));
-  Expected<cuda::Dim3> fwdGrid =
-      flatGrid(fwd_.name, attnc::tile::queryTileBlocks(Nq, fwd_.blockQ, (long long)B * H));
-  if (!fwdGrid)
-    return fwdGrid.takeError();
-  (void)e0->record();
+  std::optional<DeviceArray> dLen, dParams;
   if (Status s =
-          cuda::launch(fwdKernels_[flashFwd], *fwdGrid, block, size_t(fwd_.smemBytes), nullptr, a);
+          uploadOptional(dev, fwd_.lowrank ? nullptr : lengths, size_t(B) * 4, "lengths", dLen);
       !s)
     return s.takeError();
-  (void)e1->record();
-  if (Status s = cuda::synchronize(nullptr, fwdKernels_[flashFwd].name); !s)
+  if (Status s = uploadOptional(dev, in.params ? in.params->data.data() : nullptr,
+                                in.params ? in.params->data.size() : 0, "params", dParams);
+      !s)
     return s.takeError();
-  if (Expected<float> ms = cuda::Event::elapsedMs(*e0, *e1))
+  DeviceAttentionArgs x;
+  x.q = view("q", *dq, {B, H, Nq, D}, dtype_), x.k = view("k", *dk, {B, H, Nk, D}, dtype_);
+  x.v = view("v", *dv, {B, H, Nk, D}, dtype_), x.out = view("out", *dOut, {B, H, Nq, D}, dtype_);
+  x.lse = view("lse", *dLse, {B, H, Nq}, "f32");
+  x.lengths = dLen ? dLen->as<int>() : nullptr;
+  x.params = dParams ? dParams->as<float>() : nullptr;
+  x.dropout = in.dropout, x.dropoutSeed = in.dropoutSeed, x.dropoutOffset = in.dropoutOffset;
+  (void)module_->mark(0);
+  if (Status s = forwardOnDevice(x); !s)
+    return s.takeError();
+  (void)module_->mark(1);
+  if (Status s = dev.synchronize(); !s)
+    return makeError("kernel " + fwd_.name + ": " + s.error());
+  if (Expected<float> ms = module_->elapsedMs(0, 1))
     forwardMs_ = *ms;
 
   AttentionOutputs out;
-  Expected<std::vector<float>> o = download(*dOut, nq, dtype_),
-                               l = download(*dLse, size_t(B) * H * Nq, "f32");
+  Expected<std::vector<float>> o = download(dev, *dOut, nq, dtype_),
+                               l = download(dev, *dLse, size_t(B) * H * Nq, "f32");
   if (!o || !l)
     return makeError(!o ? o.error() : l.error());
   out.out = st::Tensor::f32({B, H, Nq, D}, *o);
@@ -320,68 +536,35 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   // Backward: preprocess (delta), dK/dV, dQ, dparams (P > 0).
   const int P = bwd_->numParams;
   auto hdo = toDevice(f32(in.dout), nq, dtype_);
-  long long partial = attnc::tile::bwd_workspace_floats(B, H, Nq, Nk, P, bwd_->blockKv);
-  Expected<cuda::DeviceBuffer> dDo = upload(hdo.data(), hdo.size()),
-                               dDelta = zeros(size_t(B) * H * Nq * 4),
-                               dDq = zeros(nq * elemBytes(dtype_)),
-                               dDk = zeros(nk * elemBytes(dtype_)),
-                               dDv = zeros(nk * elemBytes(dtype_)),
-                               dDparams = zeros(size_t(std::max(P, 1)) * H * 4),
-                               dPartial = zeros(size_t(std::max(partial, 1LL)) * 4);
-  for (auto *b : {&dDo, &dDelta, &dDq, &dDk, &dDv, &dDparams, &dPartial})
+  Expected<DeviceArray> dDo = deviceArray(dev, hdo.size(), "dout", hdo.data()),
+                        dDq = deviceArray(dev, nq * eb, "dq"),
+                        dDk = deviceArray(dev, nk * eb, "dk"),
+                        dDv = deviceArray(dev, nk * eb, "dv"),
+                        dDparams = deviceArray(dev, size_t(std::max(P, 1)) * H * 4, "dparams");
+  for (auto *b : {&dDo, &dDq, &dDk, &dDv, &dDparams})
     if (!*b)
       return b->takeError();
-  AttnBwdArgs g{};
-  g.q = a.q, g.k = a.k, g.v = a.v, g.out = a.out, g.dout = dDo->as<void>();
-  g.lse = a.lse, g.lengths = a.lengths, g.params = a.params;
-  g.delta = dDelta->as<float>();
-  g.dq = dDq->as<void>(), g.dk = dDk->as<void>(), g.dv = dDv->as<void>();
-  g.dparams = P ? dDparams->as<float>() : nullptr;
-  g.dparams_partial = P ? dPartial->as<float>() : nullptr;
-  g.B = B, g.H = H, g.Nq = Nq, g.Nk = Nk, g.scale = bwd_->scale;
-  g.dropout = a.dropout, g.dropout_seed = a.dropout_seed, g.dropout_offset = a.dropout_offset;
-  cuda::Dim3 bblock{unsigned(bwd_->warps * 32), 1, 1};
-  (void)e1->record(); // the backward's time starts here, not at the forward's end
-  struct Step {
-    cuda::Dim3 grid;
-    size_t smem;
-  };
-  // Entry order as emitted: [normalise, fold_dk,] preprocess, dkdv, dq[, dparams].
-  const size_t flashBwd = bwd_->sharedQk ? 2 : 0;
-  const long long bh = (long long)B * H;
-  Expected<cuda::Dim3> qGrid =
-                           flatGrid(bwd_->name, attnc::tile::queryTileBlocks(Nq, bwd_->blockQ, bh)),
-                       kGrid =
-                           flatGrid(bwd_->name, attnc::tile::keyTileBlocks(Nk, bwd_->blockKv, bh));
-  if (!qGrid || !kGrid)
-    return makeError(!qGrid ? qGrid.error() : kGrid.error());
-  Step steps[] = {{*qGrid, 0},
-                  {*kGrid, size_t(bwd_->smemBytes)},
-                  {*qGrid, size_t(bwd_->smemBytes)},
-                  {{unsigned(std::max(P, 1) * H), 1, 1}, 0}};
-  for (size_t i = 0; i + flashBwd < bwdKernels_.size() && i < 4; ++i)
-    if (Status s = cuda::launch(bwdKernels_[i + flashBwd], steps[i].grid, bblock, steps[i].smem,
-                                nullptr, g);
-        !s)
-      return s.takeError();
-  if (bwd_->sharedQk) // dq += the key path through the normalisation
-    if (Status s = cuda::launch(bwdKernels_[1], {ceilDiv(rows, bwd_->warps), 1, 1}, bblock, 0,
-                                nullptr, SharedQkArgs{a.q, g.dk, g.dq, rows});
-        !s)
-      return s.takeError();
-  (void)e2->record();
-  if (Status s = cuda::synchronize(nullptr, bwdKernels_.back().name); !s)
+  x.dout = view("dout", *dDo, {B, H, Nq, D}, dtype_);
+  x.dq = view("dq", *dDq, {B, H, Nq, D}, dtype_), x.dk = view("dk", *dDk, {B, H, Nk, D}, dtype_);
+  x.dv = view("dv", *dDv, {B, H, Nk, D}, dtype_);
+  x.dparams = P ? dDparams->as<float>() : nullptr;
+  (void)module_->mark(1); // the backward's time starts here, not at the forward's end
+  if (Status s = backwardOnDevice(x); !s)
     return s.takeError();
-  if (Expected<float> ms = cuda::Event::elapsedMs(*e1, *e2))
+  (void)module_->mark(2);
+  if (Status s = dev.synchronize(); !s)
+    return makeError("kernel " + bwd_->name + ": " + s.error());
+  if (Expected<float> ms = module_->elapsedMs(1, 2))
     backwardMs_ = *ms;
 
-  Expected<std::vector<float>> gq = download(*dDq, nq, dtype_), gk = download(*dDk, nk, dtype_),
-                               gv = download(*dDv, nk, dtype_);
+  Expected<std::vector<float>> gq = download(dev, *dDq, nq, dtype_),
+                               gk = download(dev, *dDk, nk, dtype_),
+                               gv = download(dev, *dDv, nk, dtype_);
   if (!gq || !gk || !gv)
     return makeError(!gq ? gq.error() : !gk ? gk.error() : gv.error());
   out.dq = st::Tensor::f32(qs, *gq);
   if (P) {
-    Expected<std::vector<float>> gp = download(*dDparams, size_t(P) * H, "f32");
+    Expected<std::vector<float>> gp = download(dev, *dDparams, size_t(P) * H, "f32");
     if (!gp)
       return gp.takeError();
     out.dparams = st::Tensor::f32({P, H}, *gp);
@@ -413,126 +596,187 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   return out;
 }
 
-Expected<AttentionOutputs> CudaAttention::runLsh(const AttentionInputs &in) {
+Status CudaAttention::lshOnDevice(const DeviceAttentionArgs &x, bool withBackward) {
+  if (!fwd_.lsh)
+    return makeError("kernel " + fwd_.name + " is not an LSH kernel");
+  if (withBackward && (!bwd_ || !bwd_->lsh))
+    return makeError("no LSH backward kernel was compiled for " + fwd_.name);
+  if (Status s = device_->bind(); !s)
+    return s;
   const KernelDesc::Lsh &l = *fwd_.lsh;
-  const auto &qs = in.q->shape;
-  const int B = int(qs[0]), H = int(qs[1]), N = int(qs[2]), D = int(qs[3]), R = l.rounds;
+  if (x.q.shape.size() != 4)
+    return makeError("LSH kernel " + fwd_.name + ": q must be [B, H, N, D], got " +
+                     shapeStr(x.q.shape));
+  const int64_t B = x.q.shape[0], H = x.q.shape[1], N = x.q.shape[2], D = x.q.shape[3];
+  const int R = l.rounds;
   if (D != fwd_.headDim)
     return makeError("kernel " + fwd_.name + " was compiled for head dim " +
                      std::to_string(fwd_.headDim) + ", got " + std::to_string(D));
-  if (!in.rotations || in.rotations->shape != std::vector<int64_t>{R, D, l.numBuckets / 2})
-    return makeError("LSH kernel " + fwd_.name + " needs rotations [" + std::to_string(R) + ", " +
-                     std::to_string(D) + ", " + std::to_string(l.numBuckets / 2) + "]");
   if (l.numBuckets > attnc::tile::kLshMaxBuckets)
     return makeError("LSH kernel " + fwd_.name + ": " + std::to_string(l.numBuckets) +
                      " buckets; the CUDA hash kernel handles at most " +
                      std::to_string(attnc::tile::kLshMaxBuckets));
-  const int bh = B * H, npad = attnc::tile::lshPaddedLength(N, l.chunk);
-  const size_t nqd = size_t(bh) * N * D, eb = elemBytes(dtype_);
-  const size_t rounds = size_t(R);
+  if (!x.rotations)
+    return makeError("LSH kernel " + fwd_.name + " needs its rotations [" + std::to_string(R) +
+                     ", " + std::to_string(D) + ", " + std::to_string(l.numBuckets / 2) + "]");
+  const std::vector<int64_t> s4{B, H, N, D};
+  // A backward may leave out and lse to the workspace (it recomputes them).
+  const bool ownOut = withBackward && !x.out.data;
+  std::vector<const DeviceTensor *> operands = {&x.q, &x.v};
+  if (!ownOut)
+    operands.push_back(&x.out);
+  if (withBackward)
+    operands.insert(operands.end(), {&x.dout, &x.dq, &x.dv});
+  for (const DeviceTensor *t : operands)
+    if (Status s = checkDeviceOperand(*t, fwd_.name, dtype_, s4, true); !s)
+      return s;
+  if (!ownOut)
+    if (Status s = checkDeviceOperand(x.lse, fwd_.name, "f32", {B, H, N}, false); !s)
+      return s;
+  // Workspace, each part 256-byte aligned: buckets, perm, keys, round_out,
+  // round_lse; the backward's delta, round_dq, round_dk, round_dv; out and
+  // lse when the caller gave none.
+  const int64_t bh = B * H, npad = attnc::tile::lshPaddedLength(int(N), l.chunk);
+  const size_t nqd = size_t(bh * N * D);
+  std::vector<size_t> parts = {size_t(bh * R * N) * 4, size_t(bh * R * npad) * 4, nqd * 4,
+                               nqd * R * 4, size_t(bh * R * N) * 4};
+  if (withBackward)
+    parts.insert(parts.end(), {size_t(bh * N) * 4, nqd * R * 4, nqd * R * 4, nqd * R * 4});
+  if (ownOut)
+    parts.insert(parts.end(), {nqd * elemBytes(dtype_), size_t(bh * N) * 4});
+  size_t total = 0;
+  for (size_t &p : parts) {
+    const size_t at = total;
+    total += (p + 255) / 256 * 256;
+    p = at;
+  }
+  Expected<char *> w = workspace(total);
+  if (!w)
+    return w.takeError();
+  char *base = *w;
+  AttnLshArgs a{};
+  a.q = x.q.data, a.v = x.v.data;
+  a.out = ownOut ? base + parts[9] : x.out.data;
+  a.lse = ownOut ? reinterpret_cast<float *>(base + parts[10]) : static_cast<float *>(x.lse.data);
+  a.lengths = x.lengths, a.params = x.params, a.rotations = x.rotations;
+  a.buckets = reinterpret_cast<int *>(base + parts[0]);
+  a.perm = reinterpret_cast<int *>(base + parts[1]);
+  a.keys = reinterpret_cast<float *>(base + parts[2]);
+  a.round_out = reinterpret_cast<float *>(base + parts[3]);
+  a.round_lse = reinterpret_cast<float *>(base + parts[4]);
+  a.B = int(B), a.H = int(H), a.N = int(N), a.rounds = R, a.num_buckets = l.numBuckets;
+  a.scale = fwd_.scale;
+  if (x.dropout) // training: per round, the backward redraws the masks
+    a.dropout = fwd_.dropout, a.dropout_seed = x.dropoutSeed, a.dropout_offset = x.dropoutOffset;
+  using attnc::tile::LshGrid;
+  auto launchAll = [&](const KernelDesc &d, const std::vector<LshGrid> &grids) -> Status {
+    if (d.entryPoints.size() != grids.size())
+      return makeError("LSH kernel " + d.name + ": expected " + std::to_string(grids.size()) +
+                       " entry points, found " + std::to_string(d.entryPoints.size()));
+    for (size_t i = 0; i < grids.size(); ++i)
+      if (Status s = launch(d.entryPoints[i], grids[i].x, d.warps, 0, &a, sizeof a); !s)
+        return s;
+    return {};
+  };
+  const attnc::tile::LshTile ft{fwd_.blockQ, fwd_.blockKv, fwd_.warps};
+  (void)module_->mark(3);
+  // Entry order as emitted: hash, fwd, combine.
+  if (Status s = launchAll(fwd_, {attnc::tile::lshHashGrid(int(bh), R),
+                                  attnc::tile::lshFwdGrid(ft, int(N), l.chunk, int(bh), R),
+                                  attnc::tile::lshRowGrid(int(N), int(bh))});
+      !s)
+    return s;
+  (void)module_->mark(4);
+  if (!withBackward)
+    return {};
+  a.dout = x.dout.data, a.dq = x.dq.data, a.dv = x.dv.data;
+  a.delta = reinterpret_cast<float *>(base + parts[5]);
+  a.round_dq = reinterpret_cast<float *>(base + parts[6]);
+  a.round_dk = reinterpret_cast<float *>(base + parts[7]);
+  a.round_dv = reinterpret_cast<float *>(base + parts[8]);
+  a.scale = bwd_->scale;
+  const attnc::tile::LshTile bt{bwd_->blockQ, bwd_->blockKv, bwd_->warps};
+  // Entry order as emitted: hash (recomputed), preprocess, dq, dkdv, combine.
+  if (Status s = launchAll(*bwd_, {attnc::tile::lshHashGrid(int(bh), R),
+                                   attnc::tile::lshRowGrid(int(N), int(bh)),
+                                   attnc::tile::lshBwdDqGrid(bt, int(N), l.chunk, int(bh), R),
+                                   attnc::tile::lshBwdDkdvGrid(bt, int(N), l.chunk, int(bh), R),
+                                   attnc::tile::lshRowGrid(int(N), int(bh))});
+      !s)
+    return s;
+  (void)module_->mark(5);
+  return {};
+}
+
+Expected<AttentionOutputs> CudaAttention::runLsh(const AttentionInputs &in) {
+  KernelDevice &dev = *device_;
+  const KernelDesc::Lsh &l = *fwd_.lsh;
+  const auto &qs = in.q->shape;
+  const int B = int(qs[0]), H = int(qs[1]), N = int(qs[2]), D = int(qs[3]), R = l.rounds;
+  if (!in.rotations || in.rotations->shape != std::vector<int64_t>{R, D, l.numBuckets / 2})
+    return makeError("LSH kernel " + fwd_.name + " needs rotations [" + std::to_string(R) + ", " +
+                     std::to_string(D) + ", " + std::to_string(l.numBuckets / 2) + "]");
+  const size_t nqd = size_t(B) * H * N * D, eb = elemBytes(dtype_);
   auto hq = toDevice(f32(in.q), nqd, dtype_), hv = toDevice(f32(in.v), nqd, dtype_);
   const st::Tensor *rot = in.rotations;
-  Expected<cuda::DeviceBuffer> dQ = upload(hq.data(), hq.size()), dV = upload(hv.data(), hv.size()),
-                               dRot = upload(rot->data.data(), rot->data.size()),
-                               dOut = zeros(nqd * eb), dLse = zeros(size_t(bh) * N * 4),
-                               dBuckets = zeros(size_t(bh) * rounds * N * 4),
-                               dPerm = zeros(size_t(bh) * rounds * npad * 4),
-                               dKeys = zeros(nqd * 4), dRoundOut = zeros(nqd * rounds * 4),
-                               dRoundLse = zeros(size_t(bh) * rounds * N * 4);
-  for (auto *b : {&dQ, &dV, &dRot, &dOut, &dLse, &dBuckets, &dPerm, &dKeys, &dRoundOut, &dRoundLse})
+  Expected<DeviceArray> dQ = deviceArray(dev, hq.size(), "q", hq.data()),
+                        dV = deviceArray(dev, hv.size(), "v", hv.data()),
+                        dRot = deviceArray(dev, rot->data.size(), "rotations", rot->data.data()),
+                        dOut = deviceArray(dev, nqd * eb, "out"),
+                        dLse = deviceArray(dev, size_t(B) * H * N * 4, "lse");
+  for (auto *b : {&dQ, &dV, &dRot, &dOut, &dLse})
     if (!*b)
       return b->takeError();
-  std::optional<cuda::DeviceBuffer> dLen, dParams;
-  if (Status st =
-          uploadOptional(in.lengths ? in.lengths->data.data() : nullptr, size_t(B) * 4, dLen);
-      !st)
-    return st.takeError();
-  if (Status st = uploadOptional(in.params ? in.params->data.data() : nullptr,
-                                 in.params ? in.params->data.size() : 0, dParams);
-      !st)
-    return st.takeError();
-  AttnLshArgs a{};
-  a.q = dQ->as<void>(), a.v = dV->as<void>(), a.out = dOut->as<void>(), a.lse = dLse->as<float>();
-  a.lengths = dLen ? dLen->as<int>() : nullptr;
-  a.params = dParams ? dParams->as<float>() : nullptr;
-  a.rotations = dRot->as<float>();
-  a.buckets = dBuckets->as<int>(), a.perm = dPerm->as<int>(), a.keys = dKeys->as<float>();
-  a.round_out = dRoundOut->as<float>(), a.round_lse = dRoundLse->as<float>();
-  a.B = B, a.H = H, a.N = N, a.rounds = R, a.num_buckets = l.numBuckets, a.scale = fwd_.scale;
-  if (in.dropout) // training: per round, the backward redraws the masks
-    a.dropout = fwd_.dropout, a.dropout_seed = in.dropoutSeed, a.dropout_offset = in.dropoutOffset;
-
-  using attnc::tile::LshGrid;
-  auto launchAll = [&](std::vector<cuda::Kernel> &kernels, const KernelDesc &d,
-                       const std::vector<LshGrid> &grids) -> Status {
-    if (kernels.size() != grids.size())
-      return makeError("LSH kernel " + d.name + ": expected " + std::to_string(grids.size()) +
-                       " entry points, found " + std::to_string(kernels.size()));
-    for (size_t i = 0; i < grids.size(); ++i) {
-      Expected<cuda::Dim3> grid = flatGrid(kernels[i].name, grids[i].x);
-      if (!grid)
-        return grid.takeError();
-      if (Status s = cuda::launch(kernels[i], *grid, {unsigned(d.warps * 32), 1, 1}, 0, nullptr, a);
-          !s)
-        return s;
-    }
-    return cuda::synchronize(nullptr, kernels.back().name);
-  };
-  attnc::tile::LshTile ft{fwd_.blockQ, fwd_.blockKv, fwd_.warps};
-  Expected<cuda::Event> e0 = cuda::Event::create(), e1 = cuda::Event::create(),
-                        e2 = cuda::Event::create();
-  if (!e0 || !e1 || !e2)
-    return makeError("cannot create CUDA events");
-  (void)e0->record();
-  // Entry order as emitted: hash, fwd, combine.
-  if (Status s = launchAll(fwdKernels_, fwd_,
-                           {attnc::tile::lshHashGrid(bh, R),
-                            attnc::tile::lshFwdGrid(ft, N, l.chunk, bh, R),
-                            attnc::tile::lshRowGrid(N, bh)});
+  std::optional<DeviceArray> dLen, dParams, dDo, dDq, dDv;
+  if (Status s = uploadOptional(dev, in.lengths ? in.lengths->data.data() : nullptr, size_t(B) * 4,
+                                "lengths", dLen);
       !s)
     return s.takeError();
-  (void)e1->record();
-  (void)cuda::synchronize(nullptr, "event");
-  if (Expected<float> ms = cuda::Event::elapsedMs(*e0, *e1))
+  if (Status s = uploadOptional(dev, in.params ? in.params->data.data() : nullptr,
+                                in.params ? in.params->data.size() : 0, "params", dParams);
+      !s)
+    return s.takeError();
+  DeviceAttentionArgs x;
+  x.q = view("q", *dQ, {B, H, N, D}, dtype_), x.v = view("v", *dV, {B, H, N, D}, dtype_);
+  x.out = view("out", *dOut, {B, H, N, D}, dtype_), x.lse = view("lse", *dLse, {B, H, N}, "f32");
+  x.lengths = dLen ? dLen->as<int>() : nullptr;
+  x.params = dParams ? dParams->as<float>() : nullptr;
+  x.rotations = dRot->as<float>();
+  x.dropout = in.dropout, x.dropoutSeed = in.dropoutSeed, x.dropoutOffset = in.dropoutOffset;
+  if (in.dout) {
+    if (!bwd_ || !bwd_->lsh)
+      return makeError("no LSH backward kernel was compiled for " + fwd_.name);
+    auto hdo = toDevice(f32(in.dout), nqd, dtype_);
+    Expected<DeviceArray> a = deviceArray(dev, hdo.size(), "dout", hdo.data()),
+                          q = deviceArray(dev, nqd * eb, "dq"),
+                          v = deviceArray(dev, nqd * eb, "dv");
+    for (auto *b : {&a, &q, &v})
+      if (!*b)
+        return b->takeError();
+    dDo.emplace(std::move(*a)), dDq.emplace(std::move(*q)), dDv.emplace(std::move(*v));
+    x.dout = view("dout", *dDo, {B, H, N, D}, dtype_);
+    x.dq = view("dq", *dDq, {B, H, N, D}, dtype_), x.dv = view("dv", *dDv, {B, H, N, D}, dtype_);
+  }
+  if (Status s = lshOnDevice(x, in.dout != nullptr); !s)
+    return s.takeError();
+  if (Status s = dev.synchronize(); !s)
+    return makeError("LSH kernel " + fwd_.name + ": " + s.error());
+  if (Expected<float> ms = module_->elapsedMs(3, 4))
     forwardMs_ = *ms;
+  if (in.dout)
+    if (Expected<float> ms = module_->elapsedMs(4, 5))
+      backwardMs_ = *ms;
   AttentionOutputs out;
-  Expected<std::vector<float>> o = download(*dOut, nqd, dtype_),
-                               ls = download(*dLse, size_t(bh) * N, "f32");
+  Expected<std::vector<float>> o = download(dev, *dOut, nqd, dtype_),
+                               ls = download(dev, *dLse, size_t(B) * H * N, "f32");
   if (!o || !ls)
     return makeError(!o ? o.error() : ls.error());
   out.out = st::Tensor::f32({B, H, N, D}, *o);
   out.lse = st::Tensor::f32({B, H, N}, *ls);
   if (!in.dout)
     return out;
-  if (!bwd_ || !bwd_->lsh)
-    return makeError("no LSH backward kernel was compiled for " + fwd_.name);
-  auto hdo = toDevice(f32(in.dout), nqd, dtype_);
-  Expected<cuda::DeviceBuffer> dDo = upload(hdo.data(), hdo.size()),
-                               dDelta = zeros(size_t(bh) * N * 4), dDq = zeros(nqd * eb),
-                               dDv = zeros(nqd * eb), dRdq = zeros(nqd * rounds * 4),
-                               dRdk = zeros(nqd * rounds * 4), dRdv = zeros(nqd * rounds * 4);
-  for (auto *b : {&dDo, &dDelta, &dDq, &dDv, &dRdq, &dRdk, &dRdv})
-    if (!*b)
-      return b->takeError();
-  a.dout = dDo->as<void>(), a.dq = dDq->as<void>(), a.dv = dDv->as<void>();
-  a.delta = dDelta->as<float>();
-  a.round_dq = dRdq->as<float>(), a.round_dk = dRdk->as<float>(), a.round_dv = dRdv->as<float>();
-  a.scale = bwd_->scale;
-  attnc::tile::LshTile bt{bwd_->blockQ, bwd_->blockKv, bwd_->warps};
-  (void)e1->record();
-  // Entry order as emitted: hash (recomputed), preprocess, dq, dkdv, combine.
-  if (Status s = launchAll(bwdKernels_, *bwd_,
-                           {attnc::tile::lshHashGrid(bh, R), attnc::tile::lshRowGrid(N, bh),
-                            attnc::tile::lshBwdDqGrid(bt, N, l.chunk, bh, R),
-                            attnc::tile::lshBwdDkdvGrid(bt, N, l.chunk, bh, R),
-                            attnc::tile::lshRowGrid(N, bh)});
-      !s)
-    return s.takeError();
-  (void)e2->record();
-  (void)cuda::synchronize(nullptr, "event");
-  if (Expected<float> ms = cuda::Event::elapsedMs(*e1, *e2))
-    backwardMs_ = *ms;
-  Expected<std::vector<float>> gq = download(*dDq, nqd, dtype_), gv = download(*dDv, nqd, dtype_);
+  Expected<std::vector<float>> gq = download(dev, *dDq, nqd, dtype_),
+                               gv = download(dev, *dDv, nqd, dtype_);
   if (!gq || !gv)
     return makeError(!gq ? gq.error() : gv.error());
   out.dq = st::Tensor::f32(qs, *gq);

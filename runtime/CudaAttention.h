@@ -1,26 +1,66 @@
 //===- CudaAttention.h - Run one compiled attention op on a GPU -*- C++ -*-===//
 //
-// Compiles an artifact's CUDA source with NVRTC (cached CUBIN), loads it in
-// the device's primary context and runs one fused op: forward, and the
-// FlashAttention-2 backward (preprocess, dK/dV, dQ, dparams) when a
-// cotangent is given. Tensors arrive and leave as host f32; f16/bf16
-// kernels get converted copies. Low-rank projections run on the host (the
-// CPU kernels' projection, compiled by the host compiler) around the GPU
-// attention: correct, not fast; the GEMMs move to cuBLAS later.
+// Compiles an artifact's CUDA source and runs one fused op: forward, and
+// the FlashAttention-2 backward (preprocess, dK/dV, dQ, dparams) when a
+// cotangent is given. Where it runs is a KernelDevice and KernelModule
+// (runtime/KernelDevice.h): a GPU (NVRTC, cached CUBIN, compiled for the
+// GPU present and re-tiled for it, runtime/DeviceTiling.h), or the SIMT
+// emulator on the CPU (the same source, host-compiled at the tiles a given
+// arch gets: `attnc run --target cuda-sim`).
 //
-// NOT YET RUN ON A GPU: written and compiled without one (see the notes of
-// the fused-kernel issue); scripts/device-check.sh is its first test.
+// Two ways in:
+//   - run(): host f32 tensors in and out (f16/bf16 kernels get converted
+//     copies); low-rank projections run on the host around the attention.
+//   - forwardOnDevice() / backwardOnDevice(): dense operands already in
+//     device memory, in the kernels' dtype, as views (DeviceTensor) that
+//     are checked where they enter: dtype, shape, contiguity and 16-byte
+//     alignment, an error naming the tensor otherwise.
+//
+// The GPU half has not run on a GPU yet: scripts/device-check.sh is its
+// first test; the emulated half is tested on every build.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_RUNTIME_CUDAATTENTION_H
 #define ATTNC_RUNTIME_CUDAATTENTION_H
 
 #include "runtime/CpuAttention.h"
-#include "runtime/CudaDriver.h"
+#include "runtime/DeviceTiling.h"
 #include "runtime/HostCompiler.h"
+#include "runtime/KernelDevice.h"
 #include "runtime/NvrtcCompiler.h"
 
 namespace attnc {
+
+/// A view of a tensor in device memory, as a caller hands it in.
+struct DeviceTensor {
+  std::string name; ///< "q": for messages
+  void *data = nullptr;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides; ///< in elements; empty: contiguous row-major
+  std::string dtype;            ///< f32, f16, bf16, i32
+};
+
+/// Ok when `t` is what a kernel can read or write in place: `dtype`,
+/// `shape`, contiguous, its address 16-byte aligned and, when
+/// `vectorRows`, each innermost row a whole number of 16-byte vectors.
+/// The error names the kernel, the tensor and the value at fault.
+Status checkDeviceOperand(const DeviceTensor &t, const std::string &kernel,
+                          const std::string &dtype, const std::vector<int64_t> &shape,
+                          bool vectorRows);
+
+/// One dense attention call's device operands ([B, H, N, D] in the
+/// kernels' dtype; lse f32 [B, H, Nq]).
+struct DeviceAttentionArgs {
+  DeviceTensor q, k, v, out, lse;
+  DeviceTensor dout, dq, dk, dv;    ///< backward
+  const int *lengths = nullptr;     ///< device [B], or null
+  const float *params = nullptr;    ///< device [P, H], or null
+  const float *rotations = nullptr; ///< LSH: device [rounds, D, buckets / 2]
+  float *dparams = nullptr;         ///< backward, P > 0: device [P, H], accumulated into
+  bool dropout = false;
+  uint64_t dropoutSeed = 0;
+  uint32_t dropoutOffset = 0;
+};
 
 class CudaAttention {
 public:
@@ -34,41 +74,75 @@ public:
                                          std::optional<KernelDesc> backward,
                                          const std::vector<std::string> &includeDirs,
                                          const NvrtcCompiler &compiler, bool retile = true);
+  /// The same kernels on the SIMT emulator, at the tiles a GPU of `arch`
+  /// ("sm_90") runs them with (re-tiled for it, within its shared memory).
+  static Expected<CudaAttention>
+  compileEmulated(const std::string &source, const std::string &compiledFor,
+                  const std::string &arch, const std::string &dtype, const KernelDesc &forward,
+                  std::optional<KernelDesc> backward, const HostCompiler &compiler);
 
   Expected<AttentionOutputs> run(const AttentionInputs &inputs);
 
-  /// What was re-tiled for this GPU, a line per kernel (none: the
+  /// Dense kernels (low-rank: over the projected k and v) on device
+  /// operands; see the file comment. The backward needs the forward's out
+  /// and lse.
+  Status forwardOnDevice(const DeviceAttentionArgs &args);
+  Status backwardOnDevice(const DeviceAttentionArgs &args);
+  /// LSH kernels on device operands (q, v, out, lse; with `backward` also
+  /// dout, dq, dv): the backward recomputes the forward first (it reads
+  /// each round's lse, which lives in the workspace between the two).
+  /// Scratch is one workspace kept between calls.
+  Status lshOnDevice(const DeviceAttentionArgs &args, bool backward);
+  /// Which kinds run on device operands: dense and LSH (low-rank needs its
+  /// projections first: the caller's).
+  bool runsOnDeviceOperands() const { return !fwd_.lowrank && (!fwd_.sharedQk || fwd_.lsh); }
+  /// The kernels' element type.
+  const std::string &dtype() const { return dtype_; }
+
+  /// What was re-tiled for this device, a line per kernel (none: the
   /// compiled tiles run as they are).
   const std::vector<std::string> &retiled() const { return retiled_; }
-  /// The GPU, as DeviceInfo::describe() says it.
-  const std::string &device() const { return device_; }
+  /// The device, as it describes itself.
+  std::string device() const { return device_->describe(); }
+  KernelDevice &kernelDevice() { return *device_; }
+  /// The kernels as they are launched here (tile, warps, shared memory).
+  const KernelDesc &forwardKernel() const { return fwd_; }
+  const std::optional<KernelDesc> &backwardKernel() const { return bwd_; }
 
-  /// Milliseconds of the last run's kernels (CUDA events), forward and
-  /// backward.
+  /// Milliseconds of the last run's kernels (CUDA events; the host clock
+  /// on the emulator), forward and backward.
   float forwardMs() const { return forwardMs_; }
   float backwardMs() const { return backwardMs_; }
 
 private:
-  CudaAttention(cuda::Context ctx, cuda::Module module)
-      : ctx_(std::move(ctx)), module_(std::move(module)) {}
+  CudaAttention() = default;
+  static Expected<CudaAttention> finish(CudaAttention a, const std::string &dtype,
+                                        const DeviceKernelPlan &fwd,
+                                        const std::optional<DeviceKernelPlan> &bwd);
   Expected<AttentionOutputs> runLsh(const AttentionInputs &inputs);
   Status loadHostProjections();
+  Status launch(const std::string &entry, long long blocks, int warps, size_t smem,
+                const void *args, size_t argBytes);
   using ProjectFwdFn = int(const float *, const float *, float *, const int *, int, int, int, int,
                            int, int, int);
   using ProjectBwdFn = int(const float *, const float *, const float *, float *, float *,
                            const int *, int, int, int, int, int, int, int);
-  cuda::Context ctx_;
-  cuda::Module module_;
+  std::shared_ptr<KernelDevice> device_;
+  std::unique_ptr<KernelModule> module_;
   std::string dtype_;
   KernelDesc fwd_;
   std::optional<KernelDesc> bwd_;
-  std::vector<cuda::Kernel> fwdKernels_, bwdKernels_;
   std::vector<std::string> retiled_;
-  std::string device_;
   float forwardMs_ = 0, backwardMs_ = 0;
   std::shared_ptr<SharedObject> projections_; ///< low-rank: the host projections
   ProjectFwdFn *projectFwd_ = nullptr;
   ProjectBwdFn *projectBwd_ = nullptr;
+  /// Scratch of the device entries (the dense backward's delta and dparams
+  /// partials, LSH's buckets, permutations and per-round results), kept
+  /// between calls and grown when a call needs more.
+  Expected<char *> workspace(size_t bytes);
+  std::shared_ptr<void> workspace_;
+  size_t workspaceBytes_ = 0;
 };
 
 } // namespace attnc

@@ -1,88 +1,174 @@
 #!/usr/bin/env bash
-# The one prepared GPU check (docs/design.md, Testing without a GPU), for the device machine: CUDA,
-# cmake, ninja, PyTorch, no MLIR. Needs device-inputs/ from
-# scripts/device-prepare.sh carried along. Builds the runtime-only
-# configuration, runs the GPU tests of the runtime, then every prepared case
-# on the GPU against the CPU reference, and writes everything to $OUT.
+# The one prepared GPU check (docs/design.md, Testing without a GPU), for the
+# device machine: CUDA, cmake, ninja, PyTorch, no MLIR. Needs device-inputs/
+# from scripts/device-prepare.sh carried along. Builds the runtime-only
+# configuration, then, within about 6 minutes:
+#   1. every kernel family x dtype x head dim on the GPU against the CPU;
+#   2. compute-sanitizer memcheck and racecheck on one small case per family;
+#   3. GPU training: README's duplication model to >= 99 % held-out accuracy,
+#      and dup64 against the CPU's losses and the host AdamW;
+#   4. benchmarks (attnc-rt bench) beside PyTorch SDPA and FlexAttention.
+# Writes everything to $OUT, and $OUT/summary.md. Without a GPU it stops
+# after building, says "no GPU" in the summary and exits 3; with
+# DEVICE_CHECK_SIMULATE=1 it then rehearses steps 1 and 4 on the SIMT
+# emulator instead (--target cuda-sim, the D = 64 cases, a small shape) to
+# check their plumbing, and exits 3 still.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/device-out}"
 mkdir -p "$out"
 exec > >(tee "$out/device-check.log") 2>&1
 tee_pid=$!
+summary="$out/summary.md"
+finish() { # exit code
+  exec >&- 2>&-
+  wait "$tee_pid" 2>/dev/null
+  exit "$1"
+}
+start=$(date +%s)
+elapsed() { echo "$(($(date +%s) - start)) s"; }
 d="$root/device-inputs"
-[ -d "$d/cases" ] || { echo "device-check: run scripts/device-prepare.sh first (and carry device-inputs)"; exit 1; }
-nvidia-smi --query-gpu=name,compute_cap,memory.total,clocks.max.sm --format=csv || true
+[ -d "$d/cases" ] || { echo "device-check: run scripts/device-prepare.sh first (and carry device-inputs)"; finish 1; }
+jobs=$(nproc 2>/dev/null || echo 4)
 
 b="$root/build-device"
 # No gtest there either: build the runner alone (its runs below exercise the
 # driver, the launches and the >48 KiB shared-memory opt-in).
 cmake -G Ninja -S "$root" -B "$b" -DCMAKE_BUILD_TYPE=Release -DATTNC_RUNTIME_ONLY=ON \
   -DATTNC_BUILD_TESTS=OFF -DATTNC_EXTRA_INCLUDE="$d/include" >"$out/cmake.log" 2>&1 ||
-  { tail -30 "$out/cmake.log"; exit 1; }
-time ninja -C "$b" -j 16 attnc-rt >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
-"$b/bin/attnc-rt" info
-
-echo "=== cases: GPU vs CPU reference"
+  { tail -30 "$out/cmake.log"; echo "# device check: cmake failed" >"$summary"; finish 1; }
+ninja -C "$b" -j "$jobs" attnc-rt >"$out/build.log" 2>&1 ||
+  { tail -40 "$out/build.log"; echo "# device check: the build failed" >"$summary"; finish 1; }
+rt="$b/bin/attnc-rt"
+"$rt" info | tee "$out/info.txt"
+tgt=cuda cases="$d"/cases/*/ simulate=0
+if ! grep -q "^GPU: .*(sm_[0-9]" "$out/info.txt"; then
+  { echo "# device check: no GPU"
+    echo
+    echo "attnc-rt built in $(elapsed); \`attnc-rt info\` found no usable GPU:"
+    echo; echo '```'; cat "$out/info.txt"; echo '```'; } >"$summary"
+  echo "device-check: no GPU (built in $(elapsed)); see $summary"
+  [ "${DEVICE_CHECK_SIMULATE:-0}" = 1 ] || finish 3
+  echo "device-check: DEVICE_CHECK_SIMULATE=1: rehearsing steps 1 and 4 on the SIMT emulator"
+  tgt=cuda-sim cases="$d"/cases/*_d64/ simulate=1
+  echo >>"$summary"; echo "Rehearsal on the SIMT emulator (no GPU figures):" >>"$summary"; echo >>"$summary"
+fi
+[ $simulate = 1 ] || nvidia-smi --query-gpu=name,compute_cap,memory.total,clocks.max.sm --format=csv || true
 export ATTNC_CACHE_DIR="$b/kernel-cache"
 status=0
-for c in "$d"/cases/*/; do
-  name="$(basename "$c")"
-  w=(); [ -f "$c/weights.safetensors" ] && w=(--weights "$c/weights.safetensors")
-  if ! "$b/bin/attnc-rt" run "$c/art" --target cuda --inputs "$c/in.safetensors" "${w[@]}" \
-      --grad "$c/dout.safetensors" --output "$out/$name.gpu.safetensors"; then
-    echo "FAIL $name: attnc-rt exited non-zero"; status=1; continue
+[ $simulate = 1 ] ||
+  { echo "# device check"; echo; echo '```'; cat "$out/info.txt"; echo '```'; echo; } >"$summary"
+
+echo "=== 1. kernel families x dtypes x head dims: GPU vs CPU ($(elapsed))"
+run_case() { # case directory
+  local c="$1" name; name="$(basename "$c")"
+  local w=(); [ -f "$c/weights.safetensors" ] && w=(--weights "$c/weights.safetensors")
+  if ! "$rt" run "$c/art" --target "$tgt" --inputs "$c/in.safetensors" "${w[@]}" \
+      --grad "$c/dout.safetensors" --output "$out/cases/$name.gpu.safetensors" >"$out/cases/$name.log" 2>&1; then
+    echo "FAIL $name: attnc-rt exited non-zero: $(tail -1 "$out/cases/$name.log")"; return 1
   fi
-  python3 "$root/scripts/device_compare.py" "$c/cpu.safetensors" "$out/$name.gpu.safetensors" "$name" || status=1
-done
-echo "=== GPU training: the compiled CUDA step of dup64 (attnc-rt train)"
+  python3 "$root/scripts/device_compare.py" "$c/cpu.safetensors" "$out/cases/$name.gpu.safetensors" "$name"
+}
+export -f run_case; export rt out root tgt
+mkdir -p "$out/cases"
+ls -d $cases | xargs -P 8 -I{} bash -c 'run_case {}' >"$out/cases.txt" 2>&1 || status=1
+sort "$out/cases.txt"
+grep -h "re-tiled" "$out"/cases/*.log | sort -u | head -20
+ncase=$(ls -d $cases | wc -l); nfail=$(grep -c "^FAIL" "$out/cases.txt")
+{ echo "## 1. Kernels vs the CPU: $((ncase - $(grep -h '^FAIL' "$out/cases.txt" | awk '{print $2}' | sort -u | wc -l))) of $ncase cases pass"
+  echo; echo '```'; grep -h "^FAIL" "$out/cases.txt" | head -40; grep -h "re-tiled" "$out"/cases/*.log | sort -u | head -10; echo '```'; echo; } >>"$summary"
+
+if [ $simulate = 0 ]; then
+echo "=== 2. compute-sanitizer ($(elapsed))"
+san="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)"
+echo "## 2. compute-sanitizer" >>"$summary"; echo >>"$summary"
+if [ -n "$san" ]; then
+  # The six runs at once (each under a minute's timeout), then their verdicts.
+  sanitize() { # family tool
+    local c="$d/cases/${1}_fp16_d64" w=()
+    [ -f "$c/weights.safetensors" ] && w=(--weights "$c/weights.safetensors")
+    timeout 60 "$san" --tool "$2" --error-exitcode 9 "$rt" run "$c/art" --target cuda \
+      --inputs "$c/in.safetensors" "${w[@]}" --grad "$c/dout.safetensors" \
+      --output "$out/san-$1-$2.safetensors" >"$out/san-$1-$2.log" 2>&1
+    echo $? >"$out/san-$1-$2.rc"
+  }
+  for f in dense lowrank lsh; do for tool in memcheck racecheck; do sanitize $f $tool & done; done
+  wait
+  for f in dense lowrank lsh; do
+    for tool in memcheck racecheck; do
+      if [ "$(cat "$out/san-$f-$tool.rc")" = 0 ]; then
+        line="ok   $tool ${f}_fp16_d64: $(grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$out/san-$f-$tool.log" | tail -1)"
+      else
+        line="FAIL $tool ${f}_fp16_d64 (exit $(cat "$out/san-$f-$tool.rc"); 124: timed out): $(grep -h "ERROR SUMMARY\|RACECHECK SUMMARY\|Error" "$out/san-$f-$tool.log" | head -2 | tr '\n' ' ')"
+        status=1
+      fi
+      echo "$line"; echo "- $line" >>"$summary"
+    done
+  done
+else
+  echo "no compute-sanitizer on this machine"; echo "- no compute-sanitizer on this machine" >>"$summary"
+fi
+echo >>"$summary"
+
+echo "=== 3. GPU training ($(elapsed))"
 t="$d/train"
-if [ -d "$t/cuda" ]; then
-  # The first 10 steps against the CPU's losses (same data, weights, schedule).
-  if "$b/bin/attnc-rt" train "$t/cuda" --data synthetic:duplicate --steps 10 --lr 3e-3 --warmup 20 \
-      --checkpoint-every 10 --out "$out/gpu-f32"; then
-    python3 - "$t/cpu-run/train.csv" "$out/gpu-f32/train.csv" <<'PY' || status=1
+echo "## 3. GPU training" >>"$summary"; echo >>"$summary"
+# README's duplication model with its own train block (300 steps, batch 8).
+if timeout 240 "$rt" train "$t/dup" --data synthetic:duplicate --out "$out/gpu-dup" >"$out/gpu-dup.log" 2>&1; then
+  acc=$(grep -o "accuracy [0-9.e-]*" "$out/gpu-dup.log" | tail -1 | awk '{print $2}')
+  verdict=$(python3 -c "print('ok  ' if float('$acc') >= 0.99 else 'FAIL')")
+  [ "$verdict" = "ok  " ] || status=1
+  line="$verdict reformer_duplicate on the GPU: held-out accuracy $acc (needs >= 0.99); $(grep -h "tokens/s" "$out/gpu-dup.log" | tail -1)"
+else
+  line="FAIL reformer_duplicate: attnc-rt train exited non-zero: $(tail -2 "$out/gpu-dup.log" | tr '\n' ' ')"; status=1
+fi
+echo "$line"; echo "- $line" >>"$summary"
+# dup64: the first 10 steps against the CPU's losses (same data, weights, schedule).
+if "$rt" train "$t/cuda" --data synthetic:duplicate --steps 10 --lr 3e-3 --warmup 20 \
+    --checkpoint-every 10 --out "$out/gpu-f32" >"$out/gpu-f32.log" 2>&1; then
+  line=$(python3 - "$t/cpu-run/train.csv" "$out/gpu-f32/train.csv" <<'PY'
 import sys
 rows = lambda p: [l.split(',') for l in open(p).read().split()[1:]]
 cpu, gpu = rows(sys.argv[1]), rows(sys.argv[2])
 worst = max(abs(float(a[1]) - float(b[1])) / abs(float(a[1])) for a, b in zip(cpu, gpu))
 ok = worst < 1e-3 and len(gpu) == 10
-print(f"GPU f32 vs CPU losses over {min(len(cpu), len(gpu))} of 10 steps: worst relative difference {worst:.2e}",
-      "ok" if ok else "FAIL (a tiny difference can move a token to another LSH bucket: look there first)")
-sys.exit(0 if ok else 1)
+print(("ok  " if ok else "FAIL") + f" dup64 GPU f32 vs CPU losses over {min(len(cpu), len(gpu))} of 10 steps: worst relative difference {worst:.2e}")
 PY
-  else
-    echo "FAIL gpu-f32: attnc-rt train exited non-zero"; status=1
-  fi
-  # The device AdamW (the default) against the CPU AdamW on downloaded
-  # gradients: without clipping both round every operation alone, so the
-  # checkpoints must be bit-identical (they are on the emulator).
-  for o in device host; do
-    flag=(); [ "$o" = host ] && flag=(--host-optimizer)
-    "$b/bin/attnc-rt" train "$t/cuda" --data synthetic:duplicate --steps 10 --lr 3e-3 --warmup 20 \
-      --clip 0 --checkpoint-every 10 "${flag[@]}" --out "$out/gpu-adamw-$o" >/dev/null 2>&1 ||
-      { echo "FAIL adamw-$o: attnc-rt train exited non-zero"; status=1; }
-  done
-  if cmp -s "$out/gpu-adamw-device/ckpt-10.safetensors" "$out/gpu-adamw-host/ckpt-10.safetensors"; then
-    echo "device AdamW vs host AdamW, 10 steps without clipping: bit-identical checkpoints ok"
-  else
-    echo "FAIL device AdamW vs host AdamW: checkpoints differ"
-    python3 "$root/test/train/Inputs/compare_runs.py" "$out/gpu-adamw-device" "$out/gpu-adamw-host" 10 1e-5
-    status=1
-  fi
-  # Whole runs in each precision: accuracy on the duplication task, speed.
-  for p in f32 bf16 fp16; do
-    echo "--- dup64, 150 steps, GEMMs in $p"
-    "$b/bin/attnc-rt" train "$t/cuda" --data synthetic:duplicate --steps 150 --lr 3e-3 --warmup 20 \
-      --checkpoint-every 150 --precision "$p" --out "$out/gpu-$p-150" 2>&1 | tail -4 || status=1
-  done
+)
 else
-  echo "FAIL train: no $t/cuda (rerun scripts/device-prepare.sh and carry device-inputs)"
-  status=1
+  line="FAIL dup64 gpu-f32: attnc-rt train exited non-zero"
 fi
-echo "=== PyTorch SDPA on the same inputs (where torch is present)"
-python3 "$root/scripts/device_compare.py" --torch "$d/cases" 2>&1 | tail -20 || true
-# Let tee write the log's last lines before exiting.
-exec >&- 2>&-
-wait "$tee_pid" 2>/dev/null
-exit $status
+[[ "$line" == ok* ]] || status=1
+echo "$line"; echo "- $line" >>"$summary"
+# The device AdamW (the default) against the host AdamW on downloaded
+# gradients: without clipping both round every operation alone, so the
+# checkpoints must be bit-identical (they are on the emulator).
+for o in device host; do
+  flag=(); [ "$o" = host ] && flag=(--host-optimizer)
+  "$rt" train "$t/cuda" --data synthetic:duplicate --steps 10 --lr 3e-3 --warmup 20 \
+    --clip 0 --checkpoint-every 10 "${flag[@]}" --out "$out/gpu-adamw-$o" >/dev/null 2>&1 ||
+    { echo "FAIL adamw-$o: attnc-rt train exited non-zero"; status=1; }
+done
+if cmp -s "$out/gpu-adamw-device/ckpt-10.safetensors" "$out/gpu-adamw-host/ckpt-10.safetensors"; then
+  line="ok   device AdamW vs host AdamW, 10 steps without clipping: bit-identical checkpoints"
+else
+  line="FAIL device AdamW vs host AdamW: checkpoints differ"; status=1
+fi
+echo "$line"; echo "- $line" >>"$summary"; echo >>"$summary"
+fi # simulate
+
+echo "=== 4. benchmarks beside PyTorch ($(elapsed))"
+mkdir -p "$out/bench"
+for a in "$d"/bench/*/; do
+  name="$(basename "$a")"
+  shapes=(--shape 4,16,1024 --shape 2,16,4096) repeats=10
+  [ $simulate = 1 ] && shapes=(--shape 1,2,64) repeats=1
+  timeout 120 "$rt" bench "$a" --target "$tgt" "${shapes[@]}" --repeats $repeats \
+    --csv "$out/bench/$name.csv" || { echo "FAIL bench $name"; status=1; }
+done
+timeout 180 python3 "$root/scripts/device_bench.py" "$out/bench" "$out/bench-vs-torch.md" || status=1
+{ echo "## 4. Benchmarks (attnc / PyTorch: time ratios, < 1 is faster)"; echo
+  cat "$out/bench-vs-torch.md" 2>/dev/null || echo "(no comparison written)"; echo; } >>"$summary"
+echo "Finished in $(elapsed), status $status." | tee -a "$summary"
+[ $simulate = 1 ] && finish 3
+finish $status

@@ -1,52 +1,76 @@
 #!/usr/bin/env bash
 # Prepares device-inputs/ for scripts/device-check.sh (run here, where MLIR
-# is): CUDA artifacts for sm_90, their inputs, CPU reference outputs, and the
-# header-only libraries the GPU machine lacks (CLI11, nlohmann-json).
-# Then, with the device tool:  run "bash scripts/device-check.sh", carry
-# ["device-inputs"]. device-inputs/ is git-ignored.
+# is): CUDA artifacts, their inputs, CPU reference outputs, benchmark and
+# training artifacts, and the header-only libraries the GPU machine lacks
+# (CLI11, nlohmann-json). Then, with the device tool:
+#   run "bash scripts/device-check.sh", carry ["device-inputs"]
+# device-inputs/ is git-ignored and must stay under the carry limit (64 MiB).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/build.sh" "$root/build" >/dev/null
 attnc="$root/build/bin/attnc"
 d="$root/device-inputs"
-rm -rf "$d" && mkdir -p "$d/include" "$d/cases"
+rm -rf "$d" && mkdir -p "$d/include" "$d/cases" "$d/bench"
 cp -r /usr/include/CLI /usr/include/nlohmann "$d/include/"
 
-# name | spec | dtype of the model | B H N D (all of device-inputs/ must
-# stay under the device tool's 64 MiB carry limit: check `du -sh`)
-cases=(
-  "dense_f16_d64|attention a { mask causal }|fp16|2 4 600 64"
-  "mod_bf16_d128|attention a { mask padding param t(h) = 0.8 score s * t(h) mask q - kv < 300 }|bf16|2 2 777 128"
-  "dense_f32_d64|attention a { mask causal mask padding }|fp32|1 4 513 64"
-  "lowrank_f16_d64|attention a { kv lowrank(k = 128, share = headwise) mask padding }|fp16|1 4 768 64"
-  "lsh_f16_d64|attention a { qk shared bucket lsh(buckets = 32, rounds = 4, chunk = 64) mask causal }|fp16|1 4 1000 64"
-  "lsh_f32_d128|attention a { qk shared bucket lsh(buckets = 16, rounds = 2, chunk = 32, before = 1, after = 1) mask padding }|fp32|1 2 333 128"
-  # Causal fp16 at head dim 256 (spilled before the forward's mask rewrite).
-  "causal_f16_d256|attention a { mask causal }|fp16|1 1 400 256"
-  # A narrow window: attn-key-band's block skipping in all three kernels.
-  "window_f16_d64|attention a { mask causal mask q - kv < 128 }|fp16|1 2 1024 64"
+# Every kernel family x dtype x head dim, against the CPU (f32) on the same
+# inputs. D = 64 cases are compiled for sm_80, so the H200 re-tiles them at
+# load (runtime/DeviceTiling.h); the others for sm_90.
+declare -A family=(
+  [dense]="attention a { mask causal mask padding param t(h) = 0.8 score s * t(h) }"
+  [lowrank]="attention a { kv lowrank(k = 48, share = headwise) mask padding }"
+  [lsh]="attention a { qk shared bucket lsh(buckets = 16, rounds = 2, chunk = 32, before = 1) mask causal mask padding }"
 )
-for c in "${cases[@]}"; do
-  IFS='|' read -r name spec dtype shape <<<"$c"
-  read -r B H N D <<<"$shape"
-  dir="$d/cases/$name"
-  mkdir -p "$dir"
-  objective=causal_lm
-  [[ "$spec" == *causal* ]] || objective=mlm
-  printf '%s\nmodel m { vocab 256 seq %s d_model %s heads %s layers 1 dtype %s objective %s layer { attention a ffn } }\n' \
-    "$spec" "$N" "$((H * D))" "$H" "$dtype" "$objective" > "$dir/spec.attn"
-  "$attnc" compile "$dir/spec.attn" --target cuda --arch sm_90 -o "$dir/art" 2>/dev/null
-  python3 "$root/scripts/device_inputs.py" "$dir" "$B" "$H" "$N" "$D"
-  # The CPU reference (f32) on the same inputs.
-  w=(); [ -f "$dir/weights.safetensors" ] && w=(--weights "$dir/weights.safetensors")
-  "$attnc" run "$dir/spec.attn" --inputs "$dir/in.safetensors" "${w[@]}" \
-    --grad "$dir/dout.safetensors" --output "$dir/cpu.safetensors" 2>&1 | tail -1
+jobs=()
+for f in dense lowrank lsh; do
+  for dtype in fp32 fp16 bf16; do
+    for D in 64 128 256; do
+      B=1 H=2 N=$((D == 256 ? 150 : 203))
+      name="${f}_${dtype}_d${D}"
+      dir="$d/cases/$name"
+      mkdir -p "$dir"
+      objective=causal_lm
+      [[ "${family[$f]}" == *causal* ]] || objective=mlm
+      printf '%s\nmodel m { vocab 256 seq %s d_model %s heads %s layers 1 dtype %s objective %s layer { attention a ffn } }\n' \
+        "${family[$f]}" "$N" "$((H * D))" "$H" "$dtype" "$objective" >"$dir/spec.attn"
+      arch=sm_90; [ "$D" = 64 ] && arch=sm_80
+      echo "$arch" >"$dir/arch"
+      jobs+=("$name $B $H $N $D $arch")
+    done
+  done
 done
+prepare_case() { # name B H N D arch
+  local dir="$d/cases/$1"
+  "$attnc" compile "$dir/spec.attn" --target cuda --arch "$6" -o "$dir/art" >/dev/null 2>&1
+  python3 "$root/scripts/device_inputs.py" "$dir" "$2" "$3" "$4" "$5"
+  local w=(); [ -f "$dir/weights.safetensors" ] && w=(--weights "$dir/weights.safetensors")
+  "$attnc" run "$dir/spec.attn" --inputs "$dir/in.safetensors" "${w[@]}" \
+    --grad "$dir/dout.safetensors" --output "$dir/cpu.safetensors" >/dev/null 2>&1
+  # The CUDA artifact holds only what the GPU needs.
+  rm -f "$dir/art"/model_* "$dir/art/kernels.cpp" "$dir/art/attn.mlir"
+}
+export -f prepare_case; export d attnc root
+printf '%s\n' "${jobs[@]}" | xargs -P 2 -L 1 bash -c 'prepare_case $0 $1 $2 $3 $4 $5'
 
-# GPU training: dup64's compiled CUDA step (batch 16) and, as the reference,
-# the CPU artifact's losses over the same first steps.
+# Benchmarks (attnc-rt bench beside PyTorch): fp16 artifacts for sm_90.
+bench() { # name spec seq D
+  printf '%s\nmodel m { vocab 256 seq %s d_model %s heads 16 layers 1 dtype fp16 objective %s layer { attention a ffn } }\n' \
+    "$2" "$3" "$((16 * $4))" "$([[ "$2" == *causal* ]] && echo causal_lm || echo mlm)" >"$d/bench/$1.attn"
+  "$attnc" compile "$d/bench/$1.attn" --target cuda --arch sm_90 -o "$d/bench/$1" >/dev/null 2>&1
+  rm -f "$d/bench/$1"/model_* "$d/bench/$1/kernels.cpp" "$d/bench/$1/attn.mlir"
+}
+bench dense_d64 "attention a { }" 4096 64
+bench dense_d128 "attention a { }" 4096 128
+bench causal_d128 "attention a { mask causal }" 4096 128
+bench lowrank_d64 "attention a { kv lowrank(k = 256, share = headwise) }" 4096 64
+bench lsh_d64 "attention a { qk shared bucket lsh(buckets = 64, rounds = 4, chunk = 64, before = 1) }" 4096 64
+
+# GPU training: README's duplication model (batch 8, its train block) and
+# dup64 (batch 16) with, as the reference, the CPU artifact's losses over
+# the same first steps.
 t="$d/train"
 mkdir -p "$t"
+"$attnc" compile "$root/examples/reformer_duplicate.attn" --target cuda --arch sm_90 --plan-batch 8 -o "$t/dup" >/dev/null
 "$attnc" compile "$root/test/train/Inputs/dup64.attn" --target cuda --arch sm_90 --plan-batch 16 -o "$t/cuda" >/dev/null
 "$attnc" compile "$root/test/train/Inputs/dup64.attn" --target cpu --plan-batch 16 -o "$t/cpu" >/dev/null
 "$root/build/bin/attnc-rt" train "$t/cpu" --data synthetic:duplicate --steps 10 --lr 3e-3 --warmup 20 \

@@ -32,6 +32,62 @@ template <class Kernels> AttentionFn callInto(Kernels kernels) {
   return [shared](const AttentionInputs &in) { return shared->run(in); };
 }
 
+/// Attention on the step's device buffers through `kernels` (f32 dense or
+/// LSH kernels on the step's device): what a CUDA step calls instead of
+/// the host round trip.
+DeviceAttentionFn onDevice(std::shared_ptr<CudaAttention> kernels, const ModelConfig &c) {
+  std::vector<bool> learned;
+  for (const auto &p : c.headParams)
+    learned.push_back(p.learned);
+  return [kernels, learned](const DeviceAttentionCall &call) -> Status {
+    CudaAttention &k = *kernels;
+    KernelDevice &dev = k.kernelDevice();
+    const int64_t B = call.B, H = call.H, S = call.S, Dh = call.Dh;
+    const std::vector<int64_t> s4{B, H, S, Dh}, s3{B, H, S};
+    auto view = [](const char *name, const float *p, std::vector<int64_t> shape) {
+      return DeviceTensor{name, const_cast<float *>(p), std::move(shape), {}, "f32"};
+    };
+    DeviceAttentionArgs x;
+    x.q = view("q", call.q, s4), x.k = view("k", call.k, s4), x.v = view("v", call.v, s4);
+    x.params = call.params, x.rotations = call.rotations;
+    x.dropout = call.dropout, x.dropoutSeed = call.dropoutSeed;
+    x.dropoutOffset = call.dropoutOffset;
+    const bool lsh = k.forwardKernel().lsh.has_value();
+    if (!call.dout) {
+      x.out = view("out", call.out, s4), x.lse = view("lse", call.lse, s3);
+      return lsh ? k.lshOnDevice(x, false) : k.forwardOnDevice(x);
+    }
+    x.dout = view("dout", call.dout, s4), x.dq = view("dq", call.dq, s4);
+    x.dv = view("dv", call.dv, s4);
+    const size_t qkvBytes = sizeof(float) * size_t(B * H * S * Dh);
+    const int P = k.backwardKernel() ? k.backwardKernel()->numParams : 0;
+    if (lsh) { // out and lse recomputed in its workspace; dk folded into dq
+      if (Status s = k.lshOnDevice(x, true); !s)
+        return s;
+      if (call.dk)
+        if (Status s = dev.zero(call.dk, qkvBytes); !s)
+          return s;
+    } else {
+      x.dk = view("dk", call.dk, s4);
+      x.out = view("out", call.forwardOut, s4), x.lse = view("lse", call.forwardLse, s3);
+      if (P && call.dparams) { // the kernels accumulate into it
+        if (Status s = dev.zero(call.dparams, sizeof(float) * size_t(P * H)); !s)
+          return s;
+        x.dparams = call.dparams;
+      }
+      if (Status s = k.backwardOnDevice(x); !s)
+        return s;
+    }
+    // No gradient for constant per-head parameters (and none at all from
+    // LSH kernels), as on the host path.
+    for (size_t p = 0; call.dparams && p < learned.size(); ++p)
+      if (lsh || !learned[p])
+        if (Status s = dev.zero(call.dparams + p * size_t(H), sizeof(float) * size_t(H)); !s)
+          return s;
+    return {};
+  };
+}
+
 /// The forward and backward kernels of `function` among `kernels`.
 Expected<std::pair<const ManifestKernel *, const ManifestKernel *>>
 attentionKernels(const std::vector<ManifestKernel> &kernels, const std::string &function,
@@ -142,6 +198,27 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
     return kernelSource.takeError();
   HostCompiler compiler(&KernelCache::processDefault());
   AttentionFn attention;
+  DeviceAttentionFn deviceAttention;
+  auto cudaPair = attentionKernels(manifest.kernels, mm->attentionFunction,
+                                   manifestPath + ": model " + mm->name);
+  if (sim && !opt.hostAttention && cudaPair && cudaPair->first->dtype == "f32") {
+    // The CUDA attention kernels on the emulator, on the step's buffers:
+    // f32 dense and LSH (others go through the host's CPU kernels).
+    auto [cf, cb] = *cudaPair;
+    Expected<std::string> cudaSource = artifact.file(manifest.source);
+    if (!cudaSource)
+      return cudaSource.takeError();
+    {
+      Expected<CudaAttention> k = CudaAttention::compileEmulated(
+          *cudaSource, manifest.arch, manifest.arch, cf->dtype, cf->desc(), cb->desc(), compiler);
+      if (!k)
+        return k.takeError();
+      if (k->runsOnDeviceOperands()) {
+        deviceAttention = onDevice(std::make_shared<CudaAttention>(std::move(*k)), out.config);
+        std::cerr << tool << ": cuda-sim: attention runs the CUDA kernels on the step's buffers\n";
+      }
+    }
+  }
   if (gpu && !sim) {
     Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0);
     if (!dev)
@@ -156,7 +233,11 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
       return k.takeError();
     for (const std::string &line : k->retiled())
       std::cerr << tool << ": re-tiled for " << k->device() << ": " << line << "\n";
-    attention = callInto(std::move(*k));
+    auto shared = std::make_shared<CudaAttention>(std::move(*k));
+    attention = [shared](const AttentionInputs &in) { return shared->run(in); };
+    // f32 dense and LSH kernels read and write the step's buffers in place.
+    if (!opt.hostAttention && shared->runsOnDeviceOperands() && shared->dtype() == "f32")
+      deviceAttention = onDevice(shared, out.config);
     std::cerr << tool << ": on " << dev->describe() << "\n";
   } else {
     Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
@@ -214,6 +295,8 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
   if (!step)
     return step.takeError();
   out.step = std::move(*step);
+  if (deviceAttention)
+    out.step->setDeviceAttention(std::move(deviceAttention));
   return out;
 }
 
@@ -283,6 +366,8 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
   r.precision = am.precision;
   r.gpu = gpu;
   r.lossScale = compiled->lossScale(), r.overflowReruns = compiled->overflowReruns();
+  r.stepTransfers = compiled->lastStepTransfers();
+  r.deviceAttention = compiled->hasDeviceAttention();
   return r;
 }
 
@@ -309,6 +394,11 @@ void writeTrainReport(const ArtifactTrainResult &r, const std::string &outDir, s
   if (r.gpu && r.precision == "fp16")
     os << "fp16 loss scale " << r.lossScale << ", " << r.overflowReruns
        << " step(s) rerun after an overflow\n";
+  const CompiledStep::Transfers &t = r.stepTransfers;
+  if (r.gpu && t.uploads + t.downloads > 0)
+    os << "host<->device copies in the last step: " << t.uploads << " upload(s), " << t.uploadBytes
+       << " B; " << t.downloads << " download(s), " << t.downloadBytes << " B; attention "
+       << (r.deviceAttention ? "on the step's buffers" : "through the host") << "\n";
   os << "wrote " << outDir << "/{latest.json,train.csv,loss.svg}\n";
 }
 

@@ -40,9 +40,13 @@ struct ArtifactTrainOptions {
   int64_t stopAfter = 0; ///< > 0: stop (with a checkpoint) after this many steps
   /// "compiled": the artifact's step where it was compiled for (CPU, or a
   /// GPU for a CUDA artifact); "cuda-sim": a CUDA artifact's step with its
-  /// kernels on the SIMT emulator and its attention on the artifact's host
-  /// kernels, on a machine without a GPU.
+  /// kernels on the SIMT emulator, on a machine without a GPU.
   std::string engine = "compiled";
+  /// CUDA steps: attention through the host (operands downloaded, the
+  /// kernels run host-in host-out, results uploaded; on cuda-sim the
+  /// artifact's CPU kernels), instead of the attention kernels on the
+  /// step's buffers, which f32 dense and LSH kernels do by default.
+  bool hostAttention = false;
   /// CUDA artifacts: the GEMMs' (StepPrecision); auto: the attention
   /// kernels' dtype (the model's).
   std::string precision = "auto";
@@ -84,6 +88,10 @@ struct ArtifactTrainResult {
   bool gpu = false;    ///< a CUDA step (on a GPU or the emulator)
   float lossScale = 1; ///< fp16 CUDA steps: the loss scale at the end
   int64_t overflowReruns = 0;
+  /// Device-resident CUDA steps: host<->device copies of the last step,
+  /// and whether attention ran on the step's buffers.
+  CompiledStep::Transfers stepTransfers;
+  bool deviceAttention = false;
 };
 
 /// Trains the artifact's model; progress goes to stderr, the result back

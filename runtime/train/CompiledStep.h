@@ -19,6 +19,7 @@
 #include "runtime/train/Parameters.h"
 #include "runtime/train/Trainer.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -65,6 +66,27 @@ struct StepPrecision {
   std::string gemm = "f32";
   float initialLossScale = 0; ///< fp16: the loss scale to start from (0: LossScaler's)
 };
+
+/// One attention call of a CUDA step on the step's own device buffers
+/// (f32, [B, H, S, Dh]; E, F, rotations and per-head parameters as the
+/// model keeps them). Forward: out, lse. Backward: dq, dk, dv, dE, dF,
+/// dparams, from dout and the forward's kept out and lse.
+struct DeviceAttentionCall {
+  int64_t layer = 0;
+  int B = 0, H = 0, S = 0, Dh = 0;
+  const float *q = nullptr, *k = nullptr, *v = nullptr, *E = nullptr, *F = nullptr;
+  const float *rotations = nullptr, *params = nullptr;
+  float *out = nullptr, *lse = nullptr;                                      ///< forward
+  const float *dout = nullptr, *forwardOut = nullptr, *forwardLse = nullptr; ///< backward
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr, *dE = nullptr, *dF = nullptr,
+        *dparams = nullptr;
+  bool dropout = false;
+  uint64_t dropoutSeed = 0;
+  uint32_t dropoutOffset = 0;
+};
+/// Runs a DeviceAttentionCall in place: the attention kernels read and
+/// write the step's buffers, nothing goes through the host.
+using DeviceAttentionFn = std::function<Status(const DeviceAttentionCall &)>;
 
 class CompiledStep final : public ResidentTraining {
 public:
@@ -118,6 +140,20 @@ public:
   /// its restore (ignored unless this step scales the loss too).
   std::string stepState() const;
   Status restoreStepState(const std::string &json);
+
+  /// The CUDA engines: attention on the step's device buffers (set by
+  /// whoever built the attention kernels on the step's device). Unset, each
+  /// call's operands go to the host and back through `attention`.
+  void setDeviceAttention(DeviceAttentionFn fn) { deviceAttention_ = std::move(fn); }
+  bool hasDeviceAttention() const { return bool(deviceAttention_); }
+  /// The CUDA engines: host<->device copies so far (uploads and downloads
+  /// with their bytes), to show what a step moves.
+  struct Transfers {
+    long long uploads = 0, downloads = 0, uploadBytes = 0, downloadBytes = 0;
+  };
+  Transfers transfers() const;
+  /// Those of the last device-resident update() (one training step).
+  Transfers lastStepTransfers() const { return lastStepTransfers_; }
 
   int64_t arenaBytes() const { return desc_.arenaBytes; }
   /// CUDA engines with fp16: the current loss scale, and the steps rerun
@@ -179,6 +215,8 @@ private:
   bool scaledOverflow_ = false; ///< the last device step stopped at a scaled NaN/Inf
   ParameterStore &model_;
   AttentionFn attention_;
+  DeviceAttentionFn deviceAttention_;
+  Transfers lastStepTransfers_;
   SharedObject so_;
   HostCompiler compiler_;
   StepFn *fn_ = nullptr;

@@ -195,6 +195,28 @@ int CompiledStep::attendOnDevice(int64_t layer, const float *const *in, const fl
                                  const float *forwardLse) {
   CudaState &s = *cuda_;
   const ModelConfig &c = model_.config();
+  if (deviceAttention_) { // in place: the kernels read and write the step's buffers
+    DeviceAttentionCall call;
+    call.layer = layer, call.B = desc_.batch, call.H = c.heads, call.S = c.seq;
+    call.Dh = c.dModel / c.heads;
+    call.q = in[0], call.k = in[1], call.v = in[2], call.E = in[3], call.F = in[4];
+    call.rotations = in[5], call.params = in[6];
+    if (dout) {
+      call.dout = dout, call.forwardOut = forwardOut, call.forwardLse = forwardLse;
+      call.dq = out[0], call.dk = out[1], call.dv = out[2], call.dE = out[3], call.dF = out[4];
+      call.dparams = out[5];
+    } else {
+      call.out = out[0], call.lse = out[1];
+    }
+    call.dropout = training_;
+    call.dropoutSeed = c.dropoutSeed;
+    call.dropoutOffset = uint32_t(step_) * 4096u + uint32_t(layer);
+    if (Status st = deviceAttention_(call); !st) {
+      error_ = "layer " + std::to_string(layer) + " attention: " + st.error();
+      return 1;
+    }
+    return 0;
+  }
   const size_t B = size_t(desc_.batch), H = size_t(c.heads), S = size_t(c.seq),
                Dh = size_t(c.dModel / c.heads);
   const size_t bhsd = B * H * S * Dh, bhs = B * H * S;
@@ -286,6 +308,16 @@ Expected<double> CompiledStep::runDevice(float clipNorm) {
 }
 
 float CompiledStep::lossScale() const { return cuda_ ? cuda_->scaler.scale() : 1.0f; }
+
+CompiledStep::Transfers CompiledStep::transfers() const {
+  Transfers t;
+  if (cuda_) {
+    const DeviceTraffic &n = cuda_->device->traffic();
+    t.uploads = n.uploads, t.downloads = n.downloads;
+    t.uploadBytes = n.uploadBytes, t.downloadBytes = n.downloadBytes;
+  }
+  return t;
+}
 
 Expected<double> CompiledStep::runDeviceOnce(float lossScale) {
   struct Env {
@@ -470,6 +502,7 @@ Expected<ResidentTraining::Update> CompiledStep::update(const Batch &batch, int6
   if (!cuda_ || !cuda_->resident)
     return makeError("compiled step: update() before upload()");
   CudaState &s = *cuda_;
+  const Transfers before = transfers();
   if (Status st = setBatch(batch, true, step); !st)
     return st.takeError();
   Expected<double> loss = runDevice(adam.config().clipNorm); // ends with the norm's state
@@ -498,6 +531,10 @@ Expected<ResidentTraining::Update> CompiledStep::update(const Batch &batch, int6
     return st.takeError();
   adam.countStep();
   s.hostCurrent = false;
+  const Transfers after = transfers();
+  lastStepTransfers_ = {after.uploads - before.uploads, after.downloads - before.downloads,
+                        after.uploadBytes - before.uploadBytes,
+                        after.downloadBytes - before.downloadBytes};
   return Update{*loss, std::sqrt(s.lastState.sumsq)};
 }
 

@@ -98,10 +98,12 @@ public:
       }
   }
   Status upload(void *dst, const void *src, size_t bytes) override {
+    countUpload(bytes);
     std::memcpy(dst, src, bytes);
     return {};
   }
   Status download(void *dst, const void *src, size_t bytes) override {
+    countDownload(bytes);
     std::memcpy(dst, src, bytes);
     return {};
   }

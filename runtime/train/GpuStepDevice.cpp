@@ -46,9 +46,11 @@ public:
       (void)d_.cuMemFree(dptr(p));
   }
   Status upload(void *dst, const void *src, size_t bytes) override {
+    countUpload(bytes);
     return d_.check(d_.cuMemcpyHtoD(dptr(dst), src, bytes), "cuMemcpyHtoD");
   }
   Status download(void *dst, const void *src, size_t bytes) override {
+    countDownload(bytes);
     return d_.check(d_.cuMemcpyDtoH(dst, dptr(src), bytes), "cuMemcpyDtoH");
   }
   Status copy(void *dst, const void *src, size_t bytes) override {

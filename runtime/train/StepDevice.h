@@ -13,6 +13,7 @@
 
 #include "runtime/Cublas.h"
 #include "runtime/Error.h"
+#include "runtime/KernelDevice.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -37,22 +38,10 @@ float roundGemmInput(float x, cuda::GemmPrecision p);
 /// multiple of 32 threads up to 1024), else an error naming the kernel.
 Status checkLaunchShape(const std::string &kernel, long long blocks, int threads);
 
-class StepDevice {
+/// The KernelDevice a compiled CUDA step runs on, with the step's own
+/// kernels, the optimizer's and GEMMs.
+class StepDevice : public KernelDevice {
 public:
-  virtual ~StepDevice() = default;
-  /// "NVIDIA H200 (sm_90, ...)" or "the SIMT emulator".
-  virtual std::string describe() const = 0;
-  /// Makes the device usable from the calling thread (the GPU's context
-  /// current), before each step.
-  virtual Status bind() = 0;
-  /// Device memory (addresses as pointers; freed with release). The error
-  /// names `what`.
-  virtual Expected<void *> allocate(size_t bytes, const std::string &what) = 0;
-  virtual void release(void *p) = 0;
-  virtual Status upload(void *dst, const void *src, size_t bytes) = 0;
-  virtual Status download(void *dst, const void *src, size_t bytes) = 0;
-  virtual Status copy(void *dst, const void *src, size_t bytes) = 0;
-  virtual Status zero(void *dst, size_t bytes) = 0;
   /// Kernel `name` of the step's module over `blocks` blocks of `threads`.
   virtual Status launch(const std::string &name, long long blocks, int threads,
                         const attnc_kargs &args) = 0;
@@ -63,8 +52,6 @@ public:
   /// Row-major C[M, N] = op(A)·op(B), fp32 storage.
   virtual Status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
                       const float *B, float *C) = 0;
-  /// Waits for the device's work (errors in kernels surface here).
-  virtual Status synchronize() = 0;
 };
 
 /// The GPU: the step's kernels (`kernelSource`) compiled by NVRTC for

@@ -69,6 +69,10 @@ RandomAttentionInputs::RandomAttentionInputs(int64_t B, int64_t H, int64_t S, in
     P_ = randomTensor({x.numParams, H}, rng, 0.1f);
     in.params = &P_;
   }
+  if (x.lshRounds > 0) {
+    rotations_ = randomTensor({x.lshRounds, D, x.lshBuckets / 2}, rng, 1.f);
+    in.rotations = &rotations_;
+  }
 }
 
 } // namespace attnc::tune

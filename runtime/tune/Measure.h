@@ -61,6 +61,8 @@ struct AttentionExtras {
   int64_t lowrankK = 0;  ///< > 0: low-rank
   std::string share;     ///< none, headwise, kv, layerwise
   int64_t numParams = 0; ///< per-head parameters
+  /// > 0: LSH, rotations [rounds, D, buckets / 2].
+  int64_t lshRounds = 0, lshBuckets = 0;
 };
 
 /// Random inputs of an attention at [B, H, S, D] (dout when `withDout`):
@@ -74,7 +76,7 @@ public:
   AttentionInputs in;
 
 private:
-  st::Tensor q_, k_, v_, dout_, lengths_, E_, F_, P_;
+  st::Tensor q_, k_, v_, dout_, lengths_, E_, F_, P_, rotations_;
 };
 
 } // namespace attnc::tune

@@ -12,9 +12,11 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
+import checkargs  # noqa: E402
 import stio  # noqa: E402
 
 TOL = 1e-4
+RUN_ARGS = []  # extra attnc run arguments (--run-args)
 
 # name: (spec, B, H, N, D, lengths or None, lowrank (k, share) or None, Nmax)
 CASES = {
@@ -205,7 +207,7 @@ def run_case(attnc, work, name):
         params = [1.5 + 0.25 * h for h in range(H)]
         weights["t"] = ("F32", [H], params)
     cmd = [attnc, "run", specpath, "--inputs", paths["in"], "--grad", paths["g"],
-           "--output", paths["out"]]
+           "--output", paths["out"]] + RUN_ARGS
     if weights:
         stio.write(paths["w"], weights)
         cmd += ["--weights", paths["w"]]
@@ -238,8 +240,9 @@ def run_case(attnc, work, name):
 
 
 def main():
-    attnc, work = sys.argv[1], sys.argv[2]
-    names = sys.argv[3:] or list(CASES)
+    global RUN_ARGS, TOL
+    attnc, work, RUN_ARGS, TOL, cases = checkargs.parse(sys.argv, TOL)
+    names = cases or list(CASES)
     failures = sum(not run_case(attnc, work, n) for n in names)
     print("%d passed, %d failed" % (len(names) - failures, failures))
     sys.exit(1 if failures else 0)

@@ -35,9 +35,11 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
+import checkargs  # noqa: E402
 import stio  # noqa: E402
 
 TOL = 1e-4
+RUN_ARGS = []  # extra attnc run arguments (--run-args)
 SELF = -1e5
 # Hash margins below this are redrawn: the kernels hash in fp32, the
 # reference in double, and a near tie could land in a different bucket.
@@ -358,7 +360,7 @@ def run_attnc(attnc, work, name, c, q, v, do, rot):
     stio.write(paths["in"], inputs)
     stio.write(paths["g"], {"dout": ("F32", [B, H, N, D], do)})
     cmd = [attnc, "run", specpath, "--op", "attention:a", "--inputs", paths["in"],
-           "--grad", paths["g"], "--output", paths["out"], "--target", "cpu"]
+           "--grad", paths["g"], "--output", paths["out"]] + (RUN_ARGS or ["--target", "cpu"])
     if rot is not None:
         stio.write(paths["w"], {"lsh_rotations": ("F32", [c["rounds"], D, c["buckets"] // 2], rot)})
         cmd += ["--weights", paths["w"]]
@@ -472,9 +474,10 @@ def run_case(attnc, work, name):
 
 
 def main():
-    attnc, work = sys.argv[1], sys.argv[2]
+    global RUN_ARGS, TOL
+    attnc, work, RUN_ARGS, TOL, cases = checkargs.parse(sys.argv, TOL)
     os.makedirs(work, exist_ok=True)
-    names = sys.argv[3:] or list(CASES)
+    names = cases or list(CASES)
     failures = 0 if fd_check() else 1
     failures += sum(not run_case(attnc, work, n) for n in names)
     print("%d passed, %d failed" % (len(names) + 1 - failures, failures))

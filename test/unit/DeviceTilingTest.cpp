@@ -10,8 +10,16 @@
 // the define the plan gives, as CudaAttention::compile does, and ptxas
 // must report them without spills.
 //
+// Second half: device operands are checked where they enter
+// (CudaAttention::forwardOnDevice, the way in for a caller's own device
+// tensors, e.g. PyTorch views): dtype, shape, contiguity, 16-byte
+// alignment, each refused with the tensor's name; on the emulated device,
+// where a GPU's kernels would otherwise read misaligned or strided memory.
+//
 //===----------------------------------------------------------------------===//
+#include "runtime/CudaAttention.h"
 #include "runtime/DeviceTiling.h"
+#include "runtime/KernelCache.h"
 #include "runtime/NvrtcCompiler.h"
 
 #include "attnc/abi/TileModel.h"
@@ -19,6 +27,8 @@
 #include "CudaTestSupport.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 using namespace attnc;
 using attnc::tile::TileConfig;
@@ -197,6 +207,106 @@ TEST(DeviceTiling, ReTiledKernelsCompileForTheDevice) {
     EXPECT_FALSE(r->spills()) << entry;
     EXPECT_EQ(r->stackFrameBytes, 0) << entry;
   }
+}
+
+//===-- Device operands ---------------------------------------------------===//
+
+DeviceTensor tensor(void *data, std::vector<int64_t> shape, std::string dtype = "f16") {
+  return DeviceTensor{"q", data, std::move(shape), {}, std::move(dtype)};
+}
+
+TEST(DeviceOperands, EachFaultIsNamed) {
+  alignas(16) static unsigned char mem[4096];
+  const std::vector<int64_t> shape{1, 2, 4, 64};
+  EXPECT_TRUE(checkDeviceOperand(tensor(mem, shape), "k0", "f16", shape, true));
+  auto fails = [&](const DeviceTensor &t, const std::string &dtype, const char *what) {
+    Status s = checkDeviceOperand(t, "k0", dtype, shape, true);
+    ASSERT_FALSE(s) << what;
+    EXPECT_NE(s.error().find("tensor 'q'"), std::string::npos) << s.error();
+    EXPECT_NE(s.error().find("kernel k0"), std::string::npos) << s.error();
+    EXPECT_NE(s.error().find(what), std::string::npos) << s.error();
+  };
+  fails(tensor(mem + 2, shape), "f16", "16-byte aligned");
+  fails(tensor(mem, shape, "f32"), "f16", "is f32");
+  fails(tensor(mem, {1, 2, 5, 64}), "f16", "has shape [1, 2, 5, 64]");
+  fails(tensor(nullptr, shape), "f16", "null pointer");
+  DeviceTensor transposed = tensor(mem, shape);
+  transposed.strides = {512, 64, 128, 1}; // heads and rows swapped: a permuted view
+  fails(transposed, "f16", "not contiguous");
+  DeviceTensor contiguous = tensor(mem, shape);
+  contiguous.strides = {999, 256, 64, 1}; // a size-1 dimension's stride does not matter
+  EXPECT_TRUE(checkDeviceOperand(contiguous, "k0", "f16", shape, true));
+  // Rows of 12 fp16 values are 24 bytes: not whole 16-byte vectors.
+  const std::vector<int64_t> odd{1, 1, 4, 12};
+  Status s = checkDeviceOperand(tensor(mem, odd), "k0", "f16", odd, true);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().find("16-byte vectors"), std::string::npos) << s.error();
+}
+
+/// A dense f32 forward as the emitter writes it (one entry point).
+std::string denseForwardSource() {
+  std::ostringstream os;
+  os << "#include \"attnc/flash_fwd.cuh\"\n";
+  cudatest::writeVariants(os);
+  os << "#ifndef ATTNC_TILE_t\n#define ATTNC_TILE_t 16, 16, 1, 1\n#endif\n"
+     << "extern \"C\" __global__ void __launch_bounds__(ATTNC_TILE_THREADS(ATTNC_TILE_t), 1) "
+        "attnc_fwd_t(attnc::AttnFwdArgs a) {\n"
+     << "  attnc::flash_fwd<ATTNC_FLASH_ARGS(ATTNC_TILE_t, 32, float, AttnVariant_dense)>(a);\n}\n";
+  return os.str();
+}
+
+// The device entry refuses a misaligned or strided view before any launch,
+// and runs a good one (the emulated device: host memory standing in).
+TEST(DeviceOperands, ForwardOnDeviceChecksItsOperands) {
+  KernelDesc fwd;
+  fwd.name = "t", fwd.headDim = 32, fwd.blockQ = 16, fwd.blockKv = 16, fwd.warps = 1;
+  fwd.stages = 1, fwd.scale = 1.0f / std::sqrt(32.0f), fwd.entryPoints = {"attnc_fwd_t"};
+  fwd.smemBytes = attnc::tile::fwdSmemBytes(16, 16, 32, 1, 4);
+  HostCompiler host(&KernelCache::processDefault());
+  Expected<CudaAttention> a = CudaAttention::compileEmulated(denseForwardSource(), "sm_75", "sm_75",
+                                                             "f32", fwd, std::nullopt, host);
+  ASSERT_TRUE(a) << a.error();
+  KernelDevice &dev = a->kernelDevice();
+  const int64_t B = 1, H = 2, N = 5, D = 32, n = B * H * N * D;
+  std::vector<void *> owned;
+  auto alloc = [&](size_t bytes) {
+    Expected<void *> p = dev.allocate(bytes + 64, "test");
+    EXPECT_TRUE(p);
+    owned.push_back(*p);
+    return static_cast<unsigned char *>(*p);
+  };
+  std::vector<float> ones(size_t(n), 0.5f);
+  unsigned char *q = alloc(n * 4), *k = alloc(n * 4), *v = alloc(n * 4), *o = alloc(n * 4),
+                *lse = alloc(B * H * N * 4);
+  for (unsigned char *p : {q, k, v})
+    ASSERT_TRUE(dev.upload(p, ones.data(), n * 4));
+  const std::vector<int64_t> s4{B, H, N, D};
+  DeviceAttentionArgs x;
+  x.q = DeviceTensor{"q", q, s4, {}, "f32"}, x.k = DeviceTensor{"k", k, s4, {}, "f32"};
+  x.v = DeviceTensor{"v", v, s4, {}, "f32"}, x.out = DeviceTensor{"out", o, s4, {}, "f32"};
+  x.lse = DeviceTensor{"lse", lse, {B, H, N}, {}, "f32"};
+  ASSERT_TRUE(a->forwardOnDevice(x));
+  std::vector<float> out(static_cast<size_t>(n));
+  ASSERT_TRUE(dev.download(out.data(), o, n * 4));
+  for (float y : out) // equal values attend to equal values
+    ASSERT_FLOAT_EQ(y, 0.5f);
+  DeviceAttentionArgs bad = x;
+  bad.k.data = k + 4; // a view starting one element in
+  Status s = a->forwardOnDevice(bad);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().find("tensor 'k'"), std::string::npos) << s.error();
+  bad = x;
+  bad.v.strides = {N * D * H, D, H * D, 1}; // [B, N, H, D] memory seen as [B, H, N, D]
+  s = a->forwardOnDevice(bad);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().find("tensor 'v' is not contiguous"), std::string::npos) << s.error();
+  bad = x;
+  bad.out.dtype = "f16";
+  s = a->forwardOnDevice(bad);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().find("tensor 'out' is f16"), std::string::npos) << s.error();
+  for (void *p : owned)
+    dev.release(p);
 }
 
 } // namespace

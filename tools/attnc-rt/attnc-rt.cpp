@@ -11,10 +11,12 @@
 #include "runtime/NvrtcCompiler.h"
 #include "runtime/Version.h"
 #include "runtime/train/ArtifactTrain.h"
+#include "runtime/tune/AttentionBench.h"
 #include "tools/TrainFlags.h"
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <iostream>
 
 int main(int argc, char **argv) {
@@ -31,8 +33,9 @@ int main(int argc, char **argv) {
   run->add_option("--weights", opts.weights, "safetensors with E, F and per-head parameters");
   run->add_option("--grad", opts.grad, "safetensors with dout: also compute the gradients");
   run->add_option("--output", opts.output, "safetensors to write")->required();
-  run->add_option("--target", opts.target, "cpu or cuda")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
+  run->add_option("--target", opts.target,
+                  "cpu, cuda, or cuda-sim (a CUDA artifact's kernels on the CPU's SIMT emulator)")
+      ->check(CLI::IsMember({"cpu", "cuda", "cuda-sim"}))
       ->capture_default_str();
   run->add_option("--seed", opts.seed, "seed of weights the weights file lacks")
       ->capture_default_str();
@@ -68,10 +71,38 @@ int main(int argc, char **argv) {
   train
       ->add_option("--engine", topts.engine,
                    "compiled: the artifact's step on its target (a CUDA artifact on the GPU); "
-                   "cuda-sim: a CUDA artifact's step with its kernels on the SIMT emulator and "
-                   "its attention on the artifact's CPU kernels (no GPU needed; slow)")
+                   "cuda-sim: a CUDA artifact's step with its kernels on the SIMT emulator (no "
+                   "GPU needed; slow)")
       ->check(CLI::IsMember({"compiled", "cuda-sim"}))
       ->capture_default_str();
+  train->add_flag("--host-attention", topts.hostAttention,
+                  "CUDA steps: attention through the host (operands downloaded and results "
+                  "uploaded each call; cuda-sim: on the artifact's CPU kernels) instead of the "
+                  "f32 dense and LSH kernels on the step's own buffers");
+
+  std::string benchDir, benchCsv;
+  std::vector<std::string> benchShapes;
+  attnc::tune::AttentionBenchOptions bopts;
+  CLI::App *bench = app.add_subcommand(
+      "bench", "Time a CUDA artifact's attention kernels (forward and backward) on random inputs: "
+               "milliseconds by CUDA events, TFLOP/s against the GPU's datasheet peak, memory");
+  bench->add_option("dir", benchDir, "CUDA artifact directory (attnc compile --target cuda)")
+      ->required();
+  bench->add_option("--shape", benchShapes,
+                    "B,H,N to time (repeatable; default 4,16,1024 and "
+                    "2,16,4096)");
+  bench->add_option("--kernel", bopts.kernel, "only this forward kernel (default: all)");
+  bench->add_option("--repeats", bopts.repeats, "timed runs after one warm-up (the median)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  bench
+      ->add_option("--target", bopts.target,
+                   "cuda (a GPU), or cuda-sim (the SIMT emulator: rehearses the mechanics; its "
+                   "times are the CPU's)")
+      ->check(CLI::IsMember({"cuda", "cuda-sim"}))
+      ->capture_default_str();
+  bench->add_flag("!--no-backward", bopts.backward, "time the forward only");
+  bench->add_option("--csv", benchCsv, "also write the rows as CSV here");
 
   CLI::App *info = app.add_subcommand("info", "Print the toolchain, cache and GPU of this machine");
 
@@ -98,6 +129,38 @@ int main(int argc, char **argv) {
       return 1;
     }
     attnc::train::writeTrainReport(*r, topts.out, std::cout);
+    return 0;
+  }
+  if (bench->parsed()) {
+    if (!benchShapes.empty())
+      bopts.shapes.clear();
+    for (const std::string &text : benchShapes) {
+      long long b = 0, h = 0, n = 0;
+      char tail = 0;
+      if (std::sscanf(text.c_str(), "%lld,%lld,%lld%c", &b, &h, &n, &tail) != 3 || b < 1 || h < 1 ||
+          n < 1) {
+        std::cerr << "attnc-rt bench: error: --shape '" << text
+                  << "': expected B,H,N (three positive integers)\n";
+        return 1;
+      }
+      bopts.shapes.push_back({b, h, n});
+    }
+    attnc::Expected<attnc::Artifact> artifact = attnc::openArtifact(benchDir);
+    if (!artifact) {
+      std::cerr << "attnc-rt bench: error: " << artifact.error() << "\n";
+      return 1;
+    }
+    auto rows = attnc::tune::benchArtifactAttention(*artifact, bopts);
+    if (!rows) {
+      std::cerr << "attnc-rt bench: error: " << rows.error() << "\n";
+      return 1;
+    }
+    attnc::tune::printBenchTable(std::cout, *rows);
+    if (!benchCsv.empty())
+      if (attnc::Status s = attnc::tune::writeBenchCsv(benchCsv, *rows); !s) {
+        std::cerr << "attnc-rt bench: error: " << s.error() << "\n";
+        return 1;
+      }
     return 0;
   }
   if (info->parsed()) {

@@ -63,12 +63,17 @@ int main(int argc, char **argv) {
 
   attnc::driver::BenchOptions bopts;
   CLI::App *bench = app.add_subcommand(
-      "bench", "Time attention on the CPU side by side: dense (fused and unfused), low-rank, "
-               "LSH; or the Linformer table, training steps, tuned kernels");
+      "bench", "Time attention side by side: on the CPU dense (fused and unfused), low-rank, "
+               "LSH; on a GPU (--target cuda) the same kernel families by CUDA events with "
+               "TFLOP/s against its peak; or the Linformer table, training steps, tuned kernels");
   bench
       ->add_option("--target", bopts.target,
-                   "where to run (cpu; cuda is not implemented yet and exits 2)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
+                   "where to run: cpu; cuda (the GPU present; exits 1 without one); cuda-sim "
+                   "(the GPU program on the CPU's SIMT emulator: mechanics only, CPU speed)")
+      ->check(CLI::IsMember({"cpu", "cuda", "cuda-sim"}))
+      ->capture_default_str();
+  bench->add_option("--dtype", bopts.dtype, "--target cuda, cuda-sim: the kernels' element type")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
       ->capture_default_str();
   bench->add_option("--n", bopts.lengths, "sequence lengths")
       ->delimiter(',')
@@ -154,11 +159,15 @@ int main(int argc, char **argv) {
   run->add_option("--grad", ropts.grad, "safetensors with dout: also compute the gradients");
   run->add_option("--output", ropts.output, "safetensors to write out, lse (and gradients)")
       ->required();
-  run->add_option("--target", ropts.target, "where to run")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
+  run->add_option("--target", ropts.target,
+                  "where to run: cpu; cuda (a GPU); cuda-sim (the CUDA kernels on the CPU's "
+                  "SIMT emulator, at --arch's tiles)")
+      ->check(CLI::IsMember({"cpu", "cuda", "cuda-sim"}))
       ->capture_default_str();
-  run->add_option("--arch", ropts.arch, "--target cuda: the architecture (default: the GPU's)");
-  run->add_option("--dtype", ropts.dtype, "--target cuda: the kernels' element type")
+  run->add_option("--arch", ropts.arch,
+                  "--target cuda: the architecture (default: the GPU's); cuda-sim: whose tiles "
+                  "(default sm_80)");
+  run->add_option("--dtype", ropts.dtype, "--target cuda, cuda-sim: the kernels' element type")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))
       ->capture_default_str();
   run->add_option("--seed", ropts.seed, "seed of weights the weights file lacks")
@@ -223,6 +232,10 @@ int main(int argc, char **argv) {
                    "on the CPU (slow: checks the generated CUDA without a GPU)")
       ->check(CLI::IsMember({"compiled", "cuda-sim"}))
       ->capture_default_str();
+  trainCmd->add_flag("--host-attention", topts.hostAttention,
+                     "--target cuda / --engine cuda-sim: attention through the host (operands "
+                     "downloaded, results uploaded each call) instead of the f32 dense and LSH "
+                     "kernels on the step's own buffers");
   trainCmd
       ->add_option("--optimizer", topts.optimizer,
                    "--target cuda / --engine cuda-sim: device (AdamW on the device, the "

@@ -87,6 +87,15 @@ ATTNC_TILE_FN long long keyTileBlocks(long long nk, int blockKv, long long bh) {
   return gridBlocks(gridTiles(nk, blockKv), bh);
 }
 
+/// The head dims the CUDA dense and low-rank kernels are built for.
+constexpr int kCudaHeadDims[] = {32, 64, 80, 96, 128, 256};
+ATTNC_TILE_FN bool cudaHeadDimSupported(long long headDim) {
+  for (int d : kCudaHeadDims)
+    if (d == headDim)
+      return true;
+  return false;
+}
+
 /// Query (forward) or fixed (backward) rows owned by one warp: one m16 MMA tile.
 constexpr int kRowsPerWarp = 16;
 /// Padding after each shared-memory row (see the file comment).
