@@ -255,19 +255,25 @@ using EmuMod = emu::ModVariant<kEmuWindow>;
 using EmuDenseDrop = emu::WithDropout<EmuDense>;
 using EmuModDrop = emu::WithDropout<EmuMod>;
 constexpr float kEmuDropout = 0.25f;
+/// Plain causal attention: no parameters, so no dparams reduction (whose
+/// barriers would order what the kernels' own barriers must).
+struct EmuCausal : emu::DenseVariant {
+  static constexpr bool kCausal = true;
+};
 
 //===-- Reference (double) ------------------------------------------------===//
 
 struct Problem {
   int B, H, Nq, Nk, D;
   float scale;
-  bool mod; ///< EmuMod (else EmuDense)
+  bool mod; ///< EmuMod (else EmuDense or EmuCausal)
   std::vector<int> lengths;
   std::vector<float> params;        ///< [2 * H]
   std::vector<float> q, k, v, dout; ///< already rounded to the kernel's T
   float dropout = 0;                ///< attention dropout (0: none)
   unsigned long long dropoutSeed = 0;
   unsigned dropoutOffset = 0;
+  bool causal = false; ///< EmuCausal
 };
 
 /// The dropout factor of (b, h, i, j): 0 or 1 / (1 - p) by the mask of
@@ -278,7 +284,7 @@ double refDropout(const Problem &p, int b, int h, int i, int j) {
 
 bool refKept(const Problem &p, int b, int i, int j) {
   if (!p.mod)
-    return true;
+    return !p.causal || j <= i;
   return j <= i && j < p.lengths[b] && i - j < kEmuWindow;
 }
 
@@ -512,8 +518,12 @@ void runEmulated(const EmuShape &shape, double tol, int schedules = 3) {
     p.dropout = kEmuDropout, p.dropoutSeed = 0x5eed1234abcdull, p.dropoutOffset = 7;
   if (shape.lowRankN > 0)
     projectLowRank(p, shape.lowRankN, kHalf, kBf16);
+  p.causal = V::kCausal && V::kNumParams == 0;
   std::printf("D=%d fwd %dx%d w%d s%d, bwd %dx%d w%d s%d, %s%s%s, B=%d H=%d Nq=%d Nk=%d\n", D, FQ,
-              FKV, FW, FS, BQ, BKV, BW, BS, V::kNumParams > 0 ? "modified" : "dense",
+              FKV, FW, FS, BQ, BKV, BW, BS,
+              V::kNumParams > 0 ? "modified"
+              : p.causal        ? "causal"
+                                : "dense",
               V::kDropout ? " with dropout" : "",
               shape.lowRankN > 0 ? (" low-rank from " + std::to_string(shape.lowRankN)).c_str()
                                  : "",
@@ -736,6 +746,22 @@ TEST(CudaKernelsEmulated, Fp32D256Turing) {
 TEST(CudaKernelsEmulated, Fp32D96ThreeStages) {
   runEmulated<float, 96, 32, 32, 2, 3, 32, 32, 4, 3, EmuMod>(kLong, kTolFp32);
 }
+// Causal with more keys than queries, Nq a multiple of the backward's
+// query tile: the key blocks past the last query are seen by no query
+// block, so dK/dV's loop over query blocks never runs and its epilogue
+// stages zeros in the shared memory its K/V copies land in (the barrier
+// after the final wait_group keeps other threads' copies from landing on
+// them). Plain causal (no dparams reduction, whose barriers would hide a
+// missing one) and modified; pipelined and one-slot backward, and a
+// default tile.
+const EmuShape kKeysPastQueries{2, 2, 64, 140};
+TEST(CudaKernelsEmulated, KeyBlocksPastTheQueries) {
+  runEmulated<float, 32, 64, 32, 4, 2, 32, 32, 4, 2, EmuCausal>(kKeysPastQueries, kTolFp32);
+  runEmulated<float, 32, 64, 32, 4, 2, 32, 32, 4, 2, EmuMod>(kKeysPastQueries, kTolFp32);
+  runEmulated<__half, 80, 32, 16, 2, 1, 16, 16, 2, 0, EmuCausal>(kKeysPastQueries, kTolFp16);
+  runDefaultTiles<__nv_bfloat16, 128, 90, EmuCausal>(kKeysPastQueries, kTolBf16);
+}
+
 // Every dense kernel at its shipped default tile (defaultTile: 64- to
 // 128-row tiles, 4 or 8 warps, 1 or 2 stages), for fp32, fp16 and bf16 at
 // head dims 64, 128 and 256: fp16 at sm_80's defaults, fp32 and bf16 at
