@@ -141,6 +141,48 @@ extern "C" int attnc_host_lowrank_project_bwd(
 }
 )";
 
+/// Offsets of parts of `bytes` laid out one after the other, each 256-byte
+/// aligned; the total last.
+std::vector<size_t> packParts(std::vector<size_t> bytes) {
+  size_t total = 0;
+  for (size_t &p : bytes) {
+    const size_t at = total;
+    total += (p + 255) / 256 * 256;
+    p = at;
+  }
+  bytes.push_back(total);
+  return bytes;
+}
+
+/// The LSH kernels' workspace (offsets, the total last): buckets, perm,
+/// keys, round_out, round_lse; the backward's delta, round_dq, round_dk,
+/// round_dv; out and lse when the caller gave none.
+std::vector<size_t> lshWorkspaceParts(int64_t B, int64_t H, int64_t N, int64_t D, int64_t R,
+                                      int chunk, bool backward, bool ownOut, size_t elemBytes) {
+  const int64_t bh = B * H, npad = attnc::tile::lshPaddedLength(int(N), chunk);
+  const size_t nqd = size_t(bh * N * D);
+  std::vector<size_t> parts = {size_t(bh * R * N) * 4, size_t(bh * R * npad) * 4, nqd * 4,
+                               nqd * R * 4, size_t(bh * R * N) * 4};
+  if (backward)
+    parts.insert(parts.end(), {size_t(bh * N) * 4, nqd * R * 4, nqd * R * 4, nqd * R * 4});
+  if (ownOut)
+    parts.insert(parts.end(), {nqd * elemBytes, size_t(bh * N) * 4});
+  return packParts(std::move(parts));
+}
+
+/// The kernels of attnc/device_support.cuh, as a module's source.
+constexpr const char *kSupportSource = R"(#include "attnc/device_support.cuh"
+extern "C" __global__ void __launch_bounds__(attnc::kStridedGemmThreads)
+attnc_strided_gemm(attnc::StridedGemmArgs a) { attnc::strided_gemm(a); }
+extern "C" __global__ void attnc_convert_f32_f16(attnc::ConvertArgs a) { attnc::convert<float, __half>(a); }
+extern "C" __global__ void attnc_convert_f16_f32(attnc::ConvertArgs a) { attnc::convert<__half, float>(a); }
+extern "C" __global__ void attnc_convert_f32_bf16(attnc::ConvertArgs a) { attnc::convert<float, __nv_bfloat16>(a); }
+extern "C" __global__ void attnc_convert_bf16_f32(attnc::ConvertArgs a) { attnc::convert<__nv_bfloat16, float>(a); }
+)";
+const std::vector<std::string> kSupportEntries = {"attnc_strided_gemm", "attnc_convert_f32_f16",
+                                                  "attnc_convert_f16_f32", "attnc_convert_f32_bf16",
+                                                  "attnc_convert_bf16_f32"};
+
 } // namespace
 
 Status checkDeviceOperand(const DeviceTensor &t, const std::string &kernel,
@@ -284,7 +326,19 @@ Expected<CudaAttention> CudaAttention::compile(const std::string &source,
   CudaAttention a;
   a.device_ = std::move(*device);
   a.module_ = std::move(*module);
-  return finish(std::move(a), dtype, plans->first, plans->second);
+  Expected<CudaAttention> done = finish(std::move(a), dtype, plans->first, plans->second);
+  if (!done)
+    return done;
+  if (Status s = done->compileSupport(
+          [&](const std::string &name, const std::string &src, const std::vector<std::string> &) {
+            Expected<Cubin> c = compiler.compile(name + ".cu", src, options);
+            if (!c)
+              return Expected<std::unique_ptr<KernelModule>>(c.takeError());
+            return loadGpuKernelModule(*c);
+          });
+      !s)
+    return s.takeError();
+  return done;
 }
 
 Expected<CudaAttention>
@@ -314,7 +368,16 @@ CudaAttention::compileEmulated(const std::string &source, const std::string &com
   CudaAttention a;
   a.device_ = createEmulatedKernelDevice();
   a.module_ = std::move(*module);
-  return finish(std::move(a), dtype, plans->first, plans->second);
+  Expected<CudaAttention> done = finish(std::move(a), dtype, plans->first, plans->second);
+  if (!done)
+    return done;
+  if (Status s = done->compileSupport([&](const std::string &name, const std::string &src,
+                                          const std::vector<std::string> &entries) {
+        return compileEmulatedKernelModule(name, src, entries, {}, compiler);
+      });
+      !s)
+    return s.takeError();
+  return done;
 }
 
 Status CudaAttention::launch(const std::string &entry, long long blocks, int warps, size_t smem,
@@ -326,18 +389,22 @@ Status CudaAttention::launch(const std::string &entry, long long blocks, int war
   return module_->launch(entry, blocks, warps * 32, smem, args, argBytes);
 }
 
-Expected<char *> CudaAttention::workspace(size_t bytes) {
-  if (workspaceBytes_ < bytes) {
-    workspace_.reset(); // the old one first: the new one may need its room
-    workspaceBytes_ = 0;
-    Expected<void *> w = device_->allocate(bytes, "the attention kernels' workspace");
+Expected<char *> CudaAttention::kept(KeptBuffer &buffer, size_t bytes, const std::string &what) {
+  if (buffer.bytes < bytes) {
+    buffer.data.reset(); // the old one first: the new one may need its room
+    buffer.bytes = 0;
+    Expected<void *> w = device_->allocate(bytes, what);
     if (!w)
       return w.takeError();
     std::shared_ptr<KernelDevice> dev = device_;
-    workspace_ = std::shared_ptr<void>(*w, [dev](void *p) { dev->release(p); });
-    workspaceBytes_ = bytes;
+    buffer.data = std::shared_ptr<void>(*w, [dev](void *p) { dev->release(p); });
+    buffer.bytes = bytes;
   }
-  return static_cast<char *>(workspace_.get());
+  return static_cast<char *>(buffer.data.get());
+}
+
+Expected<char *> CudaAttention::workspace(size_t bytes) {
+  return kept(workspace_, bytes, "the attention kernels' workspace");
 }
 
 Status CudaAttention::forwardOnDevice(const DeviceAttentionArgs &x) {
@@ -412,9 +479,7 @@ Status CudaAttention::backwardOnDevice(const DeviceAttentionArgs &x) {
     return makeError("kernel " + bwd_->name + ": no buffer for the gradient of its " +
                      std::to_string(P) + " per-head parameters");
   // Workspace: delta, and the dparams partials.
-  const long long partial =
-      attnc::tile::bwd_workspace_floats(int(B), int(H), int(Nq), int(Nk), P, bwd_->blockKv);
-  Expected<char *> w = workspace(sizeof(float) * size_t(B * H * Nq + std::max(partial, 1LL)));
+  Expected<char *> w = workspace(denseBackwardWorkspaceBytes(B, H, Nq, Nk));
   if (!w)
     return w.takeError();
   float *delta = reinterpret_cast<float *>(*w);
@@ -633,23 +698,10 @@ Status CudaAttention::lshOnDevice(const DeviceAttentionArgs &x, bool withBackwar
   if (!ownOut)
     if (Status s = checkDeviceOperand(x.lse, fwd_.name, "f32", {B, H, N}, false); !s)
       return s;
-  // Workspace, each part 256-byte aligned: buckets, perm, keys, round_out,
-  // round_lse; the backward's delta, round_dq, round_dk, round_dv; out and
-  // lse when the caller gave none.
-  const int64_t bh = B * H, npad = attnc::tile::lshPaddedLength(int(N), l.chunk);
-  const size_t nqd = size_t(bh * N * D);
-  std::vector<size_t> parts = {size_t(bh * R * N) * 4, size_t(bh * R * npad) * 4, nqd * 4,
-                               nqd * R * 4, size_t(bh * R * N) * 4};
-  if (withBackward)
-    parts.insert(parts.end(), {size_t(bh * N) * 4, nqd * R * 4, nqd * R * 4, nqd * R * 4});
-  if (ownOut)
-    parts.insert(parts.end(), {nqd * elemBytes(dtype_), size_t(bh * N) * 4});
-  size_t total = 0;
-  for (size_t &p : parts) {
-    const size_t at = total;
-    total += (p + 255) / 256 * 256;
-    p = at;
-  }
+  const int64_t bh = B * H;
+  std::vector<size_t> parts =
+      lshWorkspaceParts(B, H, N, D, R, l.chunk, withBackward, ownOut, elemBytes(dtype_));
+  const size_t total = parts.back();
   Expected<char *> w = workspace(total);
   if (!w)
     return w.takeError();
@@ -782,6 +834,295 @@ Expected<AttentionOutputs> CudaAttention::runLsh(const AttentionInputs &in) {
   out.dq = st::Tensor::f32(qs, *gq);
   out.dv = st::Tensor::f32(in.v->shape, *gv);
   return out;
+}
+
+//===-- A training step's f32 buffers -------------------------------------===//
+
+Status CudaAttention::compileSupport(
+    const std::function<Expected<std::unique_ptr<KernelModule>>(
+        const std::string &, const std::string &, const std::vector<std::string> &)> &compile) {
+  if (!fwd_.lowrank && dtype_ == "f32")
+    return {}; // attendF32OnDevice calls the attention kernels alone
+  Expected<std::unique_ptr<KernelModule>> m =
+      compile("attnc_device_support", kSupportSource, kSupportEntries);
+  if (!m)
+    return makeError("the kernels around " + fwd_.name +
+                     " (attnc/device_support.cuh): " + m.error());
+  support_ = std::move(*m);
+  return {};
+}
+
+Status CudaAttention::launchSupport(const std::string &entry, long long blocks, int threads,
+                                    const void *args, size_t argBytes) {
+  if (!support_)
+    return makeError("kernel " + fwd_.name +
+                     ": the kernels of attnc/device_support.cuh were "
+                     "not compiled");
+  if (blocks < 1 || blocks > attnc::tile::kMaxGridX)
+    return makeError("kernel " + entry + ": a grid of " + std::to_string(blocks) +
+                     " blocks is outside CUDA's 1 to " + std::to_string(attnc::tile::kMaxGridX));
+  return support_->launch(entry, blocks, threads, 0, args, argBytes);
+}
+
+Status CudaAttention::convertOnDevice(const void *in, const std::string &from, void *out,
+                                      const std::string &to, int64_t n) {
+  ConvertArgs c{in, out, n};
+  const long long perBlock = static_cast<long long>(kConvertThreads) * kConvertPerThread;
+  return launchSupport("attnc_convert_" + from + "_" + to, (n + perBlock - 1) / perBlock,
+                       kConvertThreads, &c, sizeof c);
+}
+
+Status CudaAttention::projectOnDevice(const StridedGemmArgs &g, long long batches) {
+  const long long tiles = ((g.m + kStridedGemmTile - 1) / kStridedGemmTile) *
+                          ((g.n + kStridedGemmTile - 1) / kStridedGemmTile);
+  return launchSupport("attnc_strided_gemm", batches * tiles, kStridedGemmThreads, &g, sizeof g);
+}
+
+size_t CudaAttention::denseBackwardWorkspaceBytes(int64_t B, int64_t H, int64_t Nq,
+                                                  int64_t Nk) const {
+  const int P = bwd_ ? bwd_->numParams : 0, blockKv = bwd_ ? bwd_->blockKv : 1;
+  const long long partial =
+      attnc::tile::bwd_workspace_floats(int(B), int(H), int(Nq), int(Nk), P, blockKv);
+  return sizeof(float) * size_t(B * H * Nq + std::max(partial, 1LL));
+}
+
+size_t CudaAttention::lshWorkspaceBytes(int64_t B, int64_t H, int64_t N, bool backward,
+                                        bool ownOut) const {
+  return lshWorkspaceParts(B, H, N, fwd_.headDim, fwd_.lsh->rounds, fwd_.lsh->chunk, backward,
+                           ownOut, elemBytes(dtype_))
+      .back();
+}
+
+namespace {
+
+/// The operand space of attendF32OnDevice for [B, H, N, D] with Nk keys
+/// reaching the kernels: offsets of the parts (the total last).
+enum F32Part {
+  kPartQ,
+  kPartK,
+  kPartV,
+  kPartOut,
+  kPartDout,
+  kPartDq,
+  kPartDk,
+  kPartDv,
+  kPartKp,
+  kPartVp,
+  kPartDkp,
+  kPartDvp
+};
+std::vector<size_t> f32OperandParts(int64_t B, int64_t H, int64_t N, int64_t Nk, int64_t D,
+                                    size_t elemBytes, bool converted, bool lowrank) {
+  const size_t q = size_t(B * H * N * D), k = size_t(B * H * Nk * D);
+  const size_t c = converted ? elemBytes : 0, p = lowrank ? 4 : 0;
+  return packParts(
+      {q * c, k * c, k * c, q * c, q * c, q * c, k * c, k * c, k * p, k * p, k * p, k * p});
+}
+
+} // namespace
+
+Status CudaAttention::reserveF32OnDevice(int64_t B, int64_t H, int64_t N) {
+  if (Status s = device_->bind(); !s)
+    return s;
+  const int64_t Nk = fwd_.lowrank ? fwd_.lowrankK : N;
+  const bool converted = dtype_ != "f32";
+  if (converted || fwd_.lowrank) {
+    const size_t bytes =
+        f32OperandParts(B, H, N, Nk, fwd_.headDim, elemBytes(dtype_), converted, fwd_.lowrank)
+            .back();
+    if (Expected<char *> o = kept(operands_, bytes, "the attention's converted operands"); !o)
+      return o.takeError();
+  }
+  const size_t w = fwd_.lsh ? lshWorkspaceBytes(B, H, N, bwd_.has_value(), true)
+                            : (bwd_ ? denseBackwardWorkspaceBytes(B, H, N, Nk) : size_t(0));
+  if (w)
+    if (Expected<char *> ws = workspace(w); !ws)
+      return ws.takeError();
+  return {};
+}
+
+Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backward) {
+  const std::string &name = fwd_.name;
+  if (!runsOnF32DeviceOperands())
+    return makeError("kernel " + name + ": shared-QK dense attention runs through run()");
+  if (backward && !bwd_)
+    return makeError("no backward kernel was compiled for " + name);
+  if (Status s = device_->bind(); !s)
+    return s;
+  if (x.q.shape.size() != 4)
+    return makeError("kernel " + name + ": q must be [B, H, N, D], got " + shapeStr(x.q.shape));
+  const int64_t B = x.q.shape[0], H = x.q.shape[1], N = x.q.shape[2], D = x.q.shape[3];
+  if (D != fwd_.headDim)
+    return makeError("kernel " + name + " was compiled for head dim " +
+                     std::to_string(fwd_.headDim) + ", got " + std::to_string(D));
+  const bool lsh = fwd_.lsh.has_value(), lowrank = fwd_.lowrank;
+  const std::vector<int64_t> s4{B, H, N, D}, s3{B, H, N};
+  // The step's operands, all f32. LSH's keys are its queries; its backward
+  // may leave out and lse to the kernels' workspace.
+  std::vector<const DeviceTensor *> operands = {&x.q, &x.v};
+  if (!lsh)
+    operands.push_back(&x.k);
+  const bool withOut = !(lsh && backward && !x.out.data);
+  if (withOut)
+    operands.push_back(&x.out);
+  if (backward) {
+    operands.insert(operands.end(), {&x.dout, &x.dq, &x.dv});
+    if (!lsh)
+      operands.push_back(&x.dk);
+  }
+  for (const DeviceTensor *t : operands)
+    if (Status s = checkDeviceOperand(*t, name, "f32", s4, true); !s)
+      return s;
+  if (withOut)
+    if (Status s = checkDeviceOperand(x.lse, name, "f32", s3, false); !s)
+      return s;
+  const int64_t K = fwd_.lowrankK, Nmax = fwd_.maxSeq;
+  if (lowrank) {
+    if (!x.E)
+      return makeError("low-rank kernel " + name + ": no projection E");
+    if (K < 1 || N > Nmax)
+      return makeError("low-rank kernel " + name + ": E is [" + std::to_string(K) + ", " +
+                       std::to_string(Nmax) + "], which cannot project " + std::to_string(N) +
+                       " keys");
+    if (backward && !x.dE)
+      return makeError("low-rank kernel " + name + ": no buffer for the gradient of E");
+  }
+  const int64_t Nk = lowrank ? K : N;
+  const bool converted = dtype_ != "f32";
+  const std::vector<size_t> at =
+      f32OperandParts(B, H, N, Nk, D, elemBytes(dtype_), converted, lowrank);
+  char *space = nullptr;
+  if (converted || lowrank) {
+    Expected<char *> o = kept(operands_, at.back(), "the attention's converted operands");
+    if (!o)
+      return o.takeError();
+    space = *o;
+  }
+  auto part = [&](F32Part p) { return static_cast<void *>(space + at[p]); };
+  const std::vector<int64_t> k4{B, H, Nk, D};
+  auto f32View = [](const char *n, const void *p, std::vector<int64_t> shape) {
+    return DeviceTensor{n, const_cast<void *>(p), std::move(shape), {}, "f32"};
+  };
+
+  // Low-rank: K' = E·K, V' = F·V (F = E when shared), [B, H, K, D], f32.
+  const bool perHead = fwd_.share == "none";
+  const float *F = x.F ? x.F : x.E;
+  auto projection = [&](const float *e, const void *in, void *out) {
+    StridedGemmArgs g{};
+    g.a = e, g.b = static_cast<const float *>(in), g.c = static_cast<float *>(out);
+    g.m = K, g.n = D, g.k = N;
+    g.a_row = Nmax, g.a_col = 1, g.b_row = D, g.b_col = 1, g.c_row = D, g.c_col = 1;
+    g.a_batch = perHead ? K * Nmax : 0, g.a_batch_mod = H;
+    g.b_batch = N * D, g.c_batch = K * D;
+    g.terms = 1, g.beta = 0;
+    return projectOnDevice(g, B * H);
+  };
+  const void *k32 = x.k.data, *v32 = x.v.data;
+  if (lowrank) {
+    if (Status s = projection(x.E, x.k.data, part(kPartKp)); !s)
+      return s;
+    if (Status s = projection(F, x.v.data, part(kPartVp)); !s)
+      return s;
+    k32 = part(kPartKp), v32 = part(kPartVp);
+  }
+
+  // The kernels' operands: the f32 ones, or converted copies.
+  DeviceAttentionArgs y = x;
+  auto input = [&](const char *n, const void *f32, F32Part p, std::vector<int64_t> shape,
+                   DeviceTensor &view) -> Status {
+    if (!converted) {
+      view = f32View(n, f32, std::move(shape));
+      return {};
+    }
+    const int64_t count = shape[0] * shape[1] * shape[2] * shape[3];
+    view = DeviceTensor{n, part(p), std::move(shape), {}, dtype_};
+    return convertOnDevice(f32, "f32", part(p), dtype_, count);
+  };
+  auto output = [&](const char *n, void *f32, F32Part p, std::vector<int64_t> shape,
+                    DeviceTensor &view) {
+    view = converted ? DeviceTensor{n, part(p), std::move(shape), {}, dtype_}
+                     : f32View(n, f32, std::move(shape));
+  };
+  auto back = [&](const DeviceTensor &view, void *f32) -> Status {
+    if (!converted)
+      return {};
+    const int64_t count = view.shape[0] * view.shape[1] * view.shape[2] * view.shape[3];
+    return convertOnDevice(view.data, dtype_, f32, "f32", count);
+  };
+  for (Status s :
+       {input("q", x.q.data, kPartQ, s4, y.q), input("v", v32, kPartV, lsh ? s4 : k4, y.v)})
+    if (!s)
+      return s;
+  if (!lsh)
+    if (Status s = input("k", k32, kPartK, k4, y.k); !s)
+      return s;
+
+  if (!backward) {
+    output("out", x.out.data, kPartOut, s4, y.out);
+    if (Status s = lsh ? lshOnDevice(y, false) : forwardOnDevice(y); !s)
+      return s;
+    return back(y.out, x.out.data);
+  }
+
+  // Backward: dout (and the forward's out) in, dq, dk', dv' out.
+  if (Status s = input("dout", x.dout.data, kPartDout, s4, y.dout); !s)
+    return s;
+  if (withOut)
+    if (Status s = input("out", x.out.data, kPartOut, s4, y.out); !s)
+      return s;
+  void *dk32 = lowrank ? part(kPartDkp) : x.dk.data, *dv32 = lowrank ? part(kPartDvp) : x.dv.data;
+  output("dq", x.dq.data, kPartDq, s4, y.dq);
+  output("dv", dv32, kPartDv, lsh ? s4 : k4, y.dv);
+  if (!lsh)
+    output("dk", dk32, kPartDk, k4, y.dk);
+  if (Status s = lsh ? lshOnDevice(y, true) : backwardOnDevice(y); !s)
+    return s;
+  for (Status s : {back(y.dq, x.dq.data), back(y.dv, dv32)})
+    if (!s)
+      return s;
+  if (lsh) // the key path is folded into dq
+    return x.dk.data ? device_->zero(x.dk.data, sizeof(float) * size_t(B * H * N * D)) : Status{};
+  if (Status s = back(y.dk, dk32); !s)
+    return s;
+  if (!lowrank)
+    return {};
+
+  // Low-rank backward: dK = Eᵀ·dK', dE = Σ dK'·Kᵀ (summed over the batch,
+  // and over heads when shared); the same for V with F. dE's columns past
+  // N stay zero.
+  auto backProjection = [&](const float *e, const void *in, const void *dIn, void *dOut,
+                            float *dE) -> Status {
+    StridedGemmArgs g{}; // dX[b, h] (N x D) = E_hᵀ (N x K) · dX'[b, h] (K x D)
+    g.a = e, g.b = static_cast<const float *>(dIn), g.c = static_cast<float *>(dOut);
+    g.m = N, g.n = D, g.k = K;
+    g.a_row = 1, g.a_col = Nmax, g.b_row = D, g.b_col = 1, g.c_row = D, g.c_col = 1;
+    g.a_batch = perHead ? K * Nmax : 0, g.a_batch_mod = H;
+    g.b_batch = K * D, g.c_batch = N * D;
+    g.terms = 1, g.beta = 0;
+    if (Status s = projectOnDevice(g, B * H); !s)
+      return s;
+    StridedGemmArgs w{}; // dE_g (K x N) += dX'[b, h] (K x D) · X[b, h]ᵀ (D x N)
+    w.a = static_cast<const float *>(dIn), w.b = static_cast<const float *>(in), w.c = dE;
+    w.m = K, w.n = N, w.k = D;
+    w.a_row = D, w.a_col = 1, w.b_row = 1, w.b_col = D, w.c_row = Nmax, w.c_col = 1;
+    w.beta = 1;
+    if (perHead) { // C_h = Σ_b: batch h, term b
+      w.a_batch = K * D, w.a_batch_mod = H, w.b_batch = N * D, w.c_batch = K * Nmax;
+      w.terms = int(B), w.a_term = H * K * D, w.b_term = H * N * D;
+      return projectOnDevice(w, H);
+    }
+    w.a_batch_mod = 1, w.terms = int(B * H), w.a_term = K * D, w.b_term = N * D;
+    return projectOnDevice(w, 1);
+  };
+  const size_t eBytes = sizeof(float) * size_t((perHead ? H : 1) * K * Nmax);
+  if (Status s = device_->zero(x.dE, eBytes); !s)
+    return s;
+  if (x.dF)
+    if (Status s = device_->zero(x.dF, eBytes); !s)
+      return s;
+  if (Status s = backProjection(x.E, x.k.data, dk32, x.dk.data, x.dE); !s)
+    return s;
+  return backProjection(F, x.v.data, dv32, x.dv.data, x.dF ? x.dF : x.dE);
 }
 
 } // namespace attnc

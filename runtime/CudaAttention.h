@@ -8,13 +8,17 @@
 // emulator on the CPU (the same source, host-compiled at the tiles a given
 // arch gets: `attnc run --target cuda-sim`).
 //
-// Two ways in:
+// Three ways in:
 //   - run(): host f32 tensors in and out (f16/bf16 kernels get converted
 //     copies); low-rank projections run on the host around the attention.
-//   - forwardOnDevice() / backwardOnDevice(): dense operands already in
-//     device memory, in the kernels' dtype, as views (DeviceTensor) that
-//     are checked where they enter: dtype, shape, contiguity and 16-byte
-//     alignment, an error naming the tensor otherwise.
+//   - forwardOnDevice() / backwardOnDevice() / lshOnDevice(): operands
+//     already in device memory, in the kernels' dtype, as views
+//     (DeviceTensor) that are checked where they enter: dtype, shape,
+//     contiguity and 16-byte alignment, an error naming the tensor
+//     otherwise.
+//   - attendF32OnDevice(): a training step's f32 device buffers, any
+//     kind and dtype: conversions and low-rank projections run as device
+//     kernels (attnc/device_support.cuh) around the entries above.
 //
 // The GPU half has not run on a GPU yet: scripts/device-check.sh is its
 // first test; the emulated half is tested on every build.
@@ -28,6 +32,10 @@
 #include "runtime/HostCompiler.h"
 #include "runtime/KernelDevice.h"
 #include "runtime/NvrtcCompiler.h"
+
+#include "attnc/abi/KernelArgs.h"
+
+#include <functional>
 
 namespace attnc {
 
@@ -57,6 +65,11 @@ struct DeviceAttentionArgs {
   const float *params = nullptr;    ///< device [P, H], or null
   const float *rotations = nullptr; ///< LSH: device [rounds, D, buckets / 2]
   float *dparams = nullptr;         ///< backward, P > 0: device [P, H], accumulated into
+  /// Low-rank (attendF32OnDevice): E and F, device f32 [kProj, maxSeq] or,
+  /// not shared by heads, [H, kProj, maxSeq]; F null: E projects both.
+  const float *E = nullptr, *F = nullptr;
+  /// Their gradients (backward), written; dF null: V's into dE too.
+  float *dE = nullptr, *dF = nullptr;
   bool dropout = false;
   uint64_t dropoutSeed = 0;
   uint32_t dropoutOffset = 0;
@@ -96,6 +109,28 @@ public:
   /// Which kinds run on device operands: dense and LSH (low-rank needs its
   /// projections first: the caller's).
   bool runsOnDeviceOperands() const { return !fwd_.lowrank && (!fwd_.sharedQk || fwd_.lsh); }
+
+  /// A training step's attention on its own f32 device buffers, whatever
+  /// the kernels' dtype and kind: dense, low-rank or LSH; all operands
+  /// f32, [B, H, N, D] (lse [B, H, N]). Forward (`backward` false): out,
+  /// lse. Backward: dq, dk (zeros for LSH, whose keys are the queries), dv,
+  /// dE, dF and dparams (accumulated into, as backwardOnDevice does) from
+  /// dout and the forward's out and lse (LSH recomputes its forward and
+  /// may leave them empty). Around the attention kernels, on the device
+  /// (attnc/device_support.cuh): f16 and bf16 kernels read and write
+  /// converted copies; low-rank kernels attend over E·K and F·V projected
+  /// here, and their backward projects dK' and dV' back and forms dE and
+  /// dF. Copies and projections live in a kept operand space: nothing
+  /// goes through the host, and after reserveF32OnDevice nothing is
+  /// allocated.
+  Status attendF32OnDevice(const DeviceAttentionArgs &args, bool backward);
+  /// Allocates what attendF32OnDevice needs for B x H x N now (the
+  /// operand space and the kernels' workspace), for a step that must not
+  /// allocate while it runs.
+  Status reserveF32OnDevice(int64_t B, int64_t H, int64_t N);
+  /// Whether attendF32OnDevice runs these kernels (all but the dense
+  /// fallback of shared-QK attention).
+  bool runsOnF32DeviceOperands() const { return !fwd_.sharedQk || fwd_.lsh.has_value(); }
   /// The kernels' element type.
   const std::string &dtype() const { return dtype_; }
 
@@ -141,8 +176,30 @@ private:
   /// partials, LSH's buckets, permutations and per-round results), kept
   /// between calls and grown when a call needs more.
   Expected<char *> workspace(size_t bytes);
-  std::shared_ptr<void> workspace_;
-  size_t workspaceBytes_ = 0;
+  /// The workspace a dense backward and an LSH call of this shape need.
+  size_t denseBackwardWorkspaceBytes(int64_t B, int64_t H, int64_t Nq, int64_t Nk) const;
+  size_t lshWorkspaceBytes(int64_t B, int64_t H, int64_t N, bool backward, bool ownOut) const;
+  /// A buffer of the device kept between calls, grown when a call needs
+  /// more.
+  struct KeptBuffer {
+    std::shared_ptr<void> data;
+    size_t bytes = 0;
+  };
+  Expected<char *> kept(KeptBuffer &buffer, size_t bytes, const std::string &what);
+  KeptBuffer workspace_;
+  /// attendF32OnDevice: the kernels of attnc/device_support.cuh (compiled
+  /// where the attention kernels are, when the dtype or kind needs them),
+  /// and the converted and projected operands.
+  Status compileSupport(const std::function<Expected<std::unique_ptr<KernelModule>>(
+                            const std::string &name, const std::string &source,
+                            const std::vector<std::string> &entries)> &compile);
+  Status launchSupport(const std::string &entry, long long blocks, int threads, const void *args,
+                       size_t argBytes);
+  Status convertOnDevice(const void *in, const std::string &from, void *out, const std::string &to,
+                         int64_t n);
+  Status projectOnDevice(const StridedGemmArgs &g, long long batches);
+  std::unique_ptr<KernelModule> support_;
+  KeptBuffer operands_;
 };
 
 } // namespace attnc

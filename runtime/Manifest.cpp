@@ -441,6 +441,7 @@ KernelDesc ManifestKernel::desc() const {
   d.smemBytes = int(smemBytes);
   d.causal = causal, d.keyPadding = keyPadding, d.numParams = int(numParams);
   d.lowrank = kvSource == "lowrank", d.share = share, d.sharedQk = sharedQk;
+  d.lowrankK = int(lowrankK), d.maxSeq = int(maxSeq);
   if (lsh)
     d.lsh = KernelDesc::Lsh{int(lsh->numBuckets), int(lsh->rounds), int(lsh->chunk),
                             int(lsh->before),     int(lsh->after),  uint64_t(lsh->seed)};

@@ -43,7 +43,8 @@ struct KernelDesc {
   bool causal = false, keyPadding = false;
   int numParams = 0;
   bool lowrank = false;
-  std::string share; ///< none, headwise, kv (lowrank only)
+  std::string share;            ///< none, headwise, kv (lowrank only)
+  int lowrankK = 0, maxSeq = 0; ///< lowrank: E's rows and columns
   /// Keys are the normalised queries (LSH, and its dense fallback); the
   /// entry points ignore k and fold dk into dq.
   bool sharedQk = false;

@@ -49,7 +49,7 @@ mkdir -p "$work/base"
 cp -r "$root/codegen/kernels/cuda/attnc" "$work/base/attnc"
 
 # The test binaries (their other objects and libraries are linked as built).
-targets="attnc-cuda-kernel-tests attnc-cuda-lsh-tests attnc-cuda-model-step-tests attnc-cuda-optimizer-tests"
+targets="attnc-cuda-kernel-tests attnc-cuda-lsh-tests attnc-cuda-model-step-tests attnc-cuda-optimizer-tests attnc-device-support-tests"
 echo "emulator-mutations: building $targets"
 ninja -C "$build" $targets >/dev/null
 
@@ -66,12 +66,15 @@ src[step]=test/unit/CudaModelStepTest.cpp; target[step]=attnc-cuda-model-step-te
 filter[step]="CudaModelStep*"; loops[step]=0
 src[opt]=test/unit/CudaOptimizerTest.cpp; target[opt]=attnc-cuda-optimizer-tests
 filter[opt]="CudaOptimizerEmu*"; loops[opt]=0
+src[support]=test/unit/DeviceSupportTest.cpp; target[support]=attnc-device-support-tests
+filter[support]="DeviceSupportEmu.*"; loops[support]=1
 
 # The families whose tests include a header.
 families_of() {
   case "$1" in
   lsh*) echo lsh ;;
   model_step.cuh) echo step ;;
+  device_support.cuh) echo support ;;
   optimizer.cuh) echo "opt step" ;; # model_step.cuh includes optimizer.cuh
   *) echo dense ;;
   esac
@@ -79,7 +82,7 @@ families_of() {
 
 # Compile and link lines of each family, with the kernel include directory,
 # the object and the executable as placeholders.
-for fam in dense lsh step opt; do
+for fam in dense lsh step opt support; do
   python3 - "$build" "$root/${src[$fam]}" "$root/codegen/kernels/cuda" >"$work/$fam.compile" <<'PY'
 import json, sys
 build, source, kernels = sys.argv[1:]
@@ -150,7 +153,7 @@ run_family() {
 # The unmutated copy must pass, or the score means nothing.
 echo "emulator-mutations: baseline (no mutation)"
 mkdir -p "$work/baseline"
-for fam in dense lsh step opt; do
+for fam in dense lsh step opt support; do
   build_family "$work/base" "$fam" "$work/baseline/$fam" || {
     echo "emulator-mutations: baseline build of $fam failed, see $work/baseline/$fam.build.log" >&2
     exit 1
@@ -195,7 +198,7 @@ mutate() {
   done
   printf '%s\t%s\t%s\n' "$site" "$code" "$result" >"$dir/result"
   printf '  %-22s %-28s %s\n' "$site" "$code" "${result:0:110}"
-  rm -f "$dir"/*.o "$dir/dense" "$dir/lsh" "$dir/step" "$dir/opt"
+  rm -f "$dir"/*.o "$dir/dense" "$dir/lsh" "$dir/step" "$dir/opt" "$dir/support"
 }
 export -f mutate build_family run_family families_of
 export work

@@ -32,14 +32,18 @@ template <class Kernels> AttentionFn callInto(Kernels kernels) {
   return [shared](const AttentionInputs &in) { return shared->run(in); };
 }
 
-/// Attention on the step's device buffers through `kernels` (f32 dense or
-/// LSH kernels on the step's device): what a CUDA step calls instead of
-/// the host round trip.
-DeviceAttentionFn onDevice(std::shared_ptr<CudaAttention> kernels, const ModelConfig &c) {
+/// Attention on the step's device buffers through `kernels` (any dtype and
+/// kind attendF32OnDevice runs, on the step's device): what a CUDA step
+/// calls instead of the host round trip. Everything it needs on the device
+/// is allocated here, for the step's batch.
+Expected<DeviceAttentionFn> onDevice(std::shared_ptr<CudaAttention> kernels, const ModelConfig &c,
+                                     int batch) {
+  if (Status s = kernels->reserveF32OnDevice(batch, c.heads, c.seq); !s)
+    return s.takeError();
   std::vector<bool> learned;
   for (const auto &p : c.headParams)
     learned.push_back(p.learned);
-  return [kernels, learned](const DeviceAttentionCall &call) -> Status {
+  return DeviceAttentionFn([kernels, learned](const DeviceAttentionCall &call) -> Status {
     CudaAttention &k = *kernels;
     KernelDevice &dev = k.kernelDevice();
     const int64_t B = call.B, H = call.H, S = call.S, Dh = call.Dh;
@@ -49,35 +53,30 @@ DeviceAttentionFn onDevice(std::shared_ptr<CudaAttention> kernels, const ModelCo
     };
     DeviceAttentionArgs x;
     x.q = view("q", call.q, s4), x.k = view("k", call.k, s4), x.v = view("v", call.v, s4);
+    x.E = call.E, x.F = call.F;
     x.params = call.params, x.rotations = call.rotations;
     x.dropout = call.dropout, x.dropoutSeed = call.dropoutSeed;
     x.dropoutOffset = call.dropoutOffset;
     const bool lsh = k.forwardKernel().lsh.has_value();
     if (!call.dout) {
       x.out = view("out", call.out, s4), x.lse = view("lse", call.lse, s3);
-      return lsh ? k.lshOnDevice(x, false) : k.forwardOnDevice(x);
+      return k.attendF32OnDevice(x, false);
     }
     x.dout = view("dout", call.dout, s4), x.dq = view("dq", call.dq, s4);
     x.dv = view("dv", call.dv, s4);
-    const size_t qkvBytes = sizeof(float) * size_t(B * H * S * Dh);
-    const int P = k.backwardKernel() ? k.backwardKernel()->numParams : 0;
-    if (lsh) { // out and lse recomputed in its workspace; dk folded into dq
-      if (Status s = k.lshOnDevice(x, true); !s)
-        return s;
-      if (call.dk)
-        if (Status s = dev.zero(call.dk, qkvBytes); !s)
-          return s;
-    } else {
+    if (call.dk)
       x.dk = view("dk", call.dk, s4);
+    x.dE = call.dE, x.dF = call.dF;
+    if (!lsh) // LSH recomputes out and lse in its workspace
       x.out = view("out", call.forwardOut, s4), x.lse = view("lse", call.forwardLse, s3);
-      if (P && call.dparams) { // the kernels accumulate into it
-        if (Status s = dev.zero(call.dparams, sizeof(float) * size_t(P * H)); !s)
-          return s;
-        x.dparams = call.dparams;
-      }
-      if (Status s = k.backwardOnDevice(x); !s)
+    const int P = k.backwardKernel() ? k.backwardKernel()->numParams : 0;
+    if (!lsh && P && call.dparams) { // the kernels accumulate into it
+      if (Status s = dev.zero(call.dparams, sizeof(float) * size_t(P * H)); !s)
         return s;
+      x.dparams = call.dparams;
     }
+    if (Status s = k.attendF32OnDevice(x, true); !s)
+      return s;
     // No gradient for constant per-head parameters (and none at all from
     // LSH kernels), as on the host path.
     for (size_t p = 0; call.dparams && p < learned.size(); ++p)
@@ -85,7 +84,7 @@ DeviceAttentionFn onDevice(std::shared_ptr<CudaAttention> kernels, const ModelCo
         if (Status s = dev.zero(call.dparams + p * size_t(H), sizeof(float) * size_t(H)); !s)
           return s;
     return {};
-  };
+  });
 }
 
 /// The forward and backward kernels of `function` among `kernels`.
@@ -199,11 +198,13 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
   HostCompiler compiler(&KernelCache::processDefault());
   AttentionFn attention;
   DeviceAttentionFn deviceAttention;
+  std::function<DeviceTraffic()> attentionTraffic;
   auto cudaPair = attentionKernels(manifest.kernels, mm->attentionFunction,
                                    manifestPath + ": model " + mm->name);
-  if (sim && !opt.hostAttention && cudaPair && cudaPair->first->dtype == "f32") {
-    // The CUDA attention kernels on the emulator, on the step's buffers:
-    // f32 dense and LSH (others go through the host's CPU kernels).
+  if (sim && !opt.hostAttention && cudaPair) {
+    // The CUDA attention kernels on the emulator, on the step's buffers
+    // (the dense fallback of shared-QK attention goes through the host's
+    // CPU kernels).
     auto [cf, cb] = *cudaPair;
     Expected<std::string> cudaSource = artifact.file(manifest.source);
     if (!cudaSource)
@@ -213,9 +214,15 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
           *cudaSource, manifest.arch, manifest.arch, cf->dtype, cf->desc(), cb->desc(), compiler);
       if (!k)
         return k.takeError();
-      if (k->runsOnDeviceOperands()) {
-        deviceAttention = onDevice(std::make_shared<CudaAttention>(std::move(*k)), out.config);
-        std::cerr << tool << ": cuda-sim: attention runs the CUDA kernels on the step's buffers\n";
+      if (k->runsOnF32DeviceOperands()) {
+        auto shared = std::make_shared<CudaAttention>(std::move(*k));
+        Expected<DeviceAttentionFn> fn = onDevice(shared, out.config, mm->batch);
+        if (!fn)
+          return fn.takeError();
+        deviceAttention = std::move(*fn);
+        attentionTraffic = [shared] { return shared->kernelDevice().traffic(); };
+        std::cerr << tool << ": cuda-sim: attention runs the CUDA kernels (" << cf->dtype
+                  << ") on the step's buffers\n";
       }
     }
   }
@@ -235,9 +242,14 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
       std::cerr << tool << ": re-tiled for " << k->device() << ": " << line << "\n";
     auto shared = std::make_shared<CudaAttention>(std::move(*k));
     attention = [shared](const AttentionInputs &in) { return shared->run(in); };
-    // f32 dense and LSH kernels read and write the step's buffers in place.
-    if (!opt.hostAttention && shared->runsOnDeviceOperands() && shared->dtype() == "f32")
-      deviceAttention = onDevice(shared, out.config);
+    // The kernels read and write the step's buffers in place.
+    if (!opt.hostAttention && shared->runsOnF32DeviceOperands()) {
+      Expected<DeviceAttentionFn> fn = onDevice(shared, out.config, mm->batch);
+      if (!fn)
+        return fn.takeError();
+      deviceAttention = std::move(*fn);
+      attentionTraffic = [shared] { return shared->kernelDevice().traffic(); };
+    }
     std::cerr << tool << ": on " << dev->describe() << "\n";
   } else {
     Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
@@ -296,7 +308,7 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
     return step.takeError();
   out.step = std::move(*step);
   if (deviceAttention)
-    out.step->setDeviceAttention(std::move(deviceAttention));
+    out.step->setDeviceAttention(std::move(deviceAttention), std::move(attentionTraffic));
   return out;
 }
 
@@ -368,6 +380,7 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
   r.lossScale = compiled->lossScale(), r.overflowReruns = compiled->overflowReruns();
   r.stepTransfers = compiled->lastStepTransfers();
   r.deviceAttention = compiled->hasDeviceAttention();
+  r.stepAllocations = compiled->allocationsDuringSteps();
   return r;
 }
 
@@ -398,7 +411,8 @@ void writeTrainReport(const ArtifactTrainResult &r, const std::string &outDir, s
   if (r.gpu && t.uploads + t.downloads > 0)
     os << "host<->device copies in the last step: " << t.uploads << " upload(s), " << t.uploadBytes
        << " B; " << t.downloads << " download(s), " << t.downloadBytes << " B; attention "
-       << (r.deviceAttention ? "on the step's buffers" : "through the host") << "\n";
+       << (r.deviceAttention ? "on the step's buffers" : "through the host") << "; "
+       << r.stepAllocations << " device allocation(s) during the steps\n";
   os << "wrote " << outDir << "/{latest.json,train.csv,loss.svg}\n";
 }
 

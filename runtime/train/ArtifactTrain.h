@@ -92,6 +92,7 @@ struct ArtifactTrainResult {
   /// and whether attention ran on the step's buffers.
   CompiledStep::Transfers stepTransfers;
   bool deviceAttention = false;
+  long long stepAllocations = 0; ///< device allocations during the steps
 };
 
 /// Trains the artifact's model; progress goes to stderr, the result back

@@ -16,6 +16,7 @@
 #include "runtime/CpuAttention.h"
 #include "runtime/Cublas.h"
 #include "runtime/HostCompiler.h"
+#include "runtime/KernelDevice.h"
 #include "runtime/train/Parameters.h"
 #include "runtime/train/Trainer.h"
 
@@ -144,16 +145,25 @@ public:
   /// The CUDA engines: attention on the step's device buffers (set by
   /// whoever built the attention kernels on the step's device). Unset, each
   /// call's operands go to the host and back through `attention`.
-  void setDeviceAttention(DeviceAttentionFn fn) { deviceAttention_ = std::move(fn); }
+  /// `traffic`: the copies and allocations of the device the attention
+  /// kernels run on, when it is another object than the step's (counted
+  /// in transfers()).
+  void setDeviceAttention(DeviceAttentionFn fn, std::function<DeviceTraffic()> traffic = {}) {
+    deviceAttention_ = std::move(fn), attentionTraffic_ = std::move(traffic);
+  }
   bool hasDeviceAttention() const { return bool(deviceAttention_); }
   /// The CUDA engines: host<->device copies so far (uploads and downloads
   /// with their bytes), to show what a step moves.
   struct Transfers {
     long long uploads = 0, downloads = 0, uploadBytes = 0, downloadBytes = 0;
+    long long allocations = 0; ///< device memory allocations
   };
   Transfers transfers() const;
   /// Those of the last device-resident update() (one training step).
   Transfers lastStepTransfers() const { return lastStepTransfers_; }
+  /// Device memory allocations made during the device-resident update()s
+  /// so far (0: every buffer was allocated before the first step).
+  long long allocationsDuringSteps() const { return stepAllocations_; }
 
   int64_t arenaBytes() const { return desc_.arenaBytes; }
   /// CUDA engines with fp16: the current loss scale, and the steps rerun
@@ -216,7 +226,9 @@ private:
   ParameterStore &model_;
   AttentionFn attention_;
   DeviceAttentionFn deviceAttention_;
+  std::function<DeviceTraffic()> attentionTraffic_;
   Transfers lastStepTransfers_;
+  long long stepAllocations_ = 0;
   SharedObject so_;
   HostCompiler compiler_;
   StepFn *fn_ = nullptr;

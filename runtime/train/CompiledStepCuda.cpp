@@ -312,9 +312,14 @@ float CompiledStep::lossScale() const { return cuda_ ? cuda_->scaler.scale() : 1
 CompiledStep::Transfers CompiledStep::transfers() const {
   Transfers t;
   if (cuda_) {
-    const DeviceTraffic &n = cuda_->device->traffic();
-    t.uploads = n.uploads, t.downloads = n.downloads;
-    t.uploadBytes = n.uploadBytes, t.downloadBytes = n.downloadBytes;
+    auto add = [&](const DeviceTraffic &n) {
+      t.uploads += n.uploads, t.downloads += n.downloads;
+      t.uploadBytes += n.uploadBytes, t.downloadBytes += n.downloadBytes;
+      t.allocations += n.allocations;
+    };
+    add(cuda_->device->traffic());
+    if (attentionTraffic_)
+      add(attentionTraffic_());
   }
   return t;
 }
@@ -534,7 +539,9 @@ Expected<ResidentTraining::Update> CompiledStep::update(const Batch &batch, int6
   const Transfers after = transfers();
   lastStepTransfers_ = {after.uploads - before.uploads, after.downloads - before.downloads,
                         after.uploadBytes - before.uploadBytes,
-                        after.downloadBytes - before.downloadBytes};
+                        after.downloadBytes - before.downloadBytes,
+                        after.allocations - before.allocations};
+  stepAllocations_ += lastStepTransfers_.allocations;
   return Update{*loss, std::sqrt(s.lastState.sumsq)};
 }
 

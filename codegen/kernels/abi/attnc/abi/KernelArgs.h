@@ -55,6 +55,42 @@ struct SharedQkArgs {
   long long rows; ///< B * H * N
 };
 
+/// The low-rank (Linformer) projections on the device
+/// (attnc/device_support.cuh strided_gemm), fp32:
+///   C_z = beta * C_z + sum over t < terms of A_(z,t) * B_(z,t)
+/// for z < batches, A [m, k], B [k, n], C [m, n], each addressed by element
+/// strides. A's batch offset is (z % a_batch_mod) * a_batch (a per-head
+/// E repeats over the batch); B's and C's are z * stride; term t adds
+/// t * a_term and t * b_term (dE sums over the batch that way).
+struct StridedGemmArgs {
+  const float *a, *b;
+  float *c;
+  long long m, n, k;
+  long long a_row, a_col, b_row, b_col, c_row, c_col; ///< strides of A[m, k], B[k, n], C[m, n]
+  long long a_batch, a_batch_mod, b_batch, c_batch;
+  long long a_term, b_term;
+  int terms;
+  float beta; ///< 0: C is written without being read; 1: accumulated into
+};
+/// strided_gemm's launch: a block of kStridedGemmThreads threads per
+/// kStridedGemmTile x kStridedGemmTile tile of one C_z, grid batches x
+/// tiles (tile fastest); it stages kStridedGemmDepth-deep slices.
+constexpr int kStridedGemmTile = 32;
+constexpr int kStridedGemmThreads = (kStridedGemmTile / 4) * (kStridedGemmTile / 4);
+constexpr int kStridedGemmDepth = 16;
+
+/// An elementwise conversion between fp32 and a kernel's 16-bit type
+/// (attnc/device_support.cuh convert), rounding to nearest even.
+struct ConvertArgs {
+  const void *in;
+  void *out;
+  long long n; ///< elements
+};
+/// convert's launch: kConvertThreads threads a block, kConvertPerThread
+/// elements a thread.
+constexpr int kConvertThreads = 256;
+constexpr int kConvertPerThread = 4;
+
 /// LSH attention (Reformer, shared QK; docs/kernels.md "LSH kernels"). One
 /// struct for every LSH entry point, forward and backward. Keys are the
 /// normalised queries, so there is no k. CHUNK, BEFORE, AFTER and the head
