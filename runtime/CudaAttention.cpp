@@ -534,6 +534,14 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
                      std::to_string(fwd_.headDim) + ", got " + std::to_string(D));
   const int *lengths =
       in.lengths ? reinterpret_cast<const int *>(in.lengths->data.data()) : nullptr;
+  // Low-rank over whole sequences: the projections run on the device too
+  // (attendF32OnDevice; the kernels' times include them). Padded keys
+  // (lengths < N) are zeroed by the host projections below.
+  bool wholeSequences = Nq == N;
+  for (int b = 0; lengths && b < B; ++b)
+    wholeSequences = wholeSequences && lengths[b] >= N;
+  if (fwd_.lowrank && support_ && wholeSequences)
+    return runLowRankOnDevice(in);
   bool perHead = fwd_.share == "none";
   int kProj = 0, Nmax = 0, Nk = N;
   // Low-rank: project on the host; the GPU sees kProj valid keys.
@@ -760,6 +768,105 @@ Status CudaAttention::lshOnDevice(const DeviceAttentionArgs &x, bool withBackwar
   return {};
 }
 
+Expected<AttentionOutputs> CudaAttention::runLowRankOnDevice(const AttentionInputs &in) {
+  KernelDevice &dev = *device_;
+  const auto &qs = in.q->shape;
+  const int64_t B = qs[0], H = qs[1], N = qs[2], D = qs[3];
+  const std::vector<int64_t> s4{B, H, N, D}, s3{B, H, N};
+  const size_t n4 = size_t(B * H * N * D) * 4, n3 = size_t(B * H * N) * 4;
+  if (!in.E || in.E->shape.size() < 2 || in.E->shape[in.E->shape.size() - 2] != fwd_.lowrankK)
+    return makeError("low-rank kernel " + fwd_.name + " needs its projection E with " +
+                     std::to_string(fwd_.lowrankK) + " rows");
+  if (in.F && in.F->shape != in.E->shape)
+    return makeError("low-rank kernel " + fwd_.name + ": F's shape differs from E's");
+  Expected<DeviceArray> dq = deviceArray(dev, n4, "q", f32(in.q)),
+                        dk = deviceArray(dev, n4, "k", f32(in.k)),
+                        dv = deviceArray(dev, n4, "v", f32(in.v)),
+                        dOut = deviceArray(dev, n4, "out"), dLse = deviceArray(dev, n3, "lse"),
+                        dE = deviceArray(dev, in.E->data.size(), "E", in.E->data.data());
+  for (auto *b : {&dq, &dk, &dv, &dOut, &dLse, &dE})
+    if (!*b)
+      return b->takeError();
+  std::optional<DeviceArray> dF, dParams;
+  if (Status s = uploadOptional(dev, in.F ? in.F->data.data() : nullptr,
+                                in.F ? in.F->data.size() : 0, "F", dF);
+      !s)
+    return s.takeError();
+  if (Status s = uploadOptional(dev, in.params ? in.params->data.data() : nullptr,
+                                in.params ? in.params->data.size() : 0, "params", dParams);
+      !s)
+    return s.takeError();
+  DeviceAttentionArgs x;
+  x.q = view("q", *dq, s4, "f32"), x.k = view("k", *dk, s4, "f32");
+  x.v = view("v", *dv, s4, "f32"), x.out = view("out", *dOut, s4, "f32");
+  x.lse = view("lse", *dLse, s3, "f32");
+  x.E = dE->as<float>(), x.F = dF ? dF->as<float>() : nullptr;
+  x.eColumns = in.E->shape.back();
+  x.params = dParams ? dParams->as<float>() : nullptr;
+  x.dropout = in.dropout, x.dropoutSeed = in.dropoutSeed, x.dropoutOffset = in.dropoutOffset;
+  (void)module_->mark(0);
+  if (Status s = attendF32OnDevice(x, false); !s)
+    return s.takeError();
+  (void)module_->mark(1);
+  if (Status s = dev.synchronize(); !s)
+    return makeError("kernel " + fwd_.name + ": " + s.error());
+  if (Expected<float> ms = module_->elapsedMs(0, 1))
+    forwardMs_ = *ms;
+  AttentionOutputs out;
+  Expected<std::vector<float>> o = download(dev, *dOut, size_t(B * H * N * D), "f32"),
+                               l = download(dev, *dLse, size_t(B * H * N), "f32");
+  if (!o || !l)
+    return makeError(!o ? o.error() : l.error());
+  out.out = st::Tensor::f32(s4, *o);
+  out.lse = st::Tensor::f32(s3, *l);
+  if (!in.dout)
+    return out;
+  if (!bwd_)
+    return makeError("no backward kernel was compiled for " + fwd_.name);
+  const int P = bwd_->numParams;
+  Expected<DeviceArray> dDo = deviceArray(dev, n4, "dout", f32(in.dout)),
+                        gq = deviceArray(dev, n4, "dq"), gk = deviceArray(dev, n4, "dk"),
+                        gv = deviceArray(dev, n4, "dv"),
+                        gE = deviceArray(dev, in.E->data.size(), "dE"),
+                        gF = deviceArray(dev, in.F ? in.F->data.size() : 16, "dF"),
+                        gP = deviceArray(dev, size_t(std::max(P, 1) * H) * 4, "dparams");
+  for (auto *b : {&dDo, &gq, &gk, &gv, &gE, &gF, &gP})
+    if (!*b)
+      return b->takeError();
+  x.dout = view("dout", *dDo, s4, "f32"), x.dq = view("dq", *gq, s4, "f32");
+  x.dk = view("dk", *gk, s4, "f32"), x.dv = view("dv", *gv, s4, "f32");
+  x.dE = gE->as<float>(), x.dF = in.F ? gF->as<float>() : nullptr;
+  x.dparams = P ? gP->as<float>() : nullptr;
+  (void)module_->mark(1);
+  if (Status s = attendF32OnDevice(x, true); !s)
+    return s.takeError();
+  (void)module_->mark(2);
+  if (Status s = dev.synchronize(); !s)
+    return makeError("kernel " + bwd_->name + ": " + s.error());
+  if (Expected<float> ms = module_->elapsedMs(1, 2))
+    backwardMs_ = *ms;
+  auto fetch = [&](const DeviceArray &a, size_t n, std::vector<int64_t> shape,
+                   std::optional<st::Tensor> &to) -> Status {
+    Expected<std::vector<float>> h = download(dev, a, n, "f32");
+    if (!h)
+      return h.takeError();
+    to = st::Tensor::f32(std::move(shape), *h);
+    return {};
+  };
+  for (Status s : {fetch(*gq, n4 / 4, in.q->shape, out.dq), fetch(*gk, n4 / 4, in.k->shape, out.dk),
+                   fetch(*gv, n4 / 4, in.v->shape, out.dv),
+                   fetch(*gE, in.E->data.size() / 4, in.E->shape, out.dE)})
+    if (!s)
+      return s.takeError();
+  if (in.F)
+    if (Status s = fetch(*gF, in.F->data.size() / 4, in.F->shape, out.dF); !s)
+      return s.takeError();
+  if (P)
+    if (Status s = fetch(*gP, size_t(P * H), {P, H}, out.dparams); !s)
+      return s.takeError();
+  return out;
+}
+
 Expected<AttentionOutputs> CudaAttention::runLsh(const AttentionInputs &in) {
   KernelDevice &dev = *device_;
   const KernelDesc::Lsh &l = *fwd_.lsh;
@@ -909,14 +1016,18 @@ enum F32Part {
   kPartKp,
   kPartVp,
   kPartDkp,
-  kPartDvp
+  kPartDvp,
+  kPartKeys
 };
+/// Shared-QK dense kernels (the LSH dense fallback) also take their keys,
+/// the normalised queries, and a dK to fold into dQ from here.
 std::vector<size_t> f32OperandParts(int64_t B, int64_t H, int64_t N, int64_t Nk, int64_t D,
-                                    size_t elemBytes, bool converted, bool lowrank) {
+                                    size_t elemBytes, bool converted, bool lowrank, bool sharedQk) {
   const size_t q = size_t(B * H * N * D), k = size_t(B * H * Nk * D);
   const size_t c = converted ? elemBytes : 0, p = lowrank ? 4 : 0;
+  const size_t s = sharedQk ? elemBytes : 0, dk = std::max(c, s);
   return packParts(
-      {q * c, k * c, k * c, q * c, q * c, q * c, k * c, k * c, k * p, k * p, k * p, k * p});
+      {q * c, k * c, k * c, q * c, q * c, q * c, k * dk, k * c, k * p, k * p, k * p, k * p, q * s});
 }
 
 } // namespace
@@ -925,11 +1036,11 @@ Status CudaAttention::reserveF32OnDevice(int64_t B, int64_t H, int64_t N) {
   if (Status s = device_->bind(); !s)
     return s;
   const int64_t Nk = fwd_.lowrank ? fwd_.lowrankK : N;
-  const bool converted = dtype_ != "f32";
-  if (converted || fwd_.lowrank) {
-    const size_t bytes =
-        f32OperandParts(B, H, N, Nk, fwd_.headDim, elemBytes(dtype_), converted, fwd_.lowrank)
-            .back();
+  const bool converted = dtype_ != "f32", sharedQk = fwd_.sharedQk && !fwd_.lsh;
+  if (converted || fwd_.lowrank || sharedQk) {
+    const size_t bytes = f32OperandParts(B, H, N, Nk, fwd_.headDim, elemBytes(dtype_), converted,
+                                         fwd_.lowrank, sharedQk)
+                             .back();
     if (Expected<char *> o = kept(operands_, bytes, "the attention's converted operands"); !o)
       return o.takeError();
   }
@@ -943,8 +1054,6 @@ Status CudaAttention::reserveF32OnDevice(int64_t B, int64_t H, int64_t N) {
 
 Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backward) {
   const std::string &name = fwd_.name;
-  if (!runsOnF32DeviceOperands())
-    return makeError("kernel " + name + ": shared-QK dense attention runs through run()");
   if (backward && !bwd_)
     return makeError("no backward kernel was compiled for " + name);
   if (Status s = device_->bind(); !s)
@@ -956,18 +1065,20 @@ Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backw
     return makeError("kernel " + name + " was compiled for head dim " +
                      std::to_string(fwd_.headDim) + ", got " + std::to_string(D));
   const bool lsh = fwd_.lsh.has_value(), lowrank = fwd_.lowrank;
+  const bool sharedQk = fwd_.sharedQk && !lsh; // the LSH dense fallback
   const std::vector<int64_t> s4{B, H, N, D}, s3{B, H, N};
-  // The step's operands, all f32. LSH's keys are its queries; its backward
-  // may leave out and lse to the kernels' workspace.
+  // The step's operands, all f32. Shared-QK keys are the queries (their dk
+  // is folded into dq, and dk, when given, is zeroed); LSH's backward may
+  // leave out and lse to the kernels' workspace.
   std::vector<const DeviceTensor *> operands = {&x.q, &x.v};
-  if (!lsh)
+  if (!lsh && !sharedQk)
     operands.push_back(&x.k);
   const bool withOut = !(lsh && backward && !x.out.data);
   if (withOut)
     operands.push_back(&x.out);
   if (backward) {
     operands.insert(operands.end(), {&x.dout, &x.dq, &x.dv});
-    if (!lsh)
+    if (!lsh && !sharedQk)
       operands.push_back(&x.dk);
   }
   for (const DeviceTensor *t : operands)
@@ -976,7 +1087,7 @@ Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backw
   if (withOut)
     if (Status s = checkDeviceOperand(x.lse, name, "f32", s3, false); !s)
       return s;
-  const int64_t K = fwd_.lowrankK, Nmax = fwd_.maxSeq;
+  const int64_t K = fwd_.lowrankK, Nmax = x.eColumns > 0 ? x.eColumns : fwd_.maxSeq;
   if (lowrank) {
     if (!x.E)
       return makeError("low-rank kernel " + name + ": no projection E");
@@ -990,9 +1101,9 @@ Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backw
   const int64_t Nk = lowrank ? K : N;
   const bool converted = dtype_ != "f32";
   const std::vector<size_t> at =
-      f32OperandParts(B, H, N, Nk, D, elemBytes(dtype_), converted, lowrank);
+      f32OperandParts(B, H, N, Nk, D, elemBytes(dtype_), converted, lowrank, sharedQk);
   char *space = nullptr;
-  if (converted || lowrank) {
+  if (converted || lowrank || sharedQk) {
     Expected<char *> o = kept(operands_, at.back(), "the attention's converted operands");
     if (!o)
       return o.takeError();
@@ -1053,7 +1164,9 @@ Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backw
        {input("q", x.q.data, kPartQ, s4, y.q), input("v", v32, kPartV, lsh ? s4 : k4, y.v)})
     if (!s)
       return s;
-  if (!lsh)
+  if (sharedQk) // the forward normalises q into them, the backward below
+    y.k = DeviceTensor{"keys", part(kPartKeys), s4, {}, dtype_};
+  else if (!lsh)
     if (Status s = input("k", k32, kPartK, k4, y.k); !s)
       return s;
 
@@ -1073,14 +1186,23 @@ Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backw
   void *dk32 = lowrank ? part(kPartDkp) : x.dk.data, *dv32 = lowrank ? part(kPartDvp) : x.dv.data;
   output("dq", x.dq.data, kPartDq, s4, y.dq);
   output("dv", dv32, kPartDv, lsh ? s4 : k4, y.dv);
-  if (!lsh)
+  if (sharedQk) { // dK lands in scratch and is folded into dQ
+    y.dk = DeviceTensor{"dk", part(kPartDk), s4, {}, dtype_};
+    const long long rows = B * H * N;
+    SharedQkArgs n{y.q.data, nullptr, y.k.data, rows};
+    if (Status s = launch(bwd_->entryPoints[0], (rows + bwd_->warps - 1) / bwd_->warps, bwd_->warps,
+                          0, &n, sizeof n);
+        !s)
+      return s;
+  } else if (!lsh) {
     output("dk", dk32, kPartDk, k4, y.dk);
+  }
   if (Status s = lsh ? lshOnDevice(y, true) : backwardOnDevice(y); !s)
     return s;
   for (Status s : {back(y.dq, x.dq.data), back(y.dv, dv32)})
     if (!s)
       return s;
-  if (lsh) // the key path is folded into dq
+  if (lsh || sharedQk) // the key path is folded into dq
     return x.dk.data ? device_->zero(x.dk.data, sizeof(float) * size_t(B * H * N * D)) : Status{};
   if (Status s = back(y.dk, dk32); !s)
     return s;

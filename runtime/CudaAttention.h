@@ -10,7 +10,8 @@
 //
 // Three ways in:
 //   - run(): host f32 tensors in and out (f16/bf16 kernels get converted
-//     copies); low-rank projections run on the host around the attention.
+//     copies); low-rank projections run on the device over whole
+//     sequences, on the host when key-padding lengths cut them short.
 //   - forwardOnDevice() / backwardOnDevice() / lshOnDevice(): operands
 //     already in device memory, in the kernels' dtype, as views
 //     (DeviceTensor) that are checked where they enter: dtype, shape,
@@ -65,9 +66,10 @@ struct DeviceAttentionArgs {
   const float *params = nullptr;    ///< device [P, H], or null
   const float *rotations = nullptr; ///< LSH: device [rounds, D, buckets / 2]
   float *dparams = nullptr;         ///< backward, P > 0: device [P, H], accumulated into
-  /// Low-rank (attendF32OnDevice): E and F, device f32 [kProj, maxSeq] or,
-  /// not shared by heads, [H, kProj, maxSeq]; F null: E projects both.
+  /// Low-rank (attendF32OnDevice): E and F, device f32 [kProj, columns] or,
+  /// not shared by heads, [H, kProj, columns]; F null: E projects both.
   const float *E = nullptr, *F = nullptr;
+  int64_t eColumns = 0; ///< E's and F's columns (0: the kernel's maxSeq)
   /// Their gradients (backward), written; dF null: V's into dE too.
   float *dE = nullptr, *dF = nullptr;
   bool dropout = false;
@@ -113,7 +115,8 @@ public:
   /// A training step's attention on its own f32 device buffers, whatever
   /// the kernels' dtype and kind: dense, low-rank or LSH; all operands
   /// f32, [B, H, N, D] (lse [B, H, N]). Forward (`backward` false): out,
-  /// lse. Backward: dq, dk (zeros for LSH, whose keys are the queries), dv,
+  /// lse. Backward: dq, dk (zeros for LSH and the shared-QK dense
+  /// fallback, whose keys are the normalised queries), dv,
   /// dE, dF and dparams (accumulated into, as backwardOnDevice does) from
   /// dout and the forward's out and lse (LSH recomputes its forward and
   /// may leave them empty). Around the attention kernels, on the device
@@ -128,9 +131,6 @@ public:
   /// operand space and the kernels' workspace), for a step that must not
   /// allocate while it runs.
   Status reserveF32OnDevice(int64_t B, int64_t H, int64_t N);
-  /// Whether attendF32OnDevice runs these kernels (all but the dense
-  /// fallback of shared-QK attention).
-  bool runsOnF32DeviceOperands() const { return !fwd_.sharedQk || fwd_.lsh.has_value(); }
   /// The kernels' element type.
   const std::string &dtype() const { return dtype_; }
 
@@ -155,6 +155,8 @@ private:
                                         const DeviceKernelPlan &fwd,
                                         const std::optional<DeviceKernelPlan> &bwd);
   Expected<AttentionOutputs> runLsh(const AttentionInputs &inputs);
+  /// run() of low-rank kernels over whole sequences: attendF32OnDevice.
+  Expected<AttentionOutputs> runLowRankOnDevice(const AttentionInputs &inputs);
   Status loadHostProjections();
   Status launch(const std::string &entry, long long blocks, int warps, size_t smem,
                 const void *args, size_t argBytes);

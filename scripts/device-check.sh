@@ -6,13 +6,17 @@
 #   1. every kernel family x dtype x head dim on the GPU against the CPU;
 #   2. compute-sanitizer memcheck and racecheck on one small case per family;
 #   3. GPU training: README's duplication model to >= 99 % held-out accuracy,
-#      and dup64 against the CPU's losses and the host AdamW;
-#   4. benchmarks (attnc-rt bench) beside PyTorch SDPA and FlexAttention.
+#      dup64 against the CPU's losses and the host AdamW, and attention on
+#      the step's buffers (dense, shared-QK, low-rank, fp16, bf16) against
+#      the host path;
+#   4. benchmarks (attnc-rt bench) beside PyTorch SDPA and FlexAttention;
+#   5. the Linformer table (dense vs low-rank k = 128, 256 as N grows) and
+#      the Reformer sweep (dense vs LSH per token, B·N fixed).
 # Writes everything to $OUT, and $OUT/summary.md. Without a GPU it stops
 # after building, says "no GPU" in the summary and exits 3; with
-# DEVICE_CHECK_SIMULATE=1 it then rehearses steps 1 and 4 on the SIMT
-# emulator instead (--target cuda-sim, the D = 64 cases, a small shape) to
-# check their plumbing, and exits 3 still.
+# DEVICE_CHECK_SIMULATE=1 it then rehearses steps 1, 4, 5 and two cases
+# of step 3's last part on the SIMT emulator instead (--target cuda-sim, the
+# D = 64 cases, a small shape) to check their plumbing, and exits 3 still.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/device-out}"
@@ -154,8 +158,49 @@ if cmp -s "$out/gpu-adamw-device/ckpt-10.safetensors" "$out/gpu-adamw-host/ckpt-
 else
   line="FAIL device AdamW vs host AdamW: checkpoints differ"; status=1
 fi
-echo "$line"; echo "- $line" >>"$summary"; echo >>"$summary"
+echo "$line"; echo "- $line" >>"$summary"
 fi # simulate
+
+# Attention on the step's buffers (device projections and 16-bit copies)
+# against the host path on the same GPU, 3 steps each: f32 within 1e-4,
+# fp16 within 1e-2 (as on the emulator), bf16 losses within 2e-3. The
+# rehearsal runs two of them on the emulator.
+t="$d/train"
+attn_cases="lsh_fallback:dup:1e-4 lowrank_head:text:1e-4 dense16:dup:1e-2 lowrank_bf16:text:losses"
+engine=()
+[ $simulate = 1 ] && attn_cases="lowrank_head:text:1e-4 lowrank_bf16:text:losses" engine=(--engine cuda-sim)
+echo "### Attention on the step's buffers vs the host path" >>"$summary"; echo >>"$summary"
+for case in $attn_cases; do
+  IFS=: read -r m kind tol <<<"$case"
+  data=synthetic:duplicate; [ "$kind" = text ] && data="$t/corpus.txt"
+  ok=1
+  for path in dev host; do
+    flag=(); [ "$path" = host ] && flag=(--host-attention)
+    rm -rf "$out/devattn-$m-$path" # a run there would be resumed
+    timeout 120 "$rt" train "$t/devattn" --model "$m" --data "$data" --steps 3 --checkpoint-every 3 \
+      "${engine[@]}" "${flag[@]}" --out "$out/devattn-$m-$path" >"$out/devattn-$m-$path.log" 2>&1 || ok=0
+  done
+  if [ $ok = 0 ]; then
+    line="FAIL attention on the step's buffers, $m: attnc-rt train exited non-zero ($out/devattn-$m-*.log)"
+  elif [ "$tol" = losses ]; then
+    line=$(python3 - "$out/devattn-$m-dev/train.csv" "$out/devattn-$m-host/train.csv" "$m" <<'PY'
+import sys
+f = lambda p: [float(l.split(',')[1]) for l in open(p).read().split()[1:]]
+a, b = f(sys.argv[1]), f(sys.argv[2])
+worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+print(("ok  " if worst < 2e-3 and len(a) == 3 else "FAIL") +
+      f" attention on the step's buffers, {sys.argv[3]}: losses within {worst:.1e} of the host path's")
+PY
+)
+  else
+    r=$(python3 "$root/test/train/Inputs/compare_runs.py" "$out/devattn-$m-dev" "$out/devattn-$m-host" 3 "$tol" 2>&1)
+    verdict="FAIL"; [[ "$r" == losses\ within* ]] && verdict="ok  "
+    line="$verdict attention on the step's buffers, $m vs the host path: $r; $(grep -h "copies in the last step" "$out/devattn-$m-dev.log" | head -1)"
+  fi
+  [[ "$line" == ok* ]] || status=1
+  echo "$line"; echo "- $line" >>"$summary"
+done
+echo >>"$summary"
 
 echo "=== 4. benchmarks beside PyTorch ($(elapsed))"
 mkdir -p "$out/bench"
@@ -169,6 +214,23 @@ done
 timeout 180 python3 "$root/scripts/device_bench.py" "$out/bench" "$out/bench-vs-torch.md" || status=1
 { echo "## 4. Benchmarks (attnc / PyTorch: time ratios, < 1 is faster)"; echo
   cat "$out/bench-vs-torch.md" 2>/dev/null || echo "(no comparison written)"; echo; } >>"$summary"
+echo "=== 5. the Linformer table and the Reformer sweep ($(elapsed))"
+mkdir -p "$out/sweep"
+lin=(1024 2048 4096 8192 16384) tokens=16384 heads=16 repeats=5
+[ $simulate = 1 ] && lin=(128 256) tokens=256 heads=2 repeats=1
+shapes=(); for n in "${lin[@]}"; do shapes+=(--shape "1,$heads,$n"); done
+for a in dense lowrank_k128 lowrank_k256; do
+  timeout 150 "$rt" bench "$d/sweep/$a" --target "$tgt" "${shapes[@]}" --repeats $repeats \
+    --csv "$out/sweep/linformer-$a.csv" >/dev/null || { echo "FAIL Linformer table: $a"; status=1; }
+done
+shapes=(); for n in "${lin[@]}"; do shapes+=(--shape "$((tokens / n > 0 ? tokens / n : 1)),$heads,$n"); done
+for a in dense lsh; do
+  timeout 150 "$rt" bench "$d/sweep/$a" --target "$tgt" "${shapes[@]}" --repeats $repeats \
+    --csv "$out/sweep/lsh-$a.csv" >/dev/null || { echo "FAIL Reformer sweep: $a"; status=1; }
+done
+{ echo "## 5. The Linformer table and the Reformer sweep (attnc-rt bench)"; echo
+  python3 "$root/scripts/device_sweeps.py" "$out/sweep" "$out/sweeps.md" >/dev/null &&
+    cat "$out/sweeps.md" || echo "(no tables written)"; echo; } >>"$summary"
 echo "Finished in $(elapsed), status $status." | tee -a "$summary"
 [ $simulate = 1 ] && finish 3
 finish $status

@@ -65,6 +65,21 @@ bench causal_d128 "attention a { mask causal }" 4096 128
 bench lowrank_d64 "attention a { kv lowrank(k = 256, share = headwise) }" 4096 64
 bench lsh_d64 "attention a { qk shared bucket lsh(buckets = 64, rounds = 4, chunk = 64, before = 1) }" 4096 64
 
+# The Linformer table and the Reformer sweep on the GPU (device-check step
+# 5): dense, low-rank k = 128 and 256, and LSH kernels for sequences up to
+# 16384, fp16, D = 64, 16 heads.
+mkdir -p "$d/sweep"
+sweep() { # name spec
+  printf '%s\nmodel m { vocab 256 seq 16384 d_model 1024 heads 16 layers 1 dtype fp16 objective mlm layer { attention a ffn } }\n' \
+    "$2" >"$d/sweep/$1.attn"
+  "$attnc" compile "$d/sweep/$1.attn" --target cuda --arch sm_90 -o "$d/sweep/$1" >/dev/null 2>&1
+  rm -f "$d/sweep/$1"/model_* "$d/sweep/$1/kernels.cpp" "$d/sweep/$1/attn.mlir"
+}
+sweep dense "attention a { }"
+sweep lowrank_k128 "attention a { kv lowrank(k = 128, share = headwise) }"
+sweep lowrank_k256 "attention a { kv lowrank(k = 256, share = headwise) }"
+sweep lsh "attention a { qk shared bucket lsh(buckets = 64, rounds = 4, chunk = 64, before = 1) }"
+
 # GPU training: README's duplication model (batch 8, its train block) and
 # dup64 (batch 16) with, as the reference, the CPU artifact's losses over
 # the same first steps.
@@ -73,6 +88,10 @@ mkdir -p "$t"
 "$attnc" compile "$root/examples/reformer_duplicate.attn" --target cuda --arch sm_90 --plan-batch 8 -o "$t/dup" >/dev/null
 "$attnc" compile "$root/test/train/Inputs/dup64.attn" --target cuda --arch sm_90 --plan-batch 16 -o "$t/cuda" >/dev/null
 "$attnc" compile "$root/test/train/Inputs/dup64.attn" --target cpu --plan-batch 16 -o "$t/cpu" >/dev/null
+# Attention on the step's buffers (dense, shared-QK, low-rank, fp16, bf16):
+# against the host path on the same GPU (test/train/device-attention.test).
+"$attnc" compile "$root/test/train/Inputs/device-attention.attn" --target cuda --arch sm_90 --plan-batch 2 -o "$t/devattn" >/dev/null
+cat "$root"/docs/*.md >"$t/corpus.txt" # the MLM models' text (that machine may lack any)
 "$root/build/bin/attnc-rt" train "$t/cpu" --data synthetic:duplicate --steps 10 --lr 3e-3 --warmup 20 \
   --checkpoint-every 10 --out "$t/cpu-run" 2>/dev/null | tail -1
 du -sh "$d"

@@ -202,9 +202,7 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
   auto cudaPair = attentionKernels(manifest.kernels, mm->attentionFunction,
                                    manifestPath + ": model " + mm->name);
   if (sim && !opt.hostAttention && cudaPair) {
-    // The CUDA attention kernels on the emulator, on the step's buffers
-    // (the dense fallback of shared-QK attention goes through the host's
-    // CPU kernels).
+    // The CUDA attention kernels on the emulator, on the step's buffers.
     auto [cf, cb] = *cudaPair;
     Expected<std::string> cudaSource = artifact.file(manifest.source);
     if (!cudaSource)
@@ -214,7 +212,7 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
           *cudaSource, manifest.arch, manifest.arch, cf->dtype, cf->desc(), cb->desc(), compiler);
       if (!k)
         return k.takeError();
-      if (k->runsOnF32DeviceOperands()) {
+      {
         auto shared = std::make_shared<CudaAttention>(std::move(*k));
         Expected<DeviceAttentionFn> fn = onDevice(shared, out.config, mm->batch);
         if (!fn)
@@ -243,7 +241,7 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
     auto shared = std::make_shared<CudaAttention>(std::move(*k));
     attention = [shared](const AttentionInputs &in) { return shared->run(in); };
     // The kernels read and write the step's buffers in place.
-    if (!opt.hostAttention && shared->runsOnF32DeviceOperands()) {
+    if (!opt.hostAttention) {
       Expected<DeviceAttentionFn> fn = onDevice(shared, out.config, mm->batch);
       if (!fn)
         return fn.takeError();
