@@ -102,6 +102,13 @@ Status uploadOptional(KernelDevice &dev, const void *host, size_t bytes, const s
   return {};
 }
 
+/// An optional host tensor (F, per-head parameters) on the device, or
+/// nothing.
+Status uploadOptional(KernelDevice &dev, const st::Tensor *t, const std::string &what,
+                      std::optional<DeviceArray> &out) {
+  return uploadOptional(dev, t ? t->data.data() : nullptr, t ? t->data.size() : 0, what, out);
+}
+
 Expected<std::vector<float>> download(KernelDevice &dev, const DeviceArray &buf, size_t n,
                                       const std::string &dtype) {
   std::vector<uint8_t> bytes(n * elemBytes(dtype));
@@ -179,6 +186,12 @@ extern "C" __global__ void attnc_convert_f16_f32(attnc::ConvertArgs a) { attnc::
 extern "C" __global__ void attnc_convert_f32_bf16(attnc::ConvertArgs a) { attnc::convert<float, __nv_bfloat16>(a); }
 extern "C" __global__ void attnc_convert_bf16_f32(attnc::ConvertArgs a) { attnc::convert<__nv_bfloat16, float>(a); }
 )";
+} // namespace
+
+const char *CudaAttention::deviceSupportSource() { return kSupportSource; }
+
+namespace {
+
 const std::vector<std::string> kSupportEntries = {"attnc_strided_gemm", "attnc_convert_f32_f16",
                                                   "attnc_convert_f16_f32", "attnc_convert_f32_bf16",
                                                   "attnc_convert_bf16_f32"};
@@ -574,9 +587,7 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
           uploadOptional(dev, fwd_.lowrank ? nullptr : lengths, size_t(B) * 4, "lengths", dLen);
       !s)
     return s.takeError();
-  if (Status s = uploadOptional(dev, in.params ? in.params->data.data() : nullptr,
-                                in.params ? in.params->data.size() : 0, "params", dParams);
-      !s)
+  if (Status s = uploadOptional(dev, in.params, "params", dParams); !s)
     return s.takeError();
   DeviceAttentionArgs x;
   x.q = view("q", *dq, {B, H, Nq, D}, dtype_), x.k = view("k", *dk, {B, H, Nk, D}, dtype_);
@@ -788,13 +799,9 @@ Expected<AttentionOutputs> CudaAttention::runLowRankOnDevice(const AttentionInpu
     if (!*b)
       return b->takeError();
   std::optional<DeviceArray> dF, dParams;
-  if (Status s = uploadOptional(dev, in.F ? in.F->data.data() : nullptr,
-                                in.F ? in.F->data.size() : 0, "F", dF);
-      !s)
+  if (Status s = uploadOptional(dev, in.F, "F", dF); !s)
     return s.takeError();
-  if (Status s = uploadOptional(dev, in.params ? in.params->data.data() : nullptr,
-                                in.params ? in.params->data.size() : 0, "params", dParams);
-      !s)
+  if (Status s = uploadOptional(dev, in.params, "params", dParams); !s)
     return s.takeError();
   DeviceAttentionArgs x;
   x.q = view("q", *dq, s4, "f32"), x.k = view("k", *dk, s4, "f32");
@@ -891,9 +898,7 @@ Expected<AttentionOutputs> CudaAttention::runLsh(const AttentionInputs &in) {
                                 "lengths", dLen);
       !s)
     return s.takeError();
-  if (Status s = uploadOptional(dev, in.params ? in.params->data.data() : nullptr,
-                                in.params ? in.params->data.size() : 0, "params", dParams);
-      !s)
+  if (Status s = uploadOptional(dev, in.params, "params", dParams); !s)
     return s.takeError();
   DeviceAttentionArgs x;
   x.q = view("q", *dQ, {B, H, N, D}, dtype_), x.v = view("v", *dV, {B, H, N, D}, dtype_);

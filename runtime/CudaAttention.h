@@ -131,6 +131,10 @@ public:
   /// operand space and the kernels' workspace), for a step that must not
   /// allocate while it runs.
   Status reserveF32OnDevice(int64_t B, int64_t H, int64_t N);
+  /// The module of attnc/device_support.cuh's entry points that
+  /// attendF32OnDevice launches (NVRTC or the emulator compiles it where
+  /// the attention kernels are).
+  static const char *deviceSupportSource();
   /// The kernels' element type.
   const std::string &dtype() const { return dtype_; }
 

@@ -2,8 +2,8 @@
 //
 // codegen/kernels/cuda/attnc/device_support.cuh, no GPU needed:
 //
-// NVRTC builds. The runtime's module of the header (the entry points
-// runtime/CudaAttention.cpp compiles), for sm_75, sm_80 and sm_90: ptxas
+// NVRTC builds. The runtime's module of the header
+// (CudaAttention::deviceSupportSource), for sm_75, sm_80 and sm_90: ptxas
 // must report no spills and no stack frame.
 //
 // Numerics on the SIMT emulator. strided_gemm against a double-precision
@@ -16,6 +16,7 @@
 // bit for bit, on a count that is not a multiple of a block.
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/CudaAttention.h"
 #include "runtime/HalfFloat.h"
 #include "runtime/NvrtcCompiler.h"
 
@@ -38,16 +39,6 @@ namespace {
 // NVRTC builds
 //===----------------------------------------------------------------------===//
 
-// The module runtime/CudaAttention.cpp builds (kSupportSource).
-const char *const kSource = R"(#include "attnc/device_support.cuh"
-extern "C" __global__ void __launch_bounds__(attnc::kStridedGemmThreads)
-attnc_strided_gemm(attnc::StridedGemmArgs a) { attnc::strided_gemm(a); }
-extern "C" __global__ void attnc_convert_f32_f16(attnc::ConvertArgs a) { attnc::convert<float, __half>(a); }
-extern "C" __global__ void attnc_convert_f16_f32(attnc::ConvertArgs a) { attnc::convert<__half, float>(a); }
-extern "C" __global__ void attnc_convert_f32_bf16(attnc::ConvertArgs a) { attnc::convert<float, __nv_bfloat16>(a); }
-extern "C" __global__ void attnc_convert_bf16_f32(attnc::ConvertArgs a) { attnc::convert<__nv_bfloat16, float>(a); }
-)";
-
 class DeviceSupportNvrtc : public testing::TestWithParam<const char *> {};
 
 TEST_P(DeviceSupportNvrtc, CompilesWithoutSpills) {
@@ -57,7 +48,9 @@ TEST_P(DeviceSupportNvrtc, CompilesWithoutSpills) {
   o.includeDirs = {std::string(ATTNC_SOURCE_DIR) + "/codegen/kernels/abi",
                    std::string(ATTNC_SOURCE_DIR) + "/codegen/kernels/common",
                    std::string(ATTNC_SOURCE_DIR) + "/codegen/kernels/cuda"};
-  Expected<Cubin> c = nvrtc.compile("attnc_device_support.cu", kSource, o);
+  // The module the runtime builds.
+  Expected<Cubin> c =
+      nvrtc.compile("attnc_device_support.cu", CudaAttention::deviceSupportSource(), o);
   ASSERT_TRUE(c.ok()) << c.error();
   for (const char *name : {"attnc_strided_gemm", "attnc_convert_f32_f16", "attnc_convert_f16_f32",
                            "attnc_convert_f32_bf16", "attnc_convert_bf16_f32"}) {
