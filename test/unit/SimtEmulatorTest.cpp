@@ -454,6 +454,55 @@ TEST(SimtEmulatorTensorCores, LdmatrixAndMmaProduct) {
   }
 }
 
+// Volta's mma.m8n8k4 (four 8 x 8 x 4 products a warp): each lane's
+// fragments filled as the PTX ISA's tables give them (section 9.7.14.5.1),
+// every computation with its own A, B and C, against plain products.
+TEST(SimtEmulatorTensorCores, VoltaMma884FourProducts) {
+  float a[4][8][4], b[4][4][8], c0[4][8][8];
+  for (int q = 0; q < 4; ++q) {
+    for (int i = 0; i < 8; ++i)
+      for (int k = 0; k < 4; ++k)
+        a[q][i][k] = float((i * 7 + k * 3 + q * 5) % 11 - 5) / 4.f; // exact in fp16
+    for (int k = 0; k < 4; ++k)
+      for (int n = 0; n < 8; ++n)
+        b[q][k][n] = float((k * 5 + n + q) % 7 - 3) / 2.f;
+    for (int i = 0; i < 8; ++i)
+      for (int n = 0; n < 8; ++n)
+        c0[q][i][n] = float(i - n + q) / 8.f;
+  }
+  auto pack = [](float lo, float hi) {
+    return unsigned(attnc::bitCast<unsigned short>(__float2half_rn(lo))) |
+           unsigned(attnc::bitCast<unsigned short>(__float2half_rn(hi))) << 16;
+  };
+  for (const Schedule &s : {kIndex, kReverse, emu::randomSchedule(4)}) {
+    float d[4][8][8] = {};
+    ASSERT_TRUE(launchUnder(s, 1, 32, [&] {
+      const int l = int(threadIdx.x), q = (l % 16) / 4, hi = l >= 16 ? 4 : 0;
+      unsigned af[2], bf[2];
+      float acc[8];
+      // A row-major: a_i = A[l % 4 + hi][i]; B column-major: b_i = B[i][l % 4 + hi].
+      for (int r = 0; r < 2; ++r) {
+        af[r] = pack(a[q][l % 4 + hi][2 * r], a[q][l % 4 + hi][2 * r + 1]);
+        bf[r] = pack(b[q][2 * r][l % 4 + hi], b[q][2 * r + 1][l % 4 + hi]);
+      }
+      // C: c_i = C[(l & 1) + (i & 2) + hi][(i & 4) + (l & 2) + (i & 1)].
+      for (int i = 0; i < 8; ++i)
+        acc[i] = c0[q][(l & 1) + (i & 2) + hi][(i & 4) + (l & 2) + (i & 1)];
+      attnc::mma884(acc, af, bf);
+      for (int i = 0; i < 8; ++i)
+        d[q][(l & 1) + (i & 2) + hi][(i & 4) + (l & 2) + (i & 1)] = acc[i];
+    })) << emu::lastError;
+    for (int q = 0; q < 4; ++q)
+      for (int i = 0; i < 8; ++i)
+        for (int n = 0; n < 8; ++n) {
+          float want = c0[q][i][n];
+          for (int k = 0; k < 4; ++k)
+            want += a[q][i][k] * b[q][k][n];
+          EXPECT_EQ(d[q][i][n], want) << "computation " << q << ", " << i << ", " << n;
+        }
+  }
+}
+
 TEST(SimtEmulatorTensorCores, MisalignedLdmatrixRowFails) {
   emu::ScheduleScope scope(kIndex);
   EXPECT_FALSE(emu::launch(1, 1, 32, [] {

@@ -200,7 +200,10 @@ inline std::string opLabel(Op op, int form) {
   if (op == Op::Ldmatrix)
     s += ".x" + std::to_string(form / 2) + (form % 2 ? ".trans" : "");
   else if (op == Op::Mma)
-    s += form == 1 ? ".m16n8k16.f16" : form == 2 ? ".m16n8k16.bf16" : "";
+    s += form == 1   ? ".m16n8k16.f16"
+         : form == 2 ? ".m16n8k16.bf16"
+         : form == 3 ? ".m8n8k4.f16"
+                     : "";
   else if (op >= Op::ShflIdx && op <= Op::ShflXor && form != 32)
     s += " (width " + std::to_string(form) + ")";
   return s;

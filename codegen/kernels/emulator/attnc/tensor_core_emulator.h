@@ -268,6 +268,45 @@ template <class T> void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned
   }
 }
 
+/// mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32, Volta's tensor-core
+/// instruction, modelled from the PTX ISA's tables (PTX ISA 9.0, section
+/// 9.7.14.5.1, "Matrix Fragments for mma.m8n8k4 with .f16 floating point
+/// type"), not from any kernel's index arithmetic. A warp computes four
+/// independent 8 x 8 x 4 products: computation q (0..3) is held by lanes
+/// 4q..4q+3 (the low group) and 16+4q..16+4q+3 (the high group). For lane
+/// l, with hi = 4 when l >= 16 (else 0):
+///   A (row-major, 8 x 4): a_i (i = 0..3; a0, a1 in register 0, low half
+///     first) is A[l % 4 + hi][i];
+///   B (column-major, 4 x 8): b_i is B[i][l % 4 + hi];
+///   C, D (f32): c_i (i = 0..7) is C[X + hi][(i & 4) + (l & 2) + (i & 1)]
+///     with X = (l & 1) + (i & 2).
+/// D = A·B + C, summed here in k order in fp32.
+inline void mma884(float (&c)[8], const unsigned (&a)[2], const unsigned (&b)[2]) {
+  const int l = threadIdx.x % 32;
+  const emu::tc::MmaRegs mine{{a[0], a[1], 0, 0}, {b[0], b[1]}};
+  const auto &slots = emu::collective(emu::Op::Mma, 0xffffffffu, &mine, sizeof mine,
+                                      emu::Site{__FILE__, __LINE__}, 3);
+  emu::tc::MmaRegs regs[32];
+  for (int i = 0; i < 32; ++i)
+    std::memcpy(&regs[i], slots[i], sizeof regs[i]);
+  // Element i (0..3) of a lane's two f16x2 registers, the low half first.
+  auto element = [](const unsigned *r, int i) {
+    const unsigned reg = r[i / 2];
+    return __half2float(bitCast<__half>(static_cast<unsigned short>(i % 2 ? reg >> 16 : reg)));
+  };
+  const int q = (l % 16) / 4;
+  // The lane of computation q holding row (A) or column (B) x of 0..7.
+  auto holder = [q](int x) { return (x < 4 ? 0 : 16) + 4 * q + x % 4; };
+  const int hi = l >= 16 ? 4 : 0;
+  for (int i = 0; i < 8; ++i) {
+    const int row = (l & 1) + (i & 2) + hi, col = (i & 4) + (l & 2) + (i & 1);
+    float sum = 0.f;
+    for (int k = 0; k < 4; ++k)
+      sum += element(regs[holder(row)].a, k) * element(regs[holder(col)].b, k);
+    c[i] += sum;
+  }
+}
+
 } // namespace attnc
 
 #endif // ATTNC_CUDA_TENSOR_CORE_EMULATOR_H
