@@ -13,6 +13,7 @@
 #include "runtime/HostCompiler.h"
 #include "runtime/KernelCache.h"
 #include "runtime/NvrtcCompiler.h"
+#include "runtime/NvrtcLibraries.h"
 #include "runtime/Sha256.h"
 #include "runtime/Subprocess.h"
 
@@ -834,6 +835,42 @@ TEST(NvrtcCompiler, VoltaNeedsACuda12Nvrtc) {
   EXPECT_TRUE(contains(c.error(), "sm_70 (Volta) needs a CUDA 12 NVRTC: CUDA 13.x dropped it"))
       << c.error();
   EXPECT_TRUE(contains(c.error(), "attnc_test_scale.cu")) << c.error();
+}
+
+// The NVRTCs a machine has (issue 17): the linked toolkit's, and the CUDA
+// 12 one that scripts/bootstrap.sh installs into .deps/nvrtc-cu12 (every
+// build runs it first), which still targets Volta.
+TEST(NvrtcLibraries, FindsTheToolkitsAndTheProjectsCuda12) {
+  ::unsetenv("ATTNC_NVRTC12");
+  std::vector<std::string> problems;
+  std::vector<NvrtcLibrary> libs = findNvrtcLibraries(&problems);
+  ASSERT_FALSE(libs.empty());
+  EXPECT_EQ(libs[0].origin, "the CUDA toolkit");
+  EXPECT_EQ(libs[0].major, NvrtcCompiler::versionMajor());
+  EXPECT_TRUE(libs[0].targets(80));
+  const NvrtcLibrary *volta = nullptr;
+  for (const NvrtcLibrary &l : libs)
+    if (l.major == 12 && l.targets(70))
+      volta = &l;
+  ASSERT_NE(volta, nullptr) << "no CUDA 12 NVRTC in " << projectNvrtc12Dir()
+                            << " (scripts/bootstrap.sh installs it)";
+  EXPECT_TRUE(contains(volta->path, "libnvrtc.so.12")) << volta->path;
+  EXPECT_TRUE(contains(volta->describe(), "12.")) << volta->describe();
+  EXPECT_TRUE(problems.empty()) << problems[0];
+
+  // $ATTNC_NVRTC12 naming the same library lists it once; naming nothing
+  // usable is said, naming the place.
+  ::setenv("ATTNC_NVRTC12", projectNvrtc12Dir().c_str(), 1);
+  EXPECT_EQ(findNvrtcLibraries().size(), libs.size());
+  ::setenv("ATTNC_NVRTC12", "/nonexistent/nvrtc", 1);
+  problems.clear();
+  findNvrtcLibraries(&problems);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_TRUE(contains(problems[0], "$ATTNC_NVRTC12 = /nonexistent/nvrtc")) << problems[0];
+  ::unsetenv("ATTNC_NVRTC12");
+  Expected<NvrtcLibrary> notOne = probeNvrtcLibrary("/bin/sh", "a test");
+  ASSERT_FALSE(notOne.ok());
+  EXPECT_TRUE(contains(notOne.error(), "/bin/sh (a test)")) << notOne.error();
 }
 
 TEST(NvrtcCompiler, BadArchitecturesAreExplained) {

@@ -9,6 +9,7 @@
 #include "runtime/CudaDriver.h"
 #include "runtime/KernelCache.h"
 #include "runtime/NvrtcCompiler.h"
+#include "runtime/NvrtcLibraries.h"
 #include "runtime/Version.h"
 #include "runtime/train/ArtifactTrain.h"
 #include "runtime/tune/AttentionBench.h"
@@ -168,6 +169,14 @@ int main(int argc, char **argv) {
               << "CUDA toolkit " << attnc::cudaToolkitVersion() << ", NVRTC "
               << attnc::NvrtcCompiler::version() << "\n"
               << "kernel cache " << attnc::KernelCache::defaultDirectory() << "\n";
+    // Every NVRTC found, and what it targets (sm_70 needs a CUDA 12 one).
+    std::vector<std::string> problems;
+    for (const attnc::NvrtcLibrary &l : attnc::findNvrtcLibraries(&problems))
+      std::cout << "NVRTC " << l.describe() << " from " << l.origin
+                << (l.path == "linked" ? "" : " (" + l.path + ")")
+                << (l.targets(70) ? "; targets sm_70 (Volta)" : "; no sm_70") << "\n";
+    for (const std::string &p : problems)
+      std::cout << "NVRTC not usable: " << p << "\n";
     attnc::Status driver = attnc::cuda::Driver::available();
     if (!driver) {
       std::cout << "GPU: none (" << driver.error() << ")\n";

@@ -1,0 +1,54 @@
+//===- NvrtcLibraries.h - The NVRTC libraries this machine has -*- C++ -*-===//
+//
+// One NVRTC cannot compile for every GPU: CUDA 13's dropped Volta (sm_70,
+// sm_72) and older, which a CUDA 12 NVRTC still targets (issue 17). This
+// finds the NVRTC libraries a machine has and what each can target, by
+// loading each with dlopen (RTLD_LOCAL, so two versions live side by side)
+// and asking it (nvrtcVersion, nvrtcGetSupportedArchs):
+//
+//   - the toolkit's, which the runtime is linked against;
+//   - $ATTNC_NVRTC12: a libnvrtc.so.12 file, or a folder holding one
+//     (lib/ and nvidia/cuda_nvrtc/lib/ below it are searched too);
+//   - the project's own CUDA 12 NVRTC, which scripts/bootstrap.sh installs
+//     from the nvidia-cuda-nvrtc-cu12 wheel into .deps/nvrtc-cu12 of the
+//     source tree (fetched at set-up, never at run time).
+//
+// `attnc-rt info` lists them. Compiling still goes through the linked one;
+// choosing the library by arch is the next step of issue 17.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_NVRTCLIBRARIES_H
+#define ATTNC_RUNTIME_NVRTCLIBRARIES_H
+
+#include "runtime/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace attnc {
+
+/// One NVRTC library and what it can target.
+struct NvrtcLibrary {
+  std::string path;   ///< as loaded ("linked" for the toolkit's own)
+  std::string origin; ///< "the CUDA toolkit", "$ATTNC_NVRTC12", ".deps/nvrtc-cu12"
+  int major = 0, minor = 0;
+  std::vector<int> archs; ///< SM versions, e.g. 70, 75, ...
+  bool targets(int sm) const;
+  /// "12.9 (sm_50 ... sm_121)"
+  std::string describe() const;
+};
+
+/// The NVRTC library at `path`, asked for its version and archs. Errors:
+/// not loadable, not an NVRTC.
+Expected<NvrtcLibrary> probeNvrtcLibrary(const std::string &path, const std::string &origin);
+
+/// Every NVRTC this machine has, the linked one first; `problems` gets a
+/// line for each candidate that was named but could not be used.
+std::vector<NvrtcLibrary> findNvrtcLibraries(std::vector<std::string> *problems = nullptr);
+
+/// Where scripts/bootstrap.sh installs the CUDA 12 NVRTC.
+std::string projectNvrtc12Dir();
+
+} // namespace attnc
+
+#endif // ATTNC_RUNTIME_NVRTCLIBRARIES_H
