@@ -62,9 +62,12 @@ bool checkArch(const std::string &arch, std::string &err) {
   }
   int cc = std::stoi(m[1]);
   if (cc < 75) {
-    err = "--arch " + arch + ": CUDA " + attnc::cudaToolkitVersion() +
-          " dropped this architecture (Volta and older); kernels for it need a "
-          "CUDA 12 NVRTC. Use sm_75 or newer here.";
+    // A CUDA 12 NVRTC for it is found (runtime/NvrtcLibraries.h); the
+    // kernels' tensor-core path needs Turing's instructions.
+    err = "--arch " + arch + ": attnc has no kernels for Volta and older yet (CUDA " +
+          attnc::cudaToolkitVersion() +
+          " dropped them, a CUDA 12 NVRTC compiles for them, and the Volta kernels are not "
+          "written). Use sm_75 or newer.";
     return false;
   }
   return true;

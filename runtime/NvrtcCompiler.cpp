@@ -2,6 +2,7 @@
 #include "runtime/NvrtcCompiler.h"
 
 #include "runtime/KernelCache.h"
+#include "runtime/NvrtcLibraries.h"
 
 #include <nvrtc.h>
 
@@ -81,11 +82,13 @@ std::string joinOptions(const std::vector<std::string> &options) {
   return s;
 }
 
-/// NVRTC programs are released on every path.
+/// NVRTC programs are released on every path, by the library that made
+/// them.
 struct ProgramDeleter {
+  const NvrtcApi *api;
   void operator()(nvrtcProgram *p) const {
     if (*p)
-      nvrtcDestroyProgram(p);
+      api->destroyProgram(p);
     delete p;
   }
 };
@@ -313,13 +316,22 @@ std::vector<std::string> NvrtcCompiler::effectiveOptions(const NvrtcOptions &o) 
 
 Expected<Cubin> NvrtcCompiler::compile(const std::string &programName, const std::string &source,
                                        const NvrtcOptions &o) const {
-  // Refuse unusable archs before NVRTC so the message says what to do.
-  if (Status s = checkGpuArchSupported(o.arch); !s)
-    return makeError("cannot compile " + programName + ": " + s.error());
+  // The NVRTC for this arch: the linked one, or an older one that still
+  // targets it (Volta: CUDA 12's, runtime/NvrtcLibraries.h). None: the
+  // message says what to install, before any compile.
+  Expected<GpuArch> arch = parseGpuArch(o.arch);
+  if (!arch)
+    return makeError("cannot compile " + programName + ": " + arch.error());
+  Expected<const NvrtcLibrary *> chosen = chooseNvrtc(arch->sm, nvrtcLibraries());
+  if (!chosen)
+    return makeError("cannot compile " + programName + ": " + chosen.error());
+  const NvrtcLibrary &lib = **chosen;
+  const NvrtcApi &api = *lib.api;
 
   Cubin out;
   out.programName = programName;
   out.arch = o.arch;
+  out.compiler = lib.identity();
   out.options = effectiveOptions(o);
 
   // Include paths are order-sensitive and hashed in order (with their
@@ -328,7 +340,7 @@ Expected<Cubin> NvrtcCompiler::compile(const std::string &programName, const std
   std::vector<std::string> flags = baseOptions(o);
   flags.insert(flags.end(), o.options.begin(), o.options.end());
   CacheKey key("cubin");
-  key.add("compiler", "nvrtc " + version())
+  key.add("compiler", lib.identity())
       .add("arch", o.arch)
       .addSortedList("options", flags)
       .addList("include-dirs", o.includeDirs);
@@ -361,41 +373,43 @@ Expected<Cubin> NvrtcCompiler::compile(const std::string &programName, const std
     headerNames.push_back(name.c_str());
     headerTexts.push_back(text.c_str());
   }
-  std::unique_ptr<nvrtcProgram, ProgramDeleter> prog(new nvrtcProgram(nullptr));
-  nvrtcResult r = nvrtcCreateProgram(prog.get(), source.c_str(), programName.c_str(),
-                                     int(o.headers.size()), headerTexts.data(), headerNames.data());
-  std::string context = programName + " for " + o.arch + "\noptions: " + joinOptions(out.options);
+  std::unique_ptr<nvrtcProgram, ProgramDeleter> prog(new nvrtcProgram(nullptr),
+                                                     ProgramDeleter{&api});
+  nvrtcResult r = api.createProgram(prog.get(), source.c_str(), programName.c_str(),
+                                    int(o.headers.size()), headerTexts.data(), headerNames.data());
+  std::string context = programName + " for " + o.arch + " by " + out.compiler +
+                        "\noptions: " + joinOptions(out.options);
   if (r != NVRTC_SUCCESS)
-    return makeError("NVRTC could not create program " + context + "\n" + nvrtcGetErrorString(r));
+    return makeError("NVRTC could not create program " + context + "\n" + api.getErrorString(r));
   std::vector<const char *> argv;
   for (const std::string &opt : out.options)
     argv.push_back(opt.c_str());
-  r = nvrtcCompileProgram(*prog, int(argv.size()), argv.data());
+  r = api.compileProgram(*prog, int(argv.size()), argv.data());
 
   size_t logSize = 0;
-  if (nvrtcGetProgramLogSize(*prog, &logSize) == NVRTC_SUCCESS && logSize > 1) {
+  if (api.getProgramLogSize(*prog, &logSize) == NVRTC_SUCCESS && logSize > 1) {
     out.log.resize(logSize);
-    if (nvrtcGetProgramLog(*prog, out.log.data()) != NVRTC_SUCCESS)
+    if (api.getProgramLog(*prog, out.log.data()) != NVRTC_SUCCESS)
       out.log.clear();
     while (!out.log.empty() && out.log.back() == '\0')
       out.log.pop_back();
   }
   if (r != NVRTC_SUCCESS)
-    return makeError("NVRTC failed to compile " + context + "\nerror: " + nvrtcGetErrorString(r) +
+    return makeError("NVRTC failed to compile " + context + "\nerror: " + api.getErrorString(r) +
                      "\nlog:\n" + (out.log.empty() ? std::string("(empty)") : out.log));
 
   size_t cubinSize = 0;
-  r = nvrtcGetCUBINSize(*prog, &cubinSize);
+  r = api.getCUBINSize(*prog, &cubinSize);
   if (r == NVRTC_SUCCESS && cubinSize == 0)
     return makeError("NVRTC produced no CUBIN for " + context +
                      "\n(is the architecture a real sm_XX?)\nlog:\n" + out.log);
   if (r == NVRTC_SUCCESS) {
     out.image.resize(cubinSize);
-    r = nvrtcGetCUBIN(*prog, out.image.data());
+    r = api.getCUBIN(*prog, out.image.data());
   }
   if (r != NVRTC_SUCCESS)
     return makeError("NVRTC could not return the CUBIN of " + context + "\n" +
-                     nvrtcGetErrorString(r));
+                     api.getErrorString(r));
   out.compileSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.kernels = parsePtxasLog(out.log);

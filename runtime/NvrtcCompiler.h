@@ -22,8 +22,9 @@
 //
 // Results are cached in a KernelCache keyed by the source, the in-memory
 // headers, the contents of the caller's include directories, the options
-// (sorted; include paths in order), the arch, the NVRTC version and the
-// attnc version. A cached entry holds the CUBIN and the compile log, so
+// (sorted; include paths in order), the arch, which NVRTC compiled it
+// (version and library: runtime/NvrtcLibraries.h picks the one that
+// targets the arch) and the attnc version. A cached entry holds the CUBIN and the compile log, so
 // resource usage is available on a cache hit too.
 //
 //===----------------------------------------------------------------------===//
@@ -102,6 +103,7 @@ struct NvrtcOptions {
 struct Cubin {
   std::string programName;
   std::string arch;                     ///< "sm_80"
+  std::string compiler;                 ///< which NVRTC: NvrtcLibrary::identity()
   std::string image;                    ///< CUBIN bytes, for cuModuleLoadData
   std::string log;                      ///< the full compiler log
   std::vector<KernelResources> kernels; ///< parsed from the log

@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <memory>
+#include <type_traits>
 
 namespace attnc {
 
@@ -41,6 +43,34 @@ using VersionFn = nvrtcResult (*)(int *, int *);
 using NumArchsFn = nvrtcResult (*)(int *);
 using ArchsFn = nvrtcResult (*)(int *);
 
+/// The entry points of a compile, from `h` (a dlopen handle), or null when
+/// one is missing.
+std::shared_ptr<const NvrtcApi> apiOf(void *h) {
+  auto api = std::make_shared<NvrtcApi>();
+  bool ok = true;
+  auto get = [&](auto &fn, const char *name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(h, name));
+    ok = ok && fn;
+  };
+  get(api->createProgram, "nvrtcCreateProgram");
+  get(api->compileProgram, "nvrtcCompileProgram");
+  get(api->getProgramLogSize, "nvrtcGetProgramLogSize");
+  get(api->getProgramLog, "nvrtcGetProgramLog");
+  get(api->getCUBINSize, "nvrtcGetCUBINSize");
+  get(api->getCUBIN, "nvrtcGetCUBIN");
+  get(api->destroyProgram, "nvrtcDestroyProgram");
+  get(api->getErrorString, "nvrtcGetErrorString");
+  return ok ? api : nullptr;
+}
+
+/// The linked NVRTC's entry points.
+std::shared_ptr<const NvrtcApi> linkedApi() {
+  return std::make_shared<NvrtcApi>(NvrtcApi{&::nvrtcCreateProgram, &::nvrtcCompileProgram,
+                                             &::nvrtcGetProgramLogSize, &::nvrtcGetProgramLog,
+                                             &::nvrtcGetCUBINSize, &::nvrtcGetCUBIN,
+                                             &::nvrtcDestroyProgram, &::nvrtcGetErrorString});
+}
+
 Expected<NvrtcLibrary> ask(VersionFn version, NumArchsFn numArchs, ArchsFn archs,
                            const std::string &path, const std::string &origin) {
   NvrtcLibrary lib;
@@ -63,6 +93,11 @@ bool NvrtcLibrary::targets(int sm) const {
     if (a == sm)
       return true;
   return false;
+}
+
+std::string NvrtcLibrary::identity() const {
+  return "NVRTC " + std::to_string(major) + "." + std::to_string(minor) + " (" + origin +
+         (path == "linked" ? "" : ": " + path) + ")";
 }
 
 std::string NvrtcLibrary::describe() const {
@@ -89,8 +124,16 @@ Expected<NvrtcLibrary> probeNvrtcLibrary(const std::string &path, const std::str
                      ") is not an NVRTC library (no nvrtcVersion or "
                      "nvrtcGetSupportedArchs)");
   }
-  // The handle stays open: the library will compile with it.
-  return ask(version, numArchs, archs, path, origin);
+  std::shared_ptr<const NvrtcApi> api = apiOf(h);
+  if (!api) {
+    ::dlclose(h);
+    return makeError(path + " (" + origin + ") lacks NVRTC's compile entry points");
+  }
+  // The handle stays open: the library compiles with it.
+  Expected<NvrtcLibrary> lib = ask(version, numArchs, archs, path, origin);
+  if (lib)
+    lib->api = std::move(api);
+  return lib;
 }
 
 std::string projectNvrtc12Dir() {
@@ -105,9 +148,10 @@ std::vector<NvrtcLibrary> findNvrtcLibraries(std::vector<std::string> *problems)
   std::vector<NvrtcLibrary> found;
   if (Expected<NvrtcLibrary> linked = ask(&::nvrtcVersion, &::nvrtcGetNumSupportedArchs,
                                           &::nvrtcGetSupportedArchs, "linked", "the CUDA toolkit");
-      linked)
+      linked) {
+    linked->api = linkedApi();
     found.push_back(std::move(*linked));
-  else if (problems)
+  } else if (problems)
     problems->push_back(linked.error());
   auto add = [&](const std::string &where, const std::string &origin, bool named) {
     const std::string file = findLibnvrtc12(where);
@@ -130,6 +174,46 @@ std::vector<NvrtcLibrary> findNvrtcLibraries(std::vector<std::string> *problems)
   if (const std::string dir = projectNvrtc12Dir(); !dir.empty())
     add(dir, ".deps/nvrtc-cu12 (scripts/bootstrap.sh)", false);
   return found;
+}
+
+const std::vector<NvrtcLibrary> &nvrtcLibraries() {
+  static const std::vector<NvrtcLibrary> libs = findNvrtcLibraries();
+  return libs;
+}
+
+Expected<const NvrtcLibrary *> chooseNvrtc(int sm, const std::vector<NvrtcLibrary> &libs) {
+  if (!libs.empty() && libs[0].targets(sm))
+    return &libs[0];
+  const NvrtcLibrary *best = nullptr;
+  for (const NvrtcLibrary &l : libs)
+    if (l.targets(sm) && l.api &&
+        (!best || l.major > best->major || (l.major == best->major && l.minor > best->minor)))
+      best = &l;
+  if (best)
+    return best;
+  const std::string arch = "sm_" + std::to_string(sm);
+  std::string found;
+  for (const NvrtcLibrary &l : libs)
+    found += (found.empty() ? "" : ", ") + l.describe();
+  // The last CUDA major version that still compiles for an old family.
+  const int lastMajor = sm < 50 ? 11 : sm < 75 ? 12 : 0;
+  if (lastMajor)
+    return makeError(arch + " needs a CUDA " + std::to_string(lastMajor) + " NVRTC (CUDA " +
+                     std::to_string(lastMajor + 1) + ".x dropped it); found " +
+                     (found.empty() ? "none" : found) +
+                     (lastMajor == 12 ? ". scripts/bootstrap.sh installs one into "
+                                        ".deps/nvrtc-cu12 (PyPI's nvidia-cuda-nvrtc-cu12), or "
+                                        "set ATTNC_NVRTC12 to a libnvrtc.so.12"
+                                      : ""));
+  std::string lists;
+  for (const NvrtcLibrary &l : libs) {
+    lists += (lists.empty() ? "" : "; ") + std::to_string(l.major) + "." + std::to_string(l.minor) +
+             " supports";
+    for (size_t i = 0; i < l.archs.size(); ++i)
+      lists += (i ? ", sm_" : " sm_") + std::to_string(l.archs[i]);
+  }
+  return makeError(arch + " is not supported by NVRTC (" + (lists.empty() ? "none found" : lists) +
+                   ")");
 }
 
 } // namespace attnc

@@ -13,8 +13,10 @@
 //     from the nvidia-cuda-nvrtc-cu12 wheel into .deps/nvrtc-cu12 of the
 //     source tree (fetched at set-up, never at run time).
 //
-// `attnc-rt info` lists them. Compiling still goes through the linked one;
-// choosing the library by arch is the next step of issue 17.
+// NvrtcCompiler compiles each arch with the linked NVRTC when it targets
+// that arch, else with the newest one found that does (chooseNvrtc), and
+// records which in the CUBIN and the cache key. `attnc-rt info` lists
+// them.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_RUNTIME_NVRTCLIBRARIES_H
@@ -22,18 +24,39 @@
 
 #include "runtime/Error.h"
 
+#include <nvrtc.h>
+
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace attnc {
+
+/// The NVRTC entry points a compile calls, from one library (NVRTC's C API
+/// is stable across versions).
+struct NvrtcApi {
+  nvrtcResult (*createProgram)(nvrtcProgram *, const char *, const char *, int, const char *const *,
+                               const char *const *);
+  nvrtcResult (*compileProgram)(nvrtcProgram, int, const char *const *);
+  nvrtcResult (*getProgramLogSize)(nvrtcProgram, size_t *);
+  nvrtcResult (*getProgramLog)(nvrtcProgram, char *);
+  nvrtcResult (*getCUBINSize)(nvrtcProgram, size_t *);
+  nvrtcResult (*getCUBIN)(nvrtcProgram, char *);
+  nvrtcResult (*destroyProgram)(nvrtcProgram *);
+  const char *(*getErrorString)(nvrtcResult);
+};
 
 /// One NVRTC library and what it can target.
 struct NvrtcLibrary {
   std::string path;   ///< as loaded ("linked" for the toolkit's own)
   std::string origin; ///< "the CUDA toolkit", "$ATTNC_NVRTC12", ".deps/nvrtc-cu12"
   int major = 0, minor = 0;
-  std::vector<int> archs; ///< SM versions, e.g. 70, 75, ...
+  std::vector<int> archs;              ///< SM versions, e.g. 70, 75, ...
+  std::shared_ptr<const NvrtcApi> api; ///< to compile with it
   bool targets(int sm) const;
+  /// "NVRTC 12.9 (.deps/nvrtc-cu12 ...: /path/libnvrtc.so.12)": which
+  /// compiler made a CUBIN, for messages and the kernel cache's key.
+  std::string identity() const;
   /// "12.9 (sm_50 ... sm_121)"
   std::string describe() const;
 };
@@ -48,6 +71,14 @@ std::vector<NvrtcLibrary> findNvrtcLibraries(std::vector<std::string> *problems 
 
 /// Where scripts/bootstrap.sh installs the CUDA 12 NVRTC.
 std::string projectNvrtc12Dir();
+
+/// findNvrtcLibraries(), once per process.
+const std::vector<NvrtcLibrary> &nvrtcLibraries();
+
+/// The library that compiles for `sm` among `libs`: the first (the linked
+/// toolkit's) when it targets sm, else the newest that does. None: an
+/// error saying which CUDA version still targets sm and how to get it.
+Expected<const NvrtcLibrary *> chooseNvrtc(int sm, const std::vector<NvrtcLibrary> &libs);
 
 } // namespace attnc
 
