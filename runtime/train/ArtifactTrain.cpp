@@ -53,7 +53,7 @@ Expected<DeviceAttentionFn> onDevice(std::shared_ptr<CudaAttention> kernels, con
     };
     DeviceAttentionArgs x;
     x.q = view("q", call.q, s4), x.k = view("k", call.k, s4), x.v = view("v", call.v, s4);
-    x.E = call.E, x.F = call.F;
+    x.E = call.E, x.F = call.F, x.eColumns = S; // E is [(H,) k, seq]
     x.params = call.params, x.rotations = call.rotations;
     x.dropout = call.dropout, x.dropoutSeed = call.dropoutSeed;
     x.dropoutOffset = call.dropoutOffset;
