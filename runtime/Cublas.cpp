@@ -1,8 +1,8 @@
 //===- Cublas.cpp - cuBLAS GEMMs loaded at run time -----------------------===//
 #include "runtime/Cublas.h"
+#include "runtime/NvrtcLibraries.h"
 
 #include <cublas_api.h>
-#include <nvrtc.h>
 
 #include <climits>
 #include <dlfcn.h>
@@ -234,16 +234,14 @@ Expected<std::unique_ptr<Cublas>> Cublas::load(const std::string &library) {
 }
 
 /// Where cuBLAS may be when it is not on the loader's path: next to the
-/// NVRTC this binary links (the same toolkit), $CUDA_HOME/lib64, and the
-/// default toolkit's lib64.
+/// toolkit's NVRTC (runtime/NvrtcLibraries.h: the same toolkit),
+/// $CUDA_HOME/lib64, and the default toolkit's lib64.
 static std::vector<std::string> toolkitLibraryDirs() {
   std::vector<std::string> dirs;
-  Dl_info info{};
-  if (::dladdr(reinterpret_cast<void *>(&nvrtcVersion), &info) && info.dli_fname) {
-    std::string path = info.dli_fname;
-    if (size_t slash = path.rfind('/'); slash != std::string::npos)
-      dirs.push_back(path.substr(0, slash));
-  }
+  const std::vector<NvrtcLibrary> &nvrtc = nvrtcLibraries();
+  if (!nvrtc.empty() && nvrtc[0].origin == "the CUDA toolkit")
+    if (size_t slash = nvrtc[0].path.rfind('/'); slash != std::string::npos)
+      dirs.push_back(nvrtc[0].path.substr(0, slash));
   if (const char *home = std::getenv("CUDA_HOME"); home && *home)
     dirs.push_back(std::string(home) + "/lib64");
   dirs.push_back("/usr/local/cuda/lib64");

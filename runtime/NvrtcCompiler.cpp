@@ -253,27 +253,20 @@ const KernelResources *Cubin::kernel(std::string_view name) const {
 }
 
 std::string NvrtcCompiler::version() {
-  int major = 0, minor = 0;
-  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS)
+  const std::vector<NvrtcLibrary> &libs = nvrtcLibraries();
+  if (libs.empty())
     return "unknown";
-  return std::to_string(major) + "." + std::to_string(minor);
+  return std::to_string(libs[0].major) + "." + std::to_string(libs[0].minor);
 }
 
 int NvrtcCompiler::versionMajor() {
-  int major = 0, minor = 0;
-  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS)
-    return 0;
-  return major;
+  const std::vector<NvrtcLibrary> &libs = nvrtcLibraries();
+  return libs.empty() ? 0 : libs[0].major;
 }
 
 std::vector<int> NvrtcCompiler::supportedArchs() {
-  int n = 0;
-  if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0)
-    return {};
-  std::vector<int> archs(static_cast<size_t>(n));
-  if (nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS)
-    return {};
-  return archs;
+  const std::vector<NvrtcLibrary> &libs = nvrtcLibraries();
+  return libs.empty() ? std::vector<int>{} : libs[0].archs;
 }
 
 std::string NvrtcCompiler::toolkitIncludeDir() {

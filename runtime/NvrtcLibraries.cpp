@@ -63,12 +63,28 @@ std::shared_ptr<const NvrtcApi> apiOf(void *h) {
   return ok ? api : nullptr;
 }
 
-/// The linked NVRTC's entry points.
-std::shared_ptr<const NvrtcApi> linkedApi() {
-  return std::make_shared<NvrtcApi>(NvrtcApi{&::nvrtcCreateProgram, &::nvrtcCompileProgram,
-                                             &::nvrtcGetProgramLogSize, &::nvrtcGetProgramLog,
-                                             &::nvrtcGetCUBINSize, &::nvrtcGetCUBIN,
-                                             &::nvrtcDestroyProgram, &::nvrtcGetErrorString});
+/// Where the toolkit's NVRTC may be, most specific first: $ATTNC_NVRTC (a
+/// library file), the toolkit's library folder at configure time, then
+/// $CUDA_HOME's and /usr/local/cuda's, then the loader's search by soname.
+std::vector<std::string> toolkitCandidates() {
+  std::vector<std::string> c;
+  if (const char *env = std::getenv("ATTNC_NVRTC"); env && *env)
+    c.push_back(env);
+  std::vector<std::string> dirs;
+#ifdef ATTNC_CUDA_LIB_DIR
+  dirs.push_back(ATTNC_CUDA_LIB_DIR);
+#endif
+  for (const char *var : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char *root = std::getenv(var); root && *root)
+      dirs.push_back(std::string(root) + "/lib64");
+  dirs.push_back("/usr/local/cuda/lib64");
+  for (const std::string &d : dirs)
+    for (const char *name : {"/libnvrtc.so", "/libnvrtc.so.13", "/libnvrtc.so.12"})
+      if (isFile(d + name))
+        c.push_back(d + name);
+  for (const char *soname : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"})
+    c.push_back(soname);
+  return c;
 }
 
 Expected<NvrtcLibrary> ask(VersionFn version, NumArchsFn numArchs, ArchsFn archs,
@@ -96,8 +112,8 @@ bool NvrtcLibrary::targets(int sm) const {
 }
 
 std::string NvrtcLibrary::identity() const {
-  return "NVRTC " + std::to_string(major) + "." + std::to_string(minor) + " (" + origin +
-         (path == "linked" ? "" : ": " + path) + ")";
+  return "NVRTC " + std::to_string(major) + "." + std::to_string(minor) + " (" + origin + ": " +
+         path + ")";
 }
 
 std::string NvrtcLibrary::describe() const {
@@ -108,8 +124,8 @@ std::string NvrtcLibrary::describe() const {
 }
 
 Expected<NvrtcLibrary> probeNvrtcLibrary(const std::string &path, const std::string &origin) {
-  // RTLD_LOCAL: its symbols stay out of the global namespace, where the
-  // linked NVRTC's are.
+  // RTLD_LOCAL: its symbols stay out of the global namespace, so two
+  // NVRTC versions live side by side.
   void *h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char *why = ::dlerror();
@@ -146,13 +162,20 @@ std::string projectNvrtc12Dir() {
 
 std::vector<NvrtcLibrary> findNvrtcLibraries(std::vector<std::string> *problems) {
   std::vector<NvrtcLibrary> found;
-  if (Expected<NvrtcLibrary> linked = ask(&::nvrtcVersion, &::nvrtcGetNumSupportedArchs,
-                                          &::nvrtcGetSupportedArchs, "linked", "the CUDA toolkit");
-      linked) {
-    linked->api = linkedApi();
-    found.push_back(std::move(*linked));
-  } else if (problems)
-    problems->push_back(linked.error());
+  // The toolkit's NVRTC: the first candidate that loads.
+  std::string tried;
+  for (const std::string &path : toolkitCandidates()) {
+    Expected<NvrtcLibrary> lib = probeNvrtcLibrary(path, "the CUDA toolkit");
+    if (lib) {
+      found.push_back(std::move(*lib));
+      break;
+    }
+    tried += (tried.empty() ? "" : "; ") + lib.error();
+  }
+  if (found.empty() && problems)
+    problems->push_back("no CUDA toolkit NVRTC could be loaded (set ATTNC_NVRTC to a "
+                        "libnvrtc.so): " +
+                        tried);
   auto add = [&](const std::string &where, const std::string &origin, bool named) {
     const std::string file = findLibnvrtc12(where);
     if (file.empty()) {

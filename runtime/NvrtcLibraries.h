@@ -6,14 +6,16 @@
 // loading each with dlopen (RTLD_LOCAL, so two versions live side by side)
 // and asking it (nvrtcVersion, nvrtcGetSupportedArchs):
 //
-//   - the toolkit's, which the runtime is linked against;
+//   - the toolkit's: $ATTNC_NVRTC, else the toolkit's library folder at
+//     configure time, $CUDA_HOME/lib64, /usr/local/cuda/lib64, then the
+//     loader's search (the runtime does not link NVRTC);
 //   - $ATTNC_NVRTC12: a libnvrtc.so.12 file, or a folder holding one
 //     (lib/ and nvidia/cuda_nvrtc/lib/ below it are searched too);
 //   - the project's own CUDA 12 NVRTC, which scripts/bootstrap.sh installs
 //     from the nvidia-cuda-nvrtc-cu12 wheel into .deps/nvrtc-cu12 of the
 //     source tree (fetched at set-up, never at run time).
 //
-// NvrtcCompiler compiles each arch with the linked NVRTC when it targets
+// NvrtcCompiler compiles each arch with the toolkit's NVRTC when it targets
 // that arch, else with the newest one found that does (chooseNvrtc), and
 // records which in the CUBIN and the cache key. `attnc-rt info` lists
 // them.
@@ -48,7 +50,7 @@ struct NvrtcApi {
 
 /// One NVRTC library and what it can target.
 struct NvrtcLibrary {
-  std::string path;   ///< as loaded ("linked" for the toolkit's own)
+  std::string path;   ///< as loaded
   std::string origin; ///< "the CUDA toolkit", "$ATTNC_NVRTC12", ".deps/nvrtc-cu12"
   int major = 0, minor = 0;
   std::vector<int> archs;              ///< SM versions, e.g. 70, 75, ...
@@ -65,7 +67,7 @@ struct NvrtcLibrary {
 /// not loadable, not an NVRTC.
 Expected<NvrtcLibrary> probeNvrtcLibrary(const std::string &path, const std::string &origin);
 
-/// Every NVRTC this machine has, the linked one first; `problems` gets a
+/// Every NVRTC this machine has, the toolkit's first; `problems` gets a
 /// line for each candidate that was named but could not be used.
 std::vector<NvrtcLibrary> findNvrtcLibraries(std::vector<std::string> *problems = nullptr);
 
@@ -75,7 +77,7 @@ std::string projectNvrtc12Dir();
 /// findNvrtcLibraries(), once per process.
 const std::vector<NvrtcLibrary> &nvrtcLibraries();
 
-/// The library that compiles for `sm` among `libs`: the first (the linked
+/// The library that compiles for `sm` among `libs`: the first (the
 /// toolkit's) when it targets sm, else the newest that does. None: an
 /// error saying which CUDA version still targets sm and how to get it.
 Expected<const NvrtcLibrary *> chooseNvrtc(int sm, const std::vector<NvrtcLibrary> &libs);

@@ -1,8 +1,9 @@
 //===- Version.cpp - attnc and toolkit versions ---------------------------===//
 #include "runtime/Version.h"
 
+#include "runtime/NvrtcCompiler.h"
+
 #include <cuda.h>
-#include <nvrtc.h>
 
 namespace attnc {
 
@@ -12,11 +13,6 @@ std::string cudaToolkitVersion() {
   return std::to_string(CUDA_VERSION / 1000) + "." + std::to_string((CUDA_VERSION % 1000) / 10);
 }
 
-std::string nvrtcVersion() {
-  int major = 0, minor = 0;
-  if (::nvrtcVersion(&major, &minor) != NVRTC_SUCCESS)
-    return "unknown";
-  return std::to_string(major) + "." + std::to_string(minor);
-}
+std::string nvrtcVersion() { return NvrtcCompiler::version(); }
 
 } // namespace attnc
