@@ -402,6 +402,14 @@ Status CudaAttention::launch(const std::string &entry, long long blocks, int war
   return module_->launch(entry, blocks, warps * 32, smem, args, argBytes);
 }
 
+Status CudaAttention::waitAndTime(int from, int to, const std::string &kernel, float &ms) {
+  if (Status s = device_->synchronize(); !s)
+    return makeError("kernel " + kernel + ": " + s.error());
+  if (Expected<float> t = module_->elapsedMs(from, to))
+    ms = *t;
+  return {};
+}
+
 Expected<char *> CudaAttention::kept(KeptBuffer &buffer, size_t bytes, const std::string &what) {
   if (buffer.bytes < bytes) {
     buffer.data.reset(); // the old one first: the new one may need its room
@@ -600,10 +608,8 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   if (Status s = forwardOnDevice(x); !s)
     return s.takeError();
   (void)module_->mark(1);
-  if (Status s = dev.synchronize(); !s)
-    return makeError("kernel " + fwd_.name + ": " + s.error());
-  if (Expected<float> ms = module_->elapsedMs(0, 1))
-    forwardMs_ = *ms;
+  if (Status s = waitAndTime(0, 1, fwd_.name, forwardMs_); !s)
+    return s.takeError();
 
   AttentionOutputs out;
   Expected<std::vector<float>> o = download(dev, *dOut, nq, dtype_),
@@ -636,10 +642,8 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   if (Status s = backwardOnDevice(x); !s)
     return s.takeError();
   (void)module_->mark(2);
-  if (Status s = dev.synchronize(); !s)
-    return makeError("kernel " + bwd_->name + ": " + s.error());
-  if (Expected<float> ms = module_->elapsedMs(1, 2))
-    backwardMs_ = *ms;
+  if (Status s = waitAndTime(1, 2, bwd_->name, backwardMs_); !s)
+    return s.takeError();
 
   Expected<std::vector<float>> gq = download(dev, *dDq, nq, dtype_),
                                gk = download(dev, *dDk, nk, dtype_),
@@ -815,10 +819,8 @@ Expected<AttentionOutputs> CudaAttention::runLowRankOnDevice(const AttentionInpu
   if (Status s = attendF32OnDevice(x, false); !s)
     return s.takeError();
   (void)module_->mark(1);
-  if (Status s = dev.synchronize(); !s)
-    return makeError("kernel " + fwd_.name + ": " + s.error());
-  if (Expected<float> ms = module_->elapsedMs(0, 1))
-    forwardMs_ = *ms;
+  if (Status s = waitAndTime(0, 1, fwd_.name, forwardMs_); !s)
+    return s.takeError();
   AttentionOutputs out;
   Expected<std::vector<float>> o = download(dev, *dOut, size_t(B * H * N * D), "f32"),
                                l = download(dev, *dLse, size_t(B * H * N), "f32");
@@ -848,10 +850,8 @@ Expected<AttentionOutputs> CudaAttention::runLowRankOnDevice(const AttentionInpu
   if (Status s = attendF32OnDevice(x, true); !s)
     return s.takeError();
   (void)module_->mark(2);
-  if (Status s = dev.synchronize(); !s)
-    return makeError("kernel " + bwd_->name + ": " + s.error());
-  if (Expected<float> ms = module_->elapsedMs(1, 2))
-    backwardMs_ = *ms;
+  if (Status s = waitAndTime(1, 2, bwd_->name, backwardMs_); !s)
+    return s.takeError();
   auto fetch = [&](const DeviceArray &a, size_t n, std::vector<int64_t> shape,
                    std::optional<st::Tensor> &to) -> Status {
     Expected<std::vector<float>> h = download(dev, a, n, "f32");

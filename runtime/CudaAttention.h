@@ -108,9 +108,6 @@ public:
   /// each round's lse, which lives in the workspace between the two).
   /// Scratch is one workspace kept between calls.
   Status lshOnDevice(const DeviceAttentionArgs &args, bool backward);
-  /// Which kinds run on device operands: dense and LSH (low-rank needs its
-  /// projections first: the caller's).
-  bool runsOnDeviceOperands() const { return !fwd_.lowrank && (!fwd_.sharedQk || fwd_.lsh); }
 
   /// A training step's attention on its own f32 device buffers, whatever
   /// the kernels' dtype and kind: dense, low-rank or LSH; all operands
@@ -164,6 +161,9 @@ private:
   Status loadHostProjections();
   Status launch(const std::string &entry, long long blocks, int warps, size_t smem,
                 const void *args, size_t argBytes);
+  /// Waits for the device (an error names `kernel`) and sets `ms` to the
+  /// time between marks `from` and `to`.
+  Status waitAndTime(int from, int to, const std::string &kernel, float &ms);
   using ProjectFwdFn = int(const float *, const float *, float *, const int *, int, int, int, int,
                            int, int, int);
   using ProjectBwdFn = int(const float *, const float *, const float *, float *, float *,

@@ -218,10 +218,9 @@ Status checkGpuArchSupported(std::string_view arch, int nvrtcMajor) {
   bool loaded = nvrtcMajor <= 0;
   if (loaded)
     nvrtcMajor = NvrtcCompiler::versionMajor();
-  // The last CUDA major version that still compiles for an old family.
   // Checked before NVRTC so the message says what to do, not just "invalid
   // value for --gpu-architecture".
-  int lastMajor = g->sm < 50 ? 11 : g->sm < 75 ? 12 : 0;
+  const int lastMajor = lastCudaMajorTargeting(g->sm);
   if (lastMajor && nvrtcMajor > lastMajor) {
     std::string family = gpuArchFamily(g->sm);
     return makeError(g->str() + (family.empty() ? "" : " (" + family + ")") + " needs a CUDA " +

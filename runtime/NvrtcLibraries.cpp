@@ -199,6 +199,8 @@ std::vector<NvrtcLibrary> findNvrtcLibraries(std::vector<std::string> *problems)
   return found;
 }
 
+int lastCudaMajorTargeting(int sm) { return sm < 50 ? 11 : sm < 75 ? 12 : 0; }
+
 const std::vector<NvrtcLibrary> &nvrtcLibraries() {
   static const std::vector<NvrtcLibrary> libs = findNvrtcLibraries();
   return libs;
@@ -218,8 +220,7 @@ Expected<const NvrtcLibrary *> chooseNvrtc(int sm, const std::vector<NvrtcLibrar
   std::string found;
   for (const NvrtcLibrary &l : libs)
     found += (found.empty() ? "" : ", ") + l.describe();
-  // The last CUDA major version that still compiles for an old family.
-  const int lastMajor = sm < 50 ? 11 : sm < 75 ? 12 : 0;
+  const int lastMajor = lastCudaMajorTargeting(sm);
   if (lastMajor)
     return makeError(arch + " needs a CUDA " + std::to_string(lastMajor) + " NVRTC (CUDA " +
                      std::to_string(lastMajor + 1) + ".x dropped it); found " +

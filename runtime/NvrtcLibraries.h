@@ -74,6 +74,10 @@ std::vector<NvrtcLibrary> findNvrtcLibraries(std::vector<std::string> *problems 
 /// Where scripts/bootstrap.sh installs the CUDA 12 NVRTC.
 std::string projectNvrtc12Dir();
 
+/// The last CUDA major version whose NVRTC still targets `sm` (11 before
+/// Maxwell, 12 before Turing), 0 when current ones do.
+int lastCudaMajorTargeting(int sm);
+
 /// findNvrtcLibraries(), once per process.
 const std::vector<NvrtcLibrary> &nvrtcLibraries();
 

@@ -1,8 +1,6 @@
 //===- Version.cpp - attnc and toolkit versions ---------------------------===//
 #include "runtime/Version.h"
 
-#include "runtime/NvrtcCompiler.h"
-
 #include <cuda.h>
 
 namespace attnc {
@@ -12,7 +10,5 @@ const char *attncVersion() { return "0.1.0"; }
 std::string cudaToolkitVersion() {
   return std::to_string(CUDA_VERSION / 1000) + "." + std::to_string((CUDA_VERSION % 1000) / 10);
 }
-
-std::string nvrtcVersion() { return NvrtcCompiler::version(); }
 
 } // namespace attnc

@@ -9,8 +9,6 @@ namespace attnc {
 const char *attncVersion();
 /// The CUDA toolkit the runtime was built against, e.g. "13.0".
 std::string cudaToolkitVersion();
-/// The NVRTC library's version, e.g. "13.0" (part of kernel cache keys).
-std::string nvrtcVersion();
 } // namespace attnc
 
 #endif // ATTNC_RUNTIME_VERSION_H

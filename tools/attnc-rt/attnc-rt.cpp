@@ -172,8 +172,7 @@ int main(int argc, char **argv) {
     // Every NVRTC found, and what it targets (sm_70 needs a CUDA 12 one).
     std::vector<std::string> problems;
     for (const attnc::NvrtcLibrary &l : attnc::findNvrtcLibraries(&problems))
-      std::cout << "NVRTC " << l.describe() << " from " << l.origin
-                << (l.path == "linked" ? "" : " (" + l.path + ")")
+      std::cout << "NVRTC " << l.describe() << " from " << l.origin << " (" << l.path << ")"
                 << (l.targets(70) ? "; targets sm_70 (Volta)" : "; no sm_70") << "\n";
     for (const std::string &p : problems)
       std::cout << "NVRTC not usable: " << p << "\n";
