@@ -206,8 +206,8 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
     const int i0 = m * BLOCK_Q + wn * C1; // this warp's first query
     const bool mask = Variant::kHasMask || j0 + tile::kRowsPerWarp > kvEnd ||
                       (Variant::kCausal && j0 + tile::kRowsPerWarp - 1 > i0) || i0 + C1 > a.Nq;
-    bwdGrads<Variant, true, true>(s, dp, ctx, i0, j0, st + wn * C1, st + BLOCK_Q + wn * C1, mask,
-                                  dpar);
+    bwdGrads<Variant, AccLayout<T, NT1>, true, true>(s, dp, ctx, i0, j0, st + wn * C1,
+                                                     st + BLOCK_Q + wn * C1, mask, dpar);
     const int at = tile::kRowsPerWarp * wm * SLD + wn * C1;
     storeAcc(sPt + at, SLD, s, 1.f, 1.f);
     storeAcc(sGt + at, SLD, dp, 1.f, 1.f);
@@ -360,7 +360,7 @@ __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
     const int j0 = n * BLOCK_KV + wn * C1; // this warp's first key
     const bool mask = Variant::kHasMask || j0 + C1 > kvEnd ||
                       (Variant::kCausal && j0 + C1 - 1 > i0) || i0 + tile::kRowsPerWarp > a.Nq;
-    bwdGrads<Variant, false, false>(s, dp, ctx, i0, j0, lse2, dlt, mask, unused);
+    bwdGrads<Variant, AccLayout<T, NT1>, false, false>(s, dp, ctx, i0, j0, lse2, dlt, mask, unused);
     storeAcc(sG + tile::kRowsPerWarp * wm * SLD + wn * C1, SLD, dp, 1.f, 1.f);
   };
   auto accumulate = [&](const T *x) { // dQ += G (all BLOCK_KV keys) K

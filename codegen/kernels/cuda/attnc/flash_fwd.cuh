@@ -103,7 +103,9 @@ __device__ void flash_fwd(const AttnFwdArgs &a) {
   T *sQw = sQ + warp * tile::kRowsPerWarp * LD;
   float o[NO][4];
   zeroAcc(o);
-  OnlineSoftmax softmax;
+  using Layout = AccLayout<T, NS>;
+  static_assert(IsSame<Layout, AccLayout<T, NO>>::value, "S and O tiles share rows");
+  OnlineSoftmax<Layout> softmax;
   softmax.init();
 
   for (int n = nFirst; n < nBlocks; ++n) {
@@ -123,11 +125,11 @@ __device__ void flash_fwd(const AttnFwdArgs &a) {
       Mma::template gemmSS<D, NS, false>(s, sQw, LD, sK(stage), LD);
       const bool mask = Variant::kHasMask || j0 + BLOCK_KV > kvEnd ||
                         (Variant::kCausal && j0 + BLOCK_KV - 1 > i0);
-      fwdLogits<Variant>(s, ctx, i0, j0, mask);
+      fwdLogits<Variant, Layout>(s, ctx, i0, j0, mask);
       softmax.update(s, o);
       if constexpr (Variant::kDropout)
         if (ctx.dropout > 0.f)
-          dropoutProbs<Variant>(s, ctx, i0, j0);
+          dropoutProbs<Variant, Layout>(s, ctx, i0, j0);
       Mma::template gemmRS<BLOCK_KV, NO>(o, s, sV(stage), LD);
     }
     __syncthreads(); // stage n % STAGES is refilled next iteration
@@ -137,11 +139,10 @@ __device__ void flash_fwd(const AttnFwdArgs &a) {
 
   float inv[2], lse[2];
   softmax.finish(inv, lse);
-  const int g = lane / 4, t = lane % 4;
-  if (t == 0) {
+  if (Layout::rowLeader(lane)) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int i = i0 + g + 8 * r;
+      const int i = i0 + Layout::rowBase(lane) + Layout::kRowStep * r;
       if (i < a.Nq)
         a.lse[size_t(bh) * a.Nq + i] = lse[r];
     }

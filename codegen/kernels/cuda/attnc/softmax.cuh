@@ -1,9 +1,10 @@
 //===- softmax.cuh - Online softmax over accumulator rows -----------------===//
 //
-// A thread holds two rows of each score tile (g and g + 8, see mma.cuh);
-// the quad holding a row agrees on its running maximum after every tile and
-// keeps the running sum split into four thread-local parts, summed once at
-// the end (FlashAttention-2). Scores are in log2 units (x = s * log2 e) so
+// A thread holds two rows of each score tile (its lo and hi rows, at the
+// places the tile's accumulator layout L says, see mma.cuh); the four lanes
+// holding a row agree on its running maximum after every tile and keep the
+// running sum split into four thread-local parts, summed once at the end
+// (FlashAttention-2). Scores are in log2 units (x = s * log2 e) so
 // each probability is one exp2f.
 //
 //===----------------------------------------------------------------------===//
@@ -14,7 +15,7 @@
 
 namespace attnc {
 
-struct OnlineSoftmax {
+template <class L> struct OnlineSoftmax {
   float m[2]; ///< running row maximum (log2 units), -inf while nothing kept
   float l[2]; ///< this thread's part of the row's sum of 2^(x - m)
 
@@ -33,7 +34,7 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int n = 0; n < NS; ++n)
         mx = fmaxf(mx, fmaxf(x[n][2 * r], x[n][2 * r + 1]));
-      mx = quadMax(mx);
+      mx = L::rowMax(mx);
       // While a row has no kept key its maximum stays -inf; subtracting 0
       // then avoids -inf - -inf = NaN (every term is 2^-inf = 0 anyway).
       const float base = mx == negInf() ? 0.f : mx;
@@ -60,7 +61,7 @@ struct OnlineSoftmax {
   ATTNC_HD void finish(float (&inv)[2], float (&lse)[2]) const {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float sum = quadSum(l[r]);
+      const float sum = L::rowSum(l[r]);
       const bool any = sum > 0.f;
       inv[r] = any ? 1.f / sum : 0.f;
       lse[r] = any ? (m[r] + log2f(sum)) * kLn2 : negInf();

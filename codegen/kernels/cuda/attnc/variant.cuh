@@ -80,34 +80,35 @@ template <class V> ATTNC_HD bool kept(const ScoreCtx &c, int i, int j) {
 }
 
 /// Forward: raw q.k tile -> logits in log2 units, -inf where masked.
-/// Element (n, e) is query i0 + g + 8 (e / 2), key j0 + 8n + 2t + e % 2.
-template <class V, int NT>
+/// Element (n, e) is query i0 + L::rowBase + L::kRowStep (e / 2), key j0 +
+/// L::colBase + L::colOf(n, e % 2) (L: the tile's accumulator layout).
+template <class V, class L, int NT>
 ATTNC_HD void fwdLogits(float (&s)[NT][4], const ScoreCtx &c, int i0, int j0, bool mask) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int lane = threadIdx.x % 32, row0 = i0 + L::rowBase(lane), col0 = j0 + L::colBase(lane);
   const float scaleLog2 = c.scale * kLog2e;
   // The key tail, padding and causal limits of this thread's two rows as one
-  // bound on the column offset 8n + (e & 1) (two registers, not a compare of
-  // full indices per element: D = 256 causal spilled without this).
+  // bound on the column offset colOf(n, e & 1) (two registers, not a compare
+  // of full indices per element: D = 256 causal spilled without this).
   int rel[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     int lim = c.kvEnd;
     if constexpr (V::kCausal)
-      lim = imin(lim, i0 + g + 8 * r + 1);
-    rel[r] = lim - j0 - 2 * t;
+      lim = imin(lim, row0 + L::kRowStep * r + 1);
+    rel[r] = lim - col0;
   }
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int i = i0 + g + 8 * (e >> 1), j = j0 + 8 * n + 2 * t + (e & 1);
+      const int i = row0 + L::kRowStep * (e >> 1), j = col0 + L::colOf(n, e & 1);
       float x;
       if constexpr (V::kHasScoreMod)
         x = V::score(s[n][e] * c.scale, c.b, c.h, i, j, c.params, c.H) * kLog2e;
       else
         x = s[n][e] * scaleLog2;
       if (mask) {
-        bool keep = 8 * n + (e & 1) < rel[e >> 1];
+        bool keep = L::colOf(n, e & 1) < rel[e >> 1];
         if constexpr (V::kHasMask)
           keep = keep && V::keep(c.b, c.h, i, j, c.params, c.H);
         if (!keep)
@@ -122,14 +123,14 @@ ATTNC_HD void fwdLogits(float (&s)[NT][4], const ScoreCtx &c, int i0, int j0, bo
 /// p (layout as fwdLogits) after the online softmax has summed them, and
 /// scales the kept ones by 1 / (1 - p): the row sums keep every
 /// probability, only the weights of V are masked (as in the CPU kernels).
-template <class V, int NT>
+template <class V, class L, int NT>
 ATTNC_HD void dropoutProbs(float (&p)[NT][4], const ScoreCtx &c, int i0, int j0) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int lane = threadIdx.x % 32, row0 = i0 + L::rowBase(lane), col0 = j0 + L::colBase(lane);
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      p[n][e] *= dropoutScale<V>(c, i0 + g + 8 * (e >> 1), j0 + 8 * n + 2 * t + (e & 1));
+      p[n][e] *= dropoutScale<V>(c, row0 + L::kRowStep * (e >> 1), col0 + L::colOf(n, e & 1));
   }
 }
 
@@ -145,15 +146,15 @@ ATTNC_HD void dropoutProbs(float (&p)[NT][4], const ScoreCtx &c, int i0, int j0)
 /// untransposed sense. lse2 (lse * log2 e, +inf for a row with no kept key,
 /// so that p = 2^-inf = 0) and delta are indexed by the query's position
 /// within the tile, i - i0.
-template <class V, bool ROWS_ARE_KEYS, bool ACCUM_DPARAMS, int NT, int NP>
+template <class V, class L, bool ROWS_ARE_KEYS, bool ACCUM_DPARAMS, int NT, int NP>
 ATTNC_HD void bwdGrads(float (&s)[NT][4], float (&dp)[NT][4], const ScoreCtx &c, int i0, int j0,
                        const float *lse2, const float *delta, bool mask, float (&dpar)[NP]) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int lane = threadIdx.x % 32, row0 = L::rowBase(lane), col0 = L::colBase(lane);
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int row = g + 8 * (e >> 1), col = 8 * n + 2 * t + (e & 1);
+      const int row = row0 + L::kRowStep * (e >> 1), col = col0 + L::colOf(n, e & 1);
       const int qi = ROWS_ARE_KEYS ? col : row; // query within the tile
       const int i = i0 + qi, j = j0 + (ROWS_ARE_KEYS ? row : col);
       const bool keep = !mask || (i < c.Nq && kept<V>(c, i, j));

@@ -4,8 +4,9 @@
 // tensor-core path and their cp.async pipelines on the host:
 //
 //   - ATTNC_EMULATE_MMA: fp16/bf16 GEMMs on ldmatrix and mma.sync
-//     m16n8k16, written from the PTX ISA's fragment tables rather than
-//     from the kernels' use of them (mma.cuh declares them);
+//     m16n8k16, and Volta's mma.sync m8n8k4 (ATTNC_EMULATE_ARCH=700),
+//     written from the PTX ISA's fragment tables rather than from the
+//     kernels' use of them (mma.cuh declares them);
 //   - ATTNC_EMULATE_ASYNC_COPY: cp.async.cg (16 bytes, zero-fill),
 //     commit_group and wait_group (copy.cuh declares them): a copy may
 //     land any time between its issue and the wait that covers its group;
@@ -43,9 +44,13 @@ alignas(16) inline unsigned char attncSmem[232448];
 } // namespace attnc
 
 // fp16 and bf16 take the tensor-core path, with ldmatrix and mma below;
-// copies are asynchronous, as with cp.async (sm_80+).
+// copies are asynchronous, as with cp.async (sm_80+). With
+// ATTNC_EMULATE_ARCH=700 the kernels take Volta's path instead: fp16 on
+// mma.m8n8k4, bf16 on SIMT, synchronous copies.
 #define ATTNC_EMULATE_MMA 1
+#if !defined(ATTNC_EMULATE_ARCH) || ATTNC_EMULATE_ARCH >= 800
 #define ATTNC_EMULATE_ASYNC_COPY 1
+#endif
 #include "attnc/common.cuh"
 #include "attnc/copy.cuh"
 #include "attnc/mma.cuh"
@@ -174,6 +179,7 @@ struct MmaRegs {
 
 namespace attnc {
 
+#if defined(ATTNC_EMULATE_ASYNC_COPY)
 // cp.async.cg (16 bytes, zero-fill when src-size is 0), commit_group and
 // wait_group.
 void copy16(void *smem, const void *gmem, bool valid) {
@@ -205,9 +211,12 @@ void cpAsyncWaitGroups(int n) {
   }
   t.pending.resize(kept);
 }
+#endif // ATTNC_EMULATE_ASYNC_COPY
 
 // ldmatrix and mma.sync.m16n8k16 as the PTX ISA defines them. g = lane / 4
-// and t = lane % 4 throughout.
+// and t = lane % 4 throughout. Not on Volta, which has neither: a Volta
+// path that used them would not link.
+#if !defined(ATTNC_EMULATE_ARCH) || ATTNC_EMULATE_ARCH >= 750
 
 /// ldmatrix.x N: lanes 8i .. 8i+7 give the row addresses of 8x8 matrix i
 /// (8 contiguous b16 each, 16-byte aligned, in shared memory); every lane
@@ -267,6 +276,8 @@ template <class T> void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned
     c[j] += sum;
   }
 }
+
+#endif // ATTNC_EMULATE_ARCH >= 750
 
 /// mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32, Volta's tensor-core
 /// instruction, modelled from the PTX ISA's tables (PTX ISA 9.0, section
