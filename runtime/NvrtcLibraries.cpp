@@ -58,6 +58,8 @@ std::shared_ptr<const NvrtcApi> apiOf(void *h) {
   get(api->getProgramLog, "nvrtcGetProgramLog");
   get(api->getCUBINSize, "nvrtcGetCUBINSize");
   get(api->getCUBIN, "nvrtcGetCUBIN");
+  get(api->getPTXSize, "nvrtcGetPTXSize");
+  get(api->getPTX, "nvrtcGetPTX");
   get(api->destroyProgram, "nvrtcDestroyProgram");
   get(api->getErrorString, "nvrtcGetErrorString");
   return ok ? api : nullptr;

@@ -44,6 +44,8 @@ struct NvrtcApi {
   nvrtcResult (*getProgramLog)(nvrtcProgram, char *);
   nvrtcResult (*getCUBINSize)(nvrtcProgram, size_t *);
   nvrtcResult (*getCUBIN)(nvrtcProgram, char *);
+  nvrtcResult (*getPTXSize)(nvrtcProgram, size_t *); ///< after a compute_XX compile
+  nvrtcResult (*getPTX)(nvrtcProgram, char *);
   nvrtcResult (*destroyProgram)(nvrtcProgram *);
   const char *(*getErrorString)(nvrtcResult);
 };

@@ -7,11 +7,11 @@
 // extern "C" __launch_bounds__(WARPS * 32, 1) entry points) with the
 // default tile of codegen/kernels/abi/attnc/abi/LshTileModel.h, for two (chunk, before, after)
 // configurations and two variants (dense; causal + key padding + a
-// two-parameter score modifier + a user mask), compiled by NVRTC for sm_75,
-// sm_80 and sm_90, fp32/fp16/bf16, head dims 32..256; ptxas's report must
-// show no spills, no stack frame, at most 255 registers and exactly the
-// static shared memory LshTileModel.h computes (<= 48 KiB). The matrix, the
-// variants and the NVRTC/ptxas plumbing are test/unit/CudaTestSupport.h's.
+// two-parameter score modifier + a user mask), compiled by NVRTC for sm_70
+// (the CUDA 12 NVRTC), sm_75, sm_80 and sm_90, fp32/fp16/bf16, head dims 32..256; ptxas's report
+// must show no spills, no stack frame, at most 255 registers and exactly the static shared memory
+// LshTileModel.h computes (<= 48 KiB). The matrix, the variants and the NVRTC/ptxas plumbing are
+// test/unit/CudaTestSupport.h's.
 //
 // Numerics. The same headers compiled by the host compiler run on the
 // block emulator of test/unit/CudaEmulator.h (real barriers and warp

@@ -1,5 +1,5 @@
 # The device optimizer kernels (codegen/kernels/cuda/attnc/optimizer.cuh):
-# NVRTC builds for sm_75, sm_80 and sm_90 with ptxas resource checks, and
+# NVRTC builds for sm_70 (CUDA 12 NVRTC), sm_75, sm_80 and sm_90 with ptxas resource checks, and
 # their numerics on the host block emulator against runtime/train's CPU
 # AdamW, see test/unit/CudaOptimizerTest.cpp. Needs NVRTC and Linux
 # ucontext, no GPU. The CPU optimizer, the host helpers and the loss scaler

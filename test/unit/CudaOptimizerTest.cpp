@@ -3,8 +3,9 @@
 // codegen/kernels/cuda/attnc/optimizer.cuh, no GPU needed:
 //
 // NVRTC builds. The header's four entry points, compiled by
-// runtime/NvrtcCompiler for sm_75, sm_80 and sm_90: ptxas must report no
-// spills, no stack frame, and the static shared memory of the reductions.
+// runtime/NvrtcCompiler for sm_70 (CUDA 12 NVRTC), sm_75, sm_80 and sm_90:
+// ptxas must report no spills, no stack frame, and the static shared memory
+// of the reductions.
 //
 // Numerics. The same header compiled by the host compiler runs on the SIMT
 // block emulator (codegen/kernels/emulator/attnc/simt_emulator.h: real
@@ -81,7 +82,8 @@ TEST_P(CudaOptimizerNvrtc, CompilesWithoutSpills) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, CudaOptimizerNvrtc, testing::Values("sm_75", "sm_80", "sm_90"),
+INSTANTIATE_TEST_SUITE_P(Archs, CudaOptimizerNvrtc,
+                         testing::Values("sm_70", "sm_75", "sm_80", "sm_90"),
                          [](const testing::TestParamInfo<const char *> &i) {
                            return std::string(i.param);
                          });

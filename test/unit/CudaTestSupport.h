@@ -6,13 +6,17 @@
 // codegen/VariantEmitter.cpp writes them (dense; causal + key padding + a
 // two-parameter score modifier + a user mask), compilation by NVRTC with the
 // options the runtime passes too, and ptxas's per-entry resource report
-// (-Xptxas=-v) with the checks every kernel must pass. Needs the
-// ATTNC_SOURCE_DIR and ATTNC_CUDA_INCLUDE_DIR definitions of the tests'
-// cmake files. No GPU is needed.
+// (-Xptxas=-v) with the checks every kernel must pass. Each arch compiles
+// with the NVRTC the runtime would choose for it (runtime/NvrtcLibraries.h:
+// sm_70 with the CUDA 12 NVRTC that scripts/bootstrap.sh installs). Needs
+// the ATTNC_SOURCE_DIR and ATTNC_CUDA_INCLUDE_DIR definitions of the tests'
+// cmake files and the runtime library. No GPU is needed.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_TEST_UNIT_CUDATESTSUPPORT_H
 #define ATTNC_TEST_UNIT_CUDATESTSUPPORT_H
+
+#include "runtime/NvrtcLibraries.h"
 
 #include <gtest/gtest.h>
 #include <nvrtc.h>
@@ -38,7 +42,7 @@ struct DType {
 inline const DType kDTypes[] = {
     {"fp32", "float", 4}, {"fp16", "__half", 2}, {"bf16", "__nv_bfloat16", 2}};
 inline const int kHeadDims[] = {32, 64, 80, 96, 128, 256};
-inline const int kArchs[] = {75, 80, 90};
+inline const int kArchs[] = {70, 75, 80, 90};
 
 /// The emitter's helpers (codegen/VariantEmitter.cpp), for the variants.
 inline const char *const kHelpers = R"(namespace {
@@ -203,46 +207,66 @@ inline std::map<std::string, Usage> parsePtxasLog(const std::string &log) {
 struct Compiled {
   bool ok = false;
   std::string log;
+  std::string ptx; ///< compile(..., ptx = true) only
   double seconds = 0;
 };
 
 /// The NVRTC options the kernels are checked with: what the runtime must
 /// pass too.
-inline std::vector<std::string> nvrtcOptions(int sm) {
-  return {"--gpu-architecture=sm_" + std::to_string(sm),
-          "-std=c++17",
-          std::string("-I") + ATTNC_SOURCE_DIR + "/codegen/kernels/abi",
-          std::string("-I") + ATTNC_SOURCE_DIR + "/codegen/kernels/common",
-          std::string("-I") + ATTNC_SOURCE_DIR + "/codegen/kernels/cuda",
-          std::string("-I") + ATTNC_CUDA_INCLUDE_DIR,
-          "-Xptxas=-v"};
+inline std::vector<std::string> nvrtcOptions(int sm, bool ptx = false) {
+  std::vector<std::string> o = {(ptx ? "--gpu-architecture=compute_" : "--gpu-architecture=sm_") +
+                                    std::to_string(sm),
+                                "-std=c++17",
+                                std::string("-I") + ATTNC_SOURCE_DIR + "/codegen/kernels/abi",
+                                std::string("-I") + ATTNC_SOURCE_DIR + "/codegen/kernels/common",
+                                std::string("-I") + ATTNC_SOURCE_DIR + "/codegen/kernels/cuda",
+                                std::string("-I") + ATTNC_CUDA_INCLUDE_DIR};
+  if (!ptx) // no ptxas runs for a compute_XX target
+    o.push_back("-Xptxas=-v");
+  return o;
 }
 
 /// Compiles `source` (named `program` in NVRTC's messages) for sm_`sm` to a
-/// cubin; the log holds ptxas's report.
-inline Compiled compile(const std::string &source, int sm, const char *program) {
+/// cubin; the log holds ptxas's report. With `ptx`, for compute_`sm` to
+/// PTX instead (Compiled::ptx), which says which instructions were chosen.
+inline Compiled compile(const std::string &source, int sm, const char *program, bool ptx = false) {
   Compiled c;
   const auto start = std::chrono::steady_clock::now();
+  attnc::Expected<const attnc::NvrtcLibrary *> lib =
+      attnc::chooseNvrtc(sm, attnc::nvrtcLibraries());
+  if (!lib) {
+    c.log = lib.error();
+    return c;
+  }
+  const attnc::NvrtcApi &api = *(*lib)->api;
   nvrtcProgram prog;
-  if (nvrtcCreateProgram(&prog, source.c_str(), program, 0, nullptr, nullptr) != NVRTC_SUCCESS) {
+  if (api.createProgram(&prog, source.c_str(), program, 0, nullptr, nullptr) != NVRTC_SUCCESS) {
     c.log = "nvrtcCreateProgram failed";
     return c;
   }
-  const std::vector<std::string> opts = nvrtcOptions(sm);
+  const std::vector<std::string> opts = nvrtcOptions(sm, ptx);
   std::vector<const char *> argv;
   for (const std::string &o : opts)
     argv.push_back(o.c_str());
-  const nvrtcResult r = nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
+  const nvrtcResult r = api.compileProgram(prog, static_cast<int>(argv.size()), argv.data());
   size_t n = 0;
-  nvrtcGetProgramLogSize(prog, &n);
+  api.getProgramLogSize(prog, &n);
   c.log.resize(n);
   if (n > 0)
-    nvrtcGetProgramLog(prog, c.log.data());
+    api.getProgramLog(prog, c.log.data());
   size_t cubin = 0;
-  c.ok = r == NVRTC_SUCCESS && nvrtcGetCUBINSize(prog, &cubin) == NVRTC_SUCCESS && cubin > 0;
+  if (ptx) {
+    c.ok = r == NVRTC_SUCCESS && api.getPTXSize(prog, &cubin) == NVRTC_SUCCESS && cubin > 1;
+    if (c.ok) {
+      c.ptx.resize(cubin);
+      c.ok = api.getPTX(prog, c.ptx.data()) == NVRTC_SUCCESS;
+    }
+  } else {
+    c.ok = r == NVRTC_SUCCESS && api.getCUBINSize(prog, &cubin) == NVRTC_SUCCESS && cubin > 0;
+  }
   if (r != NVRTC_SUCCESS)
-    c.log = std::string(nvrtcGetErrorString(r)) + "\n" + c.log;
-  nvrtcDestroyProgram(&prog);
+    c.log = std::string(api.getErrorString(r)) + "\n" + c.log;
+  api.destroyProgram(&prog);
   c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return c;
 }

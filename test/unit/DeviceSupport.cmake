@@ -1,7 +1,7 @@
 # The kernels around the attention kernels in a training step
 # (codegen/kernels/cuda/attnc/device_support.cuh: the low-rank projections'
 # strided GEMM and the fp32 <-> fp16/bf16 conversions): NVRTC builds for
-# sm_75, sm_80 and sm_90 with ptxas resource checks, and their numerics on
+# sm_70 (CUDA 12 NVRTC), sm_75, sm_80 and sm_90 with ptxas resource checks, and their numerics on
 # the SIMT emulator against double-precision references, see
 # test/unit/DeviceSupportTest.cpp. Needs NVRTC and Linux ucontext, no GPU.
 add_executable(attnc-device-support-tests ${CMAKE_CURRENT_SOURCE_DIR}/unit/DeviceSupportTest.cpp)

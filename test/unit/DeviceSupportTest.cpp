@@ -3,8 +3,8 @@
 // codegen/kernels/cuda/attnc/device_support.cuh, no GPU needed:
 //
 // NVRTC builds. The runtime's module of the header
-// (CudaAttention::deviceSupportSource), for sm_75, sm_80 and sm_90: ptxas
-// must report no spills and no stack frame.
+// (CudaAttention::deviceSupportSource), for sm_70 (CUDA 12 NVRTC), sm_75,
+// sm_80 and sm_90: ptxas must report no spills and no stack frame.
 //
 // Numerics on the SIMT emulator. strided_gemm against a double-precision
 // evaluation of StridedGemmArgs' definition, in each of the shapes the
@@ -65,7 +65,8 @@ TEST_P(DeviceSupportNvrtc, CompilesWithoutSpills) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, DeviceSupportNvrtc, testing::Values("sm_75", "sm_80", "sm_90"),
+INSTANTIATE_TEST_SUITE_P(Archs, DeviceSupportNvrtc,
+                         testing::Values("sm_70", "sm_75", "sm_80", "sm_90"),
                          [](const testing::TestParamInfo<const char *> &i) {
                            return std::string(i.param);
                          });
