@@ -95,8 +95,8 @@ namespace {
 #define ATTNC_STRINGIFY_IMPL(x) #x
 #define ATTNC_STRINGIFY(x) ATTNC_STRINGIFY_IMPL(x)
 
-/// The libraries create() tries, in order: CUDA 13's, CUDA 12's, then
-/// whatever the unversioned development link points at.
+/// The libraries create() tries on Turing and newer, in order: CUDA 13's,
+/// CUDA 12's, then whatever the unversioned development link points at.
 const char *const kLibraries[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
 
 cublasComputeType_t computeType(GemmPrecision p) {
@@ -248,27 +248,78 @@ static std::vector<std::string> toolkitLibraryDirs() {
   return dirs;
 }
 
-Expected<std::unique_ptr<Cublas>> Cublas::create() {
+std::string projectCublas12Dir() {
+#ifdef ATTNC_PROJECT_CUBLAS12_DIR
+  return ATTNC_PROJECT_CUBLAS12_DIR;
+#else
+  return "";
+#endif
+}
+
+/// A cuBLAS 12 under `where`: the file itself, or libcublas.so.12 in it or
+/// in its lib/, lib64/ or the wheel's nvidia/cublas/lib/.
+static std::vector<std::string> cublas12Under(const std::string &where) {
+  std::vector<std::string> r{where};
+  for (const char *sub : {"", "/lib", "/lib64", "/nvidia/cublas/lib"})
+    r.push_back(where + sub + "/libcublas.so.12");
+  return r;
+}
+
+std::vector<std::string> cublasCandidates(int sm) {
+  // Volta: CUDA 13's cuBLAS loads and creates a handle there but has no
+  // kernels for it, so only a cuBLAS 12 qualifies.
+  const bool volta = sm > 0 && lastCudaMajorTargeting(sm) == 12;
+  std::vector<std::string> names;
+  if (volta)
+    names = {"libcublas.so.12"};
+  else
+    names.assign(std::begin(kLibraries), std::end(kLibraries));
+  std::vector<std::string> candidates;
+  if (volta)
+    if (const char *env = std::getenv("ATTNC_CUBLAS12"); env && *env)
+      for (std::string &p : cublas12Under(env))
+        candidates.push_back(std::move(p));
+  if (volta)
+    if (const std::string dir = projectCublas12Dir(); !dir.empty())
+      candidates.push_back(dir + "/nvidia/cublas/lib/libcublas.so.12");
+  // Bare names first (the loader's path), then the toolkit's directories.
+  candidates.insert(candidates.end(), names.begin(), names.end());
+  for (const std::string &dir : toolkitLibraryDirs())
+    for (const std::string &lib : names)
+      candidates.push_back(dir + "/" + lib);
+  return candidates;
+}
+
+Expected<std::string> Cublas::find(int sm) {
   // The first library that loads decides: a cuBLAS that loads but cannot
   // create a handle (no GPU) is reported as such, not masked by trying an
-  // older one. Bare names first (the loader's path), then the toolkit's
-  // directories.
-  std::vector<std::string> candidates(std::begin(kLibraries), std::end(kLibraries));
-  for (const std::string &dir : toolkitLibraryDirs())
-    for (const char *lib : kLibraries)
-      candidates.push_back(dir + "/" + lib);
+  // older one.
+  const std::vector<std::string> candidates = cublasCandidates(sm);
   std::string first;
   for (const std::string &lib : candidates) {
     Status s = probe(lib);
     if (s)
-      return load(lib);
+      return lib;
     if (first.empty())
       first = s.error();
   }
   std::string tried;
   for (size_t i = 1; i < candidates.size(); ++i)
     tried += std::string(i > 1 ? ", " : "") + candidates[i];
-  return makeError(first + "; also tried " + tried);
+  std::string hint;
+  if (sm > 0 && lastCudaMajorTargeting(sm) == 12)
+    hint = ". sm_" + std::to_string(sm) +
+           " needs a cuBLAS 12 (CUDA 13's dropped Volta): scripts/bootstrap.sh --cublas12 "
+           "installs PyPI's nvidia-cublas-cu12 into .deps/cublas-cu12, or set ATTNC_CUBLAS12 to "
+           "a libcublas.so.12";
+  return makeError(first + "; also tried " + tried + hint);
+}
+
+Expected<std::unique_ptr<Cublas>> Cublas::create(int sm) {
+  Expected<std::string> lib = find(sm);
+  if (!lib)
+    return lib.takeError();
+  return load(*lib);
 }
 
 Status Cublas::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,

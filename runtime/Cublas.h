@@ -2,9 +2,19 @@
 //
 // The dense GEMMs of GPU training (docs/mixed-precision.md) go to cuBLAS.
 // Like the driver (CudaDriver.h), cuBLAS is dlopened, never linked, so
-// attnc binaries start on machines without it: "libcublas.so.13", then
-// "libcublas.so.12", then "libcublas.so" are tried in that order, and a
-// machine with none gets an Error saying so.
+// attnc binaries start on machines without it. Which cuBLAS serves which
+// GPU (cublasCandidates):
+//
+//   - Turing and newer (sm_75+): "libcublas.so.13", then "libcublas.so.12",
+//     then "libcublas.so", on the loader's path, then in the toolkit's
+//     library folders;
+//   - Volta (sm_70, sm_72), which CUDA 13's cuBLAS dropped: a cuBLAS 12
+//     only, from $ATTNC_CUBLAS12 (a libcublas.so.12 or a folder holding
+//     one), the project's .deps/cublas-cu12 (`scripts/bootstrap.sh
+//     --cublas12` installs PyPI's nvidia-cublas-cu12 there, at set-up), the
+//     loader's path, then the toolkit's folders.
+//
+// A machine with none gets an Error saying what to install.
 //
 // Only what training needs: a handle bound to a stream per call and
 // gemm(), a row-major fp32 GEMM whose inner products may run in a reduced
@@ -32,6 +42,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace attnc::cuda {
 
@@ -66,14 +77,27 @@ struct ColumnMajorGemm {
 /// Leading dimensions are at least 1, as cuBLAS requires.
 ColumnMajorGemm mapRowMajorGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K);
 
+/// The cuBLAS libraries that may serve a GPU of compute capability `sm`
+/// (70 for sm_70; 0 for any CUDA 13 serves), in the order create() tries
+/// them (see the file comment).
+std::vector<std::string> cublasCandidates(int sm);
+
+/// Where `scripts/bootstrap.sh --cublas12` installs cuBLAS 12 (PyPI's
+/// nvidia-cublas-cu12), or "" in a build that does not know its source.
+std::string projectCublas12Dir();
+
 /// A loaded cuBLAS and one handle.
 class Cublas {
 public:
-  /// Loads libcublas.so.13, .so.12 or .so (the first that loads) and
-  /// creates a handle. Errors: "libcublas.so.13 not found: ... (also
-  /// tried ...)"; a library lacking an entry point; cublasCreate_v2's
-  /// failure (e.g. no GPU or driver).
-  static Expected<std::unique_ptr<Cublas>> create();
+  /// Loads the first of cublasCandidates(sm) that loads and creates a
+  /// handle (sm 0: any GPU CUDA 13 serves). Errors: "libcublas.so.13 not
+  /// found: ... (also tried ...)", for Volta with what to install; a
+  /// library lacking an entry point; cublasCreate_v2's failure (e.g. no
+  /// GPU or driver).
+  static Expected<std::unique_ptr<Cublas>> create(int sm = 0);
+  /// The library create(sm) would load (dlopened and resolved, no handle,
+  /// no GPU needed), or create's error before cublasCreate_v2.
+  static Expected<std::string> find(int sm = 0);
   /// The same from one named library only (tests name a library that does
   /// not exist to check the message).
   static Expected<std::unique_ptr<Cublas>> load(const std::string &library);

@@ -119,7 +119,9 @@ createGpuStepDevice(const std::string &kernelSource, const std::string &programN
   Expected<cuda::Module> module = cuda::Module::load(cubin->image, cubin->programName);
   if (!module)
     return module.takeError();
-  Expected<std::unique_ptr<cuda::Cublas>> blas = cuda::Cublas::create();
+  // Volta takes a cuBLAS 12 (CUDA 13's has no sm_70 kernels).
+  Expected<GpuArch> arch = parseGpuArch(options.arch);
+  Expected<std::unique_ptr<cuda::Cublas>> blas = cuda::Cublas::create(arch ? arch->sm : 0);
   if (!blas)
     return blas.takeError();
   return std::unique_ptr<StepDevice>(new GpuStepDevice(std::move(*ctx), std::move(*module),

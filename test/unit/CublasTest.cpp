@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -201,6 +202,44 @@ TEST(CublasLoad, CreateLoadsOrExplains) {
   const bool noHandle =
       contains(e, "cublasCreate_v2 (libcublas.so") && contains(e, "CUBLAS_STATUS_");
   EXPECT_TRUE(noLibrary || noHandle) << e;
+}
+
+TEST(CublasLoad, VoltaTakesOnlyCublas12) {
+  // CUDA 13's cuBLAS loads on a V100 but has no sm_70 kernels: Volta's
+  // candidates are cuBLAS 12 files only, the project's own first among the
+  // unnamed ones; Turing's start with CUDA 13's.
+  ::unsetenv("ATTNC_CUBLAS12");
+  const std::vector<std::string> volta = cublasCandidates(70);
+  ASSERT_FALSE(volta.empty());
+  for (const std::string &c : volta)
+    EXPECT_TRUE(c.size() >= 15 && c.compare(c.size() - 15, 15, "libcublas.so.12") == 0) << c;
+  EXPECT_EQ(volta[0], projectCublas12Dir() + "/nvidia/cublas/lib/libcublas.so.12");
+  const std::vector<std::string> turing = cublasCandidates(75);
+  ASSERT_FALSE(turing.empty());
+  EXPECT_EQ(turing[0], "libcublas.so.13");
+  EXPECT_EQ(cublasCandidates(0), turing);
+  // $ATTNC_CUBLAS12 (a file or a folder) comes first.
+  ::setenv("ATTNC_CUBLAS12", "/opt/cublas12", 1);
+  const std::vector<std::string> named = cublasCandidates(70);
+  ::unsetenv("ATTNC_CUBLAS12");
+  ASSERT_GE(named.size(), 2u);
+  EXPECT_EQ(named[0], "/opt/cublas12");
+  EXPECT_EQ(named[1], "/opt/cublas12/libcublas.so.12");
+  EXPECT_EQ(cublasCandidates(75), turing);
+}
+
+TEST(CublasLoad, VoltaWithoutCublas12SaysWhatToInstall) {
+  ::setenv("ATTNC_CUBLAS12", "/nonexistent-attnc-cublas12", 1);
+  Expected<std::string> found = Cublas::find(70);
+  ::unsetenv("ATTNC_CUBLAS12");
+  if (found.ok()) {
+    // A cuBLAS 12 is here (.deps/cublas-cu12 or the loader's path).
+    EXPECT_TRUE(contains(*found, "libcublas.so.12")) << *found;
+    return;
+  }
+  EXPECT_TRUE(contains(found.error(), "/nonexistent-attnc-cublas12 not found")) << found.error();
+  EXPECT_TRUE(contains(found.error(), "sm_70 needs a cuBLAS 12")) << found.error();
+  EXPECT_TRUE(contains(found.error(), "scripts/bootstrap.sh --cublas12")) << found.error();
 }
 
 //===----------------------------------------------------------------------===//

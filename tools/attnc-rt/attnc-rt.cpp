@@ -176,6 +176,13 @@ int main(int argc, char **argv) {
                 << (l.targets(70) ? "; targets sm_70 (Volta)" : "; no sm_70") << "\n";
     for (const std::string &p : problems)
       std::cout << "NVRTC not usable: " << p << "\n";
+    // The cuBLAS GPU training would load: CUDA 13's or 12's from Turing on,
+    // a cuBLAS 12 only on Volta (runtime/Cublas.h).
+    for (int sm : {0, 70}) {
+      attnc::Expected<std::string> blas = attnc::cuda::Cublas::find(sm);
+      std::cout << "cuBLAS for " << (sm ? "sm_70 (Volta)" : "sm_75 and newer") << ": "
+                << (blas ? *blas : "none (" + blas.error() + ")") << "\n";
+    }
     attnc::Status driver = attnc::cuda::Driver::available();
     if (!driver) {
       std::cout << "GPU: none (" << driver.error() << ")\n";
