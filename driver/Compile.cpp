@@ -13,6 +13,7 @@
 #include "runtime/KernelHeaders.h"
 #include "runtime/KernelCache.h"
 #include "runtime/NvrtcCompiler.h"
+#include "runtime/NvrtcLibraries.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/SHA256.h"
@@ -38,7 +39,28 @@ int compileFunctions(ModuleOp module, const std::string &target, const std::stri
   if (failed(codegen::emitKernels(
           module, target == "cpu" ? codegen::Target::Cpu : codegen::Target::Cuda, os, out.kernels)))
     return kExitInput;
+  if (target == "cuda")
+    notePrecisionOnArch(out.kernels, arch, std::cerr);
   return kExitOk;
+}
+
+void notePrecisionOnArch(const std::vector<ManifestKernel> &kernels, const std::string &arch,
+                         std::ostream &os) {
+  Expected<GpuArch> gpu = parseGpuArch(arch);
+  if (!gpu)
+    return;
+  bool bf16 = false, fp16 = false;
+  for (const ManifestKernel &k : kernels) {
+    bf16 = bf16 || k.dtype == "bf16";
+    fp16 = fp16 || k.dtype == "f16";
+  }
+  // What the kernel headers do there (codegen/kernels/cuda/attnc/mma.cuh).
+  if (bf16 && gpu->sm < 80)
+    os << "attnc: note: " << arch << " has no bf16 tensor cores: bf16 kernels keep bf16 in "
+       << "memory and compute in fp32 (SIMT FMAs), as fast as fp32 at best\n";
+  if (fp16 && gpu->sm < 75)
+    os << "attnc: note: " << arch << " (Volta): fp16 kernels run on mma.sync.m8n8k4 tensor cores, "
+       << "with synchronous copies (no cp.async) and no ldmatrix\n";
 }
 
 int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std::ostream &os) {
@@ -63,9 +85,14 @@ int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std
   }
   int limit = attnc::tile::smemLimitBytes(gpu->sm);
   int failures = 0;
-  os << "NVRTC " << NvrtcCompiler::version() << " " << arch << ": "
-     << (cubin->fromCache ? "from cache" : "compiled") << ", " << cubin->image.size()
-     << " bytes of CUBIN\n";
+  // The NVRTC that compiled for this arch (a CUDA 12 one for Volta).
+  Expected<const NvrtcLibrary *> lib = chooseNvrtc(gpu->sm, nvrtcLibraries());
+  os << "NVRTC "
+     << (lib ? std::to_string((*lib)->major) + "." + std::to_string((*lib)->minor)
+             : NvrtcCompiler::version())
+     << " " << arch << ": " << (cubin->fromCache ? "from cache" : "compiled") << ", "
+     << cubin->image.size() << " bytes of CUBIN" << (lib ? " (" + (*lib)->origin + ")" : "")
+     << "\n";
   for (const ManifestKernel &k : compiled.kernels)
     for (const std::string &entry : k.entryPoints) {
       const KernelResources *r = cubin->kernel(entry);

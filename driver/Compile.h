@@ -10,6 +10,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OwningOpRef.h"
 
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,12 @@ struct CompiledKernels {
 /// emits the kernels. Returns an exit code; diagnostics are already printed.
 int compileFunctions(mlir::ModuleOp module, const std::string &target, const std::string &arch,
                      CompiledKernels &out);
+
+/// Says on `os` how kernels of the dtypes in `kernels` run on `arch` where
+/// that differs from the newer GPUs: bf16 before sm_80 (no bf16 tensor
+/// cores: bf16 storage, fp32 compute), fp16 on Volta (mma.m8n8k4).
+void notePrecisionOnArch(const std::vector<ManifestKernel> &kernels, const std::string &arch,
+                         std::ostream &os);
 
 /// Compiles the CUDA source with NVRTC for `arch` and checks every entry
 /// point: it compiles, spills no registers, and its static plus dynamic

@@ -61,13 +61,10 @@ bool checkArch(const std::string &arch, std::string &err) {
     return false;
   }
   int cc = std::stoi(m[1]);
-  if (cc < 75) {
-    // A CUDA 12 NVRTC for it is found (runtime/NvrtcLibraries.h); the
-    // kernels' tensor-core path needs Turing's instructions.
-    err = "--arch " + arch + ": attnc has no kernels for Volta and older yet (CUDA " +
-          attnc::cudaToolkitVersion() +
-          " dropped them, a CUDA 12 NVRTC compiles for them, and the Volta kernels are not "
-          "written). Use sm_75 or newer.";
+  if (cc < 70) {
+    // Volta's mma.m8n8k4 is the oldest tensor-core path; nothing older
+    // has kernels (and CUDA 12's NVRTC is the last to compile for it).
+    err = "--arch " + arch + ": attnc's CUDA kernels need sm_70 (Volta) or newer";
     return false;
   }
   return true;

@@ -30,7 +30,7 @@ constexpr int kExitNotImplemented = 2;
 /// too large to be a spec (64 MiB); `err` says which.
 bool readSpecFile(const std::string &path, std::string &out, std::string &err);
 
-/// Checks `--arch`: sm_75 and newer compile with CUDA 13's NVRTC.
+/// Checks `--arch`: sm_70 (Volta, with a CUDA 12 NVRTC) and newer have kernels.
 bool checkArch(const std::string &arch, std::string &err);
 
 /// Prints every MLIR diagnostic (remarks included) as `file:line:col: kind: msg`;

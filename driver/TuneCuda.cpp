@@ -54,8 +54,8 @@ struct CudaCandidate {
 
 int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath) {
   Expected<GpuArch> gpu = parseGpuArch(opt.arch);
-  if (!gpu || gpu->sm < 75)
-    return fail("--arch must be sm_75 or newer, found '" + opt.arch + "'");
+  if (!gpu || gpu->sm < 70)
+    return fail("--arch must be sm_70 or newer, found '" + opt.arch + "'");
   if (Status ok = checkGpuArchSupported(opt.arch); !ok)
     return fail(ok.error());
   const int sm = gpu->sm;

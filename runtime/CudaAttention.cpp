@@ -370,6 +370,10 @@ CudaAttention::compileEmulated(const std::string &source, const std::string &com
   auto plans = planBoth(forward, backward, dtype, compiledFor, limits, true, defines);
   if (!plans)
     return plans.takeError();
+  // The emulator takes the arch's tensor-core path: m16n8k16 from sm_75,
+  // Volta's m8n8k4 on sm_70 (tensor_core_emulator.h).
+  const std::string emulatedArch = "-DATTNC_EMULATE_ARCH=" + std::to_string(target->sm * 10);
+  defines.push_back(emulatedArch);
   std::vector<std::string> entries = plans->first.desc.entryPoints;
   if (plans->second)
     entries.insert(entries.end(), plans->second->desc.entryPoints.begin(),
@@ -386,7 +390,7 @@ CudaAttention::compileEmulated(const std::string &source, const std::string &com
     return done;
   if (Status s = done->compileSupport([&](const std::string &name, const std::string &src,
                                           const std::vector<std::string> &entries) {
-        return compileEmulatedKernelModule(name, src, entries, {}, compiler);
+        return compileEmulatedKernelModule(name, src, entries, {emulatedArch}, compiler);
       });
       !s)
     return s.takeError();

@@ -77,8 +77,8 @@ const char *gpuArchFamily(int sm);
 
 /// Checks that NVRTC version `nvrtcMajor` can target `arch`, before any
 /// compile: e.g. "sm_70 (Volta) needs a CUDA 12 NVRTC: CUDA 13.x dropped it".
-/// Also checks the loaded NVRTC's list of supported architectures when
-/// `nvrtcMajor` is that of the loaded NVRTC (the default).
+/// With no version (the default), that one of this machine's NVRTCs
+/// targets it (chooseNvrtc, whose error says what to install).
 Status checkGpuArchSupported(std::string_view arch, int nvrtcMajor = 0);
 
 /// Options of one compile.

@@ -35,7 +35,9 @@ int main(int argc, char **argv) {
   compile->add_option("--target", copts.target, "code target")
       ->check(CLI::IsMember({"cuda", "cpu"}))
       ->capture_default_str();
-  compile->add_option("--arch", copts.arch, "CUDA architecture (sm_75 or newer)")
+  compile
+      ->add_option("--arch", copts.arch,
+                   "CUDA architecture (sm_70 or newer; sm_70 compiles with a CUDA 12 NVRTC)")
       ->capture_default_str();
   compile
       ->add_option(
