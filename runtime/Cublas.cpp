@@ -265,23 +265,21 @@ static std::vector<std::string> cublas12Under(const std::string &where) {
   return r;
 }
 
+/// Volta: CUDA 13's cuBLAS loads and creates a handle there but has no
+/// kernels for it, so only a cuBLAS 12 qualifies.
+static bool needsCublas12(int sm) { return sm > 0 && lastCudaMajorTargeting(sm) == 12; }
+
 std::vector<std::string> cublasCandidates(int sm) {
-  // Volta: CUDA 13's cuBLAS loads and creates a handle there but has no
-  // kernels for it, so only a cuBLAS 12 qualifies.
-  const bool volta = sm > 0 && lastCudaMajorTargeting(sm) == 12;
-  std::vector<std::string> names;
-  if (volta)
+  std::vector<std::string> names, candidates;
+  if (needsCublas12(sm)) {
     names = {"libcublas.so.12"};
-  else
-    names.assign(std::begin(kLibraries), std::end(kLibraries));
-  std::vector<std::string> candidates;
-  if (volta)
     if (const char *env = std::getenv("ATTNC_CUBLAS12"); env && *env)
-      for (std::string &p : cublas12Under(env))
-        candidates.push_back(std::move(p));
-  if (volta)
+      candidates = cublas12Under(env);
     if (const std::string dir = projectCublas12Dir(); !dir.empty())
       candidates.push_back(dir + "/nvidia/cublas/lib/libcublas.so.12");
+  } else {
+    names.assign(std::begin(kLibraries), std::end(kLibraries));
+  }
   // Bare names first (the loader's path), then the toolkit's directories.
   candidates.insert(candidates.end(), names.begin(), names.end());
   for (const std::string &dir : toolkitLibraryDirs())
@@ -307,7 +305,7 @@ Expected<std::string> Cublas::find(int sm) {
   for (size_t i = 1; i < candidates.size(); ++i)
     tried += std::string(i > 1 ? ", " : "") + candidates[i];
   std::string hint;
-  if (sm > 0 && lastCudaMajorTargeting(sm) == 12)
+  if (needsCublas12(sm))
     hint = ". sm_" + std::to_string(sm) +
            " needs a cuBLAS 12 (CUDA 13's dropped Volta): scripts/bootstrap.sh --cublas12 "
            "installs PyPI's nvidia-cublas-cu12 into .deps/cublas-cu12, or set ATTNC_CUBLAS12 to "
