@@ -7,6 +7,8 @@
 #include "runtime/Version.h"
 #include "runtime/tune/TuningDb.h"
 
+#include "attnc/abi/TileModel.h"
+
 #include "mlir/Pass/PassManager.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -61,9 +63,7 @@ bool checkArch(const std::string &arch, std::string &err) {
     return false;
   }
   int cc = std::stoi(m[1]);
-  if (cc < 70) {
-    // Volta's mma.m8n8k4 is the oldest tensor-core path; nothing older
-    // has kernels (and CUDA 12's NVRTC is the last to compile for it).
+  if (cc < attnc::tile::kOldestSm) {
     err = "--arch " + arch + ": attnc's CUDA kernels need sm_70 (Volta) or newer";
     return false;
   }

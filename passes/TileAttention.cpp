@@ -33,7 +33,8 @@ struct TileAttentionPass : public attnc::impl::TileAttentionBase<TileAttentionPa
     }
     StringRef archName(arch);
     if (target == "cuda" &&
-        (!archName.consume_front("sm_") || archName.rtrim('a').getAsInteger(10, sm) || sm < 70)) {
+        (!archName.consume_front("sm_") || archName.rtrim('a').getAsInteger(10, sm) ||
+         sm < attnc::tile::kOldestSm)) {
       getOperation().emitError("attn-tile: arch must be sm_70 or newer, found '") << arch << "'";
       return signalPassFailure();
     }

@@ -46,6 +46,9 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
     // re-tiles for it (runtime/DeviceTiling.h).
     if (Expected<GpuArch> want = parseGpuArch(manifest->arch); !want)
       return makeError(manifestPath + ": arch: " + want.error());
+  } else if (!opt.asArch.empty() && manifest->target == "cpu") {
+    return makeError("--as-arch " + opt.asArch + " applies to CUDA artifacts (--target cuda or " +
+                     "cuda-sim), and " + opt.dir + " was compiled for the CPU");
   } else if (manifest->target != "cpu" && !emulate) {
     return makeError(manifestPath + ": target: expected cpu or cuda, found '" + manifest->target +
                      "'");
@@ -112,10 +115,11 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
     NvrtcCompiler nvrtc(&KernelCache::processDefault());
     HostCompiler host(&KernelCache::processDefault());
     Expected<CudaAttention> kernels =
-        emulate ? CudaAttention::compileEmulated(*source, manifest->arch, manifest->arch,
+        emulate ? CudaAttention::compileEmulated(*source, manifest->arch,
+                                                 opt.asArch.empty() ? manifest->arch : opt.asArch,
                                                  fwd->dtype, fwd->desc(), bwdDesc, host)
                 : CudaAttention::compile(*source, manifest->arch, fwd->dtype, fwd->desc(), bwdDesc,
-                                         *dirs, nvrtc);
+                                         *dirs, nvrtc, true, opt.asArch);
     if (!kernels)
       return kernels.takeError();
     for (const std::string &line : kernels->retiled())

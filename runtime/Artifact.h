@@ -36,6 +36,11 @@ struct ArtifactRunOptions {
   std::string inputs, weights, grad, output;
   std::string target = "cpu";
   uint64_t seed = 0;
+  /// cuda, cuda-sim: run the kernels as this older arch's ("sm_70"): its
+  /// code path and tiles. On a GPU they are compiled to its PTX, which the
+  /// driver JITs (so a newer GPU runs the Volta kernels); on the emulator,
+  /// emulated as it. Empty: the GPU's arch, or on cuda-sim the artifact's.
+  std::string asArch;
 };
 
 /// Runs one attention op of an artifact on safetensors inputs and writes the

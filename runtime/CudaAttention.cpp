@@ -312,7 +312,8 @@ Expected<CudaAttention> CudaAttention::compile(const std::string &source,
                                                const std::string &dtype, const KernelDesc &forward,
                                                std::optional<KernelDesc> backward,
                                                const std::vector<std::string> &includeDirs,
-                                               const NvrtcCompiler &compiler, bool retile) {
+                                               const NvrtcCompiler &compiler, bool retile,
+                                               const std::string &ptxArch) {
   Expected<std::shared_ptr<KernelDevice>> device = createGpuKernelDevice();
   if (!device)
     return device.takeError();
@@ -321,11 +322,29 @@ Expected<CudaAttention> CudaAttention::compile(const std::string &source,
     return info.takeError();
   // The kernels as this GPU runs them: compiled for its arch, each tile
   // checked against its shared memory and re-tiled where needed.
-  const DeviceLimits limits = DeviceLimits::of(*info);
+  DeviceLimits limits = DeviceLimits::of(*info);
   NvrtcOptions options;
   options.arch = info->arch();
   if (Expected<GpuArch> a = parseGpuArch(compiledFor); a && a->sm == limits.sm)
     options.arch = compiledFor; // keeps an "a"/"f" suffix
+  if (!ptxArch.empty()) {
+    // An older arch's path on this GPU: its tiles within both limits, its
+    // PTX JIT-compiled by the driver.
+    Expected<GpuArch> older = parseGpuArch(ptxArch);
+    if (!older)
+      return makeError("--as-arch: " + older.error());
+    if (older->sm < attnc::tile::kOldestSm)
+      return makeError("--as-arch " + older->str() +
+                       ": attnc's CUDA kernels need sm_70 (Volta) or newer");
+    if (older->sm > limits.sm)
+      return makeError("--as-arch " + ptxArch + " is newer than the GPU, " + info->arch() +
+                       ": a GPU JITs only the PTX of its own or an older arch");
+    limits.sm = older->sm;
+    limits.smemOptinBytes = std::min(limits.smemOptinBytes, attnc::tile::smemLimitBytes(older->sm));
+    limits.description += ", running " + older->str() + "'s kernels as PTX";
+    options.arch = older->str();
+    options.ptx = true;
+  }
   options.includeDirs = includeDirs;
   auto plans = planBoth(forward, backward, dtype, compiledFor, limits, retile, options.options);
   if (!plans)
@@ -362,6 +381,9 @@ CudaAttention::compileEmulated(const std::string &source, const std::string &com
   Expected<GpuArch> target = parseGpuArch(arch);
   if (!target)
     return makeError("--arch: " + target.error());
+  if (target->sm < attnc::tile::kOldestSm)
+    return makeError("cannot emulate " + target->str() +
+                     ": attnc's CUDA kernels need sm_70 (Volta) or newer");
   DeviceLimits limits;
   limits.sm = target->sm;
   limits.smemOptinBytes = attnc::tile::smemLimitBytes(target->sm);

@@ -83,12 +83,16 @@ public:
   /// ("sm_80"), for device 0, re-tiling each kernel for it where its arch
   /// or shared memory differ (runtime/DeviceTiling.h); `retile` false
   /// refuses instead. `dtype` is the kernels' element type: f32, f16 or
-  /// bf16.
+  /// bf16. With `ptxArch` ("sm_70"), the kernels take that older arch's
+  /// code path and tiles instead: compiled to its PTX (compute_70), which
+  /// the driver JITs for device 0, so a newer GPU runs, say, the Volta
+  /// kernels (the arch must not be newer than the GPU's).
   static Expected<CudaAttention> compile(const std::string &source, const std::string &compiledFor,
                                          const std::string &dtype, const KernelDesc &forward,
                                          std::optional<KernelDesc> backward,
                                          const std::vector<std::string> &includeDirs,
-                                         const NvrtcCompiler &compiler, bool retile = true);
+                                         const NvrtcCompiler &compiler, bool retile = true,
+                                         const std::string &ptxArch = "");
   /// The same kernels on the SIMT emulator, at the tiles a GPU of `arch`
   /// ("sm_90") runs them with (re-tiled for it, within its shared memory).
   static Expected<CudaAttention>

@@ -246,21 +246,34 @@ Status Context::synchronize() const {
 // Modules and launches
 //===----------------------------------------------------------------------===//
 
-Expected<Module> Module::load(const std::string &image, const std::string &name) {
+Expected<Module> Module::load(const std::string &image, const std::string &name, bool ptx) {
   Expected<const Driver *> d = Driver::get();
   if (!d)
     return d.takeError();
   Module m;
   m.name_ = name;
-  CUresult r = (*d)->cuModuleLoadData(&m.module_, image.data());
+  CUresult r;
+  std::string jitLog;
+  if (ptx) {
+    // The driver's JIT reports what it rejects in a log buffer.
+    jitLog.assign(16 * 1024, '\0');
+    CUjit_option keys[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *values[] = {jitLog.data(), reinterpret_cast<void *>(uintptr_t(jitLog.size()))};
+    r = (*d)->cuModuleLoadDataEx(&m.module_, image.c_str(), 2, keys, values);
+    jitLog.resize(std::strlen(jitLog.c_str()));
+  } else {
+    r = (*d)->cuModuleLoadData(&m.module_, image.data());
+  }
   if (r != CUDA_SUCCESS) {
     std::string msg = "cannot load module " + name + " (" + std::to_string(image.size()) +
-                      "-byte CUBIN): " + (*d)->errorString(r);
+                      (ptx ? "-byte PTX" : "-byte CUBIN") + "): " + (*d)->errorString(r);
     if (r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE ||
         r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
       msg += "; was it compiled for this GPU's arch, with a CUDA no newer "
              "than the driver (" +
              (*d)->versionString() + ")?";
+    if (!jitLog.empty())
+      msg += "\nJIT log:\n" + jitLog;
     return makeError(msg);
   }
   return m;

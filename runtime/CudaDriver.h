@@ -52,6 +52,7 @@ namespace attnc::cuda {
   X(cuCtxGetDevice)                                                                                \
   X(cuCtxSynchronize)                                                                              \
   X(cuModuleLoadData)                                                                              \
+  X(cuModuleLoadDataEx)                                                                            \
   X(cuModuleUnload)                                                                                \
   X(cuModuleGetFunction)                                                                           \
   X(cuModuleGetGlobal)                                                                             \
@@ -169,12 +170,14 @@ struct Kernel {
   size_t dynamicSmemLimit = 48 * 1024;
 };
 
-/// A CUBIN loaded into the current context.
+/// A CUBIN, or PTX JIT-compiled by the driver, loaded into the current
+/// context.
 class Module {
 public:
-  /// Loads `image` (a CUBIN); `name` (e.g. the program name) is used in
-  /// messages.
-  static Expected<Module> load(const std::string &image, const std::string &name);
+  /// Loads `image` (a CUBIN, or with `ptx` PTX text ending in a NUL, which
+  /// the driver JITs for the current GPU; its error log comes back in the
+  /// message); `name` (e.g. the program name) is used in messages.
+  static Expected<Module> load(const std::string &image, const std::string &name, bool ptx = false);
   Module(Module &&other) noexcept;
   Module &operator=(Module &&other) noexcept;
   Module(const Module &) = delete;

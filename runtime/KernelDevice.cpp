@@ -275,7 +275,7 @@ Expected<std::shared_ptr<KernelDevice>> createGpuKernelDevice() {
 }
 
 Expected<std::unique_ptr<KernelModule>> loadGpuKernelModule(const Cubin &cubin) {
-  Expected<cuda::Module> module = cuda::Module::load(cubin.image, cubin.programName);
+  Expected<cuda::Module> module = cuda::Module::load(cubin.image, cubin.programName, cubin.ptx);
   if (!module)
     return module.takeError();
   return std::unique_ptr<KernelModule>(new GpuKernelModule(std::move(*module)));

@@ -283,9 +283,11 @@ namespace {
 /// The fixed options of every compile (see NvrtcCompiler.h), without
 /// include paths.
 std::vector<std::string> baseOptions(const NvrtcOptions &o) {
-  std::vector<std::string> opts = {"--gpu-architecture=" + o.arch, "--std=c++17",
-                                   "-default-device"};
-  if (o.ptxasVerbose)
+  std::string arch = o.arch;
+  if (o.ptx && arch.rfind("sm_", 0) == 0)
+    arch = "compute_" + arch.substr(3);
+  std::vector<std::string> opts = {"--gpu-architecture=" + arch, "--std=c++17", "-default-device"};
+  if (o.ptxasVerbose && !o.ptx)
     opts.push_back("--ptxas-options=-v");
   return opts;
 }
@@ -320,6 +322,7 @@ Expected<Cubin> NvrtcCompiler::compile(const std::string &programName, const std
   out.arch = o.arch;
   out.compiler = lib.identity();
   out.options = effectiveOptions(o);
+  out.ptx = o.ptx;
 
   // Include paths are order-sensitive and hashed in order (with their
   // contents); the other options are sorted. The toolkit's headers are
@@ -345,6 +348,7 @@ Expected<Cubin> NvrtcCompiler::compile(const std::string &programName, const std
       if (blobs) {
         out.image = std::move((*blobs)[0]);
         out.log = std::move((*blobs)[1]);
+        out.ptx = o.ptx;
         out.kernels = parsePtxasLog(out.log);
         out.fromCache = true;
         return out;
@@ -395,17 +399,22 @@ Expected<Cubin> NvrtcCompiler::compile(const std::string &programName, const std
     return makeError("NVRTC failed to compile " + context + "\nerror: " + api.getErrorString(r) +
                      "\nlog:\n" + (out.log.empty() ? std::string("(empty)") : out.log));
 
-  size_t cubinSize = 0;
-  r = api.getCUBINSize(*prog, &cubinSize);
-  if (r == NVRTC_SUCCESS && cubinSize == 0)
-    return makeError("NVRTC produced no CUBIN for " + context +
-                     "\n(is the architecture a real sm_XX?)\nlog:\n" + out.log);
+  // A CUBIN, or with NvrtcOptions::ptx the PTX text (its size counts the
+  // terminating NUL, which cuModuleLoadData needs).
+  auto getSize = o.ptx ? api.getPTXSize : api.getCUBINSize;
+  auto get = o.ptx ? api.getPTX : api.getCUBIN;
+  const char *what = o.ptx ? "PTX" : "CUBIN";
+  size_t imageSize = 0;
+  r = getSize(*prog, &imageSize);
+  if (r == NVRTC_SUCCESS && imageSize == 0)
+    return makeError(std::string("NVRTC produced no ") + what + " for " + context +
+                     (o.ptx ? "" : "\n(is the architecture a real sm_XX?)") + "\nlog:\n" + out.log);
   if (r == NVRTC_SUCCESS) {
-    out.image.resize(cubinSize);
-    r = api.getCUBIN(*prog, out.image.data());
+    out.image.resize(imageSize);
+    r = get(*prog, out.image.data());
   }
   if (r != NVRTC_SUCCESS)
-    return makeError("NVRTC could not return the CUBIN of " + context + "\n" +
+    return makeError(std::string("NVRTC could not return the ") + what + " of " + context + "\n" +
                      api.getErrorString(r));
   out.compileSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

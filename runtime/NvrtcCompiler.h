@@ -97,6 +97,11 @@ struct NvrtcOptions {
   bool ptxasVerbose = true;
   /// Look up and store the result in the cache (when the compiler has one).
   bool useCache = true;
+  /// Emit PTX for the virtual arch of `arch` (compute_70 for sm_70) instead
+  /// of a CUBIN: the driver JITs it for the GPU present, which runs an
+  /// older arch's code path (Volta's m8n8k4 and synchronous copies) on a
+  /// newer GPU. ptxas does not run, so there is no resource report.
+  bool ptx = false;
 };
 
 /// A compiled program.
@@ -104,7 +109,8 @@ struct Cubin {
   std::string programName;
   std::string arch;                     ///< "sm_80"
   std::string compiler;                 ///< which NVRTC: NvrtcLibrary::identity()
-  std::string image;                    ///< CUBIN bytes, for cuModuleLoadData
+  std::string image;                    ///< CUBIN bytes, or PTX text with its NUL
+  bool ptx = false;                     ///< image is PTX (NvrtcOptions::ptx)
   std::string log;                      ///< the full compiler log
   std::vector<KernelResources> kernels; ///< parsed from the log
   std::vector<std::string> options;     ///< as passed to NVRTC

@@ -63,11 +63,24 @@ status=0
 [ $simulate = 1 ] ||
   { echo "# device check"; echo; echo '```'; cat "$out/info.txt"; echo '```'; echo; } >"$summary"
 
+echo "=== 0. the cases' inputs, remade as device-prepare.sh made them ($(elapsed))"
+remake_inputs() { # case directory
+  if ! python3 "$root/scripts/device_inputs.py" "$1" $(cat "$1/shape"); then
+    echo "FAIL $(basename "$1"): scripts/device_inputs.py failed"
+  elif ! (cd "$1" && sha256sum --quiet -c inputs.sha256); then
+    echo "FAIL $(basename "$1"): its remade inputs differ from device-prepare.sh's (inputs.sha256)"
+  fi
+}
+export -f remake_inputs; export root
+ls -d $cases | xargs -P "$jobs" -I{} bash -c 'remake_inputs {}' | tee "$out/inputs.txt"
+grep -q "^FAIL" "$out/inputs.txt" && status=1
+
 echo "=== 1. kernel families x dtypes x head dims: GPU vs CPU ($(elapsed))"
-run_case() { # case directory
+run_case() { # case directory [older arch whose kernels to run, e.g. sm_70]
   local c="$1" name; name="$(basename "$c")"
   local w=(); [ -f "$c/weights.safetensors" ] && w=(--weights "$c/weights.safetensors")
-  if ! "$rt" run "$c/art" --target "$tgt" --inputs "$c/in.safetensors" "${w[@]}" \
+  local as=(); [ -n "${2:-}" ] && as=(--as-arch "$2") && name="$name@$2"
+  if ! "$rt" run "$c/art" --target "$tgt" "${as[@]}" --inputs "$c/in.safetensors" "${w[@]}" \
       --grad "$c/dout.safetensors" --output "$out/cases/$name.gpu.safetensors" >"$out/cases/$name.log" 2>&1; then
     echo "FAIL $name: attnc-rt exited non-zero: $(tail -1 "$out/cases/$name.log")"; return 1
   fi
@@ -81,6 +94,20 @@ grep -h "re-tiled" "$out"/cases/*.log | sort -u | head -20
 ncase=$(ls -d $cases | wc -l); nfail=$(grep -c "^FAIL" "$out/cases.txt")
 { echo "## 1. Kernels vs the CPU: $((ncase - $(grep -h '^FAIL' "$out/cases.txt" | awk '{print $2}' | sort -u | wc -l))) of $ncase cases pass"
   echo; echo '```'; grep -h "^FAIL" "$out/cases.txt" | head -40; grep -h "re-tiled" "$out"/cases/*.log | sort -u | head -10; echo '```'; echo; } >>"$summary"
+
+echo "=== 1b. the Volta (sm_70) kernels as compute_70 PTX, JIT-compiled by the driver: GPU vs CPU ($(elapsed))"
+# Volta's code path (m8n8k4 MMAs, no ldmatrix, synchronous copies, its
+# tiles) on this newer GPU. Its PTX needs a CUDA 12 NVRTC, carried packed.
+if [ -f "$d/nvrtc12.tar.xz" ]; then
+  python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$d/nvrtc12.tar.xz" "$b/nvrtc12"
+  export ATTNC_NVRTC12="$b/nvrtc12"
+fi
+ls -d $cases | grep -E '_(fp16|bf16|fp32)_d(64|128)/$' |
+  xargs -P 8 -I{} bash -c 'run_case {} sm_70' >"$out/volta.txt" 2>&1 || status=1
+sort "$out/volta.txt"
+nvolta=$(ls -d $cases | grep -cE '_d(64|128)/$')
+{ echo "## 1b. Volta kernels (compute_70 PTX JIT-compiled here) vs the CPU: $((nvolta - $(grep -h '^FAIL' "$out/volta.txt" | awk '{print $2}' | sort -u | wc -l))) of $nvolta cases pass"
+  echo; echo '```'; grep -h "^FAIL" "$out/volta.txt" | head -40; grep -h "re-tiled" "$out"/cases/*@sm_70.log | sort -u | head -6; echo '```'; echo; } >>"$summary"
 
 if [ $simulate = 0 ]; then
 echo "=== 2. compute-sanitizer ($(elapsed))"

@@ -4,7 +4,8 @@
 # training artifacts, and the header-only libraries the GPU machine lacks
 # (CLI11, nlohmann-json). Then, with the device tool:
 #   run "bash scripts/device-check.sh", carry ["device-inputs"]
-# device-inputs/ is git-ignored and must stay under the carry limit (64 MiB).
+# device-inputs/ is git-ignored and must stay under the carry limit (64 MiB):
+# the cases' inputs are remade on that machine (scripts/device_inputs.py).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/build.sh" "$root/build" >/dev/null
@@ -46,8 +47,13 @@ prepare_case() { # name B H N D arch
   local w=(); [ -f "$dir/weights.safetensors" ] && w=(--weights "$dir/weights.safetensors")
   "$attnc" run "$dir/spec.attn" --inputs "$dir/in.safetensors" "${w[@]}" \
     --grad "$dir/dout.safetensors" --output "$dir/cpu.safetensors" >/dev/null 2>&1
-  # The CUDA artifact holds only what the GPU needs.
+  # The CUDA artifact holds only what the GPU needs; the inputs are remade
+  # there by the same script (standard-library Python), checked against
+  # these digests: half the carried bytes.
   rm -f "$dir/art"/model_* "$dir/art/kernels.cpp" "$dir/art/attn.mlir"
+  echo "$2 $3 $4 $5" >"$dir/shape"
+  (cd "$dir" && sha256sum ./*.safetensors | grep -v cpu.safetensors >inputs.sha256 &&
+    rm -f in.safetensors dout.safetensors weights.safetensors)
 }
 export -f prepare_case; export d attnc root
 printf '%s\n' "${jobs[@]}" | xargs -P 2 -L 1 bash -c 'prepare_case $0 $1 $2 $3 $4 $5'
@@ -91,7 +97,15 @@ mkdir -p "$t"
 # Attention on the step's buffers (dense, shared-QK, low-rank, fp16, bf16):
 # against the host path on the same GPU (test/train/device-attention.test).
 "$attnc" compile "$root/test/train/Inputs/device-attention.attn" --target cuda --arch sm_90 --plan-batch 2 -o "$t/devattn" >/dev/null
+# The Volta kernels on the lent GPU (device-check step 1b) are compute_70
+# PTX, which only a CUDA 12 NVRTC makes: that machine has none, so the
+# project's (scripts/bootstrap.sh) goes along packed (about 31 MB).
+nv="$root/.deps/nvrtc-cu12"
+tar -C "$nv" -cf - nvidia/cuda_nvrtc/lib/libnvrtc.so.12 $(cd "$nv" && ls nvidia/cuda_nvrtc/lib/libnvrtc-builtins.so.12.*) |
+  xz -T2 -6 >"$d/nvrtc12.tar.xz"
 cat "$root"/docs/*.md >"$t/corpus.txt" # the MLM models' text (that machine may lack any)
 "$root/build/bin/attnc-rt" train "$t/cpu" --data synthetic:duplicate --steps 10 --lr 3e-3 --warmup 20 \
   --checkpoint-every 10 --out "$t/cpu-run" 2>/dev/null | tail -1
-du -sh "$d"
+size=$(du -sm "$d" | cut -f1)
+echo "device-inputs: $size MiB (the carry limit is 64 MiB)"
+[ "$size" -lt 64 ] || { echo "device-prepare: device-inputs is over the carry limit" >&2; exit 1; }

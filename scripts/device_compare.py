@@ -9,7 +9,9 @@ import stio  # noqa: E402
 
 def compare(cpu_path, gpu_path, name):
     cpu, gpu = stio.read(cpu_path), stio.read(gpu_path)
-    tol = 2e-4 if "f32" in name else 3e-2 if "f16" in name else 8e-2
+    # Case names say fp32/fp16/bf16 ("dense_fp16_d64", "..._d64@sm_70").
+    tol = (2e-4 if "fp32" in name or "f32" in name else 8e-2 if "bf16" in name else
+           3e-2 if "fp16" in name or "f16" in name else 8e-2)
     ok = True
     for t in sorted(cpu):
         if t not in gpu:

@@ -852,6 +852,41 @@ TEST(NvrtcCompiler, VoltaCompilesWithTheCuda12Nvrtc) {
   EXPECT_EQ(ampere->compiler, libs[0].identity());
 }
 
+TEST(NvrtcCompiler, PtxForAnOlderArchIsPtxTextForTheDriverToJit) {
+  // attnc-rt run --as-arch sm_70 on a newer GPU: compute_70 PTX (through
+  // the CUDA 12 NVRTC), NUL-terminated for cuModuleLoadData, no ptxas
+  // report, cached apart from the CUBIN of the same source and arch.
+  fs::TempDir tmp = scratch();
+  TestCache t(tmp.path());
+  NvrtcCompiler compiler(&t.cache);
+  NvrtcOptions o;
+  o.arch = "sm_70";
+  o.ptx = true;
+  std::vector<std::string> opts = NvrtcCompiler::effectiveOptions(o);
+  EXPECT_EQ(opts[0], "--gpu-architecture=compute_70");
+  EXPECT_EQ(std::count(opts.begin(), opts.end(), "--ptxas-options=-v"), 0);
+  Expected<Cubin> ptx = compiler.compile("attnc_test_scale.cu", kScaleKernel, o);
+  ASSERT_TRUE(ptx.ok()) << ptx.error();
+  EXPECT_TRUE(ptx->ptx);
+  ASSERT_FALSE(ptx->image.empty());
+  EXPECT_EQ(ptx->image.back(), '\0');
+  EXPECT_TRUE(contains(ptx->image, ".target sm_70")) << ptx->image.substr(0, 400);
+  EXPECT_TRUE(contains(ptx->image, ".entry")) << ptx->image.substr(0, 400);
+  EXPECT_TRUE(ptx->kernels.empty());
+  Expected<Cubin> again = compiler.compile("attnc_test_scale.cu", kScaleKernel, o);
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_TRUE(again->fromCache);
+  EXPECT_TRUE(again->ptx);
+  EXPECT_EQ(again->image, ptx->image);
+  o.ptx = false;
+  Expected<Cubin> cubin = compiler.compile("attnc_test_scale.cu", kScaleKernel, o);
+  ASSERT_TRUE(cubin.ok()) << cubin.error();
+  EXPECT_FALSE(cubin->fromCache);
+  EXPECT_FALSE(cubin->ptx);
+  EXPECT_NE(cubin->cacheKey, ptx->cacheKey);
+  EXPECT_FALSE(contains(cubin->image, ".target sm_70"));
+}
+
 // The NVRTCs a machine has (issue 17): the linked toolkit's, and the CUDA
 // 12 one that scripts/bootstrap.sh installs into .deps/nvrtc-cu12 (every
 // build runs it first), which still targets Volta.

@@ -40,6 +40,10 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   run->add_option("--seed", opts.seed, "seed of weights the weights file lacks")
       ->capture_default_str();
+  run->add_option("--as-arch", opts.asArch,
+                  "run the kernels as an older arch's (e.g. sm_70): its code path and tiles; on "
+                  "a GPU compiled to its PTX, which the driver JITs (sm_70 needs a CUDA 12 NVRTC, "
+                  "scripts/bootstrap.sh); on cuda-sim emulated as it");
   attnc::train::ArtifactTrainOptions topts;
   CLI::App *train = app.add_subcommand(
       "train", "Train the compiled model of an artifact (attnc compile --target cpu|cuda -o DIR; "

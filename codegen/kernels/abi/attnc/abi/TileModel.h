@@ -111,6 +111,17 @@ ATTNC_TILE_FN int accFloatBudget(int elemBytes, bool backward = true) {
   return elemBytes == 4 ? kAccFloatBudgetFp32 : kAccFloatBudget;
 }
 
+/// 16-byte chunks a thread may hold in registers for the next tiles of a
+/// one-stage loop on archs without cp.async (copy.cuh, StagedTile): 8 (32
+/// registers). Larger tiles per thread (fp32, or D = 256 with few warps)
+/// are copied synchronously instead: staged, they spilled next to the
+/// accumulators in the NVRTC matrix at sm_70 and sm_75.
+constexpr int kStagedChunkBudget = 8;
+
+/// The oldest arch with kernels: Volta's mma.m8n8k4 is the oldest
+/// tensor-core path (and CUDA 12's NVRTC the last to compile for it).
+constexpr int kOldestSm = 70;
+
 /// Largest dynamic + static shared memory one block may opt in to, in bytes.
 ATTNC_TILE_FN int smemLimitBytes(int sm) {
   return sm >= 120              ? 99 * 1024  // consumer Blackwell
@@ -246,6 +257,23 @@ ATTNC_TILE_FN int accFloats(const TileConfig &c, int headDim, bool backward) {
   if (wnKv == 0 || wnQ == 0)
     return 1 << 30;
   return maxInt((headDim + c.blockQ) / wnKv, (headDim / 2 + c.blockKv) / wnQ);
+}
+
+/// Whether every warp GEMM of a config multiplies an even number of 8-column
+/// n-tiles. Volta's fp16 tensor-core path (mma.m8n8k4, mma.cuh) takes them
+/// in pairs; a GEMM with an odd count runs on fp32 SIMT there instead. The
+/// forward's are BLOCK_KV / 8 and D / 8 (even for every valid tile); the
+/// backward's warps split the non-fixed dimension (flash_bwd.cuh,
+/// BwdTraits: kNT1, kNT3).
+ATTNC_TILE_FN bool evenWarpTiles(const TileConfig &c, int headDim, bool backward) {
+  if (!backward)
+    return (c.blockKv / 8) % 2 == 0 && (headDim / 8) % 2 == 0;
+  const int wnKv = bwdSplit(c.blockKv, c.warps); // dK/dV: fixed keys
+  const int wnQ = bwdSplit(c.blockQ, c.warps);   // dQ: fixed queries
+  if (wnKv == 0 || wnQ == 0)
+    return false;
+  auto even = [](int cols, int split) { return (cols / split / 8) % 2 == 0; };
+  return even(c.blockQ, wnKv) && even(headDim, wnKv) && even(c.blockKv, wnQ) && even(headDim, wnQ);
 }
 
 /// Dynamic shared memory a config needs (the larger bwd kernel for backward).
