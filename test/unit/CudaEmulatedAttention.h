@@ -7,7 +7,7 @@
 // docs/kernels.md's semantics: runEmulated and runDefaultTiles. Included by
 // CudaKernelsTest.cpp (the m16n8k16 path, cp.async) and, with
 // ATTNC_EMULATE_ARCH=700 defined first, by CudaKernelsVoltaTest.cpp
-// (Volta's m8n8k4 path, synchronous copies).
+// (Volta's m8n8k4 path, register-staged copies).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_TEST_UNIT_CUDAEMULATEDATTENTION_H

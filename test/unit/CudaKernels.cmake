@@ -2,7 +2,7 @@
 # NVRTC), sm_75, sm_80 and sm_90 with ptxas resource checks, and the kernels'
 # numerics on a host emulation of a CUDA block (SIMT and tensor-core paths,
 # asynchronous copies), see test/unit/CudaKernelsTest.cpp; the same on
-# Volta's path (m8n8k4, synchronous copies) in CudaKernelsVoltaTest.cpp.
+# Volta's path (m8n8k4, register-staged copies) in CudaKernelsVoltaTest.cpp.
 # Needs NVRTC and Linux ucontext, no GPU.
 add_executable(attnc-cuda-kernel-tests ${CMAKE_CURRENT_SOURCE_DIR}/unit/CudaKernelsTest.cpp)
 # Where the kernel headers and the toolkit's cuda_fp16.h / cuda_bf16.h are.

@@ -3,9 +3,10 @@
 // The kernel headers as they compile for sm_70 (issue 17), run on the block
 // emulator: fp16 GEMMs on mma.sync.m8n8k4 (tensor_core_emulator.h models it
 // from the PTX ISA's fragment tables, independently of mma.cuh's index
-// arithmetic), bf16 on the SIMT path (Volta has no bf16 MMA), synchronous
-// copies (no cp.async), no ldmatrix (this build does not define it, so a
-// Volta path that used it would not link).
+// arithmetic), bf16 on the SIMT path (Volta has no bf16 MMA), copies
+// staged through registers (no cp.async; copy.cuh's StagedTile), no
+// ldmatrix (this build does not define it, so a Volta path that used it
+// would not link).
 //
 // First the warp GEMMs alone against exact integer products (gemmSS with
 // both B layouts, gemmRS on a previous accumulator, an odd NT that falls

@@ -7,14 +7,28 @@
 // uninitialised shared memory could hold NaNs (0 * NaN = NaN).
 //
 // sm_80+: cp.async (asynchronous, grouped by commit, awaited by wait<N>).
-// sm_75:  plain 16-byte loads and stores; commit and wait are no-ops, so the
-//         kernels' pipelines stay correct (just not overlapped).
+// sm_70, sm_75: plain 16-byte loads and stores; commit and wait are no-ops,
+//         so the kernels' pipelines stay correct. Their one-stage loops
+//         overlap the next tile's loads with the current tile's math
+//         through registers instead (StagedTile): loads issued before the
+//         math, stored to shared memory after it.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_CUDA_COPY_CUH
 #define ATTNC_CUDA_COPY_CUH
 
 #include "attnc/common.cuh"
+
+/// 1 where global->shared copies are asynchronous (cp.async, sm_80+), 0
+/// where they go through registers. The emulator says which it models
+/// (tensor_core_emulator.h: asynchronous unless it emulates Volta).
+#if defined(ATTNC_EMULATE_ASYNC_COPY)
+#define ATTNC_ASYNC_COPY 1
+#elif defined(ATTNC_EMULATE_MMA)
+#define ATTNC_ASYNC_COPY 0
+#else
+#define ATTNC_ASYNC_COPY (ATTNC_ARCH >= 800)
+#endif
 
 namespace attnc {
 
@@ -128,6 +142,42 @@ ATTNC_HD void loadTile(T *smem, const T *gmem, int validRows, int tid) {
     copy16(s + r * Map::kLd + c, valid ? g + r * COLS + c : gmem, valid);
   });
 }
+
+/// A tile in flight through registers, for archs without cp.async: fetch()
+/// issues this thread's 16-byte global loads (rows >= validRows read as
+/// zeros), which complete while the warp computes on the tile already in
+/// shared memory; store() writes them to shared memory once no warp reads
+/// it (after a __syncthreads). Chunk c of pass p is register p * kColSteps
+/// + c, a compile-time index, so the array stays in registers.
+template <int ROWS, int COLS, int NTHREADS, class T> struct StagedTile {
+  using Map = TileCopyMap<ROWS, COLS, NTHREADS, T>;
+  static constexpr int kRegs = Map::kPasses * Map::kColSteps; ///< 16-byte chunks
+  /// Whether two such tiles (K and V, or Q and dO) stay within
+  /// kStagedChunkBudget.
+  static constexpr bool kPairFits = 2 * kRegs <= tile::kStagedChunkBudget;
+  uint4 chunk[kRegs];
+
+  static ATTNC_HD int slot(int r, int c) {
+    return r / Map::kRowsPerPass * Map::kColSteps + c / (Map::kThreadsPerRow * Map::kChunk);
+  }
+  ATTNC_HD void fetch(const T *gmem, int validRows, int tid) {
+    const Map map(tid);
+    const T *g = gmem + map.row * COLS + map.col;
+    map.template forEach<true>([&](int r, int c, int row) {
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (row < validRows)
+        v = *reinterpret_cast<const uint4 *>(g + r * COLS + c);
+      chunk[slot(r, c)] = v;
+    });
+  }
+  ATTNC_HD void store(T *smem, int tid) const {
+    const Map map(tid);
+    T *s = smem + map.row * Map::kLd + map.col;
+    map.template forEach<true>([&](int r, int c, int) {
+      *reinterpret_cast<uint4 *>(s + r * Map::kLd + c) = chunk[slot(r, c)];
+    });
+  }
+};
 
 /// Stores rows [0, validRows) of a shared-memory tile to global memory.
 template <int ROWS, int COLS, int NTHREADS, class T>

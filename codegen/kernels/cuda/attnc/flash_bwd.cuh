@@ -245,6 +245,13 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
       __syncthreads();
     }
   } else {
+    // Without cp.async (one stage), step m + 1's Q and dO travel through
+    // registers during step m's math (copy.cuh, StagedTile).
+    using Staged = StagedTile<BLOCK_Q, D, NTH, T>;
+    constexpr bool kStaged = STAGES == 1 && !ATTNC_ASYNC_COPY && Staged::kPairFits;
+    Staged nextQ, nextDo;
+    if (kStaged && mBegin < mEnd)
+      loadStep(mBegin);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (mBegin + s < mEnd)
@@ -252,10 +259,18 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
       cpAsyncCommit();
     }
     for (int m = mBegin; m < mEnd; ++m) {
-      if (m + STAGES - 1 < mEnd)
-        loadStep(m + STAGES - 1);
-      cpAsyncCommit();
-      cpAsyncWait<STAGES - 1>();
+      const int mNext = m + 1;
+      if constexpr (kStaged) {
+        if (mNext < mEnd) {
+          nextQ.fetch(gQ + size_t(mNext) * BLOCK_Q * D, a.Nq - mNext * BLOCK_Q, tid);
+          nextDo.fetch(gdO + size_t(mNext) * BLOCK_Q * D, a.Nq - mNext * BLOCK_Q, tid);
+        }
+      } else {
+        if (m + STAGES - 1 < mEnd)
+          loadStep(m + STAGES - 1);
+        cpAsyncCommit();
+        cpAsyncWait<STAGES - 1>();
+      }
       __syncthreads();
       const int st = m % ST;
       float s[NT1][4];
@@ -265,6 +280,13 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
       accumulate(dV, sPt, slotY(st));
       accumulate(dK, sGt, slotX(st));
       __syncthreads();
+      if constexpr (kStaged)
+        if (mNext < mEnd) {
+          loadStats<BLOCK_Q, NTH>(stats(0), a.lse + qBase, a.delta + qBase, mNext * BLOCK_Q, a.Nq,
+                                  tid);
+          nextQ.store(slotX(0), tid);
+          nextDo.store(slotY(0), tid);
+        }
     }
   }
   cpAsyncWait<0>();
@@ -392,6 +414,15 @@ __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
       __syncthreads();
     }
   } else {
+    // Without cp.async (one stage), block n + 1's K and V travel through
+    // registers during block n's math (copy.cuh, StagedTile).
+    using Staged = StagedTile<BLOCK_KV, D, NTH, T>;
+    constexpr bool kStaged = STAGES == 1 && !ATTNC_ASYNC_COPY && Staged::kPairFits;
+    Staged nextK, nextV;
+    if (kStaged && nFirst < nBlocks) {
+      loadK(nFirst, slotX(0));
+      loadV(nFirst, slotY(0));
+    }
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       const int n = nFirst + s;
@@ -402,13 +433,20 @@ __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
       cpAsyncCommit();
     }
     for (int n = nFirst; n < nBlocks; ++n) {
-      const int nx = n + STAGES - 1;
-      if (nx < nBlocks) {
-        loadK(nx, slotX(nx % ST));
-        loadV(nx, slotY(nx % ST));
+      const int nx = kStaged ? n + 1 : n + STAGES - 1;
+      if constexpr (kStaged) {
+        if (nx < nBlocks) {
+          nextK.fetch(gK + size_t(nx) * BLOCK_KV * D, kvEnd - nx * BLOCK_KV, tid);
+          nextV.fetch(gV + size_t(nx) * BLOCK_KV * D, kvEnd - nx * BLOCK_KV, tid);
+        }
+      } else {
+        if (nx < nBlocks) {
+          loadK(nx, slotX(nx % ST));
+          loadV(nx, slotY(nx % ST));
+        }
+        cpAsyncCommit();
+        cpAsyncWait<STAGES - 1>();
       }
-      cpAsyncCommit();
-      cpAsyncWait<STAGES - 1>();
       __syncthreads();
       const int st = n % ST;
       float s[NT1][4];
@@ -417,6 +455,11 @@ __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
       __syncthreads();
       accumulate(slotX(st));
       __syncthreads();
+      if constexpr (kStaged)
+        if (nx < nBlocks) {
+          nextK.store(slotX(0), tid);
+          nextV.store(slotY(0), tid);
+        }
     }
   }
   cpAsyncWait<0>();

@@ -108,12 +108,29 @@ __device__ void flash_fwd(const AttnFwdArgs &a) {
   OnlineSoftmax<Layout> softmax;
   softmax.init();
 
+  // Without cp.async (sm_70, sm_75: one stage), block n + 1 travels
+  // through registers while block n is multiplied: loaded before the math,
+  // stored after it (when its chunks fit kStagedChunkBudget).
+  using Staged = StagedTile<BLOCK_KV, D, Tr::kThreads, T>;
+  constexpr bool kStaged = STAGES == 1 && !ATTNC_ASYNC_COPY && Staged::kPairFits;
+  Staged nextK, nextV;
+  if (kStaged && nFirst < nBlocks)
+    loadKv(nFirst);
+
   for (int n = nFirst; n < nBlocks; ++n) {
-    if (n + STAGES - 1 < nBlocks)
-      loadKv(n + STAGES - 1);
-    cpAsyncCommit();
-    cpAsyncWait<STAGES - 1>(); // block n (and Q) landed, for this thread
-    __syncthreads();           // ... and for all
+    const int kvNext = n + 1;
+    if constexpr (kStaged) {
+      if (kvNext < nBlocks) {
+        nextK.fetch(gK + size_t(kvNext) * BLOCK_KV * D, kvEnd - kvNext * BLOCK_KV, tid);
+        nextV.fetch(gV + size_t(kvNext) * BLOCK_KV * D, kvEnd - kvNext * BLOCK_KV, tid);
+      }
+    } else {
+      if (n + STAGES - 1 < nBlocks)
+        loadKv(n + STAGES - 1);
+      cpAsyncCommit();
+      cpAsyncWait<STAGES - 1>(); // block n (and Q) landed, for this thread
+    }
+    __syncthreads(); // ... and for all
 
     const int j0 = n * BLOCK_KV, stage = n % STAGES;
     // Warps whose rows are past Nq, or (causal) all before this block's
@@ -133,6 +150,11 @@ __device__ void flash_fwd(const AttnFwdArgs &a) {
       Mma::template gemmRS<BLOCK_KV, NO>(o, s, sV(stage), LD);
     }
     __syncthreads(); // stage n % STAGES is refilled next iteration
+    if constexpr (kStaged)
+      if (kvNext < nBlocks) {
+        nextK.store(sK(0), tid);
+        nextV.store(sV(0), tid);
+      }
   }
   cpAsyncWait<0>();
   __syncthreads(); // Q rows may have been copied by other warps' threads
