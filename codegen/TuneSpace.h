@@ -29,11 +29,16 @@ struct CudaLimits {
   int maxThreads = tile::kMaxThreads;
   /// Accumulator floats per thread that avoid spills; 0: TileModel's budget.
   int accFloatBudget = 0;
+  /// fp16 kernels: on Volta (sm_70, sm_72) their warp GEMMs need n-tile
+  /// pairs for the tensor cores (tile::evenWarpTiles); configs that would
+  /// put one on fp32 SIMT are dropped there.
+  bool fp16 = false;
 };
 
 struct Rejection {
   tile::TileConfig config;
-  std::string family; ///< shape, registers, shared memory, threads, pipelining
+  std::string family; ///< shape, registers, shared memory, threads, pipelining,
+                      ///< tensor cores
   std::string reason; ///< with the numbers and the limit
 };
 
@@ -78,6 +83,12 @@ inline TileSpace cudaTileSpace(int elemBytes, int headDim, bool backward, CudaLi
                                      " stages need cp.async (sm_80+), "
                                      "target sm_" +
                                      std::to_string(lim.sm));
+            continue;
+          }
+          if (lim.sm < 75 && lim.fp16 && !tile::evenWarpTiles(c, headDim, backward)) {
+            reject("tensor cores", "a warp GEMM with an odd number of 8-column tiles runs on "
+                                   "fp32 SIMT on sm_" +
+                                       std::to_string(lim.sm) + " (m8n8k4 takes pairs)");
             continue;
           }
           int acc = tile::accFloats(c, headDim, backward);

@@ -20,6 +20,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <fstream>
+#include <set>
 #include <iostream>
 #include <sstream>
 
@@ -54,13 +55,19 @@ void notePrecisionOnArch(const std::vector<ManifestKernel> &kernels, const std::
     bf16 = bf16 || k.dtype == "bf16";
     fp16 = fp16 || k.dtype == "f16";
   }
-  // What the kernel headers do there (codegen/kernels/cuda/attnc/mma.cuh).
+  // What the kernel headers do there (codegen/kernels/cuda/attnc/mma.cuh,
+  // copy.cuh). Once per process: attnc tune compiles many candidates.
+  static std::set<std::string> said;
+  auto note = [&](const std::string &text) {
+    if (said.insert(text).second)
+      os << "attnc: note: " << text << "\n";
+  };
   if (bf16 && gpu->sm < 80)
-    os << "attnc: note: " << arch << " has no bf16 tensor cores: bf16 kernels keep bf16 in "
-       << "memory and compute in fp32 (SIMT FMAs), as fast as fp32 at best\n";
+    note(arch + " has no bf16 tensor cores: bf16 kernels keep bf16 in memory and compute in fp32 "
+                "(SIMT FMAs), as fast as fp32 at best");
   if (fp16 && gpu->sm < 75)
-    os << "attnc: note: " << arch << " (Volta): fp16 kernels run on mma.sync.m8n8k4 tensor cores, "
-       << "with synchronous copies (no cp.async) and no ldmatrix\n";
+    note(arch + " (Volta): fp16 kernels run on mma.sync.m8n8k4 tensor cores, with "
+                "register-staged copies (no cp.async) and no ldmatrix");
 }
 
 int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std::ostream &os) {
@@ -87,12 +94,9 @@ int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std
   int failures = 0;
   // The NVRTC that compiled for this arch (a CUDA 12 one for Volta).
   Expected<const NvrtcLibrary *> lib = chooseNvrtc(gpu->sm, nvrtcLibraries());
-  os << "NVRTC "
-     << (lib ? std::to_string((*lib)->major) + "." + std::to_string((*lib)->minor)
-             : NvrtcCompiler::version())
-     << " " << arch << ": " << (cubin->fromCache ? "from cache" : "compiled") << ", "
-     << cubin->image.size() << " bytes of CUBIN" << (lib ? " (" + (*lib)->origin + ")" : "")
-     << "\n";
+  os << "NVRTC " << NvrtcCompiler::versionFor(gpu->sm) << " " << arch << ": "
+     << (cubin->fromCache ? "from cache" : "compiled") << ", " << cubin->image.size()
+     << " bytes of CUBIN" << (lib ? " (" + (*lib)->origin + ")" : "") << "\n";
   for (const ManifestKernel &k : compiled.kernels)
     for (const std::string &entry : k.entryPoints) {
       const KernelResources *r = cubin->kernel(entry);

@@ -82,6 +82,7 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
     const int bytes = model.getDtype() == attn::DType::fp32 ? 4 : 2;
     tune::CudaLimits lim;
     lim.sm = sm, lim.smemBytes = opt.smemLimit;
+    lim.fp16 = model.getDtype() == attn::DType::fp16;
     const int smemLimit = opt.smemLimit > 0 ? opt.smemLimit : tile::smemLimitBytes(sm);
     tune::TileSpace space;
     for (bool backward : {false, true}) {
@@ -172,8 +173,8 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
       else
         ptxas.rejected.push_back({c.tile, c.source.empty() ? "pipeline" : "ptxas", c.reason});
     std::cout << name << " forward: " << cands.size() << " compiled with NVRTC "
-              << NvrtcCompiler::version() << " on " << threads << " thread(s), " << passed.size()
-              << " pass ptxas's check\n"
+              << NvrtcCompiler::versionFor(sm) << " on " << threads << " thread(s), "
+              << passed.size() << " pass ptxas's check\n"
               << tune::summarizeRejections(ptxas);
     if (passed.empty())
       return fail(name + ": every forward config failed ptxas's check (nothing launched)");

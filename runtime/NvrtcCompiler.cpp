@@ -258,6 +258,11 @@ int NvrtcCompiler::versionMajor() {
   return libs.empty() ? 0 : libs[0].major;
 }
 
+std::string NvrtcCompiler::versionFor(int sm) {
+  Expected<const NvrtcLibrary *> lib = chooseNvrtc(sm, nvrtcLibraries());
+  return lib ? std::to_string((*lib)->major) + "." + std::to_string((*lib)->minor) : version();
+}
+
 std::vector<int> NvrtcCompiler::supportedArchs() {
   const std::vector<NvrtcLibrary> &libs = nvrtcLibraries();
   return libs.empty() ? std::vector<int>{} : libs[0].archs;

@@ -139,6 +139,9 @@ public:
   static std::string version();
   /// The loaded NVRTC library's major version.
   static int versionMajor();
+  /// The version of the NVRTC that compiles for `sm` (chooseNvrtc: "12.9"
+  /// for sm_70), or version() when none does.
+  static std::string versionFor(int sm);
   /// The real architectures the loaded NVRTC can compile for (75, 80, ...).
   static std::vector<int> supportedArchs();
   /// The CUDA toolkit include directory added to every compile: the one

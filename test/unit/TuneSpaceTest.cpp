@@ -22,7 +22,7 @@ bool contains(const std::vector<tile::TileConfig> &v, const tile::TileConfig &c)
 // Every candidate fits by the compiler's own rule (attn-tile's), the default
 // tile is among them, and every config is either a candidate or rejected.
 TEST(TuneSpace, CandidatesAreWhatTheCompilerAccepts) {
-  for (int sm : {75, 80, 90})
+  for (int sm : {70, 75, 80, 90})
     for (int bytes : {2, 4})
       for (int d : {32, 64, 128, 256})
         for (bool bwd : {false, true}) {
@@ -66,6 +66,45 @@ TEST(TuneSpace, PipeliningNeedsAmpere) {
   for (const tile::TileConfig &c : s.candidates)
     EXPECT_LE(c.stages, 1);
   EXPECT_NE(tune::summarizeRejections(s).find("pipelining: "), std::string::npos);
+}
+
+// Volta: one stage, 96 KiB, and for fp16 only tiles whose warp GEMMs keep
+// the tensor cores (n-tile pairs for m8n8k4); the default tiles are such.
+// The rule itself against BwdTraits' formulas on two backward tiles.
+TEST(TuneSpace, VoltaFp16KeepsTheTensorCores) {
+  // 64x64, 8 warps: dK/dV split 2 -> 32/2/8 = 2 n-tiles; dQ the same.
+  EXPECT_TRUE(tile::evenWarpTiles({64, 64, 8, 1}, 64, true));
+  // 32x16, 2 warps: dK/dV (16 fixed keys, 2 warps across queries) 32/2/8 = 2,
+  // D 64/2/8 = 4; dQ (32 fixed queries, 1 warp across keys) 16/1/8 = 2 ...
+  EXPECT_TRUE(tile::evenWarpTiles({32, 16, 2, 1}, 64, true));
+  // ... but 16 queries over 2 warps are one n-tile each: odd.
+  EXPECT_FALSE(tile::evenWarpTiles({16, 16, 2, 1}, 64, true));
+  EXPECT_FALSE(tile::evenWarpTiles({64, 32, 4, 1}, 48, true)); // D 48 / 2 / 8 = 3
+  for (int d : {32, 64, 128, 256})
+    for (bool bwd : {false, true}) {
+      tune::CudaLimits lim;
+      lim.sm = 70;
+      lim.fp16 = true;
+      tune::TileSpace s = tune::cudaTileSpace(2, d, bwd, lim);
+      ASSERT_FALSE(s.candidates.empty()) << d << " " << bwd;
+      for (const tile::TileConfig &c : s.candidates) {
+        EXPECT_TRUE(tile::evenWarpTiles(c, d, bwd)) << tune::configText(c);
+        EXPECT_LE(c.stages, 1) << tune::configText(c);
+        EXPECT_LE(tile::smemBytes(c, d, 2, bwd), 96 * 1024) << tune::configText(c);
+      }
+      EXPECT_TRUE(tile::evenWarpTiles(tile::defaultTile(2, d, 70, bwd), d, bwd)) << d << bwd;
+      lim.fp16 = false; // bf16 runs on SIMT there anyway: no such rule
+      EXPECT_EQ(tune::summarizeRejections(tune::cudaTileSpace(2, d, bwd, lim)).find("tensor cores"),
+                std::string::npos);
+    }
+  tune::CudaLimits lim;
+  lim.sm = 70;
+  lim.fp16 = true;
+  EXPECT_NE(tune::summarizeRejections(tune::cudaTileSpace(2, 64, true, lim)).find("tensor cores: "),
+            std::string::npos);
+  lim.sm = 75; // Turing's m16n8k8 takes any n-tile count
+  EXPECT_EQ(tune::summarizeRejections(tune::cudaTileSpace(2, 64, true, lim)).find("tensor cores"),
+            std::string::npos);
 }
 
 TEST(TuneSpace, CpuSpaceAndConfigText) {
