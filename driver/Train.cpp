@@ -56,6 +56,7 @@ train::ArtifactTrainOptions artifactTrainOptions(const Prepared &p, const TrainC
   to.hostOptimizer = opt.optimizer == "host";
   to.hostAttention = opt.hostAttention;
   to.tool = "attnc train";
+  to.microBatches = opt.microBatches, to.rankTimeout = opt.rankTimeout;
   return to;
 }
 
@@ -73,7 +74,10 @@ int buildTrainingArtifact(Prepared &p, const TrainCliOptions &opt, Artifact &art
       return commandError("train", dev.error());
     ao.arch = dev->arch();
   }
-  ao.batch = ao.inferBatch = opt.batch;
+  // The step runs one micro-batch (runtime/train/DataParallel.h); the
+  // evaluations take the whole batch.
+  ao.batch = opt.batch / train::microBatchesOf(artifactTrainOptions(p, opt));
+  ao.inferBatch = opt.batch;
   ao.model = p.name;
   // Reversible layers rebuild their inputs anyway.
   ao.recomputeLayers = opt.recomputeLayers && !p.config.reversible;
@@ -234,6 +238,16 @@ int runTrain(const TrainCliOptions &options) {
   TrainCliOptions opt = options;
   opt.batch = int(
       *opt.flags.orElse(trainSettingsOf(p.model())).orElse(train::defaultTrainSettings()).batch);
+  // Data parallelism: the batch is the global one, split into
+  // micro-batches (one per rank by default) that the step is planned for.
+  const int micro = train::microBatchesOf(artifactTrainOptions(p, opt));
+  if (opt.batch % micro != 0)
+    return commandError(
+        "train",
+        "--batch " + std::to_string(opt.batch) + " is the global batch and must divide into " +
+            std::to_string(micro) + " micro-batches" +
+            (opt.microBatches ? std::string()
+                              : " (one per rank of mpirun -np " + std::to_string(micro) + ")"));
   // The data first: a wrong path fails before anything compiles.
   Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);
   if (!data)

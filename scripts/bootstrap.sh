@@ -7,7 +7,8 @@ set -euo pipefail
 
 packages=(cmake ninja-build g++ python3 libgtest-dev clang-format
           llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
-          libcli11-dev nlohmann-json3-dev libopenblas-dev)
+          libcli11-dev nlohmann-json3-dev libopenblas-dev
+          libopenmpi-dev openmpi-bin)
 
 missing=()
 for p in "${packages[@]}"; do

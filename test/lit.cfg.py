@@ -1,5 +1,6 @@
 # -*- Python -*-
 import os
+import shutil
 import subprocess
 
 import lit.formats
@@ -27,3 +28,8 @@ config.environment["ATTNC_CACHE_DIR"] = os.path.join(config.attnc_obj_root, "tes
 # namespace; where this process may not make one (not root), it is skipped.
 if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0:
     config.available_features.add("unshare")
+
+# Data-parallel tests (test/train/data-parallel.test) need mpirun and an
+# attnc built with MPI (scripts/bootstrap.sh installs OpenMPI).
+if config.attnc_have_mpi and shutil.which("mpirun"):
+    config.available_features.add("mpi")

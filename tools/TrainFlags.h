@@ -9,10 +9,13 @@
 #ifndef ATTNC_TOOLS_TRAINFLAGS_H
 #define ATTNC_TOOLS_TRAINFLAGS_H
 
+#include "runtime/dist/Communicator.h"
 #include "runtime/train/TrainSettings.h"
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
+#include <iostream>
 #include <sstream>
 #include <string>
 
@@ -56,6 +59,56 @@ inline void addRunFlags(CLI::App *cmd, int64_t &checkpointEvery, bool &resume, i
                   "stop after this many steps of this invocation, with a checkpoint "
                   "(train in slices; the schedule still spans --steps)")
       ->check(CLI::PositiveNumber);
+}
+
+/// --micro-batches and --rank-timeout: data-parallel training under
+/// mpirun (docs/distributed.md).
+inline void addDataParallelFlags(CLI::App *cmd, int &microBatches, double &rankTimeout) {
+  cmd->add_option("--micro-batches", microBatches,
+                  "split each step's batch into this many micro-batches, spread over the "
+                  "ranks of `mpirun -np N` in order and summed in that order, so any N that "
+                  "divides it gives the same result bit for bit (default: one per rank)")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--rank-timeout", rankTimeout,
+                  "under mpirun: seconds a gradient exchange waits for the slowest rank before "
+                  "the job ends, naming the ranks that did not arrive")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
+/// Runs `command` (a training command; its exit code) as this process's
+/// rank. Under mpirun, ranks other than 0 keep their output to themselves
+/// (it would repeat rank 0's), and a failure on any rank prints that
+/// rank's error and ends the whole job (dist::Communicator::abort), so no
+/// rank waits for one that has gone.
+inline int runAsRank(const std::function<int()> &command) {
+  dist::Communicator &world = dist::world();
+  if (world.size() == 1) {
+    const int rc = command();
+    dist::finalize();
+    return rc;
+  }
+  std::ostringstream quiet;
+  std::streambuf *out = std::cout.rdbuf(), *err = std::cerr.rdbuf();
+  if (world.rank() != 0) {
+    std::cout.rdbuf(quiet.rdbuf());
+    std::cerr.rdbuf(quiet.rdbuf());
+  }
+  const int rc = command();
+  std::cout.rdbuf(out);
+  std::cerr.rdbuf(err);
+  if (rc != 0) {
+    std::string said = quiet.str();
+    while (!said.empty() && said.back() == '\n')
+      said.pop_back();
+    const size_t line = said.rfind('\n');
+    world.abort(world.rank() == 0 ? "rank 0 failed; ending the job"
+                                  : "rank " + std::to_string(world.rank()) + ": " +
+                                        (line == std::string::npos ? said : said.substr(line + 1)),
+                rc);
+  }
+  dist::finalize();
+  return rc;
 }
 
 } // namespace attnc::tools

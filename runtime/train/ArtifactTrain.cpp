@@ -21,6 +21,11 @@
 #include <memory>
 #include <optional>
 #include <sys/resource.h>
+#include <thread>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace attnc::train {
 
@@ -151,11 +156,21 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
         opt.model.empty()
             ? manifestPath + " has several models (" + names + "); name one with --model"
             : "no model '" + opt.model + "' in " + manifestPath + " (it has: " + names + ")");
-  if (opt.flags.batch && *opt.flags.batch != mm->batch)
+  // The step runs one micro-batch of the planned batch; a step's global
+  // batch is that times the micro-batches (one per rank by default).
+  const int micro = microBatchesOf(opt);
+  if (opt.flags.batch && *opt.flags.batch != int64_t(mm->batch) * micro)
     return makeError("--batch " + std::to_string(*opt.flags.batch) + ": " + dir +
                      " planned the step of " + mm->name + " for batch " +
-                     std::to_string(mm->batch) + " (attnc compile --plan-batch " +
-                     std::to_string(*opt.flags.batch) + " plans another)");
+                     std::to_string(mm->batch) +
+                     (micro > 1 ? " per micro-batch, so " + std::to_string(micro) +
+                                      " micro-batches make a global batch of " +
+                                      std::to_string(int64_t(mm->batch) * micro)
+                                : std::string()) +
+                     " (attnc compile --plan-batch " +
+                     (*opt.flags.batch % micro == 0 ? std::to_string(*opt.flags.batch / micro)
+                                                    : std::string("N")) +
+                     " plans another)");
   ArtifactModel out;
   out.manifest = *mm;
   Expected<TrainSettings> recommended =
@@ -310,6 +325,36 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
   return out;
 }
 
+namespace {
+
+/// Ranks on one machine share its cores: unless OMP_NUM_THREADS says
+/// otherwise, each rank's OpenMP regions (the step's GEMMs and kernels) get
+/// cores / ranks-on-this-machine threads instead of all the cores each
+/// (2 ranks x 2 threads on 2 cores ran at 0.3x the speed of 2 x 1).
+void shareCoresBetweenRanks(dist::Communicator &comm, const std::string &tool) {
+#ifdef _OPENMP
+  if (comm.size() == 1 || std::getenv("OMP_NUM_THREADS"))
+    return;
+  int local = comm.size();
+  if (const char *l = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); l && std::atoi(l) > 0)
+    local = std::atoi(l);
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = std::max(1, cores / local);
+  omp_set_num_threads(threads);
+  if (comm.rank() == 0)
+    std::cerr << tool << ": " << local << " ranks on this machine's " << cores
+              << " cores: " << threads << " OpenMP thread(s) each (OMP_NUM_THREADS overrides)\n";
+#else
+  (void)comm, (void)tool;
+#endif
+}
+
+} // namespace
+
+int microBatchesOf(const ArtifactTrainOptions &opt) {
+  return opt.microBatches > 0 ? opt.microBatches : dist::world().size();
+}
+
 Expected<ArtifactTrainResult> trainArtifact(const ArtifactTrainOptions &opt) {
   Expected<Artifact> artifact = openArtifact(opt.dir);
   if (!artifact)
@@ -337,7 +382,18 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
   std::cerr << opt.tool << ": " << describeTrainSettings(opt.flags, am.recommended, mm.batch)
             << "\n";
   TrainOptions to;
-  to.outDir = opt.out, to.data = opt.data, to.steps = *s.steps, to.batch = mm.batch;
+  dist::Communicator &comm = dist::world();
+  comm.timeoutSeconds = opt.rankTimeout;
+  shareCoresBetweenRanks(comm, opt.tool);
+  to.comm = &comm;
+  to.microBatches = microBatchesOf(opt);
+  to.outDir = opt.out, to.data = opt.data, to.steps = *s.steps,
+  to.batch = mm.batch * to.microBatches;
+  // What else every rank must share: the binary and how it runs the step.
+  to.rankSettings = {{"attnc binary (SHA-256)", dist::executableDigest()},
+                     {"engine", opt.engine},
+                     {"precision", am.precision},
+                     {"host attention", opt.hostAttention ? "yes" : "no"}};
   to.seed = opt.seed, to.evalEvery = *s.evalEvery, to.evalBatches = opt.evalBatches;
   to.checkpointEvery = opt.checkpointEvery, to.specHash = artifact.manifest.specHash;
   to.resume = opt.resume, to.stopAfter = opt.stopAfter;

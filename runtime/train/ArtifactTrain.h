@@ -38,6 +38,11 @@ struct ArtifactTrainOptions {
   int evalBatches = 8;
   bool resume = true;
   int64_t stopAfter = 0; ///< > 0: stop (with a checkpoint) after this many steps
+  /// Data parallelism (docs/distributed.md): micro-batches per step, each
+  /// the artifact's planned batch (0: one per rank of dist::world()), and
+  /// how long a gradient exchange waits for the slowest rank.
+  int microBatches = 0;
+  double rankTimeout = 300;
   /// "compiled": the artifact's step where it was compiled for (CPU, or a
   /// GPU for a CUDA artifact); "cuda-sim": a CUDA artifact's step with its
   /// kernels on the SIMT emulator, on a machine without a GPU.
@@ -76,6 +81,10 @@ struct ArtifactModel {
 /// Binds the artifact's model (options.model, or the only one) to fresh
 /// parameters from options.seed and compiles its step (host compiler,
 /// NVRTC on a GPU) with its attention kernels. Progress goes to stderr.
+/// The micro-batches a run of `options` splits each step into: its own,
+/// else one per rank of dist::world().
+int microBatchesOf(const ArtifactTrainOptions &options);
+
 Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
                                           const ArtifactTrainOptions &options);
 

@@ -5,6 +5,7 @@
 #include "runtime/FileSystem.h"
 #include "runtime/Philox.h"
 #include "runtime/train/Checkpoint.h"
+#include "runtime/train/DataParallel.h"
 
 #include <chrono>
 #include <filesystem>
@@ -283,6 +284,34 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
                            {"warmup", opt.adam.warmupSteps},
                            {"weight_decay", double(opt.adam.weightDecay)},
                            {"clip", double(opt.adam.clipNorm)}};
+  // Data parallelism: the micro-batches decide the arithmetic (and so the
+  // checkpoint's continuation); one micro-batch is the single-process step.
+  dist::Communicator &comm = opt.comm ? *opt.comm : dist::world();
+  const bool writer = comm.rank() == 0;
+  if (opt.microBatches != 1)
+    config["micro_batches"] = opt.microBatches;
+  std::optional<DataParallelStep> parallel;
+  if (opt.microBatches != 1 || comm.size() > 1) {
+    if (opt.resident)
+      return makeError("data-parallel training of a device-resident (GPU) step is not written "
+                       "yet: run one rank with one micro-batch, or --host-optimizer");
+    Expected<DataParallelStep> dp =
+        DataParallelStep::create(params, opt.batch, opt.microBatches, comm);
+    if (!dp)
+      return dp.takeError();
+    parallel = std::move(*dp);
+  }
+  {
+    // Every rank must be about to run the same training.
+    std::vector<dist::Setting> same = {{"spec", opt.specHash},
+                                       {"settings", config.dump()},
+                                       {"steps", std::to_string(opt.steps)},
+                                       {"data", opt.data},
+                                       {"out", opt.outDir}};
+    same.insert(same.end(), opt.rankSettings.begin(), opt.rankSettings.end());
+    if (Status s = dist::checkRanksAgree(comm, same); !s)
+      return s.takeError();
+  }
   if (opt.resume && hasCheckpoint(opt.outDir)) {
     Expected<Checkpoint> ck = loadLatestCheckpoint(opt.outDir, opt.specHash);
     if (!ck)
@@ -292,8 +321,18 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
         !ck->state["config"].is_object() || !ck->state.contains("steps") ||
         !ck->state["steps"].is_number_integer())
       return makeError(where + ": its state is not an attnc train state (no config/steps)");
+    const nlohmann::json &saved = ck->state["config"];
+    for (const std::string &key : {std::string("micro_batches")}) // absent: 1
+      if (saved.contains(key) != config.contains(key) ||
+          (saved.contains(key) && saved[key] != config[key]))
+        return makeError(where + " was trained with " + std::to_string(saved.value(key, 1)) +
+                         " micro-batch(es) per step, this run has " +
+                         std::to_string(config.value(key, 1)) + "; resume with --micro-batches " +
+                         std::to_string(saved.value(key, 1)) +
+                         " at a rank count that divides it (the sum's order is the "
+                         "micro-batches', so it then continues exactly)");
     for (auto &[key, value] : config.items()) {
-      const nlohmann::json &had = ck->state["config"].value(key, nlohmann::json());
+      const nlohmann::json &had = saved.value(key, nlohmann::json());
       if (had != value)
         return makeError(where + " was trained with " + key + " = " + had.dump() + ", not " +
                          value.dump() +
@@ -316,7 +355,8 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
         return makeError(where + ": " + s.error());
     start = ck->step;
     int64_t planned = ck->state["steps"].get<int64_t>();
-    log << "resuming from step " << start << " (" << opt.outDir << ")\n";
+    if (writer)
+      log << "resuming from step " << start << " (" << opt.outDir << ")\n";
     if (planned != opt.steps)
       log << "note: the learning-rate schedule now spans " << opt.steps << " steps instead of "
           << planned << ", so this run will not match an uninterrupted one\n";
@@ -333,6 +373,8 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
   auto save = [&](int64_t step) -> Status {
     if (Status s = syncHost(); !s)
       return s;
+    if (!writer) // rank 0 writes; the others hold the same state
+      return {};
     Checkpoint ck;
     ck.step = step;
     ck.specHash = opt.specHash;
@@ -362,27 +404,39 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
       keptRows(evalPath, evalHeader, start, /*inclusive=*/true, [&](int64_t step, double v) {
         sum.evals.push_back({step, v});
       });
-  if (Status s = fs::writeFileAtomic(evalPath, keptEvals); !s)
-    return s.takeError();
-  std::ofstream evalCsv(evalPath, std::ios::app);
+  // Only rank 0 writes the logs; the others' streams write nowhere.
+  if (writer)
+    if (Status s = fs::writeFileAtomic(evalPath, keptEvals); !s)
+      return s.takeError();
+  std::ofstream evalCsv;
+  if (writer)
+    evalCsv.open(evalPath, std::ios::app);
   auto record = [&](int64_t step, const EvalResult &e) {
     sum.evals.push_back({step, e.loss});
     evalCsv << step << "," << e.loss << "," << e.bitsPerByte << "," << e.accuracy << "\n";
     evalCsv.flush();
   };
-  if (Status s = fs::writeFileAtomic(csvPath, kept); !s)
-    return s.takeError();
-  std::ofstream csv(csvPath, std::ios::app);
-  const bool tty = opt.progress && isatty(STDERR_FILENO);
+  if (writer)
+    if (Status s = fs::writeFileAtomic(csvPath, kept); !s)
+      return s.takeError();
+  std::ofstream csv;
+  if (writer)
+    csv.open(csvPath, std::ios::app);
+  const bool tty = writer && opt.progress && isatty(STDERR_FILENO);
   const auto t0 = Clock::now();
   const double tokensPerStep = double(opt.batch) * model.config().seq;
   for (int64_t step = start; step < end; ++step) {
     auto s0 = Clock::now();
     Batch b = data.train(opt.seed, step, opt.batch);
-    if (!opt.resident) // a resident step's gradients stay on the device
+    if (!opt.resident && !parallel) // a resident step's gradients stay on the device
       model.zeroGrads();
     double loss = 0, gradNorm = 0;
-    if (opt.resident) {
+    if (parallel) {
+      Expected<double> r = parallel->run(b, step, opt.stepFn, [&model] { model.zeroGrads(); });
+      if (!r)
+        return makeError("step " + std::to_string(step) + ": " + r.error());
+      loss = *r;
+    } else if (opt.resident) {
       Expected<ResidentTraining::Update> r = opt.resident->update(b, step, adam);
       if (!r)
         return makeError("step " + std::to_string(step) + ": " + r.error());
@@ -418,7 +472,7 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
       log.flags(flags);
       log.precision(precision);
     }
-    if (opt.evalEvery > 0 && (step + 1) % opt.evalEvery == 0 && step + 1 < end) {
+    if (writer && opt.evalEvery > 0 && (step + 1) % opt.evalEvery == 0 && step + 1 < end) {
       if (Status s = syncHost(); !s)
         return s.takeError();
       Expected<EvalResult> e = evaluate(opt.forward, model.config(), data, opt.evalBatches);
@@ -447,6 +501,8 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
       return s.takeError();
   if (Status s = syncHost(); !s)
     return s.takeError();
+  if (!writer) // rank 0 evaluates and draws
+    return sum;
   Expected<EvalResult> e = evaluate(opt.forward, model.config(), data, opt.evalBatches);
   if (!e)
     return e.takeError();

@@ -12,6 +12,7 @@
 #ifndef ATTNC_RUNTIME_TRAIN_TRAINER_H
 #define ATTNC_RUNTIME_TRAIN_TRAINER_H
 
+#include "runtime/dist/Communicator.h"
 #include "runtime/train/Data.h"
 #include "runtime/train/CrossEntropy.h"
 #include "runtime/train/Parameters.h"
@@ -82,6 +83,21 @@ struct TrainOptions {
   /// resume, so a resumed fp16 run goes on at the same loss scale.
   std::function<std::string()> stepState;
   std::function<Status(const std::string &)> restoreStepState;
+  /// Data parallelism (docs/distributed.md). Each step's global `batch` is
+  /// split into `microBatches` micro-batches of batch / microBatches
+  /// sequences in order (one stepFn call each, dropout keyed by step ·
+  /// microBatches + micro-batch), spread over the ranks of `comm` in order
+  /// (rank r takes a run of microBatches / size of them). Every rank then
+  /// combines every micro-batch's gradient, weighted by its share of the
+  /// step's targets, in micro-batch order, so the update is bit-identical
+  /// at any rank count that divides microBatches. The checkpoint records
+  /// microBatches; a resumed run must use the same. Only rank 0 writes
+  /// (checkpoints, logs, the plot) and evaluates. null: one process.
+  dist::Communicator *comm = nullptr;
+  int microBatches = 1;
+  /// Settings besides the trainer's own that every rank must share (the
+  /// binary, the engine), compared at start-up (dist::checkRanksAgree).
+  std::vector<dist::Setting> rankSettings;
 };
 
 /// Evaluation: the objective's metric on held-out (or fixed synthetic) data.

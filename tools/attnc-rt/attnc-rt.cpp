@@ -21,6 +21,11 @@
 #include <iostream>
 
 int main(int argc, char **argv) {
+  // First: under mpirun this process is one rank of a data-parallel run.
+  if (attnc::Status s = attnc::dist::initialize(&argc, &argv); !s) {
+    std::cerr << "attnc-rt: error: " << s.error() << "\n";
+    return 1;
+  }
   CLI::App app{"attnc-rt: run attnc artifacts (no MLIR needed)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("attnc-rt ") + attnc::attncVersion());
@@ -54,7 +59,8 @@ int main(int argc, char **argv) {
       ->required();
   attnc::tools::addTrainSettingFlags(train, topts.flags);
   train->add_option("--batch", topts.flags.batch,
-                    "sequences per step (must be the artifact's; default: it)");
+                    "sequences per step, the global batch: the artifact's planned batch times "
+                    "the micro-batches (default: that)");
   train->add_option("--seed", topts.seed, "initialisation, data and dropout seed")
       ->capture_default_str();
   train->add_option("--out", topts.out, "run directory")->capture_default_str();
@@ -73,6 +79,7 @@ int main(int argc, char **argv) {
                   "CUDA artifacts: AdamW on the host on downloaded gradients (default: on the "
                   "device, the parameters staying there)");
   attnc::tools::addRunFlags(train, topts.checkpointEvery, topts.resume, topts.stopAfter);
+  attnc::tools::addDataParallelFlags(train, topts.microBatches, topts.rankTimeout);
   train
       ->add_option("--engine", topts.engine,
                    "compiled: the artifact's step on its target (a CUDA artifact on the GPU); "
@@ -127,15 +134,16 @@ int main(int argc, char **argv) {
     }
     return 0;
   }
-  if (train->parsed()) {
-    auto r = attnc::train::trainArtifact(topts);
-    if (!r) {
-      std::cerr << "attnc-rt train: error: " << r.error() << "\n";
-      return 1;
-    }
-    attnc::train::writeTrainReport(*r, topts.out, std::cout);
-    return 0;
-  }
+  if (train->parsed())
+    return attnc::tools::runAsRank([&] {
+      auto r = attnc::train::trainArtifact(topts);
+      if (!r) {
+        std::cerr << "attnc-rt train: error: " << r.error() << "\n";
+        return 1;
+      }
+      attnc::train::writeTrainReport(*r, topts.out, std::cout);
+      return 0;
+    });
   if (bench->parsed()) {
     if (!benchShapes.empty())
       bopts.shapes.clear();
@@ -187,6 +195,9 @@ int main(int argc, char **argv) {
       std::cout << "cuBLAS for " << (sm ? "sm_70 (Volta)" : "sm_75 and newer") << ": "
                 << (blas ? *blas : "none (" + blas.error() + ")") << "\n";
     }
+    const std::string mpi = attnc::dist::mpiLibraryVersion();
+    std::cout << "data-parallel training: "
+              << (mpi.empty() ? "one process (built without MPI)" : "MPI (" + mpi + ")") << "\n";
     attnc::Status driver = attnc::cuda::Driver::available();
     if (!driver) {
       std::cout << "GPU: none (" << driver.error() << ")\n";

@@ -23,6 +23,11 @@ using attnc::driver::kExitInput;
 } // namespace
 
 int main(int argc, char **argv) {
+  // First: under mpirun this process is one rank of a data-parallel run.
+  if (attnc::Status s = attnc::dist::initialize(&argc, &argv); !s) {
+    std::cerr << "attnc: error: " << s.error() << "\n";
+    return 1;
+  }
   CLI::App app{"attnc: a compiler for attention variants (dense, low-rank "
                "Linformer, LSH Reformer, user-defined)"};
   app.require_subcommand(1);
@@ -202,6 +207,7 @@ int main(int argc, char **argv) {
         ->capture_default_str();
   }
   attnc::tools::addTrainSettingFlags(trainCmd, topts.flags);
+  attnc::tools::addDataParallelFlags(trainCmd, topts.microBatches, topts.rankTimeout);
   trainCmd
       ->add_option("--precision", topts.precision,
                    "--target cuda: the GEMMs' compute precision (fp32 storage and master "
@@ -352,7 +358,7 @@ int main(int argc, char **argv) {
   if (trainCmd->parsed()) {
     if (trainCmd->count("--batch")) // else the model's train block decides
       topts.flags.batch = topts.batch;
-    return attnc::driver::runTrain(topts);
+    return attnc::tools::runAsRank([&] { return attnc::driver::runTrain(topts); });
   }
   if (evalCmd->parsed())
     return attnc::driver::runEval(topts);
