@@ -261,6 +261,17 @@ Status CudaAttention::loadHostProjections() {
 
 namespace {
 
+/// `arch` parsed, and one attnc has kernels for (sm_70 or newer); errors
+/// begin with `what`.
+Expected<GpuArch> kernelArch(const std::string &arch, const std::string &what) {
+  Expected<GpuArch> a = parseGpuArch(arch);
+  if (!a)
+    return makeError(what + ": " + a.error());
+  if (a->sm < attnc::tile::kOldestSm)
+    return makeError(what + " " + a->str() + ": attnc's CUDA kernels need sm_70 (Volta) or newer");
+  return a;
+}
+
 /// The plans of a forward and (optional) backward kernel on `device`.
 Expected<std::pair<DeviceKernelPlan, std::optional<DeviceKernelPlan>>>
 planBoth(const KernelDesc &forward, const std::optional<KernelDesc> &backward,
@@ -330,12 +341,9 @@ Expected<CudaAttention> CudaAttention::compile(const std::string &source,
   if (!ptxArch.empty()) {
     // An older arch's path on this GPU: its tiles within both limits, its
     // PTX JIT-compiled by the driver.
-    Expected<GpuArch> older = parseGpuArch(ptxArch);
+    Expected<GpuArch> older = kernelArch(ptxArch, "--as-arch");
     if (!older)
-      return makeError("--as-arch: " + older.error());
-    if (older->sm < attnc::tile::kOldestSm)
-      return makeError("--as-arch " + older->str() +
-                       ": attnc's CUDA kernels need sm_70 (Volta) or newer");
+      return older.takeError();
     if (older->sm > limits.sm)
       return makeError("--as-arch " + ptxArch + " is newer than the GPU, " + info->arch() +
                        ": a GPU JITs only the PTX of its own or an older arch");
@@ -378,12 +386,9 @@ CudaAttention::compileEmulated(const std::string &source, const std::string &com
                                const std::string &arch, const std::string &dtype,
                                const KernelDesc &forward, std::optional<KernelDesc> backward,
                                const HostCompiler &compiler) {
-  Expected<GpuArch> target = parseGpuArch(arch);
+  Expected<GpuArch> target = kernelArch(arch, "emulating");
   if (!target)
-    return makeError("--arch: " + target.error());
-  if (target->sm < attnc::tile::kOldestSm)
-    return makeError("cannot emulate " + target->str() +
-                     ": attnc's CUDA kernels need sm_70 (Volta) or newer");
+    return target.takeError();
   DeviceLimits limits;
   limits.sm = target->sm;
   limits.smemOptinBytes = attnc::tile::smemLimitBytes(target->sm);

@@ -404,24 +404,27 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
       keptRows(evalPath, evalHeader, start, /*inclusive=*/true, [&](int64_t step, double v) {
         sum.evals.push_back({step, v});
       });
-  // Only rank 0 writes the logs; the others' streams write nowhere.
-  if (writer)
-    if (Status s = fs::writeFileAtomic(evalPath, keptEvals); !s)
-      return s.takeError();
-  std::ofstream evalCsv;
-  if (writer)
-    evalCsv.open(evalPath, std::ios::app);
+  // Only rank 0 writes the logs: its kept rows, then appended ones. The
+  // other ranks' streams stay closed and write nowhere.
+  auto openLog = [&](const std::string &path, const std::string &rows,
+                     std::ofstream &stream) -> Status {
+    if (!writer)
+      return {};
+    if (Status s = fs::writeFileAtomic(path, rows); !s)
+      return s;
+    stream.open(path, std::ios::app);
+    return {};
+  };
+  std::ofstream evalCsv, csv;
+  if (Status s = openLog(evalPath, keptEvals, evalCsv); !s)
+    return s.takeError();
   auto record = [&](int64_t step, const EvalResult &e) {
     sum.evals.push_back({step, e.loss});
     evalCsv << step << "," << e.loss << "," << e.bitsPerByte << "," << e.accuracy << "\n";
     evalCsv.flush();
   };
-  if (writer)
-    if (Status s = fs::writeFileAtomic(csvPath, kept); !s)
-      return s.takeError();
-  std::ofstream csv;
-  if (writer)
-    csv.open(csvPath, std::ios::app);
+  if (Status s = openLog(csvPath, kept, csv); !s)
+    return s.takeError();
   const bool tty = writer && opt.progress && isatty(STDERR_FILENO);
   const auto t0 = Clock::now();
   const double tokensPerStep = double(opt.batch) * model.config().seq;
