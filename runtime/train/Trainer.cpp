@@ -322,15 +322,15 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
         !ck->state["steps"].is_number_integer())
       return makeError(where + ": its state is not an attnc train state (no config/steps)");
     const nlohmann::json &saved = ck->state["config"];
-    for (const std::string &key : {std::string("micro_batches")}) // absent: 1
-      if (saved.contains(key) != config.contains(key) ||
-          (saved.contains(key) && saved[key] != config[key]))
-        return makeError(where + " was trained with " + std::to_string(saved.value(key, 1)) +
-                         " micro-batch(es) per step, this run has " +
-                         std::to_string(config.value(key, 1)) + "; resume with --micro-batches " +
-                         std::to_string(saved.value(key, 1)) +
-                         " at a rank count that divides it (the sum's order is the "
-                         "micro-batches', so it then continues exactly)");
+    // Micro-batches first, with their own hint (absent from the config: 1).
+    const int savedMicro = saved.value("micro_batches", 1);
+    if (savedMicro != opt.microBatches)
+      return makeError(where + " was trained with " + std::to_string(savedMicro) +
+                       " micro-batch(es) per step, this run has " +
+                       std::to_string(opt.microBatches) + "; resume with --micro-batches " +
+                       std::to_string(savedMicro) +
+                       " at a rank count that divides it (the sum's order is the "
+                       "micro-batches', so it then continues exactly)");
     for (auto &[key, value] : config.items()) {
       const nlohmann::json &had = saved.value(key, nlohmann::json());
       if (had != value)
