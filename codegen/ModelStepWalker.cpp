@@ -112,6 +112,7 @@ LogicalResult StepWalker::emitTop(Operation *op, llvm::raw_ostream &os) {
           op, os, /*rows=*/[](Value v) { return std::to_string(shapeOf(v)[0]); }, "0")))
     return failure();
   checkFinite(op, os);
+  emitAfterTop(op, os);
   return success();
 }
 

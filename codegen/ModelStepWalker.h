@@ -68,6 +68,9 @@ protected:
   virtual void emitConstant(attn::ConstantOp c, llvm::raw_ostream &os) = 0;
   /// The NaN/Inf check of a named value.
   virtual void emitCheck(mlir::Value v, llvm::StringRef what, llvm::raw_ostream &os) = 0;
+  /// After a top-level op: its results are final (the target may hand
+  /// returned gradients over early). Nothing by default.
+  virtual void emitAfterTop(mlir::Operation *op, llvm::raw_ostream &os) {}
   /// A GEMM through the env.
   virtual void emitGemm(bool ta, bool tb, const std::string &M, const std::string &N,
                         const std::string &K, mlir::Value lhs, mlir::Value rhs, mlir::Value out,

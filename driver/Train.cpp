@@ -56,7 +56,7 @@ train::ArtifactTrainOptions artifactTrainOptions(const Prepared &p, const TrainC
   to.hostOptimizer = opt.optimizer == "host";
   to.hostAttention = opt.hostAttention;
   to.tool = "attnc train";
-  to.microBatches = opt.microBatches, to.rankTimeout = opt.rankTimeout;
+  to.parallel = opt.parallel;
   return to;
 }
 
@@ -246,7 +246,7 @@ int runTrain(const TrainCliOptions &options) {
         "train",
         "--batch " + std::to_string(opt.batch) + " is the global batch and must divide into " +
             std::to_string(micro) + " micro-batches" +
-            (opt.microBatches ? std::string()
+            (opt.parallel.microBatches ? std::string()
                               : " (one per rank of mpirun -np " + std::to_string(micro) + ")"));
   // The data first: a wrong path fails before anything compiles.
   Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);

@@ -23,11 +23,8 @@ struct TrainCliOptions {
   int evalBatches = 8;
   std::string target = "cpu";
   bool resume = true;
-  int64_t stopAfter = 0; ///< > 0: stop (with a checkpoint) after this many steps
-  /// Data parallelism (docs/distributed.md): micro-batches per step (0:
-  /// one per rank) and how long an exchange waits for a rank.
-  int microBatches = 0;
-  double rankTimeout = 300;
+  int64_t stopAfter = 0;             ///< > 0: stop (with a checkpoint) after this many steps
+  train::DataParallelFlags parallel; ///< docs/distributed.md
   // Checks instead of training (test aids, documented in docs/training.md):
   int gradCheck = 0; ///< finite-difference probes per parameter tensor
   /// 5e-3: with N(0, 1/fan_in) weights, 1e-2 leaves a truncation error of

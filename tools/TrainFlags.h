@@ -61,19 +61,27 @@ inline void addRunFlags(CLI::App *cmd, int64_t &checkpointEvery, bool &resume, i
       ->check(CLI::PositiveNumber);
 }
 
-/// --micro-batches and --rank-timeout: data-parallel training under
-/// mpirun (docs/distributed.md).
-inline void addDataParallelFlags(CLI::App *cmd, int &microBatches, double &rankTimeout) {
-  cmd->add_option("--micro-batches", microBatches,
+/// --micro-batches, --rank-timeout, --bucket-kib and --no-overlap:
+/// data-parallel training under mpirun (docs/distributed.md).
+inline void addDataParallelFlags(CLI::App *cmd, train::DataParallelFlags &flags) {
+  cmd->add_option("--micro-batches", flags.microBatches,
                   "split each step's batch into this many micro-batches, spread over the "
                   "ranks of `mpirun -np N` in order and summed in that order, so any N that "
                   "divides it gives the same result bit for bit (default: one per rank)")
       ->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--rank-timeout", rankTimeout,
+  cmd->add_option("--rank-timeout", flags.rankTimeout,
                   "under mpirun: seconds a gradient exchange waits for the slowest rank before "
                   "the job ends, naming the ranks that did not arrive")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--bucket-kib", flags.bucketKiB,
+                  "under mpirun: KiB of gradient per exchange bucket; a bucket is sent as soon "
+                  "as the backward has finished its gradients (the result does not depend on it)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_flag("!--no-overlap", flags.overlap,
+                "under mpirun: exchange the gradients after the backward instead of during it "
+                "(same result; to measure what the overlap saves)");
 }
 
 /// Runs `command` (a training command; its exit code) as this process's

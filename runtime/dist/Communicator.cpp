@@ -67,7 +67,7 @@ std::string mpiError(int code) {
 
 class MpiWorld final : public Communicator {
 public:
-  MpiWorld() {
+  explicit MpiWorld(bool serialized) : serialized_(serialized) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     // Errors come back as codes, so a failed call names the exchange.
@@ -76,6 +76,7 @@ public:
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  bool callsFromAnyThread() const override { return serialized_; }
   std::string describe() const override {
     return "MPI (" + library_ + "), " + std::to_string(size_) + " ranks";
   }
@@ -226,6 +227,7 @@ private:
   }
 
   int rank_ = 0, size_ = 1;
+  bool serialized_ = false;
   std::string library_;
 };
 
@@ -275,11 +277,13 @@ Status initialize(int *argc, char ***argv) {
     return {};
   }
 #ifdef ATTNC_HAVE_MPI
+  // Serialized: the gradient exchange runs on its own thread while the
+  // backward runs, never two threads in MPI at once.
   int provided = 0;
-  if (int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided); rc != MPI_SUCCESS)
+  if (int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided); rc != MPI_SUCCESS)
     return makeError("MPI_Init failed: " + mpiError(rc));
   s.mpi = true;
-  s.comm = std::make_unique<MpiWorld>();
+  s.comm = std::make_unique<MpiWorld>(provided >= MPI_THREAD_SERIALIZED);
   return {};
 #else
   (void)argc, (void)argv;

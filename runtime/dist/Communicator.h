@@ -38,6 +38,9 @@ public:
   virtual int size() const = 0;
   /// "MPI (OpenMPI 4.1.4), 2 ranks" or "one process".
   virtual std::string describe() const = 0;
+  /// Whether collectives may be called from a thread other than main's
+  /// (one thread at a time): the exchange then overlaps the backward.
+  virtual bool callsFromAnyThread() const { return true; }
   /// Every rank's `bytes` at `mine`, in rank order, into `all` (size() ·
   /// bytes). `what` names the exchange in a timeout's message ("step 12's
   /// gradients").

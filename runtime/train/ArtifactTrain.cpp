@@ -352,7 +352,7 @@ void shareCoresBetweenRanks(dist::Communicator &comm, const std::string &tool) {
 } // namespace
 
 int microBatchesOf(const ArtifactTrainOptions &opt) {
-  return opt.microBatches > 0 ? opt.microBatches : dist::world().size();
+  return opt.parallel.microBatches > 0 ? opt.parallel.microBatches : dist::world().size();
 }
 
 Expected<ArtifactTrainResult> trainArtifact(const ArtifactTrainOptions &opt) {
@@ -383,10 +383,12 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
             << "\n";
   TrainOptions to;
   dist::Communicator &comm = dist::world();
-  comm.timeoutSeconds = opt.rankTimeout;
+  comm.timeoutSeconds = opt.parallel.rankTimeout;
   shareCoresBetweenRanks(comm, opt.tool);
   to.comm = &comm;
   to.microBatches = microBatchesOf(opt);
+  to.bucketBytes = int64_t(opt.parallel.bucketKiB) * 1024;
+  to.overlapExchange = opt.parallel.overlap;
   to.outDir = opt.out, to.data = opt.data, to.steps = *s.steps,
   to.batch = mm.batch * to.microBatches;
   // What else every rank must share: the binary and how it runs the step.
@@ -410,8 +412,13 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
   const bool gpu = am.engine != StepEngine::Cpu;
   if (gpu && !opt.hostOptimizer)
     to.resident = compiled;
-  else
+  else {
     to.stepFn = [compiled](const Batch &b, int64_t s) { return compiled->run(b, true, s); };
+    if (!gpu) // the CPU step reports each gradient as the backward finishes it
+      to.gradReady = [compiled](std::function<void(const float *)> fn) {
+        compiled->setGradReady(std::move(fn));
+      };
+  }
   to.forward.batch = compiled->inferBatch();
   to.forward.run = [compiled](const Batch &b) { return compiled->infer(b); };
   to.stepState = [compiled] { return compiled->stepState(); };

@@ -38,11 +38,7 @@ struct ArtifactTrainOptions {
   int evalBatches = 8;
   bool resume = true;
   int64_t stopAfter = 0; ///< > 0: stop (with a checkpoint) after this many steps
-  /// Data parallelism (docs/distributed.md): micro-batches per step, each
-  /// the artifact's planned batch (0: one per rank of dist::world()), and
-  /// how long a gradient exchange waits for the slowest rank.
-  int microBatches = 0;
-  double rankTimeout = 300;
+  DataParallelFlags parallel;
   /// "compiled": the artifact's step where it was compiled for (CPU, or a
   /// GPU for a CUDA artifact); "cuda-sim": a CUDA artifact's step with its
   /// kernels on the SIMT emulator, on a machine without a GPU.

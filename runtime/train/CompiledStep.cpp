@@ -299,6 +299,12 @@ int CompiledStep::nonfiniteCallback(void *ctx, const char *what, int64_t index, 
   return 2;
 }
 
+void CompiledStep::gradReadyCallback(void *ctx, int64_t index) {
+  auto *self = static_cast<CompiledStep *>(ctx);
+  if (self->gradReady_ && index >= 0 && size_t(index) < self->grads_.size())
+    self->gradReady_(self->grads_[size_t(index)]);
+}
+
 attnc_model_env CompiledStep::cpuEnv(bool dropoutOn, int64_t step) {
   attnc_model_env env{};
   env.ctx = this;
@@ -306,6 +312,7 @@ attnc_model_env CompiledStep::cpuEnv(bool dropoutOn, int64_t step) {
   env.attention = attentionCallback;
   env.attention_grad = attentionGradCallback;
   env.nonfinite = nonfiniteCallback;
+  env.grad_ready = gradReady_ ? gradReadyCallback : nullptr;
   env.dropout_seed = model_.config().dropoutSeed;
   env.step = uint32_t(step);
   env.dropout_on = dropoutOn;

@@ -111,6 +111,12 @@ public:
   /// dropout masks (as Model::setDropout); `training` false turns them off.
   /// Not while the parameters are resident on the device.
   Expected<double> run(const Batch &batch, bool training, int64_t step);
+  /// Called by the CPU engine's run() as each gradient buffer (a model
+  /// parameter's ParamRef::grad) takes its final value, in the backward's
+  /// order; data-parallel training starts exchanging finished buckets
+  /// then (DataParallelStep). Empty: no calls.
+  using GradReadyFn = std::function<void(const float *grad)>;
+  void setGradReady(GradReadyFn fn) { gradReady_ = std::move(fn); }
 
   /// The inference function on `batch`'s inputs (its B must be the
   /// desc's inferBatch): the logits [B·S, vocab], valid until the next
@@ -182,6 +188,7 @@ private:
                                    float *const *out);
   static int nonfiniteCallback(void *ctx, const char *what, int64_t index, int64_t width,
                                float value);
+  static void gradReadyCallback(void *ctx, int64_t index);
   // The CUDA step on a StepDevice (CompiledStepCuda.cpp).
   struct CudaState;
   Status initDevice(std::unique_ptr<StepDevice> device, cuda::GemmPrecision gemm,
@@ -245,6 +252,7 @@ private:
   std::vector<float> arena_; ///< the planned arena (floats, so it is aligned)
   std::vector<void *> args_; ///< parameter pointers; tokens/targets set per run
   std::vector<float *> grads_;
+  GradReadyFn gradReady_;
   bool training_ = false;
   int64_t step_ = 0;
   std::string error_; ///< the attention error behind a non-zero return

@@ -14,6 +14,14 @@
 // --micro-batches 2 bit for bit, and a checkpoint resumes at any rank count
 // that divides S. The bytes moved are a ring all-reduce's.
 //
+// The exchange overlaps the backward of the rank's last micro-batch, as
+// PyTorch's DDP does: the compiled step reports each gradient as it
+// becomes final (CompiledStep::setGradReady), a bucket whose gradients are
+// all final is exchanged by a communication thread while the backward
+// goes on, and the buckets go in a fixed order (the last first, where the
+// backward starts), so every rank makes the same calls. Bucket bounds do
+// not change any sum, so the bits are those of the serial exchange.
+//
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_RUNTIME_TRAIN_DATAPARALLEL_H
 #define ATTNC_RUNTIME_TRAIN_DATAPARALLEL_H
@@ -38,27 +46,65 @@ public:
   /// it zeroes or overwrites) of one micro-batch; its int64 is the dropout
   /// key.
   using StepFn = std::function<Expected<double>(const Batch &, int64_t)>;
+  /// Installs (or, with an empty function, removes) the step's report of a
+  /// finished gradient buffer (a ParamRef::grad); empty when the step
+  /// cannot report (then the exchange starts after the backward).
+  using GradReadyHook = std::function<void(std::function<void(const float *)>)>;
+  struct Options {
+    int64_t bucketBytes = int64_t(1) << 20; ///< of the flat fp32 gradient per bucket
+    bool overlap = true;                    ///< exchange finished buckets during the backward
+  };
   /// Errors: a global batch that the micro-batches do not divide, or
   /// micro-batches the ranks do not divide.
   static Expected<DataParallelStep> create(std::vector<ParamRef> params, int batch,
-                                           int microBatches, dist::Communicator &comm);
+                                           int microBatches, dist::Communicator &comm,
+                                           Options options);
   /// Runs this rank's micro-batches of `global` (step `step`), exchanges,
   /// and leaves the combined gradient in the parameters' gradient buffers;
   /// returns the global mean loss. `zeroGrads` clears the model's
   /// gradients before each micro-batch.
   Expected<double> run(const Batch &global, int64_t step, const StepFn &fn,
-                       const std::function<void()> &zeroGrads);
+                       const std::function<void()> &zeroGrads, const GradReadyHook &gradReady = {});
   int firstMicroBatch() const { return first_; }
   int microBatchesHere() const { return per_; }
+  int buckets() const { return int(bucketParams_.size()); }
+  /// Whether exchanges run beside the backward (a hook, a world whose
+  /// calls may come from another thread, and Options::overlap).
+  bool overlaps(const GradReadyHook &gradReady) const;
+
+  /// The exchange's time line, summed over run()s: `busy` the seconds
+  /// spent exchanging buckets, `exposed` those after this rank's backward
+  /// ended (what the step waited for). Without overlap they are equal;
+  /// busy − exposed is what the overlap hid.
+  struct Timeline {
+    double busySeconds = 0, exposedSeconds = 0;
+    int64_t steps = 0;
+  };
+  const Timeline &timeline() const { return timeline_; }
 
 private:
   DataParallelStep() = default;
+  /// Every bucket, the last first, each once its gradients are final
+  /// (pending_ 0) or the step is cancelled.
+  Status exchangeBuckets(const std::string &what);
+  Status exchangeBucket(int64_t a, int64_t n, const std::string &what);
+  /// Parameter `i` of the last micro-batch is final: weighted into its
+  /// slice of local_, and the buckets it covers one gradient nearer.
+  void gradientDone(size_t i, float weight);
   std::vector<ParamRef> params_;
+  std::vector<int64_t> offsets_; ///< each parameter's place in the flat gradient
   dist::Communicator *comm_ = nullptr;
+  Options options_;
   int batch_ = 0, micro_ = 1, per_ = 1, first_ = 0;
   int64_t total_ = 0;        ///< gradient floats
+  int64_t bucket_ = 1;       ///< floats per bucket
   std::vector<float> local_; ///< [per_][total_]: weighted gradients
   std::vector<float> send_, gathered_, sum_, combined_;
+  std::vector<std::vector<size_t>> bucketParams_; ///< the parameters each bucket covers
+  // The last micro-batch's hand-over to the exchange thread.
+  struct Handover;
+  std::shared_ptr<Handover> handover_;
+  Timeline timeline_;
 };
 
 } // namespace attnc::train

@@ -47,6 +47,18 @@ Expected<TrainSettings> trainSettingsFromJson(const std::string &json, const std
 std::string describeTrainSettings(const TrainSettings &flags, const TrainSettings &spec,
                                   int64_t plannedBatch = 0);
 
+/// Data parallelism's flags (docs/distributed.md): micro-batches per step,
+/// each the artifact's planned batch (0: one per rank of dist::world()),
+/// how long a gradient exchange waits for the slowest rank, the gradient
+/// per exchange bucket, and whether finished buckets are exchanged during
+/// the backward.
+struct DataParallelFlags {
+  int microBatches = 0;
+  double rankTimeout = 300;
+  int bucketKiB = 1024;
+  bool overlap = true;
+};
+
 } // namespace attnc::train
 
 #endif // ATTNC_RUNTIME_TRAIN_TRAINSETTINGS_H

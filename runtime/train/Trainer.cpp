@@ -295,8 +295,8 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
     if (opt.resident)
       return makeError("data-parallel training of a device-resident (GPU) step is not written "
                        "yet: run one rank with one micro-batch, or --host-optimizer");
-    Expected<DataParallelStep> dp =
-        DataParallelStep::create(params, opt.batch, opt.microBatches, comm);
+    Expected<DataParallelStep> dp = DataParallelStep::create(
+        params, opt.batch, opt.microBatches, comm, {opt.bucketBytes, opt.overlapExchange});
     if (!dp)
       return dp.takeError();
     parallel = std::move(*dp);
@@ -435,7 +435,8 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
       model.zeroGrads();
     double loss = 0, gradNorm = 0;
     if (parallel) {
-      Expected<double> r = parallel->run(b, step, opt.stepFn, [&model] { model.zeroGrads(); });
+      Expected<double> r = parallel->run(
+          b, step, opt.stepFn, [&model] { model.zeroGrads(); }, opt.gradReady);
       if (!r)
         return makeError("step " + std::to_string(step) + ": " + r.error());
       loss = *r;
@@ -494,6 +495,27 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
   if (tty)
     log << "\n";
   csv.close();
+  if (parallel && comm.size() > 1 && writer && parallel->timeline().steps > 0) {
+    // What the ranks waited for: the exchange's time after the backward.
+    const DataParallelStep::Timeline &t = parallel->timeline();
+    const double busy = 1e3 * t.busySeconds / double(t.steps),
+                 exposed = 1e3 * t.exposedSeconds / double(t.steps);
+    std::ios::fmtflags flags = log.flags();
+    std::streamsize precision = log.precision();
+    log << std::fixed << std::setprecision(2) << "gradient exchange (rank 0): " << busy
+        << " ms per step in " << parallel->buckets() << " bucket"
+        << (parallel->buckets() == 1 ? "" : "s") << ", " << exposed
+        << " ms of it after the backward"
+        << (parallel->overlaps(opt.gradReady)
+                ? " (" +
+                      std::to_string(int(std::lround(
+                          100.0 * std::clamp(1.0 - exposed / std::max(busy, 1e-9), 0.0, 1.0)))) +
+                      "% overlapped)"
+                : std::string(" (not overlapped)"))
+        << "\n";
+    log.flags(flags);
+    log.precision(precision);
+  }
   sum.lastStep = std::max(start, end);
   sum.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   sum.tokensPerSecond =

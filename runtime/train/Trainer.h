@@ -95,6 +95,13 @@ struct TrainOptions {
   /// (checkpoints, logs, the plot) and evaluates. null: one process.
   dist::Communicator *comm = nullptr;
   int microBatches = 1;
+  /// The exchange's buckets and whether they overlap the backward of the
+  /// rank's last micro-batch (DataParallelStep::Options), and the step's
+  /// report of finished gradients that the overlap needs
+  /// (CompiledStep::setGradReady; empty: the exchange follows the step).
+  int64_t bucketBytes = int64_t(1) << 20;
+  bool overlapExchange = true;
+  std::function<void(std::function<void(const float *)>)> gradReady;
   /// Settings besides the trainer's own that every rank must share (the
   /// binary, the engine), compared at start-up (dist::checkRanksAgree).
   std::vector<dist::Setting> rankSettings;

@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -74,6 +76,7 @@ struct FakeStep {
 class ThreadWorld {
 public:
   explicit ThreadWorld(int n) : n_(n), slots_(size_t(n)) {}
+  std::atomic<int> allToAlls{0}; ///< calls so far, all ranks
   struct Post {
     std::string data;
     std::vector<size_t> blocks; ///< allToAll: bytes for each rank, in order
@@ -97,6 +100,7 @@ public:
       size_t total = 0;
       for (size_t b : sendBytes)
         total += b;
+      ++w_.allToAlls;
       std::vector<Post> posts =
           w_.exchange(r_, {std::string(static_cast<const char *>(send), total), sendBytes});
       char *out = static_cast<char *>(recv);
@@ -166,7 +170,7 @@ struct Result {
 Result runStep(const Batch &global, int micro, dist::Communicator &comm, int64_t step = 3) {
   std::vector<float> value(kParams, 0.f), grad(kParams, 0.f);
   std::vector<ParamRef> params = {{"w", value.data(), grad.data(), kParams, true}};
-  Expected<DataParallelStep> dp = DataParallelStep::create(params, global.B, micro, comm);
+  Expected<DataParallelStep> dp = DataParallelStep::create(params, global.B, micro, comm, {});
   EXPECT_TRUE(dp.ok()) << dp.error();
   FakeStep fake{grad.data(), {}};
   Expected<double> loss = dp->run(
@@ -253,15 +257,123 @@ TEST(DataParallel, BatchesAndRanksThatDoNotDivide) {
   std::vector<float> v(kParams), g(kParams);
   std::vector<ParamRef> params = {{"w", v.data(), g.data(), kParams, true}};
   std::unique_ptr<dist::Communicator> one = dist::singleProcess();
-  Expected<DataParallelStep> odd = DataParallelStep::create(params, 7, 2, *one);
+  Expected<DataParallelStep> odd = DataParallelStep::create(params, 7, 2, *one, {});
   ASSERT_FALSE(odd.ok());
   EXPECT_NE(odd.error().find("the global batch 7 does not divide into 2 micro-batches"),
             std::string::npos)
       << odd.error();
   ThreadWorld world(2);
   ThreadWorld::Rank rank(world, 0);
-  Expected<DataParallelStep> uneven = DataParallelStep::create(params, 6, 3, rank);
+  Expected<DataParallelStep> uneven = DataParallelStep::create(params, 6, 3, rank, {});
   ASSERT_FALSE(uneven.ok());
   EXPECT_NE(uneven.error().find("2 ranks cannot share 3 micro-batches evenly"), std::string::npos)
       << uneven.error();
+}
+
+namespace {
+
+/// A step with three gradient tensors that, like the compiled backward,
+/// reports them last first; after the last tensor it waits (up to 10 s)
+/// for an exchange to have started, which only the overlap can do while
+/// the step is still running.
+struct ReportingStep {
+  std::vector<std::vector<float>> grads{std::vector<float>(3), std::vector<float>(2),
+                                        std::vector<float>(4)};
+  std::function<void(const float *)> ready;
+  ThreadWorld *world = nullptr; ///< set: wait for its first all-to-all
+  bool sawOverlap = false;
+  Expected<double> operator()(const Batch &b, int64_t) {
+    double loss = 0;
+    for (int t = 2; t >= 0; --t) {
+      std::vector<float> &g = grads[size_t(t)];
+      for (size_t e = 0; e < g.size(); ++e) {
+        double sum = 0;
+        for (size_t p = 0; p < b.targets.size(); ++p)
+          if (b.targets[p] >= 0)
+            sum += contribution(b.inputs[p], b.targets[p], int(e) + 10 * t);
+        g[e] = float(sum / double(countedTargets(b)));
+      }
+      if (ready)
+        ready(g.data());
+      if (t == 2 && world && ready) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (world->allToAlls == 0 && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        sawOverlap = world->allToAlls > 0;
+      }
+    }
+    for (size_t p = 0; p < b.targets.size(); ++p)
+      if (b.targets[p] >= 0)
+        loss += contribution(b.inputs[p], b.targets[p], -1);
+    return loss / double(countedTargets(b));
+  }
+};
+
+struct Reported {
+  std::vector<float> grad; ///< the three tensors, flat
+  double loss = 0;
+  bool sawOverlap = false;
+};
+
+Reported runReporting(const Batch &global, int micro, dist::Communicator &comm, bool overlap,
+                      ThreadWorld *world) {
+  ReportingStep fake;
+  fake.world = world;
+  std::vector<std::vector<float>> values{std::vector<float>(3), std::vector<float>(2),
+                                         std::vector<float>(4)};
+  std::vector<ParamRef> params;
+  for (int t = 0; t < 3; ++t)
+    params.push_back({"t" + std::to_string(t), values[size_t(t)].data(),
+                      fake.grads[size_t(t)].data(), int64_t(values[size_t(t)].size()), true});
+  // Two floats per bucket: five buckets, the last (tensor 2's end) first.
+  Expected<DataParallelStep> dp =
+      DataParallelStep::create(params, global.B, micro, comm, {8, overlap});
+  EXPECT_TRUE(dp.ok()) << dp.error();
+  EXPECT_EQ(dp->buckets(), 5);
+  Expected<double> loss = dp->run(
+      global, 5, [&](const Batch &b, int64_t key) { return fake(b, key); }, [] {},
+      [&](std::function<void(const float *)> fn) { fake.ready = std::move(fn); });
+  EXPECT_TRUE(loss.ok()) << loss.error();
+  Reported r{{}, loss ? *loss : 0.0, fake.sawOverlap};
+  for (const std::vector<float> &g : fake.grads)
+    r.grad.insert(r.grad.end(), g.begin(), g.end());
+  const DataParallelStep::Timeline &t = dp->timeline();
+  EXPECT_EQ(t.steps, 1);
+  if (comm.size() > 1)
+    EXPECT_GE(t.exposedSeconds, 0.0);
+  return r;
+}
+
+} // namespace
+
+// Buckets sent while the backward still runs (the step sees an exchange
+// begin before it ends) give the serial exchange's bits, which are one
+// process's: the bucket bounds and the overlap change no sum.
+TEST(DataParallel, OverlappedBucketsGiveTheSerialBits) {
+  const Batch global = makeBatch(8);
+  std::unique_ptr<dist::Communicator> one = dist::singleProcess();
+  const Reported reference = runReporting(global, 4, *one, true, nullptr);
+  for (bool overlap : {true, false}) {
+    ThreadWorld world(2);
+    std::vector<Reported> results(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        ThreadWorld::Rank comm(world, r);
+        results[size_t(r)] = runReporting(global, 4, comm, overlap, &world);
+      });
+    for (std::thread &t : threads)
+      t.join();
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(results[size_t(r)].grad.size(), reference.grad.size());
+      EXPECT_EQ(std::memcmp(results[size_t(r)].grad.data(), reference.grad.data(),
+                            sizeof(float) * reference.grad.size()),
+                0)
+          << (overlap ? "overlapped" : "serial") << ", rank " << r;
+      EXPECT_EQ(results[size_t(r)].loss, reference.loss);
+      // Serial: no exchange can start inside the step (it waits 10 s for
+      // nothing, on the last micro-batch only).
+      EXPECT_EQ(results[size_t(r)].sawOverlap, overlap) << "rank " << r;
+    }
+  }
 }

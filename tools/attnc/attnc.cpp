@@ -207,7 +207,7 @@ int main(int argc, char **argv) {
         ->capture_default_str();
   }
   attnc::tools::addTrainSettingFlags(trainCmd, topts.flags);
-  attnc::tools::addDataParallelFlags(trainCmd, topts.microBatches, topts.rankTimeout);
+  attnc::tools::addDataParallelFlags(trainCmd, topts.parallel);
   trainCmd
       ->add_option("--precision", topts.precision,
                    "--target cuda: the GEMMs' compute precision (fp32 storage and master "

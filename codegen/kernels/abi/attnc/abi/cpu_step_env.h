@@ -28,6 +28,12 @@ struct attnc_model_env {
   /// `index` (rows of `width`): the runtime records the error; the step
   /// returns its non-zero result.
   int (*nonfinite)(void *ctx, const char *what, int64_t index, int64_t width, float value);
+  /// Gradient `index` (of the step's `grads`) holds its final value: the
+  /// backward writes it no more this step. Called in the backward's order,
+  /// so a data-parallel runtime can start exchanging the gradients that
+  /// are done while the rest are computed (docs/distributed.md). May be
+  /// null.
+  void (*grad_ready)(void *ctx, int64_t index);
   unsigned long long dropout_seed;
   unsigned int step;
   int dropout_on; ///< 0: dropout ops are the identity (evaluation)
