@@ -3,6 +3,7 @@
 # device machine: CUDA, cmake, ninja, PyTorch, no MLIR. Needs device-inputs/
 # from scripts/device-prepare.sh carried along. Builds the runtime-only
 # configuration, then, within about 6 minutes:
+#   0b. NCCL's collectives with one rank (attnc-rt info --collectives);
 #   1. every kernel family x dtype x head dim on the GPU against the CPU;
 #   2. compute-sanitizer memcheck and racecheck on one small case per family;
 #   3. GPU training: README's duplication model to >= 99 % held-out accuracy,
@@ -74,6 +75,22 @@ remake_inputs() { # case directory
 export -f remake_inputs; export root
 ls -d $cases | xargs -P "$jobs" -I{} bash -c 'remake_inputs {}' | tee "$out/inputs.txt"
 grep -q "^FAIL" "$out/inputs.txt" && status=1
+
+echo "=== 0b. NCCL with one rank: the GPU ranks' collectives ($(elapsed))"
+# The data-parallel GPU exchange's engine (runtime/dist/Nccl.h): loaded at
+# run time, a communicator bootstrapped through the world, collectives on
+# device buffers checked against host values.
+if [ $simulate = 0 ]; then
+  if "$rt" info --collectives >"$out/collectives.txt" 2>&1; then
+    grep "^collectives:" "$out/collectives.txt"
+    { echo "## 0b. NCCL, one rank"; echo; grep "^collectives:\|^NCCL:" "$out/collectives.txt"; echo; } >>"$summary"
+  else
+    tail -3 "$out/collectives.txt"
+    { echo "## 0b. NCCL, one rank: FAILED or not available"; echo; echo '```'
+      grep "^NCCL:\|collectives" "$out/collectives.txt"; echo '```'; echo; } >>"$summary"
+    grep -q "^NCCL: none" "$out/collectives.txt" || status=1
+  fi
+fi
 
 echo "=== 1. kernel families x dtypes x head dims: GPU vs CPU ($(elapsed))"
 run_case() { # case directory [older arch whose kernels to run, e.g. sm_70]

@@ -11,6 +11,7 @@
 #include "runtime/NvrtcCompiler.h"
 #include "runtime/NvrtcLibraries.h"
 #include "runtime/Version.h"
+#include "runtime/dist/Nccl.h"
 #include "runtime/train/ArtifactTrain.h"
 #include "runtime/tune/AttentionBench.h"
 #include "tools/TrainFlags.h"
@@ -19,6 +20,12 @@
 
 #include <cstdio>
 #include <iostream>
+
+namespace {
+/// `attnc-rt info`: the toolchain, cache, engines and GPU (and with
+/// --collectives, NCCL's collectives checked on it).
+int printInfo(bool collectives);
+} // namespace
 
 int main(int argc, char **argv) {
   // First: under mpirun this process is one rank of a data-parallel run.
@@ -79,7 +86,7 @@ int main(int argc, char **argv) {
                   "CUDA artifacts: AdamW on the host on downloaded gradients (default: on the "
                   "device, the parameters staying there)");
   attnc::tools::addRunFlags(train, topts.checkpointEvery, topts.resume, topts.stopAfter);
-  attnc::tools::addDataParallelFlags(train, topts.microBatches, topts.rankTimeout);
+  attnc::tools::addDataParallelFlags(train, topts.parallel);
   train
       ->add_option("--engine", topts.engine,
                    "compiled: the artifact's step on its target (a CUDA artifact on the GPU); "
@@ -117,6 +124,11 @@ int main(int argc, char **argv) {
   bench->add_option("--csv", benchCsv, "also write the rows as CSV here");
 
   CLI::App *info = app.add_subcommand("info", "Print the toolchain, cache and GPU of this machine");
+  bool collectives = false;
+  info->add_flag("--collectives", collectives,
+                 "also check NCCL on the GPU: a communicator over the ranks (run it under "
+                 "mpirun -np N to check N), an all-reduce, all-gather and all-to-all of device "
+                 "buffers against host values; exits 1 when they fail or cannot run");
 
   try {
     app.parse(argc, argv);
@@ -176,7 +188,15 @@ int main(int argc, char **argv) {
       }
     return 0;
   }
-  if (info->parsed()) {
+  if (info->parsed())
+    return attnc::tools::runAsRank([&] { return printInfo(collectives); });
+  return 0;
+}
+
+namespace {
+
+int printInfo(bool collectives) {
+  {
     std::cout << "attnc-rt " << attnc::attncVersion() << "\n"
               << "CUDA toolkit " << attnc::cudaToolkitVersion() << ", NVRTC "
               << attnc::NvrtcCompiler::version() << "\n"
@@ -198,13 +218,30 @@ int main(int argc, char **argv) {
     const std::string mpi = attnc::dist::mpiLibraryVersion();
     std::cout << "data-parallel training: "
               << (mpi.empty() ? "one process (built without MPI)" : "MPI (" + mpi + ")") << "\n";
+    // GPU ranks' gradient exchange (runtime/dist/Nccl.h), loaded on demand.
+    attnc::Expected<const attnc::dist::NcclLibrary *> nccl = attnc::dist::loadNccl();
+    std::cout << "NCCL: "
+              << (nccl ? (*nccl)->versionString() + " from " + (*nccl)->path + " (" +
+                             (*nccl)->origin + ")"
+                       : "none (" + nccl.error().substr(0, nccl.error().find('\n')) + ")")
+              << "\n";
     attnc::Status driver = attnc::cuda::Driver::available();
-    if (!driver) {
+    if (!driver)
       std::cout << "GPU: none (" << driver.error() << ")\n";
-      return 0;
+    else {
+      attnc::Expected<attnc::cuda::DeviceInfo> dev = attnc::cuda::queryDevice(0);
+      std::cout << "GPU: " << (dev ? dev->describe() : dev.error()) << "\n";
     }
-    attnc::Expected<attnc::cuda::DeviceInfo> dev = attnc::cuda::queryDevice(0);
-    std::cout << "GPU: " << (dev ? dev->describe() : dev.error()) << "\n";
   }
+  if (!collectives)
+    return 0;
+  attnc::Expected<std::string> report = attnc::dist::checkCollectives(attnc::dist::world());
+  if (!report) {
+    std::cerr << "attnc-rt info: collectives: " << report.error() << "\n";
+    return 1;
+  }
+  std::cout << "collectives: " << *report << "\n";
   return 0;
 }
+
+} // namespace

@@ -1,0 +1,94 @@
+//===- NcclTest.cpp - NCCL loaded at run time -----------------------------===//
+//
+// The NCCL path of data-parallel GPU training (runtime/dist/Nccl.h): the
+// entry points attnc restates are NCCL's (checked against the toolkit's
+// nccl.h where the build found one), the loader finds a library or says
+// where it looked, a unique id comes without a GPU, and, where there is a
+// GPU, a one-rank communicator bootstrapped through the launcher's world
+// all-reduces, all-gathers and exchanges device buffers.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/CudaDriver.h"
+#include "runtime/dist/Nccl.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#ifdef ATTNC_HAVE_NCCL_H
+#include <nccl.h>
+// What Nccl.cpp restates, as the header declares it.
+static_assert(sizeof(ncclUniqueId) == sizeof(attnc::dist::NcclUniqueId));
+static_assert(int(ncclFloat32) == 7 && int(ncclSum) == 0 && int(ncclSuccess) == 0);
+static_assert(sizeof(ncclDataType_t) == sizeof(int) && sizeof(ncclRedOp_t) == sizeof(int));
+#endif
+
+using namespace attnc;
+using namespace attnc::cuda;
+
+namespace {
+
+bool contains(const std::string &s, const std::string &part) {
+  return s.find(part) != std::string::npos;
+}
+
+} // namespace
+
+// Where the toolkit has NCCL (this machine's does), it loads and a unique
+// id comes from its bootstrap; without one, the error says where it looked.
+TEST(Nccl, LoadsOrSaysWhereItLooked) {
+  Expected<const dist::NcclLibrary *> nccl = dist::loadNccl();
+  if (!nccl) {
+    EXPECT_TRUE(contains(nccl.error(), "NCCL not found")) << nccl.error();
+    EXPECT_TRUE(contains(nccl.error(), "ATTNC_NCCL")) << nccl.error();
+    GTEST_SKIP() << nccl.error();
+  }
+  const dist::NcclLibrary &lib = **nccl;
+  EXPECT_GE(lib.version, 2700);
+  EXPECT_EQ(lib.versionString().substr(0, 2), "2.") << lib.versionString();
+  EXPECT_FALSE(lib.path.empty());
+#ifdef ATTNC_HAVE_NCCL_H
+  if (lib.origin.find("toolkit") != std::string::npos)
+    EXPECT_EQ(lib.version, NCCL_VERSION_CODE);
+#endif
+  Expected<dist::NcclUniqueId> a = dist::ncclUniqueId(lib), b = dist::ncclUniqueId(lib);
+  if (!a)
+    GTEST_SKIP() << "no unique id on this machine: " << a.error();
+  ASSERT_TRUE(b.ok()) << b.error();
+  EXPECT_NE(std::memcmp(a->bytes, b->bytes, sizeof a->bytes), 0) << "two ids are the same";
+}
+
+TEST(Nccl, VersionStrings) {
+  dist::NcclLibrary l;
+  l.version = 22809;
+  EXPECT_EQ(l.versionString(), "2.28.9");
+  l.version = 2708; // before 2.9: X·1000 + Y·100 + Z
+  EXPECT_EQ(l.versionString(), "2.7.8");
+}
+
+// A one-rank world on the GPU: the id goes through the world's all-gather,
+// then each collective on device buffers against values computed on the
+// host (dist::checkCollectives, which `attnc-rt info --collectives` runs).
+TEST(NcclGpu, OneRankCollectives) {
+  if (!Driver::available() || *deviceCount() == 0)
+    GTEST_SKIP() << "no GPU: " << Driver::available().error();
+  std::unique_ptr<dist::Communicator> world = dist::singleProcess();
+  Expected<std::string> report = dist::checkCollectives(*world);
+  ASSERT_TRUE(report.ok()) << report.error();
+  EXPECT_TRUE(contains(*report, "1 rank, all-reduce, all-gather and all-to-all of 1 MiB correct"))
+      << *report;
+}
+
+// Without a GPU the check says so (and what it needs) instead of failing
+// somewhere inside NCCL.
+TEST(Nccl, CollectivesWithoutAGpuSaySo) {
+  if (Driver::available() && *deviceCount() > 0)
+    GTEST_SKIP() << "a GPU is present";
+  std::unique_ptr<dist::Communicator> world = dist::singleProcess();
+  Expected<std::string> report = dist::checkCollectives(*world);
+  ASSERT_FALSE(report.ok());
+  EXPECT_TRUE(contains(report.error(), "no GPU") || contains(report.error(), "NCCL not found"))
+      << report.error();
+}
