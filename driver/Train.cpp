@@ -242,12 +242,12 @@ int runTrain(const TrainCliOptions &options) {
   // micro-batches (one per rank by default) that the step is planned for.
   const int micro = train::microBatchesOf(artifactTrainOptions(p, opt));
   if (opt.batch % micro != 0)
-    return commandError(
-        "train",
-        "--batch " + std::to_string(opt.batch) + " is the global batch and must divide into " +
-            std::to_string(micro) + " micro-batches" +
-            (opt.parallel.microBatches ? std::string()
-                              : " (one per rank of mpirun -np " + std::to_string(micro) + ")"));
+    return commandError("train", "--batch " + std::to_string(opt.batch) +
+                                     " is the global batch and must divide into " +
+                                     std::to_string(micro) + " micro-batches" +
+                                     (opt.parallel.microBatches ? std::string()
+                                                                : " (one per rank of mpirun -np " +
+                                                                      std::to_string(micro) + ")"));
   // The data first: a wrong path fails before anything compiles.
   Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);
   if (!data)
