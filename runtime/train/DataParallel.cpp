@@ -24,17 +24,12 @@ int64_t countedTargets(const Batch &b) {
   return std::count_if(b.targets.begin(), b.targets.end(), [](int32_t t) { return t >= 0; });
 }
 
-struct DataParallelStep::Handover {
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::vector<int> pending; ///< per bucket: its parameters not yet final
-  bool cancelled = false;
-};
+float microBatchWeight(const Batch &part, int64_t counted, int microBatches) {
+  return counted > 0 ? float(double(countedTargets(part)) / double(counted))
+                     : 1.0f / float(microBatches);
+}
 
-Expected<DataParallelStep> DataParallelStep::create(std::vector<ParamRef> params, int batch,
-                                                    int microBatches, dist::Communicator &comm,
-                                                    Options options) {
-  const int ranks = comm.size();
+Status checkMicroBatches(int batch, int microBatches, int ranks) {
   if (microBatches < 1)
     return makeError("--micro-batches " + std::to_string(microBatches) + ": must be at least 1");
   if (microBatches % ranks != 0)
@@ -46,6 +41,22 @@ Expected<DataParallelStep> DataParallelStep::create(std::vector<ParamRef> params
                      std::to_string(microBatches) + " micro-batches" +
                      (ranks > 1 ? " (" + std::to_string(ranks) + " ranks)" : std::string()) +
                      "; pass a --batch that is a multiple of " + std::to_string(microBatches));
+  return {};
+}
+
+struct DataParallelStep::Handover {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<int> pending; ///< per bucket: its parameters not yet final
+  bool cancelled = false;
+};
+
+Expected<DataParallelStep> DataParallelStep::create(std::vector<ParamRef> params, int batch,
+                                                    int microBatches, dist::Communicator &comm,
+                                                    Options options) {
+  const int ranks = comm.size();
+  if (Status s = checkMicroBatches(batch, microBatches, ranks); !s)
+    return s.takeError();
   if (options.bucketBytes < int64_t(sizeof(float)))
     return makeError("gradient bucket of " + std::to_string(options.bucketBytes) +
                      " bytes: must hold at least one float");
@@ -64,14 +75,14 @@ Expected<DataParallelStep> DataParallelStep::create(std::vector<ParamRef> params
   d.combined_.assign(size_t(d.total_), 0.f);
   d.bucket_ = std::max<int64_t>(1, options.bucketBytes / int64_t(sizeof(float)));
   const int64_t numBuckets = std::max<int64_t>(1, (d.total_ + d.bucket_ - 1) / d.bucket_);
-  d.bucketParams_.resize(size_t(numBuckets));
+  d.bucketCovers_.assign(size_t(numBuckets), 0);
   for (size_t i = 0; i < d.params_.size(); ++i) {
     if (d.params_[i].size == 0)
       continue;
     const int64_t first = d.offsets_[i] / d.bucket_,
                   last = (d.offsets_[i] + d.params_[i].size - 1) / d.bucket_;
     for (int64_t b = first; b <= last; ++b)
-      d.bucketParams_[size_t(b)].push_back(i);
+      ++d.bucketCovers_[size_t(b)];
   }
   d.handover_ = std::make_shared<Handover>();
   return d;
@@ -81,15 +92,19 @@ bool DataParallelStep::overlaps(const GradReadyHook &gradReady) const {
   return options_.overlap && gradReady && comm_->size() > 1 && comm_->callsFromAnyThread();
 }
 
-void DataParallelStep::gradientDone(size_t i, float weight) {
+void DataParallelStep::weigh(size_t i, int j, float weight) {
   const ParamRef &p = params_[i];
-  float *dst = local_.data() + size_t(per_ - 1) * size_t(total_) + offsets_[i];
+  float *dst = local_.data() + size_t(j) * size_t(total_) + offsets_[i];
   for (int64_t e = 0; e < p.size; ++e)
     dst[e] = weight * p.grad[e];
+}
+
+void DataParallelStep::gradientDone(size_t i, float weight) {
+  weigh(i, per_ - 1, weight);
   Handover &h = *handover_;
   std::lock_guard<std::mutex> lock(h.mutex);
   for (int64_t b = offsets_[i] / bucket_;
-       b < int64_t(bucketParams_.size()) && b * bucket_ < offsets_[i] + p.size; ++b)
+       b < int64_t(bucketCovers_.size()) && b * bucket_ < offsets_[i] + params_[i].size; ++b)
     --h.pending[size_t(b)];
   h.changed.notify_all();
 }
@@ -108,9 +123,7 @@ Expected<double> DataParallelStep::run(const Batch &global, int64_t step, const 
   Handover &h = *handover_;
   {
     std::lock_guard<std::mutex> lock(h.mutex);
-    h.pending.clear();
-    for (const std::vector<size_t> &covered : bucketParams_)
-      h.pending.push_back(int(covered.size()));
+    h.pending = bucketCovers_;
     h.cancelled = false;
   }
   std::vector<double> losses(per_), allLosses(micro_);
@@ -121,10 +134,7 @@ Expected<double> DataParallelStep::run(const Batch &global, int64_t step, const 
     const int m = first_ + j;
     const bool last = j == per_ - 1;
     const Batch part = sliceBatch(global, m * rows, rows);
-    // Its share of the step's mean: its targets over all of them (each
-    // micro-batch's loss and gradient are means over its own targets).
-    const float weight =
-        counted > 0 ? float(double(countedTargets(part)) / double(counted)) : 1.0f / float(micro_);
+    const float weight = microBatchWeight(part, counted, micro_);
     std::vector<bool> done(params_.size(), false);
     zeroGrads();
     if (last && overlap) {
@@ -161,12 +171,8 @@ Expected<double> DataParallelStep::run(const Batch &global, int64_t step, const 
         if (!done[i])
           gradientDone(i, weight);
     } else {
-      float *dst = local_.data() + size_t(j) * size_t(total_);
-      for (const ParamRef &p : params_) {
-        for (int64_t i = 0; i < p.size; ++i)
-          dst[i] = weight * p.grad[i];
-        dst += p.size;
-      }
+      for (size_t i = 0; i < params_.size(); ++i)
+        weigh(i, j, weight);
     }
     losses[size_t(j)] = double(weight) * *loss;
   }
@@ -195,7 +201,7 @@ Expected<double> DataParallelStep::run(const Batch &global, int64_t step, const 
 
 Status DataParallelStep::exchangeBuckets(const std::string &what) {
   Handover &h = *handover_;
-  for (int64_t b = int64_t(bucketParams_.size()) - 1; b >= 0; --b) {
+  for (int64_t b = int64_t(bucketCovers_.size()) - 1; b >= 0; --b) {
     {
       std::unique_lock<std::mutex> lock(h.mutex);
       h.changed.wait(lock, [&] { return h.cancelled || h.pending[size_t(b)] <= 0; });

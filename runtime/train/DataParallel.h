@@ -39,6 +39,14 @@ namespace attnc::train {
 Batch sliceBatch(const Batch &b, int row0, int rows);
 /// Positions with a target (≥ 0): what the step's mean loss divides by.
 int64_t countedTargets(const Batch &b);
+/// Micro-batch `m`'s share of the step's mean loss: its counted targets
+/// over the global batch's (`counted`), or 1 / microBatches when nothing
+/// is counted. Each micro-batch's loss and gradient are means over its own
+/// targets, so the weighted sum is the global batch's mean.
+float microBatchWeight(const Batch &part, int64_t counted, int microBatches);
+/// Ok when `ranks` share `microBatches` micro-batches of a global `batch`
+/// evenly; else the error a user can act on.
+Status checkMicroBatches(int batch, int microBatches, int ranks);
 
 class DataParallelStep {
 public:
@@ -67,7 +75,7 @@ public:
                        const std::function<void()> &zeroGrads, const GradReadyHook &gradReady = {});
   int firstMicroBatch() const { return first_; }
   int microBatchesHere() const { return per_; }
-  int buckets() const { return int(bucketParams_.size()); }
+  int buckets() const { return int(bucketCovers_.size()); }
   /// Whether exchanges run beside the backward (a hook, a world whose
   /// calls may come from another thread, and Options::overlap).
   bool overlaps(const GradReadyHook &gradReady) const;
@@ -88,6 +96,9 @@ private:
   /// (pending_ 0) or the step is cancelled.
   Status exchangeBuckets(const std::string &what);
   Status exchangeBucket(int64_t a, int64_t n, const std::string &what);
+  /// Parameter i's gradient, times `weight`, into micro-batch j's part of
+  /// local_.
+  void weigh(size_t i, int j, float weight);
   /// Parameter `i` of the last micro-batch is final: weighted into its
   /// slice of local_, and the buckets it covers one gradient nearer.
   void gradientDone(size_t i, float weight);
@@ -100,7 +111,7 @@ private:
   int64_t bucket_ = 1;       ///< floats per bucket
   std::vector<float> local_; ///< [per_][total_]: weighted gradients
   std::vector<float> send_, gathered_, sum_, combined_;
-  std::vector<std::vector<size_t>> bucketParams_; ///< the parameters each bucket covers
+  std::vector<int> bucketCovers_; ///< per bucket: how many parameters reach into it
   // The last micro-batch's hand-over to the exchange thread.
   struct Handover;
   std::shared_ptr<Handover> handover_;
