@@ -58,6 +58,10 @@ std::string cudaSimSource(const CompiledStepDesc &d) {
          "  if (!std::strcmp(name, \"attnc_opt_adamw\")) return "
          "attnc_simt_run_struct(attnc_opt_adamw, blocks, "
          "args);\n"
+         "  if (!std::strcmp(name, \"attnc_opt_scale_into\")) return "
+         "attnc_simt_run_struct(attnc_opt_scale_into, blocks, args);\n"
+         "  if (!std::strcmp(name, \"attnc_opt_ordered_sum\")) return "
+         "attnc_simt_run_struct(attnc_opt_ordered_sum, blocks, args);\n"
          "  return 2;\n}\n";
 }
 

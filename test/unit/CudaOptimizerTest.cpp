@@ -52,7 +52,8 @@ bool contains(const std::string &haystack, const std::string &needle) {
 //===----------------------------------------------------------------------===//
 
 const char *const kEntryPoints[] = {"attnc_opt_grad_sumsq", "attnc_opt_grad_finalize",
-                                    "attnc_opt_adamw", "attnc_opt_cast"};
+                                    "attnc_opt_adamw",      "attnc_opt_cast",
+                                    "attnc_opt_scale_into", "attnc_opt_ordered_sum"};
 
 class CudaOptimizerNvrtc : public testing::TestWithParam<const char *> {};
 
@@ -160,6 +161,12 @@ namespace opt = attnc::opt;
 
 template <class Args> void runKernel(void (*kernel)(Args), int grid, const Args &a) {
   ASSERT_TRUE(emu::launch(grid, 1, opt::kThreads, [&] { kernel(a); })) << "deadlock";
+}
+
+uint32_t bits32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
 }
 
 uint16_t bits16(__half h) {
@@ -519,6 +526,42 @@ TEST(CudaOptimizerEmu, CastWritesRoundedCopies) {
     ASSERT_EQ(bits16(h[i]), bits16(__float2half_rn(src[i]))) << i;
     ASSERT_EQ(bits16(b[i]), bits16(__float2bfloat16_rn(src[i]))) << i;
   }
+}
+
+// The data-parallel exchange's two kernels (CompiledStep::setDataParallel):
+// the weighting is one rounded multiply, and the sum adds the parts in
+// their order from 0, as DataParallelStep does on the host, so the device
+// and host exchanges give the same bits.
+TEST(CudaOptimizerEmu, ScaleIntoAndOrderedSumDoTheHostArithmetic) {
+  const int parts = 3;
+  const long long n = 700, stride = 705; // grid-stride over 2 blocks; a gap between parts
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> grads(static_cast<size_t>(n)), weighted(size_t(parts) * size_t(stride), -1.0f);
+  const float weights[parts] = {0.3f, 1.0f / 3.0f, 0.125f};
+  for (int m = 0; m < parts; ++m) {
+    for (float &g : grads)
+      g = nd(rng);
+    OptScaleArgs a{};
+    a.src = grads.data(), a.dst = weighted.data() + size_t(m) * size_t(stride);
+    a.n = n, a.factor = weights[m] * (1.0f / 1024.0f); // weight and 1 / loss scale
+    runKernel(attnc_opt_scale_into, 2, a);
+    for (long long i = 0; i < n; ++i)
+      ASSERT_EQ(bits32(a.dst[i]), bits32(a.factor * grads[size_t(i)])) << m << " " << i;
+    EXPECT_EQ(a.dst[n], -1.0f); // nothing past n
+  }
+  std::vector<float> sum(size_t(n) + 1, -7.0f);
+  OptOrderedSumArgs s{};
+  s.parts = weighted.data(), s.out = sum.data();
+  s.n = n, s.part_stride = stride, s.num_parts = parts;
+  runKernel(attnc_opt_ordered_sum, 2, s);
+  for (long long i = 0; i < n; ++i) {
+    float want = 0.0f;
+    for (int m = 0; m < parts; ++m)
+      want += weighted[size_t(m) * size_t(stride) + size_t(i)];
+    ASSERT_EQ(bits32(sum[size_t(i)]), bits32(want)) << i;
+  }
+  EXPECT_EQ(sum[size_t(n)], -7.0f);
 }
 
 } // namespace

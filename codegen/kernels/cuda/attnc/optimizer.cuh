@@ -233,6 +233,23 @@ ATTNC_HD void cast(const OptCastArgs &a) {
     storeCopy(a.dst, a.dst_type, i, a.src[i]);
 }
 
+ATTNC_HD void scaleInto(const OptScaleArgs &a) {
+  const long long stride = (long long)gridDim.x * kThreads;
+  const float f = a.factor;
+  for (long long i = (long long)blockIdx.x * kThreads + threadIdx.x; i < a.n; i += stride)
+    a.dst[i] = mul(f, a.src[i]);
+}
+
+ATTNC_HD void orderedSum(const OptOrderedSumArgs &a) {
+  const long long stride = (long long)gridDim.x * kThreads;
+  for (long long i = (long long)blockIdx.x * kThreads + threadIdx.x; i < a.n; i += stride) {
+    float s = 0.0f; // as the host exchange starts its sums
+    for (int m = 0; m < a.num_parts; ++m)
+      s = add(s, a.parts[(long long)m * a.part_stride + i]);
+    a.out[i] = s;
+  }
+}
+
 } // namespace opt
 } // namespace attnc
 
@@ -252,3 +269,9 @@ extern "C" __global__ void ATTNC_OPT_BOUNDS attnc_opt_cast(attnc::OptCastArgs a)
 }
 
 #endif // ATTNC_CUDA_OPTIMIZER_CUH
+extern "C" __global__ void ATTNC_OPT_BOUNDS attnc_opt_scale_into(attnc::OptScaleArgs a) {
+  attnc::opt::scaleInto(a);
+}
+extern "C" __global__ void ATTNC_OPT_BOUNDS attnc_opt_ordered_sum(attnc::OptOrderedSumArgs a) {
+  attnc::opt::orderedSum(a);
+}

@@ -13,6 +13,8 @@
 //   attnc_opt_grad_finalize  grid 1                       OptGradNormArgs
 //   attnc_opt_adamw          grid opt::elementwiseBlocks(n) OptAdamWArgs
 //   attnc_opt_cast           grid opt::elementwiseBlocks(n) OptCastArgs
+//   attnc_opt_scale_into     grid opt::elementwiseBlocks(n) OptScaleArgs
+//   attnc_opt_ordered_sum    grid opt::elementwiseBlocks(n) OptOrderedSumArgs
 //
 // The gradient norm is bit-reproducible for a given n when the first
 // kernel's grid is reduceBlocks(n) (a function of n only, not of the GPU),
@@ -109,6 +111,32 @@ struct OptCastArgs {
   void *dst;        ///< [n] __half or __nv_bfloat16
   long long n;
   int dst_type; ///< opt::kCopyFp16 or kCopyBf16
+  int pad;
+};
+
+/// dst = factor · src element-wise (attnc_opt_scale_into), one fp32
+/// multiply rounded to nearest: a micro-batch's gradient weighted by its
+/// share of the step's targets (and unscaled by 1 / loss scale) before the
+/// data-parallel exchange, as runtime/train/DataParallel.cpp weighs it on
+/// the host.
+struct OptScaleArgs {
+  const float *src; ///< [n]
+  float *dst;       ///< [n]; may be src
+  long long n;
+  float factor;
+  int pad;
+};
+
+/// out[i] = parts[0][i] + parts[1][i] + ... in part order, starting from
+/// 0 (attnc_opt_ordered_sum): the data-parallel exchange's sum of every
+/// micro-batch's weighted gradient, in micro-batch order whatever the
+/// rank count, so its bits depend on neither the ranks nor the buckets.
+struct OptOrderedSumArgs {
+  const float *parts; ///< [num_parts][part_stride]
+  float *out;         ///< [n]
+  long long n;
+  long long part_stride; ///< floats from one part to the next (>= n)
+  int num_parts;
   int pad;
 };
 
