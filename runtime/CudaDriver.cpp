@@ -4,6 +4,7 @@
 #include "runtime/Version.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
 #include <mutex>
@@ -183,6 +184,23 @@ Expected<DeviceInfo> queryDevice(int ordinal) {
         !s)
       return s.takeError();
   return info;
+}
+
+Expected<int> processDevice() {
+  Expected<int> count = deviceCount();
+  if (!count)
+    return count.takeError();
+  if (*count == 0)
+    return makeError("no CUDA device: the driver sees none");
+  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char *v = std::getenv(var); v && *v) {
+      char *end = nullptr;
+      const long local = std::strtol(v, &end, 10);
+      if (*end || local < 0)
+        return makeError(std::string(var) + "=" + v + ": not a local rank");
+      return int(local % *count);
+    }
+  return 0;
 }
 
 Expected<Context> Context::create(int ordinal) {

@@ -131,6 +131,12 @@ struct DeviceInfo {
 
 /// Number of CUDA devices (0 is not an error).
 Expected<int> deviceCount();
+/// The GPU this process trains and runs on: under a launcher, its rank
+/// among the ranks on this machine (OMPI_COMM_WORLD_LOCAL_RANK,
+/// MPI_LOCALRANKID, SLURM_LOCALID) modulo the device count, so the ranks of
+/// `mpirun -np N` take a GPU each; otherwise 0. CUDA_VISIBLE_DEVICES still
+/// chooses which devices are counted. Errors: no driver, no device.
+Expected<int> processDevice();
 /// Properties of device `ordinal`.
 Expected<DeviceInfo> queryDevice(int ordinal = 0);
 

@@ -268,7 +268,10 @@ Expected<std::shared_ptr<KernelDevice>> createGpuKernelDevice() {
   Expected<const cuda::Driver *> driver = cuda::Driver::get();
   if (!driver)
     return driver.takeError();
-  Expected<cuda::Context> ctx = cuda::Context::create(0);
+  Expected<int> ordinal = cuda::processDevice();
+  if (!ordinal)
+    return ordinal.takeError();
+  Expected<cuda::Context> ctx = cuda::Context::create(*ordinal);
   if (!ctx)
     return ctx.takeError();
   return std::shared_ptr<KernelDevice>(new GpuKernelDevice(std::move(*ctx), **driver));

@@ -223,12 +223,10 @@ Expected<std::string> checkCollectives(Communicator &world) {
     return nccl.takeError();
   if (Status s = cuda::Driver::available(); !s)
     return makeError("no GPU: " + s.error());
-  Expected<int> gpus = cuda::deviceCount();
-  if (!gpus)
-    return gpus.takeError();
-  if (*gpus == 0)
-    return makeError("no GPU: the driver sees none");
-  Expected<cuda::Context> ctx = cuda::Context::create(world.rank() % *gpus);
+  Expected<int> gpu = cuda::processDevice();
+  if (!gpu)
+    return makeError("no GPU: " + gpu.error());
+  Expected<cuda::Context> ctx = cuda::Context::create(*gpu);
   if (!ctx)
     return ctx.takeError();
   Expected<std::unique_ptr<NcclComm>> comm = NcclComm::create(**nccl, world);

@@ -86,10 +86,10 @@ private:
   int rank_ = 0, size_ = 1;
 };
 
-/// The collectives on the GPUs of `world`'s ranks (rank r on GPU r mod the
-/// count): NCCL loaded, a communicator bootstrapped through `world`, then
-/// an all-reduce, an all-gather and an all-to-all of device buffers
-/// checked against values computed on the host (exact in fp32). Returns a
+/// The collectives on the GPUs of `world`'s ranks (each on
+/// cuda::processDevice(): its local rank mod the count): NCCL loaded, a
+/// communicator bootstrapped through `world`, then an all-reduce, an all-gather and an all-to-all
+/// of device buffers checked against values computed on the host (exact in fp32). Returns a
 /// one-line report ("NCCL 2.28.9: 2 ranks, all-reduce, all-gather and
 /// all-to-all of 1 MiB correct, all-reduce 0.41 ms"); errors name what
 /// failed. `attnc-rt info --collectives` runs it (under mpirun: every

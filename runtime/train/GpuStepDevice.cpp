@@ -106,7 +106,10 @@ createGpuStepDevice(const std::string &kernelSource, const std::string &programN
   Expected<const cuda::Driver *> driver = cuda::Driver::get();
   if (!driver)
     return driver.takeError();
-  Expected<cuda::Context> ctx = cuda::Context::create(0);
+  Expected<int> ordinal = cuda::processDevice();
+  if (!ordinal)
+    return ordinal.takeError();
+  Expected<cuda::Context> ctx = cuda::Context::create(*ordinal);
   if (!ctx)
     return ctx.takeError();
   NvrtcCompiler nvrtc(&KernelCache::processDefault());
