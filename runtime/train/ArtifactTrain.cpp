@@ -395,7 +395,8 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
   to.rankSettings = {{"attnc binary (SHA-256)", dist::executableDigest()},
                      {"engine", opt.engine},
                      {"precision", am.precision},
-                     {"host attention", opt.hostAttention ? "yes" : "no"}};
+                     {"host attention", opt.hostAttention ? "yes" : "no"},
+                     {"host optimizer", opt.hostOptimizer ? "yes" : "no"}};
   to.seed = opt.seed, to.evalEvery = *s.evalEvery, to.evalBatches = opt.evalBatches;
   to.checkpointEvery = opt.checkpointEvery, to.specHash = artifact.manifest.specHash;
   to.resume = opt.resume, to.stopAfter = opt.stopAfter;

@@ -137,6 +137,14 @@ public:
   Status upload(const AdamW &adam) override;
   Expected<Update> update(const Batch &batch, int64_t step, AdamW &adam) override;
   Status download(AdamW &adam) override;
+  /// The CUDA engines' data parallelism (ResidentTraining): each rank's
+  /// micro-batches (of the compiled batch each) run one after another,
+  /// their gradients weighted on the device, exchanged through NCCL on a
+  /// GPU (else MPI through host memory; device copies for one process)
+  /// and summed in micro-batch order by a kernel; an fp16 overflow on any
+  /// rank reruns the step on every rank. The same bits at any rank count
+  /// that divides the micro-batches.
+  Expected<std::string> setDataParallel(const DataParallelPlan &plan) override;
   /// Whether upload() has made the device's parameters the current ones.
   bool resident() const;
   /// Whether the host parameters are the current ones (not resident, or
@@ -213,6 +221,14 @@ private:
   /// left in device memory for AdamW.
   Status deviceGradNorm(float invScale, float clipNorm);
   Expected<double> runDeviceOnce(float lossScale);
+  /// The batch's inputs (and the parameters unless resident) to the device.
+  Status uploadStepInputs();
+  /// runDevice for setDataParallel: this rank's micro-batches of `global`,
+  /// the exchange, the norm (clipped at `clipNorm`); the global mean loss.
+  Expected<double> runDeviceParallel(const Batch &global, int64_t step, float clipNorm);
+  /// The exchange of the micro-batches' weighted gradients into the
+  /// step's gradient buffer.
+  Status exchangeDeviceGradients(const std::string &what);
   /// The step's NaN/Inf checks so far: resetChecks empties their slots;
   /// readChecks reads them and, when one found a NaN/Inf, records the first
   /// (in program order) as the error and returns true.

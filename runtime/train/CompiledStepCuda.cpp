@@ -18,6 +18,8 @@
 #include "attnc/abi/OptimizerArgs.h"
 #include "attnc/abi/model_step_env.h"
 #include "runtime/Cublas.h"
+#include "runtime/train/DataParallel.h"
+#include "runtime/train/DeviceExchange.h"
 #include "runtime/train/DeviceOptimizer.h"
 #include "runtime/train/LossScaler.h"
 #include "runtime/train/StepDevice.h"
@@ -26,9 +28,30 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <map>
 
 namespace attnc::train {
+
+namespace {
+
+/// One process's "exchange": its blocks are its own.
+class LocalCollectives final : public DeviceCollectives {
+public:
+  explicit LocalCollectives(KernelDevice &device) : device_(device) {}
+  std::string describe() const override { return "device copies (one process)"; }
+  Status allToAll(const float *send, float *recv, size_t count, const std::string &) override {
+    return device_.copy(recv, send, count * sizeof(float));
+  }
+  Status allGather(const float *mine, float *all, size_t count, const std::string &) override {
+    return device_.copy(all, mine, count * sizeof(float));
+  }
+
+private:
+  KernelDevice &device_;
+};
+
+} // namespace
 
 struct CompiledStep::CudaState {
   std::unique_ptr<StepDevice> device;
@@ -66,6 +89,21 @@ struct CompiledStep::CudaState {
     bool scaled;
   };
   std::vector<Check> checks;
+  /// Data parallelism (setDataParallel): the flat gradient, padded to a
+  /// multiple of the rank count, goes in buckets of `bucket` floats (a
+  /// multiple too), rank q owning slice q of each.
+  struct Parallel {
+    dist::Communicator *comm = nullptr;
+    std::unique_ptr<DeviceCollectives> collectives;
+    int batch = 0, micro = 1, per = 1, first = 0;
+    int64_t padded = 0, bucket = 0;
+    float *local = nullptr;    ///< [per][padded]: weighted gradients, zero past flatN
+    float *send = nullptr;     ///< [ranks][per][bucket / ranks] (per > 1: local in send order)
+    float *gathered = nullptr; ///< [micro][bucket / ranks]
+    float *sum = nullptr;      ///< [bucket / ranks]
+    float *combined = nullptr; ///< [padded]
+  };
+  std::optional<Parallel> parallel;
 
   ~CudaState() {
     for (void *p : owned)
@@ -261,16 +299,23 @@ int CompiledStep::attendOnDevice(int64_t layer, const float *const *in, const fl
   return 0;
 }
 
-Expected<double> CompiledStep::runDevice(float clipNorm) {
+Status CompiledStep::uploadStepInputs() {
   CudaState &s = *cuda_;
   if (Status st = s.device->bind(); !st)
-    return st.takeError();
+    return st;
   // The batch, and unless the device holds them, the parameters as they
   // are now (the optimizer ran on the host).
   for (size_t i = 0; i < desc_.args.size(); ++i)
     if (i < 2 || (s.argIsParam[i] && !s.resident))
       if (Status st = s.device->upload(s.argPtrs[i], args_[i], s.argBytes[i]); !st)
-        return st.takeError();
+        return st;
+  return {};
+}
+
+Expected<double> CompiledStep::runDevice(float clipNorm) {
+  CudaState &s = *cuda_;
+  if (Status st = uploadStepInputs(); !st)
+    return st.takeError();
   // fp16: a step whose gradients overflow is rerun at a lower loss scale
   // (the scaler halves it), so the trainer always gets one good step.
   for (;;) {
@@ -508,9 +553,14 @@ Expected<ResidentTraining::Update> CompiledStep::update(const Batch &batch, int6
     return makeError("compiled step: update() before upload()");
   CudaState &s = *cuda_;
   const Transfers before = transfers();
-  if (Status st = setBatch(batch, true, step); !st)
-    return st.takeError();
-  Expected<double> loss = runDevice(adam.config().clipNorm); // ends with the norm's state
+  Expected<double> loss = 0.0; // each ends with the norm's state on the device
+  if (s.parallel) {
+    loss = runDeviceParallel(batch, step, adam.config().clipNorm);
+  } else {
+    if (Status st = setBatch(batch, true, step); !st)
+      return st.takeError();
+    loss = runDevice(adam.config().clipNorm);
+  }
   if (!loss)
     return loss.takeError();
   if (!std::isfinite(*loss)) // as the trainer says it, before anything is updated
@@ -543,6 +593,209 @@ Expected<ResidentTraining::Update> CompiledStep::update(const Batch &batch, int6
                         after.allocations - before.allocations};
   stepAllocations_ += lastStepTransfers_.allocations;
   return Update{*loss, std::sqrt(s.lastState.sumsq)};
+}
+
+Expected<std::string> CompiledStep::setDataParallel(const DataParallelPlan &plan) {
+  if (!cuda_)
+    return makeError("compiled step: only the CUDA engines train data-parallel on a device");
+  if (!plan.comm)
+    return makeError("internal: data parallelism without a communicator");
+  CudaState &s = *cuda_;
+  dist::Communicator &comm = *plan.comm;
+  const int ranks = comm.size();
+  if (Status st = checkMicroBatches(plan.batch, plan.microBatches, ranks); !st)
+    return st.takeError();
+  if (plan.batch / plan.microBatches != desc_.batch)
+    return makeError("the CUDA step was compiled for micro-batches of " +
+                     std::to_string(desc_.batch) + " sequences, not " +
+                     std::to_string(plan.batch / plan.microBatches) + " (global batch " +
+                     std::to_string(plan.batch) + " over " + std::to_string(plan.microBatches) +
+                     " micro-batches)");
+  if (Status st = s.device->bind(); !st)
+    return st.takeError();
+  CudaState::Parallel p;
+  p.comm = &comm;
+  p.batch = plan.batch, p.micro = plan.microBatches;
+  p.per = p.micro / ranks, p.first = comm.rank() * p.per;
+  // The transport: device copies for one process, NCCL between GPUs, else
+  // MPI through host memory. ATTNC_DEVICE_EXCHANGE (local, nccl, host)
+  // forces one, so one GPU can check NCCL's path against the copies.
+  std::string transport = ranks == 1 ? "local" : engine_ == StepEngine::Cuda ? "nccl" : "host";
+  const char *forced = std::getenv("ATTNC_DEVICE_EXCHANGE");
+  if (forced && *forced) {
+    transport = forced;
+    if (transport != "local" && transport != "nccl" && transport != "host")
+      return makeError(std::string("ATTNC_DEVICE_EXCHANGE=") + forced +
+                       ": expected local, nccl or host");
+    if (transport == "local" && ranks > 1)
+      return makeError("ATTNC_DEVICE_EXCHANGE=local: device copies serve one process, not " +
+                       std::to_string(ranks) + " ranks");
+    if (transport == "nccl" && engine_ != StepEngine::Cuda)
+      return makeError("ATTNC_DEVICE_EXCHANGE=nccl: NCCL needs the GPU engine, not cuda-sim");
+  }
+  std::string note;
+  if (transport == "local") {
+    p.collectives = std::make_unique<LocalCollectives>(*s.device);
+  } else if (transport == "nccl") {
+    Expected<std::unique_ptr<DeviceCollectives>> nccl = ncclCollectives(comm);
+    if (nccl)
+      p.collectives = std::move(*nccl);
+    else if (forced && *forced)
+      return makeError("ATTNC_DEVICE_EXCHANGE=nccl: " + nccl.error());
+    else
+      note = " (NCCL unavailable: " + nccl.error() + ")";
+  }
+  if (!p.collectives)
+    p.collectives = hostStagedCollectives(*s.device, comm);
+  // Buckets and the padded length: multiples of the rank count, so every
+  // rank's slice of a bucket has one size.
+  auto roundUp = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
+  p.padded = roundUp(std::max<int64_t>(s.flatN, 1), ranks);
+  p.bucket = std::min(
+      p.padded, roundUp(std::max<int64_t>(plan.bucketBytes / int64_t(sizeof(float)), 1), ranks));
+  const size_t slice = size_t(p.bucket / ranks);
+  struct Buffer {
+    float **at;
+    size_t floats;
+    const char *what;
+  };
+  const Buffer buffers[] = {
+      {&p.local, size_t(p.per) * size_t(p.padded), "the micro-batches' weighted gradients"},
+      {&p.send, p.per > 1 ? size_t(p.per) * slice * size_t(ranks) : 0,
+       "the exchange's send blocks"},
+      {&p.gathered, size_t(p.micro) * slice, "the exchange's received slices"},
+      {&p.sum, slice, "the exchange's sums"},
+      {&p.combined, size_t(p.padded), "the combined gradient"}};
+  for (const Buffer &b : buffers) {
+    if (b.floats == 0)
+      continue;
+    Expected<void *> m = s.allocate(b.floats * sizeof(float), b.what);
+    if (!m)
+      return m.takeError();
+    *b.at = static_cast<float *>(*m);
+    if (Status st = s.device->zero(*m, b.floats * sizeof(float)); !st) // the padding stays 0
+      return st.takeError();
+  }
+  const int64_t buckets = (p.padded + p.bucket - 1) / p.bucket;
+  std::string line = std::to_string(ranks) + " rank" + (ranks == 1 ? "" : "s") + " x " +
+                     std::to_string(p.per) + " micro-batch" + (p.per == 1 ? "" : "es") + " of " +
+                     std::to_string(desc_.batch) + (desc_.batch == 1 ? " sequence" : " sequences") +
+                     "; gradients exchanged in " + std::to_string(buckets) + " bucket" +
+                     (buckets == 1 ? "" : "s") + " by " + p.collectives->describe() + note;
+  s.parallel = std::move(p);
+  return line;
+}
+
+Expected<double> CompiledStep::runDeviceParallel(const Batch &global, int64_t step,
+                                                 float clipNorm) {
+  CudaState &s = *cuda_;
+  CudaState::Parallel &p = *s.parallel;
+  if (global.B != p.batch)
+    return makeError("internal: a batch of " + std::to_string(global.B) + " for a step of " +
+                     std::to_string(p.batch));
+  const int64_t counted = countedTargets(global);
+  const std::string what = "step " + std::to_string(step) + "'s gradient exchange";
+  const int ranks = p.comm->size();
+  // fp16: as runDevice, a step whose gradients overflow reruns at a lower
+  // loss scale, on every rank together: each rank tells whether one of its
+  // micro-batches overflowed, and the combined gradient's norm (the same
+  // bits everywhere) decides the rest.
+  for (;;) {
+    const float scale = s.scaler.scale();
+    // Per rank: [overflowed, each micro-batch's weighted loss].
+    std::vector<double> mine(size_t(1 + p.per), 0.0), all(mine.size() * size_t(ranks));
+    for (int j = 0; j < p.per; ++j) {
+      const int m = p.first + j;
+      const Batch part = sliceBatch(global, m * desc_.batch, desc_.batch);
+      const float weight = microBatchWeight(part, counted, p.micro);
+      if (Status st = setBatch(part, true, step * p.micro + m); !st)
+        return st.takeError();
+      if (Status st = uploadStepInputs(); !st)
+        return st.takeError();
+      scaledOverflow_ = false;
+      Expected<double> loss = runDeviceOnce(scale);
+      if (!loss && !scaledOverflow_)
+        return makeError("micro-batch " + std::to_string(m) + " of " + std::to_string(p.micro) +
+                         ": " + loss.error());
+      if (!loss) {
+        mine[0] = 1;
+        break;
+      }
+      // Weighted and unscaled in one multiply (1 / scale is a power of 2).
+      OptScaleArgs a{};
+      a.src = s.grads, a.dst = p.local + size_t(j) * size_t(p.padded);
+      a.n = s.flatN, a.factor = weight * (1.0f / scale);
+      if (Status st =
+              s.device->launchOptimizer("attnc_opt_scale_into", opt::elementwiseBlocks(a.n), &a);
+          !st)
+        return st.takeError();
+      mine[size_t(1 + j)] = double(weight) * *loss;
+    }
+    // One host all-gather per step, under the ranks' deadline.
+    if (Status st = p.comm->allGather(mine.data(), mine.size() * sizeof(double), all.data(), what);
+        !st)
+      return st.takeError();
+    bool overflowed = false;
+    double loss = 0;
+    for (int r = 0; r < ranks; ++r) {
+      overflowed = overflowed || all[size_t(r) * mine.size()] != 0;
+      for (int j = 0; j < p.per; ++j)
+        loss += all[size_t(r) * mine.size() + size_t(1 + j)];
+    }
+    bool finite = !overflowed;
+    if (finite) {
+      if (Status st = exchangeDeviceGradients(what); !st)
+        return st.takeError();
+      if (Status st = deviceGradNorm(1.0f, clipNorm); !st)
+        return st.takeError();
+      finite = !s.lastState.nonfinite;
+    }
+    const bool applied = s.scaler.update(!finite);
+    if (applied || !s.scaler.enabled())
+      return loss; // a non-finite gradient without scaling is update()'s to report
+    ++overflowReruns_;
+    if (s.scaler.scale() >= scale)
+      return makeError("compiled CUDA step: gradients overflow fp16 even at loss scale " +
+                       std::to_string(scale));
+  }
+}
+
+// Per bucket [a, a + len): slice q of every local micro-batch goes to rank
+// q (an all-to-all; they arrive rank-major, so in micro-batch order), which
+// adds them up in that order (attnc_opt_ordered_sum) and all-gathers the
+// sums. DataParallelStep::exchangeBucket does the same on the host.
+Status CompiledStep::exchangeDeviceGradients(const std::string &what) {
+  CudaState &s = *cuda_;
+  CudaState::Parallel &p = *s.parallel;
+  const int ranks = p.comm->size();
+  for (int64_t a = 0; a < p.padded; a += p.bucket) {
+    const int64_t len = std::min(p.bucket, p.padded - a), slice = len / ranks;
+    const float *send = p.local + a;
+    if (p.per > 1) { // rank-major blocks of micro-batch-major slices
+      float *dst = p.send;
+      for (int q = 0; q < ranks; ++q)
+        for (int j = 0; j < p.per; ++j, dst += slice)
+          if (Status st =
+                  s.device->copy(dst, p.local + size_t(j) * size_t(p.padded) + a + q * slice,
+                                 size_t(slice) * sizeof(float));
+              !st)
+            return st;
+      send = p.send;
+    }
+    if (Status st = p.collectives->allToAll(send, p.gathered, size_t(p.per) * size_t(slice), what);
+        !st)
+      return st;
+    OptOrderedSumArgs sum{};
+    sum.parts = p.gathered, sum.out = p.sum, sum.n = slice;
+    sum.part_stride = slice, sum.num_parts = p.micro;
+    if (Status st =
+            s.device->launchOptimizer("attnc_opt_ordered_sum", opt::elementwiseBlocks(slice), &sum);
+        !st)
+      return st;
+    if (Status st = p.collectives->allGather(p.sum, p.combined + a, size_t(slice), what); !st)
+      return st;
+  }
+  return s.device->copy(s.grads, p.combined, sizeof(float) * size_t(s.flatN));
 }
 
 Status CompiledStep::download(AdamW &adam) {

@@ -291,10 +291,8 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
   if (opt.microBatches != 1)
     config["micro_batches"] = opt.microBatches;
   std::optional<DataParallelStep> parallel;
-  if (opt.microBatches != 1 || comm.size() > 1) {
-    if (opt.resident)
-      return makeError("data-parallel training of a device-resident (GPU) step is not written "
-                       "yet: run one rank with one micro-batch, or --host-optimizer");
+  const bool dataParallel = opt.microBatches != 1 || comm.size() > 1;
+  if (dataParallel && !opt.resident) {
     Expected<DataParallelStep> dp = DataParallelStep::create(
         params, opt.batch, opt.microBatches, comm, {opt.bucketBytes, opt.overlapExchange});
     if (!dp)
@@ -311,6 +309,16 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
     same.insert(same.end(), opt.rankSettings.begin(), opt.rankSettings.end());
     if (Status s = dist::checkRanksAgree(comm, same); !s)
       return s.takeError();
+  }
+  if (dataParallel && opt.resident) {
+    // The device step combines the micro-batches itself, on the device
+    // (its set-up may bootstrap NCCL: after the ranks agree).
+    Expected<std::string> how =
+        opt.resident->setDataParallel({opt.batch, opt.microBatches, &comm, opt.bucketBytes});
+    if (!how)
+      return how.takeError();
+    if (writer)
+      log << "data parallel on the device: " << *how << "\n";
   }
   if (opt.resume && hasCheckpoint(opt.outDir)) {
     Expected<Checkpoint> ck = loadLatestCheckpoint(opt.outDir, opt.specHash);

@@ -44,6 +44,18 @@ public:
   /// Copies the parameters into the model's tensors and the moments and
   /// step count into `adam`.
   virtual Status download(AdamW &adam) = 0;
+  /// Data parallelism on the device (TrainOptions::comm, microBatches):
+  /// from now on each update() gets the global `batch`, runs this rank's
+  /// micro-batches of it and combines every micro-batch's weighted
+  /// gradient in micro-batch order on the device, as DataParallelStep does
+  /// on the host, before the optimizer. Returns how the gradients travel,
+  /// for the log. Errors: the plan does not fit the step.
+  struct DataParallelPlan {
+    int batch = 0, microBatches = 1;
+    dist::Communicator *comm = nullptr;
+    int64_t bucketBytes = int64_t(1) << 20;
+  };
+  virtual Expected<std::string> setDataParallel(const DataParallelPlan &plan) = 0;
 };
 
 /// A model's forward to the logits [batch·seq, vocab] on `batch` sequences
