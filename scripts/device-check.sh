@@ -9,7 +9,8 @@
 #   3. GPU training: README's duplication model to >= 99 % held-out accuracy,
 #      dup64 against the CPU's losses and the host AdamW, and attention on
 #      the step's buffers (dense, shared-QK, low-rank, fp16, bf16) against
-#      the host path;
+#      the host path, and the device step's data-parallel exchange by NCCL
+#      against device copies (one rank, 2 micro-batches);
 #   4. benchmarks (attnc-rt bench) beside PyTorch SDPA and FlexAttention;
 #   5. the Linformer table (dense vs low-rank k = 128, 256 as N grows) and
 #      the Reformer sweep (dense vs LSH per token, B·N fixed).
@@ -244,6 +245,28 @@ PY
   [[ "$line" == ok* ]] || status=1
   echo "$line"; echo "- $line" >>"$summary"
 done
+# Data parallelism of the device step with one rank (docs/distributed.md):
+# 2 micro-batches per step, their gradients exchanged by device copies and
+# by NCCL (forced; the rehearsal: MPI through host memory), summed in
+# micro-batch order on the device: the same bits either way.
+m=lowrank_head
+exchange=nccl; [ $simulate = 1 ] && exchange=host
+ok=1
+for path in local $exchange; do
+  rm -rf "$out/dp-$path"
+  ATTNC_DEVICE_EXCHANGE=$path timeout 120 "$rt" train "$t/devattn" --model "$m" --data "$t/corpus.txt" \
+    --steps 3 --checkpoint-every 3 --micro-batches 2 "${engine[@]}" --out "$out/dp-$path" \
+    >"$out/dp-$path.log" 2>&1 || ok=0
+done
+if [ $ok = 0 ]; then
+  line="FAIL data parallel on the device ($m, 2 micro-batches): attnc-rt train exited non-zero ($out/dp-*.log)"
+elif cmp -s "$out/dp-local/ckpt-3.safetensors" "$out/dp-$exchange/ckpt-3.safetensors"; then
+  line="ok   data parallel on the device ($m, 2 micro-batches, 3 steps): $exchange and device copies give bit-identical checkpoints; $(grep -h "^data parallel on the device: " "$out/dp-$exchange.log" | head -1 | cut -d: -f2-)"
+else
+  line="FAIL data parallel on the device ($m): the $exchange exchange's checkpoint differs from the device copies'"
+fi
+[[ "$line" == ok* ]] || status=1
+echo "$line"; echo "- $line" >>"$summary"
 echo >>"$summary"
 
 echo "=== 4. benchmarks beside PyTorch ($(elapsed))"
