@@ -26,8 +26,7 @@ public:
   std::string symbol() override { return modelStepSymbol(func); }
 
 private:
-  std::string kernels;                 ///< the static row kernels
-  llvm::DenseSet<unsigned> handedOver; ///< gradient slots already final and reported
+  std::string kernels; ///< the static row kernels
 
   std::string source(const std::string &body) override {
     std::string src;
@@ -54,30 +53,15 @@ private:
       return;
     }
     os << "  *loss = " << name(ret.getOperand(0)) << "[0];\n";
-    for (unsigned i = 1; i < ret.getNumOperands(); ++i)
-      if (!handedOver.contains(i - 1))
-        emitHandOver(i - 1, ret.getOperand(i), os);
+    handOverRest(ret, os);
   }
 
-  /// Gradient `slot` is final: into the runtime's buffer (unless it was
-  /// computed there) and reported ready, so a data-parallel run can send
-  /// it while the rest of the backward runs.
-  void emitHandOver(unsigned slot, Value g, llvm::raw_ostream &os) {
+  void emitHandOver(unsigned slot, Value g, llvm::raw_ostream &os) override {
     std::string dst = "grads[" + std::to_string(slot) + "]";
     if (name(g) != dst)
       os << "  std::memcpy(" << dst << ", " << name(g) << ", sizeof(float) * " << numel(g)
          << ");\n";
     os << "  if (env->grad_ready)\n    env->grad_ready(env->ctx, " << slot << ");\n";
-    handedOver.insert(slot);
-  }
-
-  void emitAfterTop(Operation *op, llvm::raw_ostream &os) override {
-    if (inference())
-      return;
-    auto ret = llvm::cast<func::ReturnOp>(func.getBody().front().getTerminator());
-    for (unsigned i = 1; i < ret.getNumOperands(); ++i)
-      if (ret.getOperand(i).getDefiningOp() == op)
-        emitHandOver(i - 1, ret.getOperand(i), os);
   }
 
   void emitConstant(ConstantOp c, llvm::raw_ostream &os) override {

@@ -66,13 +66,18 @@ private:
   void emitReturn(func::ReturnOp ret, llvm::raw_ostream &os) override {
     os << "  if (int e = env->read(env->ctx, loss, " << name(ret.getOperand(0))
        << ", sizeof(float))) return e;\n";
-    for (unsigned i = 1; i < ret.getNumOperands(); ++i) {
-      Value g = ret.getOperand(i);
-      std::string dst = "grads[" + std::to_string(i - 1) + "]";
-      if (name(g) != dst)
-        os << "  if (int e = env->copy(env->ctx, " << dst << ", " << name(g) << ", sizeof(float) * "
-           << numel(g) << ")) return e;\n";
-    }
+    handOverRest(ret, os);
+  }
+
+  // The copy and the report are enqueued in program order: the runtime
+  // starts the exchange of a finished bucket behind them on its own stream.
+  void emitHandOver(unsigned slot, Value g, llvm::raw_ostream &os) override {
+    std::string dst = "grads[" + std::to_string(slot) + "]";
+    if (name(g) != dst)
+      os << "  if (int e = env->copy(env->ctx, " << dst << ", " << name(g) << ", sizeof(float) * "
+         << numel(g) << ")) return e;\n";
+    os << "  if (env->grad_ready)\n    if (int e = env->grad_ready(env->ctx, " << slot
+       << ")) return e;\n";
   }
 
   // A kernel scalar (the loss seed), not memory.

@@ -112,8 +112,23 @@ LogicalResult StepWalker::emitTop(Operation *op, llvm::raw_ostream &os) {
           op, os, /*rows=*/[](Value v) { return std::to_string(shapeOf(v)[0]); }, "0")))
     return failure();
   checkFinite(op, os);
-  emitAfterTop(op, os);
+  handOverFinished(op, os);
   return success();
+}
+
+void StepWalker::handOverFinished(Operation *op, llvm::raw_ostream &os) {
+  if (inference())
+    return;
+  auto ret = llvm::cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  for (unsigned i = 1; i < ret.getNumOperands(); ++i)
+    if (ret.getOperand(i).getDefiningOp() == op && handedOver.insert(i - 1).second)
+      emitHandOver(i - 1, ret.getOperand(i), os);
+}
+
+void StepWalker::handOverRest(func::ReturnOp ret, llvm::raw_ostream &os) {
+  for (unsigned i = 1; i < ret.getNumOperands(); ++i)
+    if (handedOver.insert(i - 1).second)
+      emitHandOver(i - 1, ret.getOperand(i), os);
 }
 
 void StepWalker::checkFinite(Operation *op, llvm::raw_ostream &os) {

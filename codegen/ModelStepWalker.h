@@ -68,9 +68,12 @@ protected:
   virtual void emitConstant(attn::ConstantOp c, llvm::raw_ostream &os) = 0;
   /// The NaN/Inf check of a named value.
   virtual void emitCheck(mlir::Value v, llvm::StringRef what, llvm::raw_ostream &os) = 0;
-  /// After a top-level op: its results are final (the target may hand
-  /// returned gradients over early). Nothing by default.
-  virtual void emitAfterTop(mlir::Operation *op, llvm::raw_ostream &os) {}
+  /// Gradient `slot` (the value `g`) is final: into the runtime's
+  /// grads[slot] unless it was computed there, then reported through
+  /// env->grad_ready, so a data-parallel run can exchange it while the rest
+  /// of the backward runs. The walk calls it once per gradient, right
+  /// after the top-level op that finishes it (handOverRest: the others).
+  virtual void emitHandOver(unsigned slot, mlir::Value g, llvm::raw_ostream &os) = 0;
   /// A GEMM through the env.
   virtual void emitGemm(bool ta, bool tb, const std::string &M, const std::string &N,
                         const std::string &K, mlir::Value lhs, mlir::Value rhs, mlir::Value out,
@@ -104,6 +107,8 @@ protected:
   int gradSlot(mlir::Value v);
   std::string fresh(const char *prefix) { return prefix + std::to_string(counter++); }
   std::string name(mlir::Value v) { return names.lookup(v); }
+  /// At the return: the hand-over of every gradient not handed over yet.
+  void handOverRest(mlir::func::ReturnOp ret, llvm::raw_ostream &os);
   /// The statements computing one row of a row-local op.
   mlir::LogicalResult rowStatements(mlir::Operation *op, llvm::raw_ostream &os, const RowPtrFn &ptr,
                                     const std::string &row0);
@@ -120,6 +125,9 @@ private:
   /// The checks of the values attn-expand-model named (attn.name, or
   /// attn.result_names once fused).
   void checkFinite(mlir::Operation *op, llvm::raw_ostream &os);
+  /// The hand-overs of the gradients `op` finishes (training steps only).
+  void handOverFinished(mlir::Operation *op, llvm::raw_ostream &os);
+  llvm::DenseSet<unsigned> handedOver; ///< gradient slots already handed over
   /// Emits a non-fused op whose values all have names; `row0` is the
   /// absolute index of its first row.
   mlir::LogicalResult emitOp(mlir::Operation *op, llvm::raw_ostream &os, const RowsFn &rows,

@@ -67,6 +67,10 @@ struct attnc_cuda_env {
   int dropout_on;
   /// The loss gradient's seed: 1, or the loss scale under fp16.
   float loss_scale;
+  /// Gradient `index` (grads[index]) is final once the work enqueued so
+  /// far has run: a data-parallel run may start exchanging it. Null: no
+  /// reports. Non-zero: an error (the step stops).
+  int (*grad_ready)(void *ctx, long long index);
 };
 
 #endif // ATTNC_ABI_MODEL_STEP_ENV_H
