@@ -72,6 +72,8 @@ namespace attnc::cuda {
   X(cuEventCreate)                                                                                 \
   X(cuEventDestroy)                                                                                \
   X(cuEventRecord)                                                                                 \
+  X(cuStreamWaitEvent)                                                                             \
+  X(cuMemcpyDtoDAsync)                                                                             \
   X(cuEventSynchronize)                                                                            \
   X(cuEventElapsedTime)
 

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
+#include <tuple>
 #include <optional>
 #include <sys/resource.h>
 #include <thread>
@@ -443,6 +444,7 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
   r.stepTransfers = compiled->lastStepTransfers();
   r.deviceAttention = compiled->hasDeviceAttention();
   r.stepAllocations = compiled->allocationsDuringSteps();
+  std::tie(r.bucketsOverlapped, r.bucketsSent) = compiled->bucketsSentDuringBackward();
   return r;
 }
 
@@ -475,6 +477,9 @@ void writeTrainReport(const ArtifactTrainResult &r, const std::string &outDir, s
        << " B; " << t.downloads << " download(s), " << t.downloadBytes << " B; attention "
        << (r.deviceAttention ? "on the step's buffers" : "through the host") << "; "
        << r.stepAllocations << " device allocation(s) during the steps\n";
+  if (r.bucketsSent > 0)
+    os << "gradient exchange on the device: " << r.bucketsOverlapped << " of " << r.bucketsSent
+       << " bucket exchanges begun during the backward\n";
   os << "wrote " << outDir << "/{latest.json,train.csv,loss.svg}\n";
 }
 

@@ -98,6 +98,9 @@ struct ArtifactTrainResult {
   CompiledStep::Transfers stepTransfers;
   bool deviceAttention = false;
   long long stepAllocations = 0; ///< device allocations during the steps
+  /// Data parallelism of a device-resident step: bucket exchanges begun
+  /// during a backward (overlapped) and in all.
+  int64_t bucketsOverlapped = 0, bucketsSent = 0;
 };
 
 /// Trains the artifact's model; progress goes to stderr, the result back

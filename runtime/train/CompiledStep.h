@@ -145,6 +145,9 @@ public:
   /// rank reruns the step on every rank. The same bits at any rank count
   /// that divides the micro-batches.
   Expected<std::string> setDataParallel(const DataParallelPlan &plan) override;
+  /// Of the device exchange's bucket exchanges so far, those begun while a
+  /// backward still ran (overlapped), and all of them.
+  std::pair<int64_t, int64_t> bucketsSentDuringBackward() const;
   /// Whether upload() has made the device's parameters the current ones.
   bool resident() const;
   /// Whether the host parameters are the current ones (not resident, or
@@ -226,9 +229,13 @@ private:
   /// runDevice for setDataParallel: this rank's micro-batches of `global`,
   /// the exchange, the norm (clipped at `clipNorm`); the global mean loss.
   Expected<double> runDeviceParallel(const Batch &global, int64_t step, float clipNorm);
-  /// The exchange of the micro-batches' weighted gradients into the
-  /// step's gradient buffer.
-  Status exchangeDeviceGradients(const std::string &what);
+  /// The data-parallel exchange of the buckets not sent yet this step, in
+  /// their fixed order (the last first): those whose gradients are all in,
+  /// or (`all`) every one.
+  Status sendBuckets(bool all, const std::string &what);
+  /// While set, the CUDA step reports each finished gradient slot here
+  /// (attnc_cuda_env::grad_ready).
+  std::function<Status(long long slot)> deviceGradReady_;
   /// The step's NaN/Inf checks so far: resetChecks empties their slots;
   /// readChecks reads them and, when one found a NaN/Inf, records the first
   /// (in program order) as the error and returns true.

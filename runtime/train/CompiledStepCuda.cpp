@@ -40,10 +40,13 @@ class LocalCollectives final : public DeviceCollectives {
 public:
   explicit LocalCollectives(KernelDevice &device) : device_(device) {}
   std::string describe() const override { return "device copies (one process)"; }
-  Status allToAll(const float *send, float *recv, size_t count, const std::string &) override {
+  bool enqueues() const override { return true; }
+  Status allToAll(const float *send, float *recv, size_t count, void *,
+                  const std::string &) override {
     return device_.copy(recv, send, count * sizeof(float));
   }
-  Status allGather(const float *mine, float *all, size_t count, const std::string &) override {
+  Status allGather(const float *mine, float *all, size_t count, void *,
+                   const std::string &) override {
     return device_.copy(all, mine, count * sizeof(float));
   }
 
@@ -97,7 +100,16 @@ struct CompiledStep::CudaState {
     std::unique_ptr<DeviceCollectives> collectives;
     int batch = 0, micro = 1, per = 1, first = 0;
     int64_t padded = 0, bucket = 0;
-    float *local = nullptr;    ///< [per][padded]: weighted gradients, zero past flatN
+    /// Overlap: the last micro-batch's gradients are weighted as the step
+    /// reports them, and each bucket whose gradients are all in is
+    /// exchanged at once, on the device's side queue when the transport
+    /// enqueues (`side`). bucketCovers: per bucket, the step's gradients
+    /// that reach into it; pending: those not in yet this step.
+    bool overlap = false, side = false;
+    std::vector<int> bucketCovers, pending;
+    int64_t nextBucket = -1;         ///< the buckets go last first: the next one to send
+    int64_t sentEarly = 0, sent = 0; ///< bucket exchanges begun during a backward, and all
+    float *local = nullptr;          ///< [per][padded]: weighted gradients, zero past flatN
     float *send = nullptr;     ///< [ranks][per][bucket / ranks] (per > 1: local in send order)
     float *gathered = nullptr; ///< [micro][bucket / ranks]
     float *sum = nullptr;      ///< [bucket / ranks]
@@ -426,6 +438,13 @@ Expected<double> CompiledStep::runDeviceOnce(float lossScale) {
     static int read(void *ctx, void *host, const void *src, unsigned long long bytes) {
       return check(ctx, dev(ctx).download(host, src, bytes), 7);
     }
+    static int gradReady(void *ctx, long long index) {
+      CompiledStep &step = self(ctx);
+      if (index < 0 || size_t(index) >= step.cuda_->gradPtrs.size())
+        return check(ctx, makeError("grad_ready(" + std::to_string(index) + "): no such gradient"),
+                     7);
+      return check(ctx, step.deviceGradReady_(index), 7);
+    }
     static void *scratch(void *ctx, unsigned long long bytes) {
       CudaState &s = *self(ctx).cuda_;
       if (!s.scratch || s.scratchBytes < bytes) {
@@ -456,6 +475,7 @@ Expected<double> CompiledStep::runDeviceOnce(float lossScale) {
   env.check_finite = Env::checkFinite;
   env.copy = Env::copy, env.zero = Env::zero, env.read = Env::read;
   env.scratch = Env::scratch;
+  env.grad_ready = deviceGradReady_ ? Env::gradReady : nullptr;
   env.dropout_seed = c.dropoutSeed;
   env.step = uint32_t(step_);
   env.dropout_on = training_ && c.dropout > 0;
@@ -677,11 +697,24 @@ Expected<std::string> CompiledStep::setDataParallel(const DataParallelPlan &plan
       return st.takeError();
   }
   const int64_t buckets = (p.padded + p.bucket - 1) / p.bucket;
+  p.bucketCovers.assign(size_t(buckets), 0);
+  for (size_t g = 0; g < s.gradPtrs.size(); ++g) {
+    const int64_t at = s.gradPtrs[g] - s.grads, n = int64_t(s.gradBytes[g] / sizeof(float));
+    for (int64_t b = at / p.bucket; n > 0 && b <= (at + n - 1) / p.bucket; ++b)
+      ++p.bucketCovers[size_t(b)];
+  }
+  // NCCL enqueues on the side stream; the emulator runs each call at once,
+  // in order (the overlap's logic without its concurrency). Host-staged
+  // copies on a GPU wait for the device, so they do not overlap.
+  p.side = p.collectives->enqueues() && engine_ == StepEngine::Cuda;
+  p.overlap = plan.overlap && (ranks > 1 || (forced && *forced)) &&
+              (p.side || engine_ == StepEngine::CudaSim);
   std::string line = std::to_string(ranks) + " rank" + (ranks == 1 ? "" : "s") + " x " +
                      std::to_string(p.per) + " micro-batch" + (p.per == 1 ? "" : "es") + " of " +
                      std::to_string(desc_.batch) + (desc_.batch == 1 ? " sequence" : " sequences") +
                      "; gradients exchanged in " + std::to_string(buckets) + " bucket" +
-                     (buckets == 1 ? "" : "s") + " by " + p.collectives->describe() + note;
+                     (buckets == 1 ? "" : "s") + " by " + p.collectives->describe() +
+                     (p.overlap ? ", overlapped with the backward" : ", after the backward") + note;
   s.parallel = std::move(p);
   return line;
 }
@@ -696,24 +729,47 @@ Expected<double> CompiledStep::runDeviceParallel(const Batch &global, int64_t st
   const int64_t counted = countedTargets(global);
   const std::string what = "step " + std::to_string(step) + "'s gradient exchange";
   const int ranks = p.comm->size();
+  auto weigh = [&](int j, int64_t at, int64_t n, float factor) {
+    OptScaleArgs a{};
+    a.src = s.grads + at, a.dst = p.local + size_t(j) * size_t(p.padded) + at;
+    a.n = n, a.factor = factor;
+    return s.device->launchOptimizer("attnc_opt_scale_into", opt::elementwiseBlocks(n), &a);
+  };
   // fp16: as runDevice, a step whose gradients overflow reruns at a lower
   // loss scale, on every rank together: each rank tells whether one of its
   // micro-batches overflowed, and the combined gradient's norm (the same
-  // bits everywhere) decides the rest.
+  // bits everywhere) decides the rest. Every rank exchanges every bucket
+  // once per try, overflowed or not, so their collectives always match.
   for (;;) {
     const float scale = s.scaler.scale();
+    p.pending = p.bucketCovers;
+    p.nextBucket = int64_t(p.bucketCovers.size()) - 1;
     // Per rank: [overflowed, each micro-batch's weighted loss].
     std::vector<double> mine(size_t(1 + p.per), 0.0), all(mine.size() * size_t(ranks));
     for (int j = 0; j < p.per; ++j) {
       const int m = p.first + j;
       const Batch part = sliceBatch(global, m * desc_.batch, desc_.batch);
       const float weight = microBatchWeight(part, counted, p.micro);
+      // Weighted and unscaled in one multiply (1 / scale is a power of 2).
+      const float factor = weight * (1.0f / scale);
       if (Status st = setBatch(part, true, step * p.micro + m); !st)
         return st.takeError();
       if (Status st = uploadStepInputs(); !st)
         return st.takeError();
+      const bool overlapHere = p.overlap && j == p.per - 1;
+      if (overlapHere)
+        deviceGradReady_ = [&, j, factor](long long slot) -> Status {
+          const int64_t at = s.gradPtrs[size_t(slot)] - s.grads,
+                        n = int64_t(s.gradBytes[size_t(slot)] / sizeof(float));
+          if (Status st = weigh(j, at, n, factor); !st)
+            return st;
+          for (int64_t b = at / p.bucket; n > 0 && b <= (at + n - 1) / p.bucket; ++b)
+            --p.pending[size_t(b)];
+          return sendBuckets(/*all=*/false, what);
+        };
       scaledOverflow_ = false;
       Expected<double> loss = runDeviceOnce(scale);
+      deviceGradReady_ = nullptr;
       if (!loss && !scaledOverflow_)
         return makeError("micro-batch " + std::to_string(m) + " of " + std::to_string(p.micro) +
                          ": " + loss.error());
@@ -721,17 +777,15 @@ Expected<double> CompiledStep::runDeviceParallel(const Batch &global, int64_t st
         mine[0] = 1;
         break;
       }
-      // Weighted and unscaled in one multiply (1 / scale is a power of 2).
-      OptScaleArgs a{};
-      a.src = s.grads, a.dst = p.local + size_t(j) * size_t(p.padded);
-      a.n = s.flatN, a.factor = weight * (1.0f / scale);
-      if (Status st =
-              s.device->launchOptimizer("attnc_opt_scale_into", opt::elementwiseBlocks(a.n), &a);
-          !st)
-        return st.takeError();
+      if (!overlapHere)
+        if (Status st = weigh(j, 0, s.flatN, factor); !st)
+          return st.takeError();
       mine[size_t(1 + j)] = double(weight) * *loss;
     }
-    // One host all-gather per step, under the ranks' deadline.
+    // What is left to send (everything, without overlap), then the
+    // agreement: one host all-gather per step, under the ranks' deadline.
+    if (Status st = sendBuckets(/*all=*/true, what); !st)
+      return st.takeError();
     if (Status st = p.comm->allGather(mine.data(), mine.size() * sizeof(double), all.data(), what);
         !st)
       return st.takeError();
@@ -744,7 +798,7 @@ Expected<double> CompiledStep::runDeviceParallel(const Batch &global, int64_t st
     }
     bool finite = !overflowed;
     if (finite) {
-      if (Status st = exchangeDeviceGradients(what); !st)
+      if (Status st = s.device->copy(s.grads, p.combined, sizeof(float) * size_t(s.flatN)); !st)
         return st.takeError();
       if (Status st = deviceGradNorm(1.0f, clipNorm); !st)
         return st.takeError();
@@ -760,42 +814,66 @@ Expected<double> CompiledStep::runDeviceParallel(const Batch &global, int64_t st
   }
 }
 
-// Per bucket [a, a + len): slice q of every local micro-batch goes to rank
-// q (an all-to-all; they arrive rank-major, so in micro-batch order), which
-// adds them up in that order (attnc_opt_ordered_sum) and all-gathers the
-// sums. DataParallelStep::exchangeBucket does the same on the host.
-Status CompiledStep::exchangeDeviceGradients(const std::string &what) {
+// The buckets go last first (where the backward starts), the same order on
+// every rank. Per bucket [a, a + len): slice q of every local micro-batch
+// goes to rank q (an all-to-all; they arrive rank-major, so in micro-batch
+// order), which adds them up in that order (attnc_opt_ordered_sum) and
+// all-gathers the sums into `combined`. DataParallelStep::exchangeBucket
+// does the same on the host.
+Status CompiledStep::sendBuckets(bool all, const std::string &what) {
   CudaState &s = *cuda_;
   CudaState::Parallel &p = *s.parallel;
+  if (p.nextBucket < 0 || (!all && p.pending[size_t(p.nextBucket)] > 0)) // none to send now
+    return all && p.side ? s.device->mainWaitsForSide() : Status();
   const int ranks = p.comm->size();
-  for (int64_t a = 0; a < p.padded; a += p.bucket) {
-    const int64_t len = std::min(p.bucket, p.padded - a), slice = len / ranks;
+  void *stream = nullptr;
+  if (p.side) { // behind the step's work so far, beside what follows
+    if (Status st = s.device->sideWaitsForMain(); !st)
+      return st;
+    stream = s.device->sideStream();
+    s.device->onSide(true);
+  }
+  Status sent;
+  for (; sent && p.nextBucket >= 0 && (all || p.pending[size_t(p.nextBucket)] <= 0);
+       --p.nextBucket) {
+    ++p.sent, p.sentEarly += all ? 0 : 1;
+    const int64_t a = p.nextBucket * p.bucket;
+    const int64_t slice = std::min(p.bucket, p.padded - a) / ranks;
     const float *send = p.local + a;
     if (p.per > 1) { // rank-major blocks of micro-batch-major slices
       float *dst = p.send;
-      for (int q = 0; q < ranks; ++q)
-        for (int j = 0; j < p.per; ++j, dst += slice)
-          if (Status st =
-                  s.device->copy(dst, p.local + size_t(j) * size_t(p.padded) + a + q * slice,
-                                 size_t(slice) * sizeof(float));
-              !st)
-            return st;
+      for (int q = 0; q < ranks && sent; ++q)
+        for (int j = 0; j < p.per && sent; ++j, dst += slice)
+          sent = s.device->copy(dst, p.local + size_t(j) * size_t(p.padded) + a + q * slice,
+                                size_t(slice) * sizeof(float));
       send = p.send;
     }
-    if (Status st = p.collectives->allToAll(send, p.gathered, size_t(p.per) * size_t(slice), what);
-        !st)
-      return st;
+    if (sent)
+      sent = p.collectives->allToAll(send, p.gathered, size_t(p.per) * size_t(slice), stream, what);
     OptOrderedSumArgs sum{};
     sum.parts = p.gathered, sum.out = p.sum, sum.n = slice;
     sum.part_stride = slice, sum.num_parts = p.micro;
-    if (Status st =
-            s.device->launchOptimizer("attnc_opt_ordered_sum", opt::elementwiseBlocks(slice), &sum);
-        !st)
-      return st;
-    if (Status st = p.collectives->allGather(p.sum, p.combined + a, size_t(slice), what); !st)
-      return st;
+    if (sent)
+      sent =
+          s.device->launchOptimizer("attnc_opt_ordered_sum", opt::elementwiseBlocks(slice), &sum);
+    if (sent)
+      sent = p.collectives->allGather(p.sum, p.combined + a, size_t(slice), stream, what);
   }
-  return s.device->copy(s.grads, p.combined, sizeof(float) * size_t(s.flatN));
+  if (p.side) {
+    s.device->onSide(false);
+    // Only the last call makes the step wait: during the backward the
+    // exchange runs beside it.
+    if (all)
+      if (Status st = s.device->mainWaitsForSide(); !st && sent)
+        sent = std::move(st);
+  }
+  return sent;
+}
+
+std::pair<int64_t, int64_t> CompiledStep::bucketsSentDuringBackward() const {
+  if (!cuda_ || !cuda_->parallel)
+    return {0, 0};
+  return {cuda_->parallel->sentEarly, cuda_->parallel->sent};
 }
 
 Status CompiledStep::download(AdamW &adam) {

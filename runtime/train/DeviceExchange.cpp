@@ -13,7 +13,9 @@ public:
       : device_(device), comm_(comm) {}
   std::string describe() const override { return "MPI through host memory"; }
 
-  Status allToAll(const float *send, float *recv, size_t count, const std::string &what) override {
+  bool enqueues() const override { return false; }
+  Status allToAll(const float *send, float *recv, size_t count, void *,
+                  const std::string &what) override {
     const size_t n = count * size_t(comm_.size());
     const std::vector<size_t> blocks(size_t(comm_.size()), count * sizeof(float));
     send_.resize(n), recv_.resize(n);
@@ -24,7 +26,8 @@ public:
     return device_.upload(recv, recv_.data(), n * sizeof(float));
   }
 
-  Status allGather(const float *mine, float *all, size_t count, const std::string &what) override {
+  Status allGather(const float *mine, float *all, size_t count, void *,
+                   const std::string &what) override {
     send_.resize(count), recv_.resize(count * size_t(comm_.size()));
     if (Status s = device_.download(send_.data(), mine, count * sizeof(float)); !s)
       return s;
@@ -45,15 +48,17 @@ public:
       : version_(std::move(version)), comm_(std::move(comm)) {}
   std::string describe() const override { return "NCCL " + version_ + " on the GPUs"; }
 
-  // The legacy default stream (null), where GpuStepDevice runs the step:
-  // the exchange starts after the kernels that wrote `send` and the sum
-  // kernel after it, with no host wait in between.
-  Status allToAll(const float *send, float *recv, size_t count, const std::string &what) override {
+  // Enqueued on the caller's stream behind the kernels that wrote `send`,
+  // and the sum kernel behind them, with no host wait in between.
+  bool enqueues() const override { return true; }
+  Status allToAll(const float *send, float *recv, size_t count, void *stream,
+                  const std::string &what) override {
     const std::vector<size_t> counts(size_t(comm_->size()), count);
-    return named(comm_->allToAll(send, counts, recv, counts, nullptr), what);
+    return named(comm_->allToAll(send, counts, recv, counts, stream), what);
   }
-  Status allGather(const float *mine, float *all, size_t count, const std::string &what) override {
-    return named(comm_->allGather(mine, all, count, nullptr), what);
+  Status allGather(const float *mine, float *all, size_t count, void *stream,
+                   const std::string &what) override {
+    return named(comm_->allGather(mine, all, count, stream), what);
   }
 
 private:

@@ -37,13 +37,17 @@ public:
   virtual std::string describe() const = 0;
   /// Block q of `send` (`count` floats, blocks in rank order) goes to rank
   /// q; rank r's block for this rank lands at `recv` + r · count. Device
-  /// pointers. `what` names the exchange in errors.
-  virtual Status allToAll(const float *send, float *recv, size_t count,
+  /// pointers; `stream` the CUstream to enqueue on (null: the legacy
+  /// default stream; the host-staged transport is synchronous on it).
+  /// `what` names the exchange in errors.
+  virtual Status allToAll(const float *send, float *recv, size_t count, void *stream,
                           const std::string &what) = 0;
-  /// Rank r's `count` floats at `mine` land at `all` + r · count. Device
-  /// pointers.
-  virtual Status allGather(const float *mine, float *all, size_t count,
+  /// Rank r's `count` floats at `mine` land at `all` + r · count.
+  virtual Status allGather(const float *mine, float *all, size_t count, void *stream,
                            const std::string &what) = 0;
+  /// Whether the calls enqueue on `stream` without waiting (so they may
+  /// overlap the step's own work): NCCL's do, the host-staged ones wait.
+  virtual bool enqueues() const = 0;
 };
 
 /// Through `comm` on the host: downloads from and uploads to `device`
@@ -53,8 +57,8 @@ std::unique_ptr<DeviceCollectives> hostStagedCollectives(KernelDevice &device,
                                                          dist::Communicator &comm);
 
 /// NCCL over `comm`'s ranks, each on the GPU whose context is current
-/// (bootstrapped through `comm`), on the legacy default stream, where the
-/// GPU step runs everything. Errors: NCCL not found, no GPU, the bootstrap.
+/// (bootstrapped through `comm`). Errors: NCCL not found, no GPU, the
+/// bootstrap.
 Expected<std::unique_ptr<DeviceCollectives>> ncclCollectives(dist::Communicator &comm);
 
 } // namespace attnc::train

@@ -2,8 +2,9 @@
 //
 // The one part of the GPU training engine the emulator tests cannot reach:
 // the driver (memory, copies, launches), NVRTC for the device's arch and
-// cuBLAS. Everything is on the legacy default stream, so the step's
-// launches, GEMMs and copies run in program order.
+// cuBLAS. The step is on the legacy default stream, so its launches,
+// GEMMs and copies run in program order; a data-parallel run's exchange
+// has a non-blocking stream of its own, ordered against the step by events.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/train/StepDevice.h"
@@ -54,6 +55,9 @@ public:
     return d_.check(d_.cuMemcpyDtoH(dst, dptr(src), bytes), "cuMemcpyDtoH");
   }
   Status copy(void *dst, const void *src, size_t bytes) override {
+    if (onSide_)
+      return d_.check(d_.cuMemcpyDtoDAsync(dptr(dst), dptr(src), bytes, side_),
+                      "cuMemcpyDtoDAsync (the exchange's stream)");
     return d_.check(d_.cuMemcpyDtoD(dptr(dst), dptr(src), bytes), "cuMemcpyDtoD");
   }
   Status zero(void *dst, size_t bytes) override {
@@ -72,6 +76,35 @@ public:
   }
   Status synchronize() override { return cuda::synchronize(nullptr, "the compiled CUDA step"); }
 
+  ~GpuStepDevice() override {
+    if (side_) {
+      (void)ctx_.makeCurrent();
+      (void)d_.cuStreamSynchronize(side_);
+      (void)d_.cuStreamDestroy(side_);
+    }
+    for (CUevent e : {mainDone_, sideDone_})
+      if (e)
+        (void)d_.cuEventDestroy(e);
+  }
+  // The side stream is non-blocking: it does not wait for the legacy
+  // default stream the step runs on, only for the events below.
+  Status sideWaitsForMain() override {
+    if (Status s = ensureSide(); !s)
+      return s;
+    if (Status s = d_.check(d_.cuEventRecord(mainDone_, nullptr), "cuEventRecord (the step)"); !s)
+      return s;
+    return d_.check(d_.cuStreamWaitEvent(side_, mainDone_, 0), "cuStreamWaitEvent (the exchange)");
+  }
+  Status mainWaitsForSide() override {
+    if (!side_)
+      return {};
+    if (Status s = d_.check(d_.cuEventRecord(sideDone_, side_), "cuEventRecord (the exchange)"); !s)
+      return s;
+    return d_.check(d_.cuStreamWaitEvent(nullptr, sideDone_, 0), "cuStreamWaitEvent (the step)");
+  }
+  void onSide(bool side) override { onSide_ = side && side_; }
+  void *sideStream() override { return ensureSide() ? side_ : nullptr; }
+
 private:
   /// Launches a kernel whose one parameter is the struct at `args`.
   Status launchStruct(const std::string &name, long long blocks, int threads, const void *args) {
@@ -87,7 +120,20 @@ private:
     if (blocks == 0)
       return {};
     return cuda::launchKernel(it->second, {unsigned(blocks), 1, 1}, {unsigned(threads), 1, 1}, 0,
-                              nullptr, args);
+                              onSide_ ? side_ : nullptr, args);
+  }
+
+  Status ensureSide() {
+    if (side_)
+      return {};
+    if (Status s = d_.check(d_.cuStreamCreate(&side_, CU_STREAM_NON_BLOCKING),
+                            "cuStreamCreate (the gradient exchange's stream)");
+        !s)
+      return s;
+    for (CUevent *e : {&mainDone_, &sideDone_})
+      if (Status s = d_.check(d_.cuEventCreate(e, CU_EVENT_DISABLE_TIMING), "cuEventCreate"); !s)
+        return s;
+    return {};
   }
 
   cuda::Context ctx_;
@@ -96,6 +142,9 @@ private:
   cuda::GemmPrecision precision_;
   const cuda::Driver &d_;
   std::map<std::string, cuda::Kernel> kernels_;
+  CUstream side_ = nullptr;
+  CUevent mainDone_ = nullptr, sideDone_ = nullptr;
+  bool onSide_ = false;
 };
 
 } // namespace

@@ -52,6 +52,18 @@ public:
   /// Row-major C[M, N] = op(A)·op(B), fp32 storage.
   virtual Status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
                       const float *B, float *C) = 0;
+
+  /// A second queue of work beside the step's (data-parallel overlap:
+  /// the gradient exchange runs there while the backward goes on).
+  /// sideWaitsForMain: work enqueued on the side from now on starts after
+  /// everything enqueued on the main queue so far; mainWaitsForSide the
+  /// reverse. While onSide(true), launchOptimizer and copy enqueue on the
+  /// side; sideStream() is its CUstream, for NCCL. The defaults (the
+  /// emulator, which runs every call at once, in order) do nothing.
+  virtual Status sideWaitsForMain() { return {}; }
+  virtual Status mainWaitsForSide() { return {}; }
+  virtual void onSide(bool side) { (void)side; }
+  virtual void *sideStream() { return nullptr; }
 };
 
 /// The GPU: the step's kernels (`kernelSource`) compiled by NVRTC for

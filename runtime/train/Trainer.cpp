@@ -313,8 +313,8 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
   if (dataParallel && opt.resident) {
     // The device step combines the micro-batches itself, on the device
     // (its set-up may bootstrap NCCL: after the ranks agree).
-    Expected<std::string> how =
-        opt.resident->setDataParallel({opt.batch, opt.microBatches, &comm, opt.bucketBytes});
+    Expected<std::string> how = opt.resident->setDataParallel(
+        {opt.batch, opt.microBatches, &comm, opt.bucketBytes, opt.overlapExchange});
     if (!how)
       return how.takeError();
     if (writer)

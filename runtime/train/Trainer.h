@@ -54,6 +54,7 @@ public:
     int batch = 0, microBatches = 1;
     dist::Communicator *comm = nullptr;
     int64_t bucketBytes = int64_t(1) << 20;
+    bool overlap = true; ///< exchange finished buckets during the last micro-batch's backward
   };
   virtual Expected<std::string> setDataParallel(const DataParallelPlan &plan) = 0;
 };

@@ -50,8 +50,9 @@ TEST(Nccl, LoadsOrSaysWhereItLooked) {
   EXPECT_EQ(lib.versionString().substr(0, 2), "2.") << lib.versionString();
   EXPECT_FALSE(lib.path.empty());
 #ifdef ATTNC_HAVE_NCCL_H
-  if (lib.origin.find("toolkit") != std::string::npos)
+  if (lib.origin.find("toolkit") != std::string::npos) {
     EXPECT_EQ(lib.version, NCCL_VERSION_CODE);
+  }
 #endif
   Expected<dist::NcclUniqueId> a = dist::ncclUniqueId(lib), b = dist::ncclUniqueId(lib);
   if (!a)
