@@ -261,7 +261,7 @@ done
 if [ $ok = 0 ]; then
   line="FAIL data parallel on the device ($m, 2 micro-batches): attnc-rt train exited non-zero ($out/dp-*.log)"
 elif cmp -s "$out/dp-local/ckpt-3.safetensors" "$out/dp-$exchange/ckpt-3.safetensors"; then
-  line="ok   data parallel on the device ($m, 2 micro-batches, 3 steps): $exchange and device copies give bit-identical checkpoints; $(grep -h "^data parallel on the device: " "$out/dp-$exchange.log" | head -1 | cut -d: -f2-)"
+  line="ok   data parallel on the device ($m, 2 micro-batches, 3 steps): $exchange and device copies give bit-identical checkpoints; $(grep -h "^data parallel on the device: " "$out/dp-$exchange.log" | head -1 | sed 's/^data parallel on the device: //')"
 else
   line="FAIL data parallel on the device ($m): the $exchange exchange's checkpoint differs from the device copies'"
 fi
