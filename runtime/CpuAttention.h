@@ -47,6 +47,34 @@ struct AttentionOutputs {
   std::optional<st::Tensor> dq, dk, dv, dE, dF, dparams;
 };
 
+/// One attention call on caller-owned, contiguous f32 host buffers (what
+/// the C ABI and the PyTorch op hand over, copying nothing): q [B, H, Nq,
+/// D], k and v [B, H, N, D], lengths [B] (i32), E and F [k, Nmax] or [H, k,
+/// Nmax] (F null: E serves both), params [P, H], rotations [rounds, D,
+/// buckets/2].
+/// - Forward (dout null): writes out [B, H, Nq, D] and lse [B, H, Nq].
+/// - Backward (dout set): writes dq, dk (not for shared-QK variants), dv,
+///   dE, dF (low-rank), dparams [P, H] (when P > 0; null: not wanted). A
+///   dense backward reads the forward from savedOut/savedLse when given;
+///   otherwise, and always for low-rank and LSH (whose backward needs what
+///   the forward does not keep), it reruns the forward first, into out and
+///   lse when those are set, else into scratch of its own.
+struct AttentionCall {
+  int B = 0, H = 0, Nq = 0, N = 0, D = 0;
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  const int32_t *lengths = nullptr;
+  const float *E = nullptr, *F = nullptr;
+  int kRows = 0, nmax = 0; ///< low-rank: E's rows and columns
+  const float *params = nullptr, *rotations = nullptr;
+  float *out = nullptr, *lse = nullptr;
+  const float *dout = nullptr, *savedOut = nullptr, *savedLse = nullptr;
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr, *dE = nullptr, *dF = nullptr,
+        *dparams = nullptr;
+  bool dropout = false;
+  uint64_t dropoutSeed = 0;
+  uint32_t dropoutOffset = 0;
+};
+
 namespace train {
 /// Runs one attention op: out, lse and, when inputs.dout is set, gradients
 /// (a compiled CpuAttention or CudaAttention, or a test double). What a
@@ -68,13 +96,18 @@ public:
   /// validated by the caller; sizes are re-checked here against the kernels.
   Expected<AttentionOutputs> run(const AttentionInputs &inputs) const;
 
+  /// The same on caller-owned buffers (AttentionCall); no copies.
+  Status call(const AttentionCall &c) const;
+  const KernelDesc &forwardDesc() const { return fwd_; }
+  const std::optional<KernelDesc> &backwardDesc() const { return bwd_; }
+
   /// Whether the shared object came from the kernel cache.
   bool fromCache() const { return fromCache_; }
   double compileSeconds() const { return compileSeconds_; }
 
 private:
   CpuAttention(SharedObject so) : so_(std::move(so)) {}
-  Expected<AttentionOutputs> runLsh(const AttentionInputs &inputs, AttentionOutputs out) const;
+  Status callLsh(const AttentionCall &c) const;
   SharedObject so_;
   KernelDesc fwd_;
   std::optional<KernelDesc> bwd_;
