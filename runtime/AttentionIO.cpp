@@ -45,6 +45,13 @@ float normalAt(uint64_t seed, const std::string &tensor, uint64_t index) {
   return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }
 
+const st::Tensor *find(const st::File &f, const std::string &name) {
+  auto it = f.tensors.find(name);
+  return it == f.tensors.end() ? nullptr : &it->second;
+}
+
+} // namespace
+
 st::Tensor randomProjection(uint64_t seed, const std::string &name, std::vector<int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape)
@@ -57,13 +64,6 @@ st::Tensor randomProjection(uint64_t seed, const std::string &name, std::vector<
     v[i] = stddev * normalAt(seed, name, uint64_t(i));
   return st::Tensor::f32(std::move(shape), v);
 }
-
-const st::Tensor *find(const st::File &f, const std::string &name) {
-  auto it = f.tensors.find(name);
-  return it == f.tensors.end() ? nullptr : &it->second;
-}
-
-} // namespace
 
 Expected<std::unique_ptr<AttentionIO>>
 loadAttentionIO(const std::string &inputsPath, const std::string &weightsPath,

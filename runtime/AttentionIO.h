@@ -43,6 +43,11 @@ struct AttentionIO {
   int64_t kRows = 0, nmax = 0; ///< low-rank only
 };
 
+/// A low-rank projection's initial value: Xavier-normal over its last two
+/// dimensions [k, Nmax], as fairseq initialises Linformer's E, drawn from
+/// (`seed`, `name`) so E and F differ and every run draws the same.
+st::Tensor randomProjection(uint64_t seed, const std::string &name, std::vector<int64_t> shape);
+
 /// Reads `inputsPath` (and `weightsPath`, `gradPath` when not empty).
 Expected<std::unique_ptr<AttentionIO>>
 loadAttentionIO(const std::string &inputsPath, const std::string &weightsPath,

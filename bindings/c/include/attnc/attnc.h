@@ -1,0 +1,153 @@
+/*===- attnc.h - attnc's C ABI: compiled attention on caller-owned buffers -===*
+ *
+ * Compile one attention variant of a .attn spec, ask which parameter
+ * tensors it needs (low-rank E and F, LSH rotations, per-head parameters),
+ * and run its forward and backward on buffers the caller owns. The Python
+ * package (bindings/python/attnc) is built on it; any language with a C
+ * FFI can be. Handles and buffers are the caller's: attnc allocates only
+ * its own scratch. The model: FlashInfer's JIT and cuDNN's frontend (a
+ * handle per compiled kernel, buffers owned by the caller).
+ *
+ * Errors come back as values: every call that can fail returns an
+ * attnc_error* (NULL on success) whose message names the argument, the
+ * tensor or the spec's line and column; free it with attnc_error_free.
+ * Nothing prints, nothing exits.
+ *
+ * Stability: the structs a caller fills carry their size first
+ * (struct_size = sizeof the struct it was compiled with), so fields can be
+ * added at the end; functions are only added. ATTNC_C_API_VERSION counts
+ * the additions.
+ *
+ * Targets today: the CPU (fp32 kernels, host pointers). A CUDA target (device
+ * pointers plus a CUstream) is declared by attnc_device but refused until
+ * its kernels are wired here (docs/pytorch.md).
+ *
+ *===----------------------------------------------------------------------===*/
+#ifndef ATTNC_ATTNC_H
+#define ATTNC_ATTNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATTNC_C_API_VERSION 1
+
+#if defined(__GNUC__)
+#define ATTNC_API __attribute__((visibility("default")))
+#else
+#define ATTNC_API
+#endif
+
+/* The version of the library loaded (ATTNC_C_API_VERSION it was built with). */
+ATTNC_API int attnc_api_version(void);
+
+/* ---- errors ---------------------------------------------------------- */
+
+typedef struct attnc_error attnc_error;
+/* The message; valid until attnc_error_free. */
+ATTNC_API const char *attnc_error_message(const attnc_error *error);
+ATTNC_API void attnc_error_free(attnc_error *error);
+
+/* ---- tensors --------------------------------------------------------- */
+
+typedef enum { ATTNC_F32 = 0, ATTNC_F16 = 1, ATTNC_BF16 = 2, ATTNC_I32 = 3 } attnc_dtype;
+
+typedef enum { ATTNC_CPU = 0, ATTNC_CUDA = 1 } attnc_device;
+
+/* A view of caller-owned memory, as DLPack describes one: `strides` in
+ * elements (not bytes), for every dimension. */
+typedef struct {
+  void *data;
+  attnc_dtype dtype;
+  attnc_device device;
+  int ndim;
+  int64_t shape[4];
+  int64_t strides[4];
+} attnc_tensor;
+
+/* ---- compiling ------------------------------------------------------- */
+
+typedef struct {
+  size_t struct_size; /* sizeof(attnc_compile_options) */
+  const char *target; /* "cpu" (NULL: "cpu") */
+  attnc_dtype dtype;  /* the kernels' element type (CPU: ATTNC_F32) */
+  int64_t heads;      /* H */
+  int64_t head_dim;   /* D */
+  int64_t max_seq;    /* low-rank: E and F's columns (the longest N); else 0 */
+  int key_padding;    /* 1: calls may pass per-sequence key lengths */
+  int backward;       /* 1: compile the backward too */
+} attnc_compile_options;
+
+/* Fills `options` with the defaults (CPU, f32, with the backward). */
+ATTNC_API void attnc_compile_options_init(attnc_compile_options *options);
+
+typedef struct attnc_variant attnc_variant;
+
+/* Compiles attention variant `name` of `spec` (the spec's text, or a path
+ * to a .attn file; `name` NULL: the spec's only variant) for `options`.
+ * Kernels go into attnc's kernel cache ($ATTNC_CACHE_DIR, else
+ * ~/.cache/attnc), the one the command line uses: a second compile of the
+ * same variant and shape class loads them. The kernels do not depend on
+ * the batch or the sequence length (up to max_seq for low-rank). */
+ATTNC_API attnc_error *attnc_compile(const char *spec, const char *name,
+                                     const attnc_compile_options *options, attnc_variant **variant);
+ATTNC_API void attnc_variant_free(attnc_variant *variant);
+
+/* The variant's name, and whether its keys are its (normalised) queries
+ * (LSH): then k is ignored and its gradient folded into dq. */
+ATTNC_API const char *attnc_variant_name(const attnc_variant *variant);
+ATTNC_API int attnc_variant_shared_qk(const attnc_variant *variant);
+/* Whether the kernels were loaded from the cache instead of compiled. */
+ATTNC_API int attnc_variant_from_cache(const attnc_variant *variant);
+
+/* ---- parameters ------------------------------------------------------ */
+
+typedef struct {
+  const char *name; /* "E", "F", "lsh_rotations", or a per-head parameter's name */
+  int ndim;
+  int64_t shape[4];
+  int learned; /* 1: has a gradient (attnc_backward writes it) */
+} attnc_param_info;
+
+/* The tensors every call takes after q, k, v, in this order. */
+ATTNC_API int attnc_variant_num_params(const attnc_variant *variant);
+ATTNC_API attnc_error *attnc_variant_param(const attnc_variant *variant, int index,
+                                           attnc_param_info *info);
+/* Parameter `index`'s initial value (E, F: Xavier-normal from `seed`;
+ * rotations: the spec's LSH seed; per-head: the spec's init) into `out`
+ * (f32, contiguous, of the parameter's shape). */
+ATTNC_API attnc_error *attnc_variant_init_param(const attnc_variant *variant, int index,
+                                                uint64_t seed, const attnc_tensor *out);
+
+/* ---- running --------------------------------------------------------- */
+
+typedef struct {
+  size_t struct_size;          /* sizeof(attnc_call) */
+  attnc_tensor q, k, v;        /* [B, H, N, D] (k ignored for shared-QK variants) */
+  const attnc_tensor *lengths; /* [B] i32, or NULL (needs key_padding) */
+  const attnc_tensor *params;  /* attnc_variant_num_params of them, in order */
+  attnc_tensor out, lse;       /* [B, H, N, D], [B, H, N]: written by the forward;
+                                  read by the backward (dense: no recompute) */
+  void *stream;                /* CUDA: the CUstream; ignored on the CPU */
+  /* 0: a tensor the kernels cannot read as it is (strides that are not
+   * contiguous, misaligned data) is an error naming it; 1: it is copied. */
+  int allow_copies;
+  /* Backward only (attnc_backward): */
+  attnc_tensor dout;           /* [B, H, N, D] */
+  attnc_tensor dq, dk, dv;     /* like q, k, v (dk unused for shared-QK) */
+  const attnc_tensor *dparams; /* like params; an entry with data NULL is skipped */
+} attnc_call;
+
+/* out, lse = attention(q, k, v; params). */
+ATTNC_API attnc_error *attnc_forward(const attnc_variant *variant, const attnc_call *call);
+/* dq, dk, dv, dparams from dout and the forward's out and lse. */
+ATTNC_API attnc_error *attnc_backward(const attnc_variant *variant, const attnc_call *call);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTNC_ATTNC_H */

@@ -1,0 +1,441 @@
+//===- CApiTest.cpp - attnc's C ABI against a double reference ------------===//
+//
+// Only the public header (bindings/c/include/attnc/attnc.h) and
+// libattnc.so: a causal variant compiled from its text at a shape that is
+// no tile multiple (N = 77), its forward and backward against attention
+// computed in double precision here, on caller-owned buffers; strided
+// inputs refused or copied; a per-head parameter's gradient; and the
+// errors a caller can make, each a message naming the place.
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/attnc.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Error {
+  attnc_error *e = nullptr;
+  ~Error() { attnc_error_free(e); }
+  std::string message() const { return e ? attnc_error_message(e) : ""; }
+};
+
+attnc_tensor tensor(std::vector<float> &data, std::vector<int64_t> shape) {
+  attnc_tensor t{};
+  t.data = data.data(), t.dtype = ATTNC_F32, t.device = ATTNC_CPU;
+  t.ndim = int(shape.size());
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.shape[d] = shape[size_t(d)], t.strides[d] = stride;
+    stride *= shape[size_t(d)];
+  }
+  return t;
+}
+
+std::vector<float> randn(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = nd(rng);
+  return v;
+}
+
+/// Causal softmax attention in double: out, and (with dout) dq, dk, dv.
+/// `bias[h]` is added to every score as slope · (key − query) when given.
+struct Reference {
+  std::vector<double> out, dq, dk, dv, dslope;
+};
+Reference reference(const std::vector<float> &q, const std::vector<float> &k,
+                    const std::vector<float> &v, const std::vector<float> &dout, int B, int H,
+                    int N, int D, const std::vector<float> &slope) {
+  Reference r;
+  const size_t all = size_t(B) * H * N * D;
+  r.out.assign(all, 0), r.dq.assign(all, 0), r.dk.assign(all, 0), r.dv.assign(all, 0);
+  r.dslope.assign(size_t(H), 0);
+  const double scale = 1.0 / std::sqrt(double(D));
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h) {
+      const size_t base = (size_t(b) * H + h) * N * D;
+      auto at = [&](const auto &x, int n, int d) { return double(x[base + size_t(n) * D + d]); };
+      for (int i = 0; i < N; ++i) {
+        std::vector<double> p(size_t(i) + 1);
+        double m = -1e300;
+        for (int j = 0; j <= i; ++j) {
+          double s = 0;
+          for (int d = 0; d < D; ++d)
+            s += at(q, i, d) * at(k, j, d);
+          s = s * scale + (slope.empty() ? 0.0 : double(slope[size_t(h)]) * (j - i));
+          p[size_t(j)] = s, m = std::max(m, s);
+        }
+        double z = 0;
+        for (double &x : p)
+          z += (x = std::exp(x - m));
+        for (double &x : p)
+          x /= z;
+        for (int d = 0; d < D; ++d)
+          for (int j = 0; j <= i; ++j)
+            r.out[base + size_t(i) * D + d] += p[size_t(j)] * at(v, j, d);
+        if (dout.empty())
+          continue;
+        // dP = dO·Vᵀ, dS = P ∘ (dP − rowsum(dO ∘ O)).
+        double delta = 0;
+        for (int d = 0; d < D; ++d)
+          delta += at(dout, i, d) * r.out[base + size_t(i) * D + d];
+        for (int j = 0; j <= i; ++j) {
+          double dp = 0;
+          for (int d = 0; d < D; ++d)
+            dp += at(dout, i, d) * at(v, j, d);
+          const double ds = p[size_t(j)] * (dp - delta);
+          for (int d = 0; d < D; ++d) {
+            r.dq[base + size_t(i) * D + d] += ds * scale * at(k, j, d);
+            r.dk[base + size_t(j) * D + d] += ds * scale * at(q, i, d);
+            r.dv[base + size_t(j) * D + d] += p[size_t(j)] * at(dout, i, d);
+          }
+          r.dslope[size_t(h)] += ds * (j - i);
+        }
+      }
+    }
+  return r;
+}
+
+double relErr(const std::vector<float> &got, const std::vector<double> &want) {
+  double worst = 0, top = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+    top = std::max(top, std::abs(want[i]));
+  }
+  return worst / std::max(top, 1e-30);
+}
+
+attnc_variant *compile(const char *spec, int64_t heads, int64_t headDim, Error &err,
+                       int backward = 1) {
+  attnc_compile_options o;
+  attnc_compile_options_init(&o);
+  o.heads = heads, o.head_dim = headDim, o.backward = backward;
+  attnc_variant *v = nullptr;
+  err.e = attnc_compile(spec, nullptr, &o, &v);
+  return v;
+}
+
+constexpr int B = 2, H = 3, N = 77, D = 64;
+
+TEST(CApi, CausalForwardAndBackwardMatchDouble) {
+  Error err;
+  attnc_variant *v = compile("attention a {\n  mask causal\n}\n", H, D, err);
+  ASSERT_NE(v, nullptr) << err.message();
+  EXPECT_STREQ(attnc_variant_name(v), "a");
+  EXPECT_EQ(attnc_variant_num_params(v), 0);
+  EXPECT_EQ(attnc_api_version(), ATTNC_C_API_VERSION);
+  const size_t n = size_t(B) * H * N * D;
+  std::vector<float> q = randn(n, 1), k = randn(n, 2), val = randn(n, 3), dout = randn(n, 4);
+  std::vector<float> out(n), lse(size_t(B) * H * N), dq(n), dk(n), dv(n);
+  attnc_call c{};
+  c.struct_size = sizeof c;
+  c.q = tensor(q, {B, H, N, D}), c.k = tensor(k, {B, H, N, D}), c.v = tensor(val, {B, H, N, D});
+  c.out = tensor(out, {B, H, N, D}), c.lse = tensor(lse, {B, H, N});
+  Error fwd;
+  fwd.e = attnc_forward(v, &c);
+  ASSERT_EQ(fwd.e, nullptr) << fwd.message();
+  Reference r = reference(q, k, val, dout, B, H, N, D, {});
+  EXPECT_LT(relErr(out, r.out), 1e-5);
+  c.dout = tensor(dout, {B, H, N, D});
+  c.dq = tensor(dq, {B, H, N, D}), c.dk = tensor(dk, {B, H, N, D}), c.dv = tensor(dv, {B, H, N, D});
+  Error bwd;
+  bwd.e = attnc_backward(v, &c);
+  ASSERT_EQ(bwd.e, nullptr) << bwd.message();
+  EXPECT_LT(relErr(dq, r.dq), 1e-4);
+  EXPECT_LT(relErr(dk, r.dk), 1e-4);
+  EXPECT_LT(relErr(dv, r.dv), 1e-4);
+
+  // A second compile of the same variant and shape class loads the kernels.
+  Error again;
+  attnc_variant *w = compile("attention a {\n  mask causal\n}\n", H, D, again);
+  ASSERT_NE(w, nullptr) << again.message();
+  EXPECT_EQ(attnc_variant_from_cache(w), 1);
+  // Another N, same kernels.
+  const int N2 = 40;
+  const size_t n2 = size_t(B) * H * N2 * D;
+  std::vector<float> q2 = randn(n2, 5), k2 = randn(n2, 6), v2 = randn(n2, 7), o2(n2),
+                     l2(size_t(B) * H * N2);
+  attnc_call c2{};
+  c2.struct_size = sizeof c2;
+  c2.q = tensor(q2, {B, H, N2, D}), c2.k = tensor(k2, {B, H, N2, D});
+  c2.v = tensor(v2, {B, H, N2, D});
+  c2.out = tensor(o2, {B, H, N2, D}), c2.lse = tensor(l2, {B, H, N2});
+  Error f2;
+  f2.e = attnc_forward(w, &c2);
+  ASSERT_EQ(f2.e, nullptr) << f2.message();
+  EXPECT_LT(relErr(o2, reference(q2, k2, v2, {}, B, H, N2, D, {}).out), 1e-5);
+  attnc_variant_free(w);
+  attnc_variant_free(v);
+}
+
+TEST(CApi, StridedInputsAreRefusedOrCopied) {
+  Error err;
+  attnc_variant *v = compile("attention a {\n  mask causal\n}\n", H, D, err);
+  ASSERT_NE(v, nullptr) << err.message();
+  const size_t n = size_t(B) * H * N * D;
+  // q stored [B, N, H, D] and viewed as [B, H, N, D] (what q.transpose(1, 2) gives).
+  std::vector<float> qBnhd = randn(n, 11), k = randn(n, 12), val = randn(n, 13);
+  std::vector<float> out(n), lse(size_t(B) * H * N);
+  attnc_call c{};
+  c.struct_size = sizeof c;
+  c.q = tensor(qBnhd, {B, H, N, D});
+  c.q.strides[0] = int64_t(N) * H * D, c.q.strides[1] = D, c.q.strides[2] = int64_t(H) * D;
+  c.k = tensor(k, {B, H, N, D}), c.v = tensor(val, {B, H, N, D});
+  c.out = tensor(out, {B, H, N, D}), c.lse = tensor(lse, {B, H, N});
+  Error refused;
+  refused.e = attnc_forward(v, &c);
+  ASSERT_NE(refused.e, nullptr);
+  EXPECT_NE(refused.message().find("q (f32 [2, 3, 77, 64], strides [14784, 64, 192, 1]): not "
+                                   "contiguous"),
+            std::string::npos)
+      << refused.message();
+  c.allow_copies = 1;
+  Error copied;
+  copied.e = attnc_forward(v, &c);
+  ASSERT_EQ(copied.e, nullptr) << copied.message();
+  std::vector<float> q(n); // the same values, contiguous
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < N; ++i)
+        for (int d = 0; d < D; ++d)
+          q[((size_t(b) * H + h) * N + i) * D + d] = qBnhd[((size_t(b) * N + i) * H + h) * D + d];
+  EXPECT_LT(relErr(out, reference(q, k, val, {}, B, H, N, D, {}).out), 1e-5);
+  attnc_variant_free(v);
+}
+
+TEST(CApi, PerHeadParameterAndItsGradient) {
+  // A learned per-head slope: score + slope_h · (key − query).
+  const char *spec = "attention alibi {\n  param slope(h) = alibi\n"
+                     "  score s + slope(h) * float(kv - q)\n  mask causal\n}\n";
+  Error err;
+  attnc_variant *v = compile(spec, H, D, err);
+  ASSERT_NE(v, nullptr) << err.message();
+  ASSERT_EQ(attnc_variant_num_params(v), 1);
+  attnc_param_info info;
+  Error pe;
+  pe.e = attnc_variant_param(v, 0, &info);
+  ASSERT_EQ(pe.e, nullptr) << pe.message();
+  EXPECT_STREQ(info.name, "slope");
+  EXPECT_EQ(info.ndim, 1);
+  EXPECT_EQ(info.shape[0], H);
+  EXPECT_EQ(info.learned, 1);
+  std::vector<float> slope(H);
+  attnc_tensor st = tensor(slope, {H});
+  Error ie;
+  ie.e = attnc_variant_init_param(v, 0, 0, &st);
+  ASSERT_EQ(ie.e, nullptr) << ie.message();
+  for (int h = 0; h < H; ++h)
+    EXPECT_FLOAT_EQ(slope[size_t(h)], float(std::exp2(-8.0 * (h + 1) / H)));
+  const size_t n = size_t(B) * H * N * D;
+  std::vector<float> q = randn(n, 21), k = randn(n, 22), val = randn(n, 23), dout = randn(n, 24);
+  std::vector<float> out(n), lse(size_t(B) * H * N), dq(n), dk(n), dv(n), dslope(H);
+  attnc_call c{};
+  c.struct_size = sizeof c;
+  c.q = tensor(q, {B, H, N, D}), c.k = tensor(k, {B, H, N, D}), c.v = tensor(val, {B, H, N, D});
+  c.params = &st;
+  c.out = tensor(out, {B, H, N, D}), c.lse = tensor(lse, {B, H, N});
+  Error fwd;
+  fwd.e = attnc_forward(v, &c);
+  ASSERT_EQ(fwd.e, nullptr) << fwd.message();
+  Reference r = reference(q, k, val, dout, B, H, N, D, slope);
+  EXPECT_LT(relErr(out, r.out), 1e-5);
+  attnc_tensor ds = tensor(dslope, {H});
+  c.dout = tensor(dout, {B, H, N, D});
+  c.dq = tensor(dq, {B, H, N, D}), c.dk = tensor(dk, {B, H, N, D}), c.dv = tensor(dv, {B, H, N, D});
+  c.dparams = &ds;
+  Error bwd;
+  bwd.e = attnc_backward(v, &c);
+  ASSERT_EQ(bwd.e, nullptr) << bwd.message();
+  EXPECT_LT(relErr(dq, r.dq), 1e-4);
+  EXPECT_LT(relErr(dslope, r.dslope), 1e-4);
+  attnc_variant_free(v);
+}
+
+// Linformer: keys and values projected along the sequence by E and F
+// ([k, max_seq], shared by the heads), in double: out, dq, dk, dv, dE, dF.
+struct LowRankReference {
+  std::vector<double> out, dq, dk, dv, dE, dF;
+};
+LowRankReference lowRankReference(const std::vector<float> &q, const std::vector<float> &k,
+                                  const std::vector<float> &v, const std::vector<float> &dout,
+                                  const std::vector<float> &E, const std::vector<float> &F, int B,
+                                  int H, int N, int D, int R, int Nmax) {
+  LowRankReference r;
+  const size_t all = size_t(B) * H * N * D;
+  r.out.assign(all, 0), r.dq.assign(all, 0), r.dk.assign(all, 0), r.dv.assign(all, 0);
+  r.dE.assign(size_t(R) * Nmax, 0), r.dF.assign(size_t(R) * Nmax, 0);
+  const double scale = 1.0 / std::sqrt(double(D));
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h) {
+      const size_t base = (size_t(b) * H + h) * N * D;
+      std::vector<double> kp(size_t(R) * D, 0), vp(size_t(R) * D, 0);
+      for (int j = 0; j < R; ++j)
+        for (int n = 0; n < N; ++n)
+          for (int d = 0; d < D; ++d) {
+            kp[size_t(j) * D + d] += double(E[size_t(j) * Nmax + n]) * k[base + size_t(n) * D + d];
+            vp[size_t(j) * D + d] += double(F[size_t(j) * Nmax + n]) * v[base + size_t(n) * D + d];
+          }
+      std::vector<double> dkp(kp.size(), 0), dvp(vp.size(), 0);
+      for (int i = 0; i < N; ++i) {
+        std::vector<double> p(static_cast<size_t>(R));
+        double m = -1e300, z = 0;
+        for (int j = 0; j < R; ++j) {
+          double sc = 0;
+          for (int d = 0; d < D; ++d)
+            sc += double(q[base + size_t(i) * D + d]) * kp[size_t(j) * D + d];
+          p[size_t(j)] = sc * scale, m = std::max(m, p[size_t(j)]);
+        }
+        for (double &x : p)
+          z += (x = std::exp(x - m));
+        for (double &x : p)
+          x /= z;
+        double delta = 0;
+        for (int d = 0; d < D; ++d) {
+          double o = 0;
+          for (int j = 0; j < R; ++j)
+            o += p[size_t(j)] * vp[size_t(j) * D + d];
+          r.out[base + size_t(i) * D + d] = o;
+          delta += o * dout[base + size_t(i) * D + d];
+        }
+        for (int j = 0; j < R; ++j) {
+          double dp = 0;
+          for (int d = 0; d < D; ++d)
+            dp += double(dout[base + size_t(i) * D + d]) * vp[size_t(j) * D + d];
+          const double ds = p[size_t(j)] * (dp - delta);
+          for (int d = 0; d < D; ++d) {
+            r.dq[base + size_t(i) * D + d] += ds * scale * kp[size_t(j) * D + d];
+            dkp[size_t(j) * D + d] += ds * scale * q[base + size_t(i) * D + d];
+            dvp[size_t(j) * D + d] += p[size_t(j)] * dout[base + size_t(i) * D + d];
+          }
+        }
+      }
+      for (int j = 0; j < R; ++j)
+        for (int n = 0; n < N; ++n)
+          for (int d = 0; d < D; ++d) {
+            r.dk[base + size_t(n) * D + d] +=
+                double(E[size_t(j) * Nmax + n]) * dkp[size_t(j) * D + d];
+            r.dv[base + size_t(n) * D + d] +=
+                double(F[size_t(j) * Nmax + n]) * dvp[size_t(j) * D + d];
+            r.dE[size_t(j) * Nmax + n] += dkp[size_t(j) * D + d] * k[base + size_t(n) * D + d];
+            r.dF[size_t(j) * Nmax + n] += dvp[size_t(j) * D + d] * v[base + size_t(n) * D + d];
+          }
+    }
+  return r;
+}
+
+TEST(CApi, LowRankParametersAndGradients) {
+  const int R = 16, Nmax = 96; // E, F: [16, 96]; the calls use N = 77 of the columns
+  attnc_compile_options o;
+  attnc_compile_options_init(&o);
+  o.heads = H, o.head_dim = D, o.max_seq = Nmax;
+  attnc_variant *v = nullptr;
+  Error err;
+  err.e = attnc_compile("attention lin {\n  kv lowrank(k = 16, share = headwise)\n}\n", nullptr, &o,
+                        &v);
+  ASSERT_NE(v, nullptr) << err.message();
+  ASSERT_EQ(attnc_variant_num_params(v), 2);
+  attnc_param_info e{}, f{};
+  Error pe, pf;
+  pe.e = attnc_variant_param(v, 0, &e);
+  pf.e = attnc_variant_param(v, 1, &f);
+  ASSERT_EQ(pe.e, nullptr) << pe.message();
+  EXPECT_STREQ(e.name, "E");
+  EXPECT_STREQ(f.name, "F");
+  ASSERT_EQ(e.ndim, 2);
+  EXPECT_EQ(e.shape[0], R);
+  EXPECT_EQ(e.shape[1], Nmax);
+  std::vector<float> E(size_t(R) * Nmax), F(E.size());
+  attnc_tensor params[2] = {tensor(E, {R, Nmax}), tensor(F, {R, Nmax})};
+  for (int i = 0; i < 2; ++i) {
+    Error ie;
+    ie.e = attnc_variant_init_param(v, i, 7, &params[i]);
+    ASSERT_EQ(ie.e, nullptr) << ie.message();
+  }
+  EXPECT_NE(E, F); // drawn apart
+  const size_t n = size_t(B) * H * N * D;
+  std::vector<float> q = randn(n, 31), k = randn(n, 32), val = randn(n, 33), dout = randn(n, 34);
+  std::vector<float> out(n), lse(size_t(B) * H * N), dq(n), dk(n), dv(n), dE(E.size()),
+      dF(F.size());
+  attnc_call c{};
+  c.struct_size = sizeof c;
+  c.q = tensor(q, {B, H, N, D}), c.k = tensor(k, {B, H, N, D}), c.v = tensor(val, {B, H, N, D});
+  c.params = params;
+  c.out = tensor(out, {B, H, N, D}), c.lse = tensor(lse, {B, H, N});
+  Error fwd;
+  fwd.e = attnc_forward(v, &c);
+  ASSERT_EQ(fwd.e, nullptr) << fwd.message();
+  LowRankReference r = lowRankReference(q, k, val, dout, E, F, B, H, N, D, R, Nmax);
+  EXPECT_LT(relErr(out, r.out), 1e-5);
+  attnc_tensor dparams[2] = {tensor(dE, {R, Nmax}), tensor(dF, {R, Nmax})};
+  c.dout = tensor(dout, {B, H, N, D});
+  c.dq = tensor(dq, {B, H, N, D}), c.dk = tensor(dk, {B, H, N, D}), c.dv = tensor(dv, {B, H, N, D});
+  c.dparams = dparams;
+  Error bwd;
+  bwd.e = attnc_backward(v, &c);
+  ASSERT_EQ(bwd.e, nullptr) << bwd.message();
+  EXPECT_LT(relErr(dq, r.dq), 1e-4);
+  EXPECT_LT(relErr(dk, r.dk), 1e-4);
+  EXPECT_LT(relErr(dv, r.dv), 1e-4);
+  EXPECT_LT(relErr(dE, r.dE), 1e-4);
+  EXPECT_LT(relErr(dF, r.dF), 1e-4);
+  // Keys beyond max_seq do not fit E.
+  const int Nlong = 100;
+  const size_t nl = size_t(B) * H * Nlong * D;
+  std::vector<float> ql(nl), ol(nl), ll(size_t(B) * H * Nlong);
+  attnc_call cl = c;
+  cl.q = tensor(ql, {B, H, Nlong, D}), cl.k = cl.q, cl.v = cl.q;
+  cl.out = tensor(ol, {B, H, Nlong, D}), cl.lse = tensor(ll, {B, H, Nlong});
+  Error tooLong;
+  tooLong.e = attnc_forward(v, &cl);
+  EXPECT_NE(tooLong.message().find("max_seq 96"), std::string::npos) << tooLong.message();
+  attnc_variant_free(v);
+}
+
+TEST(CApi, ErrorsNameThePlace) {
+  Error syntax;
+  EXPECT_EQ(compile("attention a {\n  mask causul\n}\n", H, D, syntax), nullptr);
+  EXPECT_NE(syntax.message().find("<spec>:2:"), std::string::npos) << syntax.message();
+  Error missing;
+  EXPECT_EQ(compile("/nonexistent/x.attn", H, D, missing), nullptr);
+  EXPECT_NE(missing.message().find("/nonexistent/x.attn"), std::string::npos) << missing.message();
+  Error badHeads;
+  EXPECT_EQ(compile("attention a {\n  mask causal\n}\n", 0, D, badHeads), nullptr);
+  EXPECT_NE(badHeads.message().find("heads = 0"), std::string::npos) << badHeads.message();
+
+  Error err;
+  attnc_variant *v = compile("attention a {\n  mask causal\n}\n", H, D, err, /*backward=*/0);
+  ASSERT_NE(v, nullptr) << err.message();
+  const size_t n = size_t(B) * H * N * D;
+  std::vector<float> q = randn(n, 1), out(n), lse(size_t(B) * H * N);
+  attnc_call c{};
+  c.struct_size = sizeof c;
+  c.q = tensor(q, {B, H, N, D}), c.k = c.q, c.v = c.q;
+  c.out = tensor(out, {B, H, N, D}), c.lse = tensor(lse, {B, H, N});
+  c.v.shape[3] = 32; // a wrong head dim
+  Error shape;
+  shape.e = attnc_forward(v, &c);
+  EXPECT_NE(shape.message().find("v (f32 [2, 3, 77, 32]"), std::string::npos) << shape.message();
+  EXPECT_NE(shape.message().find("expected shape [2, 3, 77, 64]"), std::string::npos);
+  c.v = c.q;
+  c.q.dtype = ATTNC_F16;
+  Error dtype;
+  dtype.e = attnc_forward(v, &c);
+  EXPECT_NE(dtype.message().find("expected f32"), std::string::npos) << dtype.message();
+  c.q.dtype = ATTNC_F32;
+  Error noBackward;
+  noBackward.e = attnc_backward(v, &c);
+  EXPECT_NE(noBackward.message().find("without its backward"), std::string::npos)
+      << noBackward.message();
+  attnc_variant_free(v);
+}
+
+} // namespace
