@@ -1,0 +1,181 @@
+"""attnc's attention as a PyTorch op (torch.library custom op).
+
+`attnc.attention(spec)` returns f(q, k, v, *, lengths=None, return_lse=False,
+**weights) on [B, H, N, D] tensors. The op is `attnc::attention` with a
+registered backward (`attnc::attention_backward`) and fake kernels for both,
+so autograd, torch.compile(fullgraph=True) and torch.func see through it.
+Ops take no Python objects, so a compiled variant is named by a key into
+this module's registry. docs/pytorch.md says what runs where.
+"""
+import threading
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from . import AttncError, Variant, _capi, view
+
+_registry: Dict[str, Variant] = {}
+_lock = threading.Lock()
+
+
+def _variant(spec: str, name: Optional[str], heads: int, head_dim: int, max_seq: int,
+             key_padding: bool) -> Tuple[str, Variant]:
+    key = repr((spec, name, heads, head_dim, max_seq, key_padding))
+    with _lock:
+        var = _registry.get(key)
+        if var is None:
+            var = Variant(spec, name, heads=heads, head_dim=head_dim, max_seq=max_seq,
+                          key_padding=key_padding)
+            _registry[key] = var
+    return key, var
+
+
+_DTYPE = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
+          torch.int32: "int32"}
+
+
+def _view(t: torch.Tensor):
+    if t.dtype not in _DTYPE:
+        raise AttncError(f"a {t.dtype} tensor: attnc takes float32, float16, bfloat16, int32")
+    return view(t.data_ptr(), _DTYPE[t.dtype], tuple(t.shape), t.stride(),
+                _capi.CUDA if t.is_cuda else _capi.CPU)
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    # The CPU kernels are fp32: other float types are converted (a copy).
+    return t if t.dtype == torch.float32 else t.to(torch.float32)
+
+
+@torch.library.custom_op("attnc::attention", mutates_args=())
+def attention_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 params: List[torch.Tensor], lengths: Optional[torch.Tensor],
+                 allow_copies: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    var = _registry[key]
+    if q.is_cuda:
+        raise AttncError("CUDA tensors: attnc's C ABI runs on the CPU so far (docs/pytorch.md)")
+    q32, k32, v32 = _f32(q), _f32(k), _f32(v)
+    p32 = [_f32(p) for p in params]
+    out = torch.empty(q.shape, dtype=torch.float32)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32)
+    var.call_forward(_view(q32), _view(k32), _view(v32), _view(out), _view(lse),
+                     [_view(p) for p in p32], None if lengths is None else _view(lengths),
+                     allow_copies)
+    return out.to(q.dtype), lse
+
+
+@attention_op.register_fake
+def _(key, q, k, v, params, lengths, allow_copies):
+    return torch.empty_like(q, memory_format=torch.contiguous_format), \
+        q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@torch.library.custom_op("attnc::attention_backward", mutates_args=())
+def attention_backward_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          params: List[torch.Tensor], lengths: Optional[torch.Tensor],
+                          out: torch.Tensor, lse: torch.Tensor, dout: torch.Tensor,
+                          allow_copies: bool) -> List[torch.Tensor]:
+    var = _registry[key]
+    q32, k32, v32, o32, do32 = _f32(q), _f32(k), _f32(v), _f32(out), _f32(dout)
+    p32 = [_f32(p) for p in params]
+    dq = torch.zeros(q.shape, dtype=torch.float32)
+    dk = torch.zeros(k.shape, dtype=torch.float32)
+    dv = torch.zeros(v.shape, dtype=torch.float32)
+    dparams = [torch.zeros(p.shape, dtype=torch.float32) for p in params]
+    var.call_backward(_view(q32), _view(k32), _view(v32), _view(o32), _view(lse),
+                      _view(do32.contiguous() if not allow_copies else do32), _view(dq),
+                      _view(dk), _view(dv),
+                      [_view(d) if spec.learned else None
+                       for d, spec in zip(dparams, var.params)],
+                      [_view(p) for p in p32], None if lengths is None else _view(lengths),
+                      allow_copies)
+    return [dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)] + \
+        [d.to(p.dtype) for d, p in zip(dparams, params)]
+
+
+@attention_backward_op.register_fake
+def _(key, q, k, v, params, lengths, out, lse, dout, allow_copies):
+    return [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)] + \
+        [torch.empty_like(p) for p in params]
+
+
+def _setup_context(ctx, inputs, output):
+    key, q, k, v, params, lengths, allow_copies = inputs
+    out, lse = output
+    ctx.mark_non_differentiable(lse)  # the kernels take no gradient of lse
+    ctx.key, ctx.allow_copies = key, allow_copies
+    ctx.num_params, ctx.has_lengths = len(params), lengths is not None
+    ctx.save_for_backward(q, k, v, out, lse, *params,
+                          *([lengths] if lengths is not None else []))
+
+
+def _backward(ctx, dout, dlse):
+    saved = ctx.saved_tensors
+    q, k, v, out, lse = saved[:5]
+    params = list(saved[5:5 + ctx.num_params])
+    lengths = saved[5 + ctx.num_params] if ctx.has_lengths else None
+    grads = attention_backward_op(ctx.key, q, k, v, params, lengths, out, lse, dout,
+                                  ctx.allow_copies)
+    return None, grads[0], grads[1], grads[2], list(grads[3:]), None, None
+
+
+attention_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+_defaults: Dict[str, List[torch.Tensor]] = {}  # key -> each parameter's initial value
+
+
+@torch.compiler.assume_constant_result
+def _compiled(spec: str, name: Optional[str], heads: int, head_dim: int, max_seq: int,
+              key_padding: bool) -> str:
+    """The registry key of the variant for this shape class, compiling it
+    (and its parameters' initial values) on first use. torch.compile runs
+    it while tracing and keeps the key as a constant, so the traced graph
+    holds only the op."""
+    key, var = _variant(spec, name, heads, head_dim, max_seq, key_padding)
+    if key not in _defaults:
+        _defaults[key] = [torch.from_numpy(v) for v in var.init_params()]
+    return key
+
+
+class Attention:
+    """f(q, k, v, *, lengths=None, return_lse=False, **weights) for one variant.
+
+    Compiles on the first call for the tensors' heads and head dim (and,
+    for low-rank variants, E's columns); later calls with the same reuse
+    the kernels, whatever the batch or N. `weights` name the variant's
+    parameter tensors (E, F, per-head values); those not given take
+    attnc's initial values and are then constants (attnc.nn.Attention
+    holds them as parameters instead).
+    """
+
+    def __init__(self, spec: str, name: Optional[str] = None, *, allow_copies: bool = True):
+        self.spec, self.name, self.allow_copies = spec, name, allow_copies
+
+    def variant(self, heads: int, head_dim: int, max_seq: int = 0,
+                key_padding: bool = False) -> Tuple[str, Variant]:
+        return _variant(self.spec, self.name, heads, head_dim, max_seq, key_padding)
+
+    def __call__(self, q, k, v, *, lengths=None, return_lse=False, **weights):
+        if q.dim() != 4:
+            raise AttncError(f"q of shape {tuple(q.shape)}: expected [B, H, N, D]")
+        max_seq = int(weights["E"].shape[-1]) if "E" in weights else 0
+        key = _compiled(self.spec, self.name, int(q.shape[1]), int(q.shape[3]), max_seq,
+                        lengths is not None)
+        var = _registry[key]
+        names = [p.name for p in var.params]
+        if "E" in names and max_seq == 0:
+            raise AttncError(f"{var.name} is low-rank: pass E (and F) as weights, "
+                             "or use attnc.nn.Attention, which holds them")
+        for w in weights:
+            if w not in names:
+                raise AttncError(f"{var.name} takes no weight {w!r}; it takes {names}")
+        params = [weights[n] if n in weights else d for n, d in zip(names, _defaults[key])]
+        if lengths is not None and lengths.dtype != torch.int32:
+            lengths = lengths.to(torch.int32)
+        out, lse = attention_op(key, q, k, v, params, lengths, self.allow_copies)
+        return (out, lse) if return_lse else out
+
+
+def attention(spec: str, name: Optional[str] = None, *, allow_copies: bool = True) -> Attention:
+    """The callable for variant `name` of `spec` (a path or the spec's text)."""
+    return Attention(spec, name, allow_copies=allow_copies)

@@ -1,0 +1,112 @@
+"""attnc's PyTorch op (docs/pytorch.md) against torch's SDPA in float64,
+through autograd and torch.compile(fullgraph=True); attnc.nn.Attention
+training a small model. Skipped without torch."""
+import pytest
+
+import attnc
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+CAUSAL = "attention a {\n  mask causal\n}\n"
+ALIBI = ("attention alibi {\n  param slope(h) = alibi\n"
+         "  score s + slope(h) * float(kv - q)\n  mask causal\n}\n")
+
+def sdpa64(q, k, v, mask=None, causal=False):
+    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask,
+                                          is_causal=causal)
+
+
+def check_against(f, ref, q, k, v, tol=1e-4, **kw):
+    """f(q, k, v) and its gradients against ref's (float64), relative to the largest."""
+    qs = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
+    rs = [x.detach().double().requires_grad_(True) for x in (q, k, v)]
+    out = f(*qs, **kw)
+    want = ref(*rs)
+    assert (out.double() - want).abs().max() / want.abs().max() < tol
+    g = torch.randn_like(want)
+    out.backward(g.float())
+    want.backward(g)
+    for a, b in zip(qs, rs):
+        assert (a.grad.double() - b.grad).abs().max() / b.grad.abs().max() < tol
+
+
+def test_issue_example_matches_sdpa():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 77, 64) for _ in range(3))
+    f = attnc.attention("attention a {\n  mask causal\n}\n")
+    check_against(f, lambda q, k, v: sdpa64(q, k, v, causal=True), q, k, v)
+
+
+def test_dense_and_key_padding_match_sdpa():
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 50, 32) for _ in range(3))
+    dense = attnc.attention("attention d {\n}\n")
+    check_against(dense, sdpa64, q, k, v)
+    padded = attnc.attention("attention p {\n  mask padding\n}\n")
+    lengths = torch.tensor([50, 23], dtype=torch.int32)
+    keep = torch.arange(50)[None, :] < lengths[:, None]
+    mask = keep[:, None, None, :].expand(2, 3, 50, 50)
+    check_against(lambda q, k, v: padded(q, k, v, lengths=lengths),
+                  lambda q, k, v: sdpa64(q, k, v, mask=mask), q, k, v)
+
+
+def test_score_modifier_matches_torch():
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(2, 3, 77, 64) for _ in range(3))
+    f = attnc.attention(ALIBI)
+    slope = torch.tensor([2.0 ** (-8.0 * (h + 1) / 3) for h in range(3)])
+    rel = torch.arange(77)[None, :] - torch.arange(77)[:, None]
+    bias = (slope[:, None, None] * rel).double()
+    bias = bias.masked_fill(rel > 0, float("-inf"))
+    check_against(f, lambda q, k, v: sdpa64(q, k, v, mask=bias[None]), q, k, v)
+
+
+def test_torch_compile_fullgraph_equals_eager():
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 77, 64, requires_grad=True) for _ in range(3))
+    f = attnc.attention(CAUSAL)
+    eager = f(q, k, v)
+    compiled = torch.compile(lambda q, k, v: f(q, k, v), fullgraph=True)(q, k, v)
+    assert torch.equal(eager, compiled)
+    (ge,) = torch.autograd.grad(eager.sum(), q)
+    (gc,) = torch.autograd.grad(compiled.sum(), q)
+    assert torch.equal(ge, gc)
+
+
+def test_nn_attention_trains():
+    """Two attention layers with learned ALiBi slopes and a linear head,
+    50 steps of Adam on a copy task: the loss falls."""
+    torch.manual_seed(4)
+    vocab, n, d, heads = 16, 24, 32, 2
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(vocab, d)
+            self.qkv = torch.nn.ModuleList(torch.nn.Linear(d, 3 * d) for _ in range(2))
+            self.attn = torch.nn.ModuleList(
+                attnc.nn.Attention(ALIBI, heads=heads, head_dim=d // heads, seq_len=n)
+                for _ in range(2))
+            self.head = torch.nn.Linear(d, vocab)
+
+        def forward(self, x):
+            h = self.emb(x)
+            for qkv, attn in zip(self.qkv, self.attn):
+                q, k, v = qkv(h).view(x.shape[0], n, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+                h = h + attn(q, k, v).transpose(1, 2).reshape(x.shape[0], n, d)
+            return self.head(h)
+
+    model = Model()
+    assert any(name.endswith("weights.slope") for name, _ in model.named_parameters())
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(50):
+        x = torch.randint(0, vocab, (8, n))
+        y = torch.roll(x, 1, dims=1)  # predict the previous token: needs attention
+        loss = F.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert sum(losses[-5:]) / 5 < 0.85 * sum(losses[:5]) / 5, losses
