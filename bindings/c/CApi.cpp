@@ -306,6 +306,17 @@ attnc_error *prepare(const attnc_variant &var, const attnc_call &c, bool backwar
   return nullptr;
 }
 
+/// Parameter `index` of `v`, or the error naming the index and the count.
+attnc_error *param(const attnc_variant *v, int index, const ParamSpec *&out) {
+  if (!v)
+    return fail("the variant is NULL");
+  if (index < 0 || index >= int(v->params.size()))
+    return fail("parameter " + std::to_string(index) + ": '" + v->name + "' has " +
+                std::to_string(v->params.size()));
+  out = &v->params[size_t(index)];
+  return nullptr;
+}
+
 attnc_error *guard(const std::function<attnc_error *()> &fn) {
   try {
     return fn();
@@ -470,12 +481,12 @@ int attnc_variant_from_cache(const attnc_variant *v) {
 int attnc_variant_num_params(const attnc_variant *v) { return v ? int(v->params.size()) : 0; }
 
 attnc_error *attnc_variant_param(const attnc_variant *v, int index, attnc_param_info *info) {
-  if (!v || !info)
-    return fail("attnc_variant_param: variant or info is NULL");
-  if (index < 0 || index >= int(v->params.size()))
-    return fail("parameter " + std::to_string(index) + ": '" + v->name + "' has " +
-                std::to_string(v->params.size()));
-  const ParamSpec &p = v->params[size_t(index)];
+  if (!info)
+    return fail("attnc_variant_param: info is NULL");
+  const ParamSpec *found = nullptr;
+  if (attnc_error *e = param(v, index, found))
+    return e;
+  const ParamSpec &p = *found;
   std::memset(info, 0, sizeof *info);
   info->name = p.name.c_str();
   info->ndim = int(p.shape.size());
@@ -488,12 +499,12 @@ attnc_error *attnc_variant_param(const attnc_variant *v, int index, attnc_param_
 attnc_error *attnc_variant_init_param(const attnc_variant *v, int index, uint64_t seed,
                                       const attnc_tensor *out) {
   return guard([&]() -> attnc_error * {
-    if (!v || !out)
-      return fail("attnc_variant_init_param: variant or out is NULL");
-    if (index < 0 || index >= int(v->params.size()))
-      return fail("parameter " + std::to_string(index) + ": '" + v->name + "' has " +
-                  std::to_string(v->params.size()));
-    const ParamSpec &p = v->params[size_t(index)];
+    if (!out)
+      return fail("attnc_variant_init_param: out is NULL");
+    const ParamSpec *found = nullptr;
+    if (attnc_error *e = param(v, index, found))
+      return e;
+    const ParamSpec &p = *found;
     View dst;
     if (attnc_error *e = view(p.name.c_str(), *out, p.shape, ATTNC_F32, false, true, dst))
       return e;
