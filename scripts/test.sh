@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: builds (installing what is missing), runs gtest and
-# lit through ctest, and checks that the runtime still builds without MLIR.
+# lit through ctest, checks that the runtime still builds without MLIR, and
+# runs the Python package's tests in a cached venv.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$root/build"
@@ -19,5 +20,17 @@ ninja -C "$rt" -j "${ATTNC_JOBS:-2}"
 # The full suites run below; here a smoke test that the runtime-only build works.
 (cd "$rt" && ctest --output-on-failure -j2 -R "Safetensors|Sha256")
 
-cd "$build"
-ctest --output-on-failure -j2
+(cd "$build" && ctest --output-on-failure -j2)
+
+# The Python package (bindings/python, docs/pytorch.md): a venv cached in
+# the build tree holds numpy, pytest and torch from PyPI (about 3 GB with
+# torch's CUDA libraries; installed once), `pip install .` reuses build/,
+# then pytest runs test/python (test_torch.py against SDPA in float64).
+venv="$build/python-venv"
+if ! "$venv/bin/python" -c "import numpy, pytest, torch" 2>/dev/null; then
+  echo "test: installing numpy, pytest and torch into $venv (once)"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check numpy pytest torch
+fi
+"$venv/bin/pip" install --quiet --disable-pip-version-check "$root"
+(cd "$build" && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/test/python")
