@@ -110,3 +110,32 @@ def test_nn_attention_trains():
         opt.step()
         losses.append(loss.item())
     assert sum(losses[-5:]) / 5 < 0.85 * sum(losses[:5]) / 5, losses
+
+
+def test_lowrank_matches_the_linformer_package():
+    """lucidrains' linformer (LinformerSelfAttention) in float64, its own
+    projections: attnc's low-rank op on its q, k, v with E = proj_kᵀ and
+    F = proj_vᵀ (one projection shared by the heads: share = headwise; the
+    same d_head^-1/2 scale; both slice E to the first N columns). The
+    outputs and the gradients of x, proj_k and proj_v agree."""
+    linformer = pytest.importorskip("linformer")
+    torch.manual_seed(5)
+    b, n, h, dh, k, seq = 2, 77, 3, 32, 16, 96
+    m = linformer.LinformerSelfAttention(dim=h * dh, seq_len=seq, k=k, heads=h).double()
+    f = attnc.attention("attention lin {\n  kv lowrank(k = 16, share = headwise)\n}\n")
+    x = torch.randn(b, n, h * dh, dtype=torch.float64, requires_grad=True)
+
+    def through_attnc(x):
+        split = lambda t: t.reshape(b, n, h, dh).transpose(1, 2).float()
+        q, kk, v = split(m.to_q(x)), split(m.to_k(x)), split(m.to_v(x))
+        out = f(q, kk, v, E=m.proj_k.t().float(), F=m.proj_v.t().float())
+        return m.to_out(out.double().transpose(1, 2).reshape(b, n, h * dh))
+
+    want, got = m(x), through_attnc(x)
+    assert (got - want).abs().max() / want.abs().max() < 1e-4
+    g = torch.randn_like(want)
+    params = (x, m.proj_k, m.proj_v)
+    grads_want = torch.autograd.grad(want, params, g)
+    grads_got = torch.autograd.grad(got, params, g)
+    for a, w in zip(grads_got, grads_want):
+        assert (a - w).abs().max() / w.abs().max() < 1e-4
