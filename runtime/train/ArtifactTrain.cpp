@@ -19,10 +19,10 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
-#include <tuple>
 #include <optional>
 #include <sys/resource.h>
 #include <thread>
+#include <tuple>
 
 #ifdef _OPENMP
 #include <omp.h>

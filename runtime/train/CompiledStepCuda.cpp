@@ -28,33 +28,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <iostream>
 #include <map>
 
 namespace attnc::train {
-
-namespace {
-
-/// One process's "exchange": its blocks are its own.
-class LocalCollectives final : public DeviceCollectives {
-public:
-  explicit LocalCollectives(KernelDevice &device) : device_(device) {}
-  std::string describe() const override { return "device copies (one process)"; }
-  bool enqueues() const override { return true; }
-  Status allToAll(const float *send, float *recv, size_t count, void *,
-                  const std::string &) override {
-    return device_.copy(recv, send, count * sizeof(float));
-  }
-  Status allGather(const float *mine, float *all, size_t count, void *,
-                   const std::string &) override {
-    return device_.copy(all, mine, count * sizeof(float));
-  }
-
-private:
-  KernelDevice &device_;
-};
-
-} // namespace
 
 struct CompiledStep::CudaState {
   std::unique_ptr<StepDevice> device;
@@ -655,7 +631,7 @@ Expected<std::string> CompiledStep::setDataParallel(const DataParallelPlan &plan
   }
   std::string note;
   if (transport == "local") {
-    p.collectives = std::make_unique<LocalCollectives>(*s.device);
+    p.collectives = deviceCopyCollectives(*s.device);
   } else if (transport == "nccl") {
     Expected<std::unique_ptr<DeviceCollectives>> nccl = ncclCollectives(comm);
     if (nccl)
@@ -699,8 +675,9 @@ Expected<std::string> CompiledStep::setDataParallel(const DataParallelPlan &plan
   const int64_t buckets = (p.padded + p.bucket - 1) / p.bucket;
   p.bucketCovers.assign(size_t(buckets), 0);
   for (size_t g = 0; g < s.gradPtrs.size(); ++g) {
-    const int64_t at = s.gradPtrs[g] - s.grads, n = int64_t(s.gradBytes[g] / sizeof(float));
-    for (int64_t b = at / p.bucket; n > 0 && b <= (at + n - 1) / p.bucket; ++b)
+    const BucketSpan span =
+        bucketsSpanned(s.gradPtrs[g] - s.grads, int64_t(s.gradBytes[g] / sizeof(float)), p.bucket);
+    for (int64_t b = span.first; b <= span.last; ++b)
       ++p.bucketCovers[size_t(b)];
   }
   // NCCL enqueues on the side stream; the emulator runs each call at once,
@@ -763,7 +740,8 @@ Expected<double> CompiledStep::runDeviceParallel(const Batch &global, int64_t st
                         n = int64_t(s.gradBytes[size_t(slot)] / sizeof(float));
           if (Status st = weigh(j, at, n, factor); !st)
             return st;
-          for (int64_t b = at / p.bucket; n > 0 && b <= (at + n - 1) / p.bucket; ++b)
+          const BucketSpan span = bucketsSpanned(at, n, p.bucket);
+          for (int64_t b = span.first; b <= span.last; ++b)
             --p.pending[size_t(b)];
           return sendBuckets(/*all=*/false, what);
         };
@@ -833,31 +811,39 @@ Status CompiledStep::sendBuckets(bool all, const std::string &what) {
     stream = s.device->sideStream();
     s.device->onSide(true);
   }
+  // One bucket [a, a + slice · ranks).
+  auto sendBucket = [&](int64_t a, int64_t slice) -> Status {
+    const float *send = p.local + a;
+    if (p.per > 1) { // rank-major blocks of micro-batch-major slices
+      float *dst = p.send;
+      for (int q = 0; q < ranks; ++q)
+        for (int j = 0; j < p.per; ++j, dst += slice)
+          if (Status st =
+                  s.device->copy(dst, p.local + size_t(j) * size_t(p.padded) + a + q * slice,
+                                 size_t(slice) * sizeof(float));
+              !st)
+            return st;
+      send = p.send;
+    }
+    if (Status st =
+            p.collectives->allToAll(send, p.gathered, size_t(p.per) * size_t(slice), stream, what);
+        !st)
+      return st;
+    OptOrderedSumArgs sum{};
+    sum.parts = p.gathered, sum.out = p.sum, sum.n = slice;
+    sum.part_stride = slice, sum.num_parts = p.micro;
+    if (Status st =
+            s.device->launchOptimizer("attnc_opt_ordered_sum", opt::elementwiseBlocks(slice), &sum);
+        !st)
+      return st;
+    return p.collectives->allGather(p.sum, p.combined + a, size_t(slice), stream, what);
+  };
   Status sent;
   for (; sent && p.nextBucket >= 0 && (all || p.pending[size_t(p.nextBucket)] <= 0);
        --p.nextBucket) {
     ++p.sent, p.sentEarly += all ? 0 : 1;
     const int64_t a = p.nextBucket * p.bucket;
-    const int64_t slice = std::min(p.bucket, p.padded - a) / ranks;
-    const float *send = p.local + a;
-    if (p.per > 1) { // rank-major blocks of micro-batch-major slices
-      float *dst = p.send;
-      for (int q = 0; q < ranks && sent; ++q)
-        for (int j = 0; j < p.per && sent; ++j, dst += slice)
-          sent = s.device->copy(dst, p.local + size_t(j) * size_t(p.padded) + a + q * slice,
-                                size_t(slice) * sizeof(float));
-      send = p.send;
-    }
-    if (sent)
-      sent = p.collectives->allToAll(send, p.gathered, size_t(p.per) * size_t(slice), stream, what);
-    OptOrderedSumArgs sum{};
-    sum.parts = p.gathered, sum.out = p.sum, sum.n = slice;
-    sum.part_stride = slice, sum.num_parts = p.micro;
-    if (sent)
-      sent =
-          s.device->launchOptimizer("attnc_opt_ordered_sum", opt::elementwiseBlocks(slice), &sum);
-    if (sent)
-      sent = p.collectives->allGather(p.sum, p.combined + a, size_t(slice), stream, what);
+    sent = sendBucket(a, std::min(p.bucket, p.padded - a) / ranks);
   }
   if (p.side) {
     s.device->onSide(false);

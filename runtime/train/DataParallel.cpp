@@ -29,6 +29,12 @@ float microBatchWeight(const Batch &part, int64_t counted, int microBatches) {
                      : 1.0f / float(microBatches);
 }
 
+BucketSpan bucketsSpanned(int64_t at, int64_t n, int64_t bucket) {
+  if (n <= 0)
+    return {};
+  return {at / bucket, (at + n - 1) / bucket};
+}
+
 Status checkMicroBatches(int batch, int microBatches, int ranks) {
   if (microBatches < 1)
     return makeError("--micro-batches " + std::to_string(microBatches) + ": must be at least 1");
@@ -77,11 +83,8 @@ Expected<DataParallelStep> DataParallelStep::create(std::vector<ParamRef> params
   const int64_t numBuckets = std::max<int64_t>(1, (d.total_ + d.bucket_ - 1) / d.bucket_);
   d.bucketCovers_.assign(size_t(numBuckets), 0);
   for (size_t i = 0; i < d.params_.size(); ++i) {
-    if (d.params_[i].size == 0)
-      continue;
-    const int64_t first = d.offsets_[i] / d.bucket_,
-                  last = (d.offsets_[i] + d.params_[i].size - 1) / d.bucket_;
-    for (int64_t b = first; b <= last; ++b)
+    const BucketSpan span = bucketsSpanned(d.offsets_[i], d.params_[i].size, d.bucket_);
+    for (int64_t b = span.first; b <= span.last; ++b)
       ++d.bucketCovers_[size_t(b)];
   }
   d.handover_ = std::make_shared<Handover>();
@@ -103,8 +106,8 @@ void DataParallelStep::gradientDone(size_t i, float weight) {
   weigh(i, per_ - 1, weight);
   Handover &h = *handover_;
   std::lock_guard<std::mutex> lock(h.mutex);
-  for (int64_t b = offsets_[i] / bucket_;
-       b < int64_t(bucketCovers_.size()) && b * bucket_ < offsets_[i] + params_[i].size; ++b)
+  const BucketSpan span = bucketsSpanned(offsets_[i], params_[i].size, bucket_);
+  for (int64_t b = span.first; b <= span.last; ++b)
     --h.pending[size_t(b)];
   h.changed.notify_all();
 }

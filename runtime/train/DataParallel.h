@@ -44,6 +44,14 @@ int64_t countedTargets(const Batch &b);
 /// is counted. Each micro-batch's loss and gradient are means over its own
 /// targets, so the weighted sum is the global batch's mean.
 float microBatchWeight(const Batch &part, int64_t counted, int microBatches);
+/// The buckets (of `bucket` elements each, numbered from 0) that
+/// elements [at, at + n) of a flat gradient reach: first .. last, none
+/// (last < first) when n is 0. The host and the device exchanges count
+/// with it which gradients each bucket waits for.
+struct BucketSpan {
+  int64_t first = 0, last = -1;
+};
+BucketSpan bucketsSpanned(int64_t at, int64_t n, int64_t bucket);
 /// Ok when `ranks` share `microBatches` micro-batches of a global `batch`
 /// evenly; else the error a user can act on.
 Status checkMicroBatches(int batch, int microBatches, int ranks);

@@ -5,13 +5,14 @@
 // sends each rank its slice of every micro-batch's weighted gradient (an
 // all-to-all), sums the slices in micro-batch order on the device
 // (attnc_opt_ordered_sum) and hands every rank every sum (an all-gather).
-// Two transports carry them:
+// Three transports carry them:
 //   - NCCL on the GPU (runtime/dist/Nccl.h), on the step's stream;
 //   - the launcher's MPI world through host memory: each call downloads,
 //     exchanges on the host and uploads. The emulated device (cuda-sim)
 //     trains data-parallel through it, and a GPU without NCCL falls back to
-//     it.
-// Both move bytes only; the sums are the same kernel, so the transport
+//     it;
+//   - device copies, for one process with several micro-batches.
+// All move bytes only; the sums are the same kernel, so the transport
 // changes no bit of the result. Every rank's block has the same size (the
 // caller pads its buckets to a multiple of the rank count), which is what
 // NCCL's all-gather takes.
@@ -55,6 +56,10 @@ public:
 /// Both must outlive the object.
 std::unique_ptr<DeviceCollectives> hostStagedCollectives(KernelDevice &device,
                                                          dist::Communicator &comm);
+
+/// One process with several micro-batches: its blocks are its own, so
+/// each call is a device copy (enqueued like the step's own copies).
+std::unique_ptr<DeviceCollectives> deviceCopyCollectives(KernelDevice &device);
 
 /// NCCL over `comm`'s ranks, each on the GPU whose context is current
 /// (bootstrapped through `comm`). Errors: NCCL not found, no GPU, the
