@@ -51,6 +51,12 @@ struct ParamSpec {
   enum Kind { E, F, Rotations, Head } kind = Head;
   int headIndex = 0; ///< Head: the row of params [P, H]
   ParamDecl decl;    ///< Head: its init
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
 };
 
 } // namespace
@@ -508,9 +514,7 @@ attnc_error *attnc_variant_init_param(const attnc_variant *v, int index, uint64_
     View dst;
     if (attnc_error *e = view(p.name.c_str(), *out, p.shape, ATTNC_F32, false, true, dst))
       return e;
-    int64_t n = 1;
-    for (int64_t d : p.shape)
-      n *= d;
+    const int64_t n = p.numel();
     std::vector<float> values;
     switch (p.kind) {
     case ParamSpec::E:
@@ -590,9 +594,7 @@ attnc_error *attnc_backward(const attnc_variant *v, const attnc_call *c) {
                                   copies, true, dparams[size_t(i)]))
           return e;
       float *dst = wanted ? dparams[size_t(i)].data : nullptr;
-      int64_t n = 1;
-      for (int64_t d : ps.shape)
-        n *= d;
+      const int64_t n = ps.numel();
       if (ps.kind == ParamSpec::E) {
         if (!dst)
           dE.assign(size_t(n), 0.f), dst = dE.data();

@@ -339,8 +339,9 @@ Reported runReporting(const Batch &global, int micro, dist::Communicator &comm, 
     r.grad.insert(r.grad.end(), g.begin(), g.end());
   const DataParallelStep::Timeline &t = dp->timeline();
   EXPECT_EQ(t.steps, 1);
-  if (comm.size() > 1)
+  if (comm.size() > 1) {
     EXPECT_GE(t.exposedSeconds, 0.0);
+  }
   return r;
 }
 
