@@ -139,3 +139,56 @@ def test_lowrank_matches_the_linformer_package():
     grads_got = torch.autograd.grad(got, params, g)
     for a, w in zip(grads_got, grads_want):
         assert (a - w).abs().max() / w.abs().max() < 1e-4
+
+
+def test_torch_func_grad_vmap_and_jacrev():
+    """torch.func over the op: grad equals autograd's, vmap equals a loop
+    (folded into the batch when only q, k, v are mapped; a call per index
+    when a parameter is), per-sample gradients of a learned slope equal
+    one-at-a-time gradients, and jacrev's rows are vjps."""
+    torch.manual_seed(6)
+    f = attnc.attention(ALIBI)
+    q, k, v = (torch.randn(2, 3, 13, 16) for _ in range(3))
+    loss = lambda q, k, v: f(q, k, v).square().sum()
+    qa = q.clone().requires_grad_(True)
+    (want,) = torch.autograd.grad(loss(qa, k, v), qa)
+    assert torch.equal(torch.func.grad(loss)(q, k, v), want)
+
+    Q, K, V = (torch.randn(4, 2, 3, 13, 16) for _ in range(3))
+    looped = torch.stack([f(Q[i], K[i], V[i]) for i in range(4)])
+    assert torch.equal(torch.func.vmap(f)(Q, K, V), looped)
+    by_q = torch.stack([f(Q[i], k, v) for i in range(4)])
+    assert torch.equal(torch.func.vmap(f, in_dims=(0, None, None))(Q, k, v), by_q)
+    assert torch.equal(torch.func.vmap(f, in_dims=(2, None, None))(Q.movedim(0, 2), k, v), by_q)
+    slopes = torch.rand(4, 3)
+    by_slope = torch.func.vmap(lambda s: f(q, k, v, slope=s))(slopes)
+    assert torch.equal(by_slope, torch.stack([f(q, k, v, slope=s) for s in slopes]))
+
+    per_sample = torch.func.vmap(torch.func.grad(lambda s, q: f(q, k, v, slope=s).square().sum()),
+                                 in_dims=(None, 0))(slopes[0], Q)
+    for i in range(4):
+        s = slopes[0].clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(f(Q[i], k, v, slope=s).square().sum(), s)
+        assert torch.allclose(per_sample[i], g, rtol=1e-6, atol=0), (per_sample[i], g)
+
+    small = [t[:1, :1, :5, :4].contiguous() for t in (q, k, v)]
+    jac = torch.func.jacrev(lambda q: f(q, *small[1:]))(small[0])  # [out..., q...]
+    qa = small[0].clone().requires_grad_(True)
+    out = f(qa, *small[1:])
+    for idx in [(0, 0, 0, 0), (0, 0, 3, 2), (0, 0, 4, 3)]:
+        (row,) = torch.autograd.grad(out[idx], qa, retain_graph=True)
+        assert torch.allclose(jac[idx], row, rtol=1e-6, atol=1e-7)
+
+
+def test_double_backward_is_refused():
+    """The op has no double backward: a second differentiation raises
+    instead of returning a silently wrong (zero) second derivative."""
+    f = attnc.attention(CAUSAL)
+    q, k, v = (torch.randn(1, 2, 9, 16, requires_grad=True) for _ in range(3))
+    w = torch.randn(1, 2, 9, 16, requires_grad=True)
+    (g,) = torch.autograd.grad((f(q, k, v) * w).sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        g.sum().backward()
+    (g,) = torch.autograd.grad(f(q, k, v).sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        g.sum().backward()

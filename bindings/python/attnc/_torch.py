@@ -1,9 +1,10 @@
 """attnc's attention as a PyTorch op (torch.library custom op).
 
 `attnc.attention(spec)` returns f(q, k, v, *, lengths=None, return_lse=False,
-**weights) on [B, H, N, D] tensors. The op is `attnc::attention` with a
-registered backward (`attnc::attention_backward`) and fake kernels for both,
-so autograd, torch.compile(fullgraph=True) and torch.func see through it.
+**weights) on [B, H, N, D] tensors. Two custom ops, `attnc::attention` and
+`attnc::attention_backward`, with fake kernels and vmap rules, joined by an
+autograd.Function: autograd, torch.compile(fullgraph=True) and torch.func
+(grad, vmap, jacrev) see through it.
 Ops take no Python objects, so a compiled variant is named by a key into
 this module's registry. docs/pytorch.md says what runs where.
 """
@@ -98,27 +99,92 @@ def _(key, q, k, v, params, lengths, out, lse, dout, allow_copies):
         [torch.empty_like(p) for p in params]
 
 
-def _setup_context(ctx, inputs, output):
-    key, q, k, v, params, lengths, allow_copies = inputs
-    out, lse = output
-    ctx.mark_non_differentiable(lse)  # the kernels take no gradient of lse
-    ctx.key, ctx.allow_copies = key, allow_copies
-    ctx.num_params, ctx.has_lengths = len(params), lengths is not None
-    ctx.save_for_backward(q, k, v, out, lse, *params,
-                          *([lengths] if lengths is not None else []))
+class _Attention(torch.autograd.Function):
+    """The op's autograd, as an autograd.Function with setup_context.
+
+    register_autograd would be the natural place, but torch's generated
+    wrapper for it refuses torch.func transforms (pytorch#168393, open in
+    torch 2.15): "it must override the setup_context staticmethod". This
+    Function calls the same two ops; torch.compile traces through it to
+    them, and torch.func gets its vmap rule from theirs
+    (generate_vmap_rule: the ops' register_vmap rules below).
+    """
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(key, allow_copies, lengths, q, k, v, *params):
+        return attention_op(key, q, k, v, list(params), lengths, allow_copies)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        key, allow_copies, lengths, q, k, v, *params = inputs
+        out, lse = output
+        ctx.mark_non_differentiable(lse)  # the kernels take no gradient of lse
+        ctx.key, ctx.allow_copies = key, allow_copies
+        ctx.num_params, ctx.has_lengths = len(params), lengths is not None
+        ctx.save_for_backward(q, k, v, out, lse, *params,
+                              *([lengths] if lengths is not None else []))
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable  # no double backward: the op has none
+    def backward(ctx, dout, dlse):
+        saved = ctx.saved_tensors
+        q, k, v, out, lse = saved[:5]
+        params = list(saved[5:5 + ctx.num_params])
+        lengths = saved[5 + ctx.num_params] if ctx.has_lengths else None
+        grads = attention_backward_op(ctx.key, q, k, v, params, lengths, out, lse, dout,
+                                      ctx.allow_copies)
+        return (None, None, None, *grads)
 
 
-def _backward(ctx, dout, dlse):
-    saved = ctx.saved_tensors
-    q, k, v, out, lse = saved[:5]
-    params = list(saved[5:5 + ctx.num_params])
-    lengths = saved[5 + ctx.num_params] if ctx.has_lengths else None
-    grads = attention_backward_op(ctx.key, q, k, v, params, lengths, out, lse, dout,
-                                  ctx.allow_copies)
-    return None, grads[0], grads[1], grads[2], list(grads[3:]), None, None
+def _vmapped(info, lead, lead_dims, params, param_dims, call, fold):
+    """The outputs of `call(lead, params)` under vmap, each batched at dim 0.
+
+    `lead` are the tensors whose dim 0 is the batch B (None allowed),
+    `params` the variant's parameter tensors. With `fold`, the vmapped
+    dim folds into B: one kernel call over V * B. Otherwise (a parameter
+    is batched, or the per-index parameter gradients must stay apart) one
+    call per vmapped index, stacked.
+    """
+    size = info.batch_size
+    lead = [None if t is None else t.movedim(d, 0) if d is not None else t.expand(size, *t.shape)
+            for t, d in zip(lead, lead_dims)]
+    if fold:
+        outs = call([None if t is None else t.reshape(-1, *t.shape[2:]) for t in lead], params)
+        outs = [o.reshape(size, -1, *o.shape[1:]) for o in outs]
+    else:
+        params = [p.movedim(d, 0) if d is not None else p for p, d in zip(params, param_dims)]
+        per_index = [call([None if t is None else t[i] for t in lead],
+                          [p[i] if d is not None else p for p, d in zip(params, param_dims)])
+                     for i in range(size)]
+        outs = [torch.stack(r) for r in zip(*per_index)]
+    return outs, [0] * len(outs)
 
 
-attention_op.register_autograd(_backward, setup_context=_setup_context)
+@attention_op.register_vmap
+def _(info, in_dims, key, q, k, v, params, lengths, allow_copies):
+    _, qd, kd, vd, pd, ld, _ = in_dims
+
+    def call(lead, params):
+        q, k, v, lengths = lead
+        return attention_op(key, q, k, v, params, lengths, allow_copies)
+
+    outs, dims = _vmapped(info, [q, k, v, lengths], [qd, kd, vd, ld], params, pd, call,
+                          fold=all(d is None for d in pd))
+    return tuple(outs), tuple(dims)
+
+
+@attention_backward_op.register_vmap
+def _(info, in_dims, key, q, k, v, params, lengths, out, lse, dout, allow_copies):
+    _, qd, kd, vd, pd, ld, od, sd, dd, _ = in_dims
+
+    def call(lead, params):
+        q, k, v, lengths, out, lse, dout = lead
+        return attention_backward_op(key, q, k, v, params, lengths, out, lse, dout, allow_copies)
+
+    # Parameter gradients sum over B, so each vmapped index needs its own call.
+    return _vmapped(info, [q, k, v, lengths, out, lse, dout], [qd, kd, vd, ld, od, sd, dd],
+                    params, pd, call, fold=not params)
 
 
 _defaults: Dict[str, List[torch.Tensor]] = {}  # key -> each parameter's initial value
@@ -172,7 +238,7 @@ class Attention:
         params = [weights[n] if n in weights else d for n, d in zip(names, _defaults[key])]
         if lengths is not None and lengths.dtype != torch.int32:
             lengths = lengths.to(torch.int32)
-        out, lse = attention_op(key, q, k, v, params, lengths, self.allow_copies)
+        out, lse = _Attention.apply(key, self.allow_copies, lengths, q, k, v, *params)
         return (out, lse) if return_lse else out
 
 
