@@ -104,7 +104,7 @@ static HostCompiler &hostCompiler() {
 
 int compileCudaAttention(ModuleOp module, attn::VariantOp variant,
                          const codegen::AttentionShape &shape, const std::string &arch,
-                         bool emulate, std::optional<CudaAttention> &out) {
+                         bool emulate, std::optional<CudaAttention> &out, int ordinal) {
   CompiledKernels compiled;
   std::optional<KernelDesc> fwd, bwd;
   if (int rc = emitVariant(module, variant, shape, "cuda", arch, compiled, fwd, bwd))
@@ -119,7 +119,8 @@ int compileCudaAttention(ModuleOp module, attn::VariantOp variant,
   Expected<CudaAttention> kernels =
       emulate ? CudaAttention::compileEmulated(compiled.source, arch, arch, dtype, *fwd, bwd,
                                                hostCompiler())
-              : CudaAttention::compile(compiled.source, arch, dtype, *fwd, bwd, *dirs, nvrtc);
+              : CudaAttention::compile(compiled.source, arch, dtype, *fwd, bwd, *dirs, nvrtc,
+                                       /*retile=*/true, /*ptxArch=*/"", ordinal);
   if (!kernels) {
     std::cerr << "attnc: error: " << kernels.error() << "\n";
     return kExitInput;

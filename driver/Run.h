@@ -64,10 +64,11 @@ int emitCudaVariantArtifact(mlir::ModuleOp module, attn::VariantOp variant,
 
 /// The same for the GPU: NVRTC to CUBIN for `arch` (cached), the kernels'
 /// element type is shape.elementType. `emulate`: the same source on the
-/// SIMT emulator (--target cuda-sim) at the tiles `arch` gets.
+/// SIMT emulator (--target cuda-sim) at the tiles `arch` gets. `ordinal`:
+/// the GPU (-1: the process's, cuda::processDevice).
 int compileCudaAttention(mlir::ModuleOp module, attn::VariantOp variant,
                          const codegen::AttentionShape &shape, const std::string &arch,
-                         bool emulate, std::optional<CudaAttention> &out);
+                         bool emulate, std::optional<CudaAttention> &out, int ordinal = -1);
 
 } // namespace attnc::driver
 

@@ -324,11 +324,17 @@ Expected<CudaAttention> CudaAttention::compile(const std::string &source,
                                                std::optional<KernelDesc> backward,
                                                const std::vector<std::string> &includeDirs,
                                                const NvrtcCompiler &compiler, bool retile,
-                                               const std::string &ptxArch) {
-  Expected<std::shared_ptr<KernelDevice>> device = createGpuKernelDevice();
+                                               const std::string &ptxArch, int ordinal) {
+  if (ordinal < 0) {
+    Expected<int> own = cuda::processDevice();
+    if (!own)
+      return own.takeError();
+    ordinal = *own;
+  }
+  Expected<std::shared_ptr<KernelDevice>> device = createGpuKernelDevice(ordinal);
   if (!device)
     return device.takeError();
-  Expected<cuda::DeviceInfo> info = cuda::queryDevice(0);
+  Expected<cuda::DeviceInfo> info = cuda::queryDevice(ordinal);
   if (!info)
     return info.takeError();
   // The kernels as this GPU runs them: compiled for its arch, each tile
@@ -422,6 +428,17 @@ CudaAttention::compileEmulated(const std::string &source, const std::string &com
       !s)
     return s.takeError();
   return done;
+}
+
+Status CudaAttention::useStream(void *stream) {
+  if (Status s = device_->bind(); !s)
+    return s;
+  if (Status s = device_->useStream(stream); !s)
+    return s;
+  module_->setStream(stream);
+  if (support_)
+    support_->setStream(stream);
+  return {};
 }
 
 Status CudaAttention::launch(const std::string &entry, long long blocks, int warps, size_t smem,

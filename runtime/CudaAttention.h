@@ -80,8 +80,8 @@ struct DeviceAttentionArgs {
 class CudaAttention {
 public:
   /// Compiles `source`, whose tiles were picked for `compiledFor`
-  /// ("sm_80"), for device 0, re-tiling each kernel for it where its arch
-  /// or shared memory differ (runtime/DeviceTiling.h); `retile` false
+  /// ("sm_80"), for device `ordinal` (-1: the process's, cuda::processDevice), re-tiling each
+  /// kernel for it where its arch or shared memory differ (runtime/DeviceTiling.h); `retile` false
   /// refuses instead. `dtype` is the kernels' element type: f32, f16 or
   /// bf16. With `ptxArch` ("sm_70"), the kernels take that older arch's
   /// code path and tiles instead: compiled to its PTX (compute_70), which
@@ -92,7 +92,7 @@ public:
                                          std::optional<KernelDesc> backward,
                                          const std::vector<std::string> &includeDirs,
                                          const NvrtcCompiler &compiler, bool retile = true,
-                                         const std::string &ptxArch = "");
+                                         const std::string &ptxArch = "", int ordinal = -1);
   /// The same kernels on the SIMT emulator, at the tiles a GPU of `arch`
   /// ("sm_90") runs them with (re-tiled for it, within its shared memory).
   static Expected<CudaAttention>
@@ -138,6 +138,12 @@ public:
   static const char *deviceSupportSource();
   /// The kernels' element type.
   const std::string &dtype() const { return dtype_; }
+  /// The device entries above enqueue on `stream` (a caller's CUstream;
+  /// null: the legacy default stream) from now on, ordered after what was
+  /// enqueued before (KernelDevice::useStream). They never wait for the
+  /// device: errors of launches come back, errors inside kernels surface
+  /// at the caller's next synchronisation.
+  Status useStream(void *stream);
 
   /// What was re-tiled for this device, a line per kernel (none: the
   /// compiled tiles run as they are).

@@ -203,6 +203,19 @@ Expected<int> processDevice() {
   return 0;
 }
 
+Expected<int> pointerDevice(const void *p) {
+  Expected<const Driver *> dp = Driver::get();
+  if (!dp)
+    return dp.takeError();
+  const Driver &d = **dp;
+  int ordinal = -1;
+  CUresult r = d.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                       reinterpret_cast<CUdeviceptr>(p));
+  if (r != CUDA_SUCCESS || ordinal < 0)
+    return makeError("not CUDA device memory (" + d.errorString(r) + ")");
+  return ordinal;
+}
+
 Expected<Context> Context::create(int ordinal) {
   Expected<DeviceInfo> info = queryDevice(ordinal);
   if (!info)

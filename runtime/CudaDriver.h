@@ -74,6 +74,8 @@ namespace attnc::cuda {
   X(cuEventRecord)                                                                                 \
   X(cuStreamWaitEvent)                                                                             \
   X(cuMemcpyDtoDAsync)                                                                             \
+  X(cuMemsetD8Async)                                                                               \
+  X(cuPointerGetAttribute)                                                                         \
   X(cuEventSynchronize)                                                                            \
   X(cuEventElapsedTime)
 
@@ -131,6 +133,10 @@ struct DeviceInfo {
   std::string describe() const;
 };
 
+/// The ordinal of the device whose memory `p` is (a pointer of
+/// cuMemAlloc or of another library's allocator in the same process);
+/// an error when it is not device memory (a host pointer).
+Expected<int> pointerDevice(const void *p);
 /// Number of CUDA devices (0 is not an error).
 Expected<int> deviceCount();
 /// The GPU this process trains and runs on: under a launcher, its rank

@@ -54,18 +54,51 @@ public:
     return bytes ? d_.check(d_.cuMemcpyDtoH(dst, dptr(src), bytes), "cuMemcpyDtoH") : Status();
   }
   Status copy(void *dst, const void *src, size_t bytes) override {
-    return bytes ? d_.check(d_.cuMemcpyDtoD(dptr(dst), dptr(src), bytes), "cuMemcpyDtoD")
-                 : Status();
+    if (!bytes)
+      return {};
+    if (stream_)
+      return d_.check(d_.cuMemcpyDtoDAsync(dptr(dst), dptr(src), bytes, stream_),
+                      "cuMemcpyDtoDAsync");
+    return d_.check(d_.cuMemcpyDtoD(dptr(dst), dptr(src), bytes), "cuMemcpyDtoD");
   }
   Status zero(void *dst, size_t bytes) override {
-    return bytes ? d_.check(d_.cuMemsetD8(dptr(dst), 0, bytes), "cuMemsetD8") : Status();
+    if (!bytes)
+      return {};
+    if (stream_)
+      return d_.check(d_.cuMemsetD8Async(dptr(dst), 0, bytes, stream_), "cuMemsetD8Async");
+    return d_.check(d_.cuMemsetD8(dptr(dst), 0, bytes), "cuMemsetD8");
   }
   Status synchronize() override { return ctx_.synchronize(); }
+  Status useStream(void *stream) override {
+    CUstream next = static_cast<CUstream>(stream);
+    if (next == stream_)
+      return {};
+    if (!switched_)
+      if (Status s = d_.check(d_.cuEventCreate(&switched_, CU_EVENT_DISABLE_TIMING),
+                              "cuEventCreate (ordering a change of stream)");
+          !s)
+        return s;
+    if (Status s = d_.check(d_.cuEventRecord(switched_, stream_), "cuEventRecord (the old stream)");
+        !s)
+      return s;
+    if (Status s = d_.check(d_.cuStreamWaitEvent(next, switched_, 0),
+                            "cuStreamWaitEvent (the new stream)");
+        !s)
+      return s;
+    stream_ = next;
+    return {};
+  }
+  ~GpuKernelDevice() override {
+    if (switched_)
+      (void)d_.cuEventDestroy(switched_);
+  }
 
 private:
   cuda::Context ctx_;
   const cuda::Driver &d_;
   std::map<void *, size_t> sizes_;
+  CUstream stream_ = nullptr;
+  CUevent switched_ = nullptr;
 };
 
 class GpuKernelModule final : public KernelModule {
@@ -80,7 +113,7 @@ public:
       return makeError("kernel " + entry + ": cannot launch " + std::to_string(blocks) +
                        " blocks of " + std::to_string(threads) + " threads");
     return cuda::launchKernel(**k, {unsigned(blocks), 1, 1}, {unsigned(threads), 1, 1}, smemBytes,
-                              nullptr, args);
+                              stream_, args);
   }
   bool has(const std::string &entry) const override {
     return kernels_.count(entry) || bool(module_.kernel(entry));
@@ -94,8 +127,9 @@ public:
         return e.takeError();
       events_[slot].emplace(std::move(e).take());
     }
-    return events_[slot]->record();
+    return events_[slot]->record(stream_);
   }
+  void setStream(void *stream) override { stream_ = static_cast<CUstream>(stream); }
   Expected<float> elapsedMs(int from, int to) override {
     if (from < 0 || to < 0 || from >= kSlots || to >= kSlots || !events_[from] || !events_[to])
       return makeError("timing marks " + std::to_string(from) + ", " + std::to_string(to) +
@@ -118,6 +152,7 @@ private:
   cuda::Module module_;
   std::map<std::string, cuda::Kernel> kernels_;
   std::optional<cuda::Event> events_[kSlots];
+  CUstream stream_ = nullptr;
 };
 
 //===-- Emulator ----------------------------------------------------------===//
@@ -264,11 +299,11 @@ std::string emulatedModuleSource(const std::string &cudaSource,
 
 } // namespace
 
-Expected<std::shared_ptr<KernelDevice>> createGpuKernelDevice() {
+Expected<std::shared_ptr<KernelDevice>> createGpuKernelDevice(int wanted) {
   Expected<const cuda::Driver *> driver = cuda::Driver::get();
   if (!driver)
     return driver.takeError();
-  Expected<int> ordinal = cuda::processDevice();
+  Expected<int> ordinal = wanted >= 0 ? Expected<int>(wanted) : cuda::processDevice();
   if (!ordinal)
     return ordinal.takeError();
   Expected<cuda::Context> ctx = cuda::Context::create(*ordinal);

@@ -56,6 +56,16 @@ public:
   virtual Status zero(void *dst, size_t bytes) = 0;
   /// Waits for the device's work (errors in kernels surface here).
   virtual Status synchronize() = 0;
+  /// Where copies, zeroing and (through the modules) launches go from now
+  /// on: a CUstream of the caller's, or null for the legacy default
+  /// stream. When it changes, the new stream first waits (an event, no
+  /// host wait) for what was enqueued on the old one, so scratch reused
+  /// across streams is never raced. The emulator runs everything at once
+  /// and ignores it.
+  virtual Status useStream(void *stream) {
+    (void)stream;
+    return {};
+  }
   /// What was moved and allocated so far (implementations count it).
   const DeviceTraffic &traffic() const { return traffic_; }
 
@@ -85,15 +95,19 @@ public:
                         const void *args, size_t argBytes) = 0;
   /// Whether the module has entry `entry`.
   virtual bool has(const std::string &entry) const = 0;
+  /// The stream launches and marks go to (null: the legacy default one);
+  /// KernelDevice::useStream orders the switch.
+  virtual void setStream(void *stream) { (void)stream; }
   /// A timestamp in the device's order of work: elapsed milliseconds
   /// between two marks (GPU: CUDA events; emulator: the host clock).
   virtual Status mark(int slot) = 0;
   virtual Expected<float> elapsedMs(int from, int to) = 0;
 };
 
-/// Device 0 of the CUDA driver, in its primary context. Errors: no driver,
-/// no device.
-Expected<std::shared_ptr<KernelDevice>> createGpuKernelDevice();
+/// A device of the CUDA driver, in its primary context (the context
+/// PyTorch and the runtime API use): `ordinal`, or with -1 the process's
+/// (cuda::processDevice). Errors: no driver, no such device.
+Expected<std::shared_ptr<KernelDevice>> createGpuKernelDevice(int ordinal = -1);
 /// A CUBIN loaded on the GPU device (created by createGpuKernelDevice).
 Expected<std::unique_ptr<KernelModule>> loadGpuKernelModule(const Cubin &cubin);
 

@@ -5,10 +5,10 @@
 // the runtime's CPU kernels; running calls CpuAttention::call on the
 // caller's buffers. The driver reports its errors on std::cerr; a compile
 // here captures that stream (one compile at a time) and returns what it
-// said as the error's message.
+// said as the error's message. CUDA variants run in CApiCuda.cpp.
 //
 //===----------------------------------------------------------------------===//
-#include "attnc/attnc.h"
+#include "CApiInternal.h"
 
 #include "codegen/AttentionFunction.h"
 #include "driver/Run.h"
@@ -18,6 +18,7 @@
 #include "dsl/MLIRGen.h"
 #include "dsl/Parser.h"
 #include "runtime/AttentionIO.h"
+#include "runtime/CudaDriver.h"
 #include "runtime/CpuAttention.h"
 #include "runtime/Philox.h"
 
@@ -38,39 +39,7 @@
 
 using namespace attnc;
 
-struct attnc_error {
-  std::string message;
-};
-
-namespace {
-
-struct ParamSpec {
-  std::string name;
-  std::vector<int64_t> shape;
-  bool learned = true;
-  enum Kind { E, F, Rotations, Head } kind = Head;
-  int headIndex = 0; ///< Head: the row of params [P, H]
-  ParamDecl decl;    ///< Head: its init
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    return n;
-  }
-};
-
-} // namespace
-
-struct attnc_variant {
-  std::string name;
-  AttentionSignature sig;
-  int64_t heads = 0, headDim = 0, maxSeq = 0;
-  bool keyPadding = false;
-  std::vector<ParamSpec> params;
-  std::optional<CpuAttention> cpu;
-};
-
-namespace {
+namespace attnc::capi {
 
 attnc_error *fail(std::string message) { return new attnc_error{std::move(message)}; }
 
@@ -333,7 +302,9 @@ attnc_error *guard(const std::function<attnc_error *()> &fn) {
   }
 }
 
-} // namespace
+} // namespace attnc::capi
+
+using namespace attnc::capi;
 
 extern "C" {
 
@@ -352,6 +323,8 @@ void attnc_compile_options_init(attnc_compile_options *o) {
   o->target = "cpu";
   o->dtype = ATTNC_F32;
   o->backward = 1;
+  o->arch = nullptr;
+  o->device = -1;
 }
 
 attnc_error *attnc_compile(const char *spec, const char *name, const attnc_compile_options *o,
@@ -362,15 +335,48 @@ attnc_error *attnc_compile(const char *spec, const char *name, const attnc_compi
     *variant = nullptr;
     if (!spec)
       return fail("attnc_compile: spec is NULL");
-    if (!o || o->struct_size < sizeof(attnc_compile_options))
+    if (!o || o->struct_size < offsetof(attnc_compile_options, arch))
       return fail("attnc_compile: options missing or too small (use attnc_compile_options_init)");
+    // Fields of later versions: their defaults when the caller's struct
+    // predates them.
+    const bool v2 = o->struct_size >= sizeof(attnc_compile_options);
+    const char *archOption = v2 ? o->arch : nullptr;
+    const int deviceOption = v2 ? o->device : -1;
     const std::string target = o->target ? o->target : "cpu";
-    if (target != "cpu")
-      return fail("target '" + target +
-                  "': the C ABI compiles for the CPU so far (CUDA: docs/pytorch.md, Not yet)");
-    if (o->dtype != ATTNC_F32)
+    const bool cuda = target == "cuda" || target == "cuda-sim";
+    if (target != "cpu" && !cuda)
+      return fail("target '" + target + "': expected cpu, cuda or cuda-sim");
+    if (!cuda && o->dtype != ATTNC_F32)
       return fail(std::string("dtype ") + dtypeName(o->dtype) +
                   ": the CPU kernels are fp32 (cast the tensors, or use the CUDA target)");
+    if (cuda && o->dtype == ATTNC_I32)
+      return fail("dtype i32: the CUDA kernels are f32, f16 or bf16");
+    std::string arch = archOption ? archOption : "";
+    if (target == "cuda") {
+      // The driver loads the kernels: say why there is none before compiling.
+      if (Status s = cuda::Driver::available(); !s)
+        return fail("target cuda: " + s.error() +
+                    " (target cuda-sim runs the CUDA kernels on the CPU, on host memory)");
+      int ordinal = deviceOption;
+      if (ordinal < 0) {
+        Expected<int> own = cuda::processDevice();
+        if (!own)
+          return fail("target cuda: " + own.error());
+        ordinal = *own;
+      }
+      Expected<int> count = cuda::deviceCount();
+      if (!count || ordinal >= *count)
+        return fail("device " + std::to_string(ordinal) + ": the driver sees " +
+                    (count ? std::to_string(*count) : count.error()) + " device(s)");
+      if (arch.empty())
+        if (Expected<cuda::DeviceInfo> dev = cuda::queryDevice(ordinal))
+          arch = dev->arch();
+    }
+    if (arch.empty())
+      arch = "sm_80"; // cuda-sim: the tiles an A100 gets, as attnc run --target cuda-sim
+    if (cuda)
+      if (Expected<GpuArch> a = parseGpuArch(arch); !a)
+        return fail("arch '" + arch + "': " + a.error());
     if (o->heads < 1 || o->heads > 1024)
       return fail("heads = " + std::to_string(o->heads) + ": expected 1..1024");
     if (o->head_dim < 1 || o->head_dim > 512)
@@ -464,9 +470,28 @@ attnc_error *attnc_compile(const char *spec, const char *name, const attnc_compi
     codegen::AttentionShape shape;
     shape.heads = o->heads, shape.headDim = o->head_dim;
     shape.maxSeq = sig.lowrank ? o->max_seq : 0;
-    shape.elementType = mlir::Float32Type::get(&context);
+    shape.elementType = o->dtype == ATTNC_F16    ? mlir::Type(mlir::Float16Type::get(&context))
+                        : o->dtype == ATTNC_BF16 ? mlir::Type(mlir::BFloat16Type::get(&context))
+                                                 : mlir::Type(mlir::Float32Type::get(&context));
     shape.withLengths = v->keyPadding;
     shape.differentiate = o->backward != 0;
+    if (cuda) {
+      auto state = std::make_unique<CudaState>();
+      state->emulated = target == "cuda-sim";
+      state->ordinal = state->emulated ? -1 : (deviceOption >= 0 ? deviceOption : 0);
+      if (!state->emulated && deviceOption < 0)
+        if (Expected<int> own = cuda::processDevice())
+          state->ordinal = *own;
+      state->dtype = o->dtype;
+      if (driver::compileCudaAttention(*module, chosen, shape, arch, state->emulated,
+                                       state->kernels, state->ordinal) != driver::kExitOk)
+        return failed("compiling '" + v->name + "' for " + target + " (" + arch + ") failed");
+      v->cuda = std::move(state);
+      if (attnc_error *e = prepareCuda(*v, *v->cuda))
+        return e;
+      *variant = v.release();
+      return nullptr;
+    }
     std::optional<CpuAttention> kernels;
     if (driver::compileCpuAttention(*module, chosen, shape, kernels) != driver::kExitOk)
       return failed("compiling '" + v->name + "' for the CPU failed");
@@ -482,6 +507,15 @@ const char *attnc_variant_name(const attnc_variant *v) { return v ? v->name.c_st
 int attnc_variant_shared_qk(const attnc_variant *v) { return v && v->sig.sharedQk ? 1 : 0; }
 int attnc_variant_from_cache(const attnc_variant *v) {
   return v && v->cpu && v->cpu->fromCache() ? 1 : 0;
+}
+
+attnc_dtype attnc_variant_tensor_dtype(const attnc_variant *v) {
+  if (!v || !v->cuda)
+    return ATTNC_F32;
+  const KernelDesc &k = v->cuda->kernels->forwardKernel();
+  // Low-rank kernels (and the LSH dense fallback) take f32 tensors: their
+  // projections and normalisations run in f32 around the kernels.
+  return k.lowrank || (k.sharedQk && !k.lsh) ? ATTNC_F32 : v->cuda->dtype;
 }
 
 int attnc_variant_num_params(const attnc_variant *v) { return v ? int(v->params.size()) : 0; }
@@ -540,6 +574,8 @@ attnc_error *attnc_forward(const attnc_variant *v, const attnc_call *c) {
   return guard([&]() -> attnc_error * {
     if (!v || !c)
       return fail("attnc_forward: variant or call is NULL");
+    if (v->cuda)
+      return cudaForward(*v, *c);
     Prepared p;
     if (attnc_error *e = prepare(*v, *c, /*backward=*/false, p))
       return e;
@@ -557,6 +593,8 @@ attnc_error *attnc_backward(const attnc_variant *v, const attnc_call *c) {
     if (c->struct_size < sizeof(attnc_call))
       return fail("attnc_call.struct_size " + std::to_string(c->struct_size) +
                   ": too small for a backward (set it to sizeof(attnc_call))");
+    if (v->cuda)
+      return cudaBackward(*v, *c);
     if (!v->cpu->backwardDesc())
       return fail("'" + v->name + "' was compiled without its backward (options.backward = 1)");
     Prepared p;

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -108,6 +109,8 @@ Reference reference(const std::vector<float> &q, const std::vector<float> &k,
 double relErr(const std::vector<float> &got, const std::vector<double> &want) {
   double worst = 0, top = 0;
   for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) // max() would skip a NaN
+      return INFINITY;
     worst = std::max(worst, std::abs(double(got[i]) - want[i]));
     top = std::max(top, std::abs(want[i]));
   }
@@ -115,10 +118,12 @@ double relErr(const std::vector<float> &got, const std::vector<double> &want) {
 }
 
 attnc_variant *compile(const char *spec, int64_t heads, int64_t headDim, Error &err,
-                       int backward = 1) {
+                       int backward = 1, const char *target = "cpu", attnc_dtype dtype = ATTNC_F32,
+                       int64_t maxSeq = 0) {
   attnc_compile_options o;
   attnc_compile_options_init(&o);
   o.heads = heads, o.head_dim = headDim, o.backward = backward;
+  o.target = target, o.dtype = dtype, o.max_seq = maxSeq;
   attnc_variant *v = nullptr;
   err.e = attnc_compile(spec, nullptr, &o, &v);
   return v;
@@ -131,16 +136,16 @@ constexpr int B = 2, H = 3, N = 77, D = 64;
 template <class Ref>
 void expectBackward(attnc_variant *v, attnc_call &c, std::vector<float> &dout,
                     std::vector<float> &dq, std::vector<float> &dk, std::vector<float> &dv,
-                    const Ref &r, int Nk) {
+                    const Ref &r, int Nk, double tol = 1e-4) {
   c.dout = tensor(dout, {B, H, N, D});
   c.dq = tensor(dq, {B, H, N, D}), c.dk = tensor(dk, {B, H, Nk, D}),
   c.dv = tensor(dv, {B, H, Nk, D});
   Error bwd;
   bwd.e = attnc_backward(v, &c);
   ASSERT_EQ(bwd.e, nullptr) << bwd.message();
-  EXPECT_LT(relErr(dq, r.dq), 1e-4);
-  EXPECT_LT(relErr(dk, r.dk), 1e-4);
-  EXPECT_LT(relErr(dv, r.dv), 1e-4);
+  EXPECT_LT(relErr(dq, r.dq), tol);
+  EXPECT_LT(relErr(dk, r.dk), tol);
+  EXPECT_LT(relErr(dv, r.dv), tol);
 }
 
 TEST(CApi, CausalForwardAndBackwardMatchDouble) {
@@ -439,6 +444,203 @@ TEST(CApi, ErrorsNameThePlace) {
   EXPECT_NE(noBackward.message().find("without its backward"), std::string::npos)
       << noBackward.message();
   attnc_variant_free(v);
+}
+
+//===-- CUDA kernels through the ABI, on the SIMT emulator ---------------===//
+//
+// Target cuda-sim runs the CUDA kernels and the device half of the ABI
+// (CApiCuda.cpp: the device entries, the per-head parameters gathered by
+// device copies, the stream plumbing) on the CPU, with host memory as the
+// device's. A GPU runs the same code with target cuda
+// (scripts/device-check.sh).
+
+/// bf16 storage of `x` (round to nearest even), and back.
+std::vector<uint16_t> toBf16(const std::vector<float> &x) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &x[i], 4);
+    bits += 0x7fff + ((bits >> 16) & 1);
+    out[i] = uint16_t(bits >> 16);
+  }
+  return out;
+}
+std::vector<float> fromBf16(const std::vector<uint16_t> &x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint32_t bits = uint32_t(x[i]) << 16;
+    std::memcpy(&out[i], &bits, 4);
+  }
+  return out;
+}
+attnc_tensor bf16Tensor(std::vector<uint16_t> &data, std::vector<int64_t> shape) {
+  std::vector<float> none;
+  attnc_tensor t = tensor(none, std::move(shape));
+  t.data = data.data(), t.dtype = ATTNC_BF16;
+  return t;
+}
+
+TEST(CApiCudaSim, CausalF32AndBf16KernelsMatchDouble) {
+  const size_t n = size_t(B) * H * N * D;
+  std::vector<float> q = randn(n, 41), k = randn(n, 42), val = randn(n, 43), dout = randn(n, 44);
+  Reference r = reference(q, k, val, dout, B, H, N, D, {});
+  // f32 kernels, then bf16 kernels on the same f32 tensors (converted on
+  // the device), each against the double reference.
+  for (attnc_dtype kernels : {ATTNC_F32, ATTNC_BF16}) {
+    SCOPED_TRACE(kernels == ATTNC_F32 ? "f32 kernels" : "bf16 kernels");
+    const double tol = kernels == ATTNC_F32 ? 1e-4 : 2e-2;
+    Error err;
+    attnc_variant *v =
+        compile("attention a {\n  mask causal\n}\n", H, D, err, 1, "cuda-sim", kernels);
+    ASSERT_NE(v, nullptr) << err.message();
+    EXPECT_EQ(attnc_variant_tensor_dtype(v), kernels);
+    std::vector<float> out(n), lse(size_t(B) * H * N), dq(n), dk(n), dv(n);
+    attnc_call c{};
+    c.struct_size = sizeof c;
+    c.q = tensor(q, {B, H, N, D}), c.k = tensor(k, {B, H, N, D}), c.v = tensor(val, {B, H, N, D});
+    c.out = tensor(out, {B, H, N, D}), c.lse = tensor(lse, {B, H, N});
+    Error fwd;
+    fwd.e = attnc_forward(v, &c);
+    ASSERT_EQ(fwd.e, nullptr) << fwd.message();
+    EXPECT_LT(relErr(out, r.out), tol);
+    expectBackward(v, c, dout, dq, dk, dv, r, N, tol);
+
+    if (kernels == ATTNC_BF16) { // bf16 tensors, read and written in place
+      std::vector<uint16_t> qb = toBf16(q), kb = toBf16(k), vb = toBf16(val), ob(n);
+      attnc_call d = c;
+      d.q = bf16Tensor(qb, {B, H, N, D}), d.k = bf16Tensor(kb, {B, H, N, D});
+      d.v = bf16Tensor(vb, {B, H, N, D}), d.out = bf16Tensor(ob, {B, H, N, D});
+      Error direct;
+      direct.e = attnc_forward(v, &d);
+      ASSERT_EQ(direct.e, nullptr) << direct.message();
+      EXPECT_LT(relErr(fromBf16(ob), r.out), tol);
+      d.q.dtype = ATTNC_F16; // neither f32 nor the kernels' dtype
+      Error mixed;
+      mixed.e = attnc_forward(v, &d);
+      EXPECT_NE(mixed.message().find("takes f32 or bf16 tensors"), std::string::npos)
+          << mixed.message();
+    }
+    attnc_variant_free(v);
+  }
+}
+
+TEST(CApiCudaSim, PerHeadSlopeAndLowRankGradients) {
+  const char *alibi = "attention alibi {\n  param slope(h) = alibi\n"
+                      "  score s + slope(h) * float(kv - q)\n  mask causal\n}\n";
+  Error err;
+  attnc_variant *v = compile(alibi, H, D, err, 1, "cuda-sim");
+  ASSERT_NE(v, nullptr) << err.message();
+  std::vector<float> slope(H);
+  attnc_tensor st = tensor(slope, {H});
+  Error ie;
+  ie.e = attnc_variant_init_param(v, 0, 0, &st);
+  ASSERT_EQ(ie.e, nullptr) << ie.message();
+  const size_t n = size_t(B) * H * N * D;
+  std::vector<float> q = randn(n, 51), k = randn(n, 52), val = randn(n, 53), dout = randn(n, 54);
+  std::vector<float> out(n), lse(size_t(B) * H * N), dq(n), dk(n), dv(n), dslope(H);
+  attnc_call c{};
+  c.struct_size = sizeof c;
+  c.q = tensor(q, {B, H, N, D}), c.k = tensor(k, {B, H, N, D}), c.v = tensor(val, {B, H, N, D});
+  c.params = &st;
+  c.out = tensor(out, {B, H, N, D}), c.lse = tensor(lse, {B, H, N});
+  Error fwd;
+  fwd.e = attnc_forward(v, &c);
+  ASSERT_EQ(fwd.e, nullptr) << fwd.message();
+  Reference r = reference(q, k, val, dout, B, H, N, D, slope);
+  EXPECT_LT(relErr(out, r.out), 1e-4);
+  attnc_tensor ds = tensor(dslope, {H});
+  c.dparams = &ds;
+  expectBackward(v, c, dout, dq, dk, dv, r, N);
+  EXPECT_LT(relErr(dslope, r.dslope), 1e-4);
+  attnc_variant_free(v);
+
+  // Low-rank: E and F from the caller, dE and dF into the caller's.
+  const int R = 16, Nmax = 96;
+  Error lerr;
+  attnc_variant *lin = compile("attention lin {\n  kv lowrank(k = 16, share = headwise)\n}\n", H, D,
+                               lerr, 1, "cuda-sim", ATTNC_F32, Nmax);
+  ASSERT_NE(lin, nullptr) << lerr.message();
+  std::vector<float> E(size_t(R) * Nmax), F(E.size()), dE(E.size()), dF(F.size());
+  attnc_tensor params[2] = {tensor(E, {R, Nmax}), tensor(F, {R, Nmax})};
+  for (int i = 0; i < 2; ++i) {
+    Error e;
+    e.e = attnc_variant_init_param(lin, i, 7, &params[i]);
+    ASSERT_EQ(e.e, nullptr) << e.message();
+  }
+  LowRankReference lr = lowRankReference(q, k, val, dout, E, F, B, H, N, D, R, Nmax);
+  attnc_call l{};
+  l.struct_size = sizeof l;
+  l.q = c.q, l.k = c.k, l.v = c.v, l.out = c.out, l.lse = c.lse, l.params = params;
+  Error lf;
+  lf.e = attnc_forward(lin, &l);
+  ASSERT_EQ(lf.e, nullptr) << lf.message();
+  EXPECT_LT(relErr(out, lr.out), 1e-4);
+  attnc_tensor dparams[2] = {tensor(dE, {R, Nmax}), tensor(dF, {R, Nmax})};
+  l.dparams = dparams;
+  expectBackward(lin, l, dout, dq, dk, dv, lr, N);
+  EXPECT_LT(relErr(dE, lr.dE), 1e-4);
+  EXPECT_LT(relErr(dF, lr.dF), 1e-4);
+  attnc_variant_free(lin);
+}
+
+TEST(CApiCudaSim, ErrorsNameThePlace) {
+  Error err;
+  attnc_variant *v = compile("attention a {\n  mask causal\n}\n", H, D, err, 1, "cuda-sim");
+  ASSERT_NE(v, nullptr) << err.message();
+  const size_t n = size_t(B) * H * N * D;
+  std::vector<float> q = randn(n, 1), out(n), lse(size_t(B) * H * N);
+  attnc_call c{};
+  c.struct_size = sizeof c;
+  c.q = tensor(q, {B, H, N, D}), c.k = c.q, c.v = c.q;
+  c.out = tensor(out, {B, H, N, D}), c.lse = tensor(lse, {B, H, N});
+  c.k.device = ATTNC_CUDA;
+  Error device;
+  device.e = attnc_forward(v, &c);
+  EXPECT_NE(device.message().find("k: on a CUDA device; this variant runs on the SIMT emulator"),
+            std::string::npos)
+      << device.message();
+  c.k = c.q;
+  std::swap(c.v.strides[2], c.v.strides[3]), std::swap(c.v.shape[2], c.v.shape[3]);
+  c.v.shape[2] = N, c.v.shape[3] = D, c.v.strides[2] = 1,
+  c.v.strides[3] = N; // [.., D, N] read as [.., N, D]
+  c.allow_copies = 1; // CUDA calls never copy
+  Error strided;
+  strided.e = attnc_forward(v, &c);
+  EXPECT_NE(strided.message().find("v (f32 [2, 3, 77, 64], strides [14784, 4928, 1, 77]): not "
+                                   "contiguous; CUDA calls never copy"),
+            std::string::npos)
+      << strided.message();
+  c.v = c.q;
+  c.out.data = static_cast<char *>(c.out.data) + 4; // no longer 16-byte aligned
+  Error misaligned;
+  misaligned.e = attnc_forward(v, &c);
+  EXPECT_NE(
+      misaligned.message().find("tensor 'out' starts at an address that is not 16-byte aligned"),
+      std::string::npos)
+      << misaligned.message();
+  attnc_variant_free(v);
+
+  Error noGpu;
+  attnc_compile_options o;
+  attnc_compile_options_init(&o);
+  o.heads = H, o.head_dim = D, o.target = "cuda";
+  attnc_variant *none = nullptr;
+  noGpu.e = attnc_compile("attention a {\n}\n", nullptr, &o, &none);
+  if (noGpu.e) { // no driver or no GPU here: the message says so
+    EXPECT_NE(noGpu.message().find("target cuda"), std::string::npos) << noGpu.message();
+  }
+  attnc_variant_free(none);
+  Error badTarget;
+  o.target = "tpu";
+  badTarget.e = attnc_compile("attention a {\n}\n", nullptr, &o, &none);
+  EXPECT_NE(badTarget.message().find("target 'tpu': expected cpu, cuda or cuda-sim"),
+            std::string::npos)
+      << badTarget.message();
+  o.target = "cuda-sim", o.arch = "sm_42";
+  Error badArch;
+  badArch.e = attnc_compile("attention a {\n}\n", nullptr, &o, &none);
+  EXPECT_NE(badArch.message().find("sm_70 or newer, found 'sm_42'"), std::string::npos)
+      << badArch.message();
 }
 
 } // namespace

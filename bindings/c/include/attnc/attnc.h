@@ -18,9 +18,12 @@
  * added at the end; functions are only added. ATTNC_C_API_VERSION counts
  * the additions.
  *
- * Targets today: the CPU (fp32 kernels, host pointers). A CUDA target (device
- * pointers plus a CUstream) is declared by attnc_device but refused until
- * its kernels are wired here (docs/pytorch.md).
+ * Targets:
+ *   - "cpu": fp32 kernels on host pointers;
+ *   - "cuda": f32, f16 or bf16 kernels on device pointers of one GPU, enqueued
+ *     on the caller's CUstream (attnc_call.stream) with no host wait;
+ *   - "cuda-sim": the same CUDA kernels on the SIMT emulator, on host
+ *     pointers (what tests without a GPU run).
  *
  *===----------------------------------------------------------------------===*/
 #ifndef ATTNC_ATTNC_H
@@ -33,7 +36,7 @@
 extern "C" {
 #endif
 
-#define ATTNC_C_API_VERSION 1
+#define ATTNC_C_API_VERSION 2
 
 #if defined(__GNUC__)
 #define ATTNC_API __attribute__((visibility("default")))
@@ -79,6 +82,11 @@ typedef struct {
   int64_t max_seq;    /* low-rank: E and F's columns (the longest N); else 0 */
   int key_padding;    /* 1: calls may pass per-sequence key lengths */
   int backward;       /* 1: compile the backward too */
+  /* Version 2: */
+  const char *arch; /* cuda: NULL = the device's own ("sm_90"); cuda-sim: the arch
+                       whose tiles and code path are emulated (NULL = "sm_80") */
+  int device;       /* cuda: the GPU's ordinal; -1 = the process's (its local rank
+                       under mpirun or srun, else 0) */
 } attnc_compile_options;
 
 /* Fills `options` with the defaults (CPU, f32, with the backward). */
@@ -102,6 +110,11 @@ ATTNC_API const char *attnc_variant_name(const attnc_variant *variant);
 ATTNC_API int attnc_variant_shared_qk(const attnc_variant *variant);
 /* Whether the kernels were loaded from the cache instead of compiled. */
 ATTNC_API int attnc_variant_from_cache(const attnc_variant *variant);
+/* The dtype of q, k, v, out and the gradients a call may pass besides f32:
+ * a CUDA variant's kernel dtype, read and written in place; ATTNC_F32 when
+ * only f32 is taken (CPU variants; low-rank CUDA variants, whose projections
+ * run in f32 and whose f16/bf16 kernels read converted copies). */
+ATTNC_API attnc_dtype attnc_variant_tensor_dtype(const attnc_variant *variant);
 
 /* ---- parameters ------------------------------------------------------ */
 
@@ -131,15 +144,28 @@ typedef struct {
   const attnc_tensor *params;  /* attnc_variant_num_params of them, in order */
   attnc_tensor out, lse;       /* [B, H, N, D], [B, H, N]: written by the forward;
                                   read by the backward (dense: no recompute) */
-  void *stream;                /* CUDA: the CUstream; ignored on the CPU */
+  void *stream;                /* CUDA: the CUstream (NULL: the legacy default
+                                  stream); ignored on the CPU and the emulator */
   /* 0: a tensor the kernels cannot read as it is (strides that are not
-   * contiguous, misaligned data) is an error naming it; 1: it is copied. */
+   * contiguous, misaligned data) is an error naming it; 1: it is copied.
+   * CUDA never copies (a copy is the caller's to make, on its stream): a
+   * tensor that is not contiguous, or not 16-byte aligned, is an error. */
   int allow_copies;
   /* Backward only (attnc_backward): */
   attnc_tensor dout;           /* [B, H, N, D] */
   attnc_tensor dq, dk, dv;     /* like q, k, v (dk unused for shared-QK) */
   const attnc_tensor *dparams; /* like params; an entry with data NULL is skipped */
 } attnc_call;
+
+/* CUDA calls: every tensor in the variant's device memory (cuda-sim: host
+ * memory), contiguous; q, k, v, out, dout, dq, dk, dv f32 or
+ * attnc_variant_tensor_dtype, all the same; lse, params and dparams f32;
+ * lengths i32 (values outside 0..N are clamped by the kernels, not
+ * checked: reading them would wait for the device). The calls enqueue and
+ * return: a failed launch is an error here, a fault inside a kernel
+ * surfaces at the caller's next synchronisation. One call at a time per
+ * handle (its scratch is one); a call on another stream than the last is
+ * ordered after it by an event. */
 
 /* out, lse = attention(q, k, v; params). */
 ATTNC_API attnc_error *attnc_forward(const attnc_variant *variant, const attnc_call *call);
