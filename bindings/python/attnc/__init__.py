@@ -1,7 +1,9 @@
 """attnc from Python: compile an attention variant of a .attn spec, run it.
 
 The core needs no torch: it runs on numpy arrays (or anything numpy can
-take through DLPack) on the CPU, through libattnc.so's C ABI
+take through DLPack) on the CPU, through libattnc.so's C ABI; with torch,
+`attnc.attention` is an op on CPU and CUDA tensors (attnc/_torch.py), over
+the same ABI
 (bindings/c/include/attnc/attnc.h). docs/pytorch.md says what exists and
 what does not yet.
 
@@ -54,6 +56,7 @@ class ParamSpec(NamedTuple):
 
 _DTYPES = {"float32": _capi.F32, "float16": _capi.F16, "bfloat16": _capi.BF16,
            "int32": _capi.I32}
+_DTYPE_NAMES = {code: name for name, code in _DTYPES.items()}
 
 
 def _numpy():
@@ -111,15 +114,26 @@ class Variant:
     (the command line's): the same variant at the same heads, head dim and
     options loads from there the next time (`from_cache`). The kernels do
     not depend on the batch or N (low-rank: N up to `max_seq`).
+
+    `target`: "cpu" (fp32 kernels), "cuda" (kernels of `dtype` on GPU
+    `device`, -1: the process's; `arch` None: the GPU's own) or
+    "cuda-sim" (the CUDA kernels on the SIMT emulator, on host memory, at
+    the tiles of `arch`, default sm_80). `tensor_dtype` is the dtype calls
+    may pass besides float32.
     """
 
     def __init__(self, spec: str, name: Optional[str] = None, *, heads: int, head_dim: int,
                  max_seq: int = 0, key_padding: bool = False, backward: bool = True,
-                 target: str = "cpu"):
+                 target: str = "cpu", dtype: str = "float32", device: int = -1,
+                 arch: Optional[str] = None):
         lib = _library()
         opts = _capi.CompileOptions()
         lib.attnc_compile_options_init(ctypes.byref(opts))
+        if dtype not in _DTYPES or dtype == "int32":
+            raise AttncError(f"dtype {dtype}: the kernels are float32, float16 or bfloat16")
         opts.target = target.encode()
+        opts.dtype, opts.device = _DTYPES[dtype], device
+        opts.arch = arch.encode() if arch else None
         opts.heads, opts.head_dim, opts.max_seq = heads, head_dim, max_seq
         opts.key_padding, opts.backward = int(key_padding), int(backward)
         handle = ctypes.c_void_p()
@@ -127,6 +141,8 @@ class Variant:
                                  ctypes.byref(opts), ctypes.byref(handle)))
         self._handle = handle
         self.heads, self.head_dim, self.max_seq = heads, head_dim, max_seq
+        self.target, self.dtype = target, dtype
+        self.tensor_dtype = _DTYPE_NAMES[lib.attnc_variant_tensor_dtype(handle)]
         self.name = lib.attnc_variant_name(handle).decode()
         self.shared_qk = bool(lib.attnc_variant_shared_qk(handle))
         self.from_cache = bool(lib.attnc_variant_from_cache(handle))
@@ -233,11 +249,14 @@ class Variant:
         return dq, dk, dv, dparams
 
 
-def attention(spec: str, name: Optional[str] = None, *, allow_copies: bool = True):
+def attention(spec: str, name: Optional[str] = None, *, allow_copies: bool = True,
+              target: Optional[str] = None):
     """Variant `name` of `spec` (a path or the spec's text) as a PyTorch op:
-    f(q, k, v, *, lengths=None, return_lse=False, **weights). Needs torch."""
+    f(q, k, v, *, lengths=None, return_lse=False, **weights). Needs torch.
+    `target` None runs where the tensors are (CPU or CUDA); "cuda-sim"
+    runs CPU tensors through the CUDA kernels on the SIMT emulator."""
     from ._torch import attention as make
-    return make(spec, name, allow_copies=allow_copies)
+    return make(spec, name, allow_copies=allow_copies, target=target)
 
 
 def __getattr__(name):

@@ -1,4 +1,4 @@
-"""ctypes mirror of bindings/c/include/attnc/attnc.h (ATTNC_C_API_VERSION 1).
+"""ctypes mirror of bindings/c/include/attnc/attnc.h (ATTNC_C_API_VERSION 2).
 
 Kept field for field in the header's order; the library checks each
 struct's struct_size, and attnc_api_version() says which ABI it speaks.
@@ -7,7 +7,7 @@ import ctypes
 import os
 import pathlib
 
-API_VERSION = 1
+API_VERSION = 2
 
 F32, F16, BF16, I32 = 0, 1, 2, 3
 CPU, CUDA = 0, 1
@@ -34,6 +34,8 @@ class CompileOptions(ctypes.Structure):
         ("max_seq", ctypes.c_int64),
         ("key_padding", ctypes.c_int),
         ("backward", ctypes.c_int),
+        ("arch", ctypes.c_char_p),
+        ("device", ctypes.c_int),
     ]
 
 
@@ -106,6 +108,7 @@ def _declare(lib):
         "attnc_variant_name": ([V], ctypes.c_char_p),
         "attnc_variant_shared_qk": ([V], ctypes.c_int),
         "attnc_variant_from_cache": ([V], ctypes.c_int),
+        "attnc_variant_tensor_dtype": ([V], ctypes.c_int),
         "attnc_variant_num_params": ([V], ctypes.c_int),
         "attnc_variant_param": ([V, ctypes.c_int, ctypes.POINTER(ParamInfo)], E),
         "attnc_variant_init_param": ([V, ctypes.c_int, ctypes.c_uint64,

@@ -20,19 +20,21 @@ _lock = threading.Lock()
 
 
 def _variant(spec: str, name: Optional[str], heads: int, head_dim: int, max_seq: int,
-             key_padding: bool) -> Tuple[str, Variant]:
-    key = repr((spec, name, heads, head_dim, max_seq, key_padding))
+             key_padding: bool, target: str = "cpu", dtype: str = "float32",
+             device: int = -1) -> Tuple[str, Variant]:
+    key = repr((spec, name, heads, head_dim, max_seq, key_padding, target, dtype, device))
     with _lock:
         var = _registry.get(key)
         if var is None:
             var = Variant(spec, name, heads=heads, head_dim=head_dim, max_seq=max_seq,
-                          key_padding=key_padding)
+                          key_padding=key_padding, target=target, dtype=dtype, device=device)
             _registry[key] = var
     return key, var
 
 
 _DTYPE = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
           torch.int32: "int32"}
+_TORCH_DTYPE = {name: dtype for dtype, name in _DTYPE.items()}
 
 
 def _view(t: torch.Tensor):
@@ -42,9 +44,42 @@ def _view(t: torch.Tensor):
                 _capi.CUDA if t.is_cuda else _capi.CPU)
 
 
-def _f32(t: torch.Tensor) -> torch.Tensor:
-    # The CPU kernels are fp32: other float types are converted (a copy).
-    return t if t.dtype == torch.float32 else t.to(torch.float32)
+def _io_dtype(var: Variant, t: torch.Tensor) -> torch.dtype:
+    """The dtype the kernels' call takes `t` in: its own when the variant
+    reads it in place (a CUDA variant of that dtype), else float32 (the
+    CPU kernels; low-rank CUDA kernels, whose projections run in f32)."""
+    return t.dtype if _DTYPE.get(t.dtype) == var.tensor_dtype else torch.float32
+
+
+def _operand(var: Variant, name: str, t: torch.Tensor, dtype: torch.dtype,
+             allow_copies: bool) -> torch.Tensor:
+    """`t` as the kernels take it: in `dtype` (a conversion is a copy) and,
+    for the CUDA kernels, contiguous and 16-byte aligned. Those copies run
+    on the current stream, and only with allow_copies. The C ABI checks
+    the rest (shape, device, the CPU target's own copies)."""
+    if t.dtype != dtype:
+        t = t.to(dtype)
+    if var.target != "cpu" and (not t.is_contiguous() or t.data_ptr() % 16):
+        if not allow_copies:
+            raise AttncError(
+                f"{name} (shape {tuple(t.shape)}, strides {t.stride()}, address % 16 = "
+                f"{t.data_ptr() % 16}): the CUDA kernels read contiguous, 16-byte aligned "
+                "tensors; pass one, or allow_copies=True")
+        t = t.clone(memory_format=torch.contiguous_format)
+    return t
+
+
+def _stream(t: torch.Tensor):
+    """The caller's current CUDA stream for `t`'s device (None on the CPU):
+    the kernels are enqueued there, and nothing waits for them."""
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else None
+
+
+def _check_device(var: Variant, q: torch.Tensor):
+    if var.target == "cuda" and not q.is_cuda:
+        raise AttncError(f"{var.name} was compiled for CUDA; q is on {q.device}")
+    if var.target != "cuda" and q.is_cuda:
+        raise AttncError(f"{var.name} was compiled for {var.target}; q is on {q.device}")
 
 
 @torch.library.custom_op("attnc::attention", mutates_args=())
@@ -52,15 +87,15 @@ def attention_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  params: List[torch.Tensor], lengths: Optional[torch.Tensor],
                  allow_copies: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     var = _registry[key]
-    if q.is_cuda:
-        raise AttncError("CUDA tensors: attnc's C ABI runs on the CPU so far (docs/pytorch.md)")
-    q32, k32, v32 = _f32(q), _f32(k), _f32(v)
-    p32 = [_f32(p) for p in params]
-    out = torch.empty(q.shape, dtype=torch.float32)
-    lse = torch.empty(q.shape[:3], dtype=torch.float32)
-    var.call_forward(_view(q32), _view(k32), _view(v32), _view(out), _view(lse),
-                     [_view(p) for p in p32], None if lengths is None else _view(lengths),
-                     allow_copies)
+    _check_device(var, q)
+    io = _io_dtype(var, q)
+    qi, ki, vi = (_operand(var, n, t, io, allow_copies) for n, t in (("q", q), ("k", k), ("v", v)))
+    ps = [_operand(var, s.name, p, torch.float32, allow_copies) for p, s in zip(params, var.params)]
+    out = torch.empty(q.shape, dtype=io, device=q.device)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    var.call_forward(_view(qi), _view(ki), _view(vi), _view(out), _view(lse),
+                     [_view(p) for p in ps], None if lengths is None else _view(lengths),
+                     allow_copies, _stream(q))
     return out.to(q.dtype), lse
 
 
@@ -76,19 +111,20 @@ def attention_backward_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.T
                           out: torch.Tensor, lse: torch.Tensor, dout: torch.Tensor,
                           allow_copies: bool) -> List[torch.Tensor]:
     var = _registry[key]
-    q32, k32, v32, o32, do32 = _f32(q), _f32(k), _f32(v), _f32(out), _f32(dout)
-    p32 = [_f32(p) for p in params]
-    dq = torch.zeros(q.shape, dtype=torch.float32)
-    dk = torch.zeros(k.shape, dtype=torch.float32)
-    dv = torch.zeros(v.shape, dtype=torch.float32)
-    dparams = [torch.zeros(p.shape, dtype=torch.float32) for p in params]
-    var.call_backward(_view(q32), _view(k32), _view(v32), _view(o32), _view(lse),
-                      _view(do32.contiguous() if not allow_copies else do32), _view(dq),
-                      _view(dk), _view(dv),
+    _check_device(var, q)
+    io = _io_dtype(var, q)
+    qi, ki, vi, oi, doi = (_operand(var, n, t, io, allow_copies) for n, t in
+                           (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)))
+    ps = [_operand(var, s.name, p, torch.float32, allow_copies) for p, s in zip(params, var.params)]
+    # Zeros: a shared-QK variant leaves dk as it is (its key path is in dq).
+    dq, dk, dv = (torch.zeros(t.shape, dtype=io, device=q.device) for t in (q, k, v))
+    dparams = [torch.zeros(p.shape, dtype=torch.float32, device=q.device) for p in params]
+    var.call_backward(_view(qi), _view(ki), _view(vi), _view(oi), _view(lse), _view(doi),
+                      _view(dq), _view(dk), _view(dv),
                       [_view(d) if spec.learned else None
                        for d, spec in zip(dparams, var.params)],
-                      [_view(p) for p in p32], None if lengths is None else _view(lengths),
-                      allow_copies)
+                      [_view(p) for p in ps], None if lengths is None else _view(lengths),
+                      allow_copies, _stream(q))
     return [dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)] + \
         [d.to(p.dtype) for d, p in zip(dparams, params)]
 
@@ -192,12 +228,12 @@ _defaults: Dict[str, List[torch.Tensor]] = {}  # key -> each parameter's initial
 
 @torch.compiler.assume_constant_result
 def _compiled(spec: str, name: Optional[str], heads: int, head_dim: int, max_seq: int,
-              key_padding: bool) -> str:
-    """The registry key of the variant for this shape class, compiling it
-    (and its parameters' initial values) on first use. torch.compile runs
-    it while tracing and keeps the key as a constant, so the traced graph
-    holds only the op."""
-    key, var = _variant(spec, name, heads, head_dim, max_seq, key_padding)
+              key_padding: bool, target: str, dtype: str, device: int) -> str:
+    """The registry key of the variant for this shape class and device,
+    compiling it (and its parameters' initial values) on first use.
+    torch.compile runs it while tracing and keeps the key as a constant,
+    so the traced graph holds only the op."""
+    key, var = _variant(spec, name, heads, head_dim, max_seq, key_padding, target, dtype, device)
     if key not in _defaults:
         _defaults[key] = [torch.from_numpy(v) for v in var.init_params()]
     return key
@@ -206,19 +242,37 @@ def _compiled(spec: str, name: Optional[str], heads: int, head_dim: int, max_seq
 class Attention:
     """f(q, k, v, *, lengths=None, return_lse=False, **weights) for one variant.
 
-    Compiles on the first call for the tensors' heads and head dim (and,
-    for low-rank variants, E's columns); later calls with the same reuse
-    the kernels, whatever the batch or N. `weights` name the variant's
-    parameter tensors (E, F, per-head values); those not given take
-    attnc's initial values and are then constants (attnc.nn.Attention
-    holds them as parameters instead).
+    Compiles on the first call for the tensors' heads, head dim, device
+    and (CUDA) dtype, and for low-rank variants E's columns; later calls
+    with the same reuse the kernels, whatever the batch or N. `weights`
+    name the variant's parameter tensors (E, F, per-head values); those
+    not given take attnc's initial values and are then constants
+    (attnc.nn.Attention holds them as parameters instead). CPU tensors run
+    on the CPU kernels, or with `target="cuda-sim"` on the CUDA kernels
+    under the SIMT emulator (slow; for checking the CUDA path without a
+    GPU); CUDA tensors on the CUDA kernels, on the current stream.
     """
 
-    def __init__(self, spec: str, name: Optional[str] = None, *, allow_copies: bool = True):
-        self.spec, self.name, self.allow_copies = spec, name, allow_copies
+    def __init__(self, spec: str, name: Optional[str] = None, *, allow_copies: bool = True,
+                 target: Optional[str] = None):
+        if target not in (None, "cpu", "cuda", "cuda-sim"):
+            raise AttncError(f"target {target!r}: expected None (the tensors' device), "
+                             "'cpu', 'cuda' or 'cuda-sim'")
+        self.spec, self.name, self.allow_copies, self.target = spec, name, allow_copies, target
+
+    def _target(self, q) -> Tuple[str, str, int]:
+        """(target, kernel dtype, device ordinal) for tensors like q."""
+        target = self.target or ("cuda" if q.is_cuda else "cpu")
+        if target == "cpu":
+            return "cpu", "float32", -1
+        dtype = _DTYPE.get(q.dtype, "float32")
+        if dtype == "int32":
+            dtype = "float32"
+        return target, dtype, (q.device.index or 0) if q.is_cuda else -1
 
     def variant(self, heads: int, head_dim: int, max_seq: int = 0,
                 key_padding: bool = False) -> Tuple[str, Variant]:
+        """The variant on the CPU target (what its parameters are)."""
         return _variant(self.spec, self.name, heads, head_dim, max_seq, key_padding)
 
     def __call__(self, q, k, v, *, lengths=None, return_lse=False, **weights):
@@ -226,7 +280,7 @@ class Attention:
             raise AttncError(f"q of shape {tuple(q.shape)}: expected [B, H, N, D]")
         max_seq = int(weights["E"].shape[-1]) if "E" in weights else 0
         key = _compiled(self.spec, self.name, int(q.shape[1]), int(q.shape[3]), max_seq,
-                        lengths is not None)
+                        lengths is not None, *self._target(q))
         var = _registry[key]
         names = [p.name for p in var.params]
         if "E" in names and max_seq == 0:
@@ -235,13 +289,15 @@ class Attention:
         for w in weights:
             if w not in names:
                 raise AttncError(f"{var.name} takes no weight {w!r}; it takes {names}")
-        params = [weights[n] if n in weights else d for n, d in zip(names, _defaults[key])]
+        params = [weights[n] if n in weights else d.to(q.device)
+                  for n, d in zip(names, _defaults[key])]
         if lengths is not None and lengths.dtype != torch.int32:
             lengths = lengths.to(torch.int32)
         out, lse = _Attention.apply(key, self.allow_copies, lengths, q, k, v, *params)
         return (out, lse) if return_lse else out
 
 
-def attention(spec: str, name: Optional[str] = None, *, allow_copies: bool = True) -> Attention:
+def attention(spec: str, name: Optional[str] = None, *, allow_copies: bool = True,
+              target: Optional[str] = None) -> Attention:
     """The callable for variant `name` of `spec` (a path or the spec's text)."""
-    return Attention(spec, name, allow_copies=allow_copies)
+    return Attention(spec, name, allow_copies=allow_copies, target=target)

@@ -1,0 +1,122 @@
+"""attnc's CUDA kernels through the PyTorch op, against SDPA in float64.
+
+Each case runs twice: on the SIMT emulator (target "cuda-sim": CPU
+tensors, the CUDA kernels and the ABI's device half, CApiCuda.cpp), on
+every machine; and on a GPU (CUDA tensors, the current stream), skipped
+without one. scripts/device-check.sh runs the GPU half."""
+import pytest
+
+import attnc
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+CAUSAL = "attention a {\n  mask causal\n}\n"
+ALIBI = ("attention alibi {\n  param slope(h) = alibi\n"
+         "  score s + slope(h) * float(kv - q)\n  mask causal\n}\n")
+LOWRANK = "attention lin {\n  kv lowrank(k = 16, share = headwise)\n}\n"
+
+WHERE = [pytest.param("cuda-sim", id="emulator"),
+         pytest.param("cuda", id="gpu", marks=pytest.mark.skipif(
+             not torch.cuda.is_available(), reason="no CUDA device"))]
+
+
+def device_of(where):
+    return "cuda" if where == "cuda" else "cpu"
+
+
+def rel(a, b):
+    return ((a.double() - b.double()).abs().max() / b.double().abs().max()).item()
+
+
+def check(f, ref, q, k, v, tol, **kw):
+    """f's output and q, k, v gradients against ref's in float64."""
+    qs = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
+    rs = [x.detach().cpu().double().requires_grad_(True) for x in (q, k, v)]
+    out = f(*qs, **kw)
+    want = ref(*rs)
+    assert out.dtype == q.dtype and out.device == q.device
+    assert rel(out.cpu(), want) < tol
+    g = torch.randn_like(want)
+    out.backward(g.to(q.dtype).to(q.device))
+    want.backward(g)
+    for a, b in zip(qs, rs):
+        assert a.grad.dtype == q.dtype and rel(a.grad.cpu(), b.grad) < tol
+    return qs
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_causal_f32_and_bf16_match_sdpa(where):
+    torch.manual_seed(10)
+    dev = device_of(where)
+    f = attnc.attention(CAUSAL, target=where)
+    ref = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    q, k, v = (torch.randn(2, 3, 77, 64, device=dev) for _ in range(3))
+    check(f, ref, q, k, v, 1e-4)
+    # bf16 tensors: bf16 kernels, read and written in place.
+    check(f, ref, *(t.bfloat16() for t in (q, k, v)), 2e-2)
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_learned_slope_and_lowrank_gradients(where):
+    torch.manual_seed(11)
+    dev = device_of(where)
+    q, k, v = (torch.randn(2, 3, 50, 32, device=dev) for _ in range(3))
+    slope = torch.tensor([0.5, 0.25, 0.125], device=dev)
+    sim, cpu = attnc.attention(ALIBI, target=where), attnc.attention(ALIBI)
+    s1, s2 = slope.clone().requires_grad_(True), slope.cpu().requires_grad_(True)
+    out = sim(q, k, v, slope=s1)
+    want = cpu(q.cpu(), k.cpu(), v.cpu(), slope=s2)
+    assert rel(out.cpu(), want) < 1e-4
+    g = torch.randn_like(want)
+    out.backward(g.to(dev))
+    want.backward(g)
+    assert rel(s1.grad.cpu(), s2.grad) < 1e-4
+
+    E, Fp = (torch.randn(16, 64, device=dev) / 8 for _ in range(2))
+    lin = attnc.attention(LOWRANK, target=where)
+    ref = attnc.attention(LOWRANK)
+    ins = [t.detach().clone().requires_grad_(True) for t in (q, k, v, E, Fp)]
+    cins = [t.detach().cpu().requires_grad_(True) for t in (q, k, v, E, Fp)]
+    out = lin(*ins[:3], E=ins[3], F=ins[4])
+    want = ref(*cins[:3], E=cins[3], F=cins[4])
+    assert rel(out.cpu(), want) < 1e-4
+    out.backward(g.to(dev))
+    want.backward(g)
+    for a, b in zip(ins, cins):
+        assert rel(a.grad.cpu(), b.grad) < 1e-4
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_strided_inputs_copy_only_when_allowed(where):
+    dev = device_of(where)
+    x = torch.randn(2, 77, 3, 64, device=dev)
+    q = x.transpose(1, 2)  # [B, H, N, D] view of a [B, N, H, D] tensor
+    strict = attnc.attention(CAUSAL, target=where, allow_copies=False)
+    with pytest.raises(attnc.AttncError, match="contiguous, 16-byte aligned"):
+        strict(q, q, q)
+    lenient = attnc.attention(CAUSAL, target=where)
+    c = q.contiguous()
+    assert torch.equal(lenient(q, q, q), lenient(c, c, c))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_gpu_side_stream_and_no_sync():
+    """On a side stream the op's kernels follow the work before them on
+    that stream; the op itself never synchronises (torch's sync debug
+    mode raises on any synchronising call it makes)."""
+    torch.manual_seed(12)
+    f = attnc.attention(CAUSAL)
+    q, k, v = (torch.randn(4, 8, 1024, 64, device="cuda") for _ in range(3))
+    want = f(q, k, v)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        q2 = q * 1.0  # produced on the side stream, just before the op
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            got = f(q2, k, v)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(got, want)
