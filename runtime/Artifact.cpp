@@ -28,6 +28,23 @@ Expected<Artifact> openArtifact(const std::string &dir) {
   return a;
 }
 
+AttentionSignature signatureOf(const ManifestKernel &fwd) {
+  AttentionSignature sig;
+  sig.name = fwd.name;
+  sig.lowrank = fwd.kvSource == "lowrank";
+  sig.share = fwd.share;
+  sig.k = fwd.lowrankK;
+  sig.keyPadding = fwd.keyPadding;
+  sig.params = fwd.params;
+  sig.sharedQk = fwd.sharedQk;
+  if (fwd.lsh) {
+    sig.lshRounds = fwd.lsh->rounds;
+    sig.lshBuckets = fwd.lsh->numBuckets;
+    sig.lshSeed = uint64_t(fwd.lsh->seed);
+  }
+  return sig;
+}
+
 Status runArtifactAttention(const ArtifactRunOptions &opt) {
   std::string manifestPath = opt.dir + "/manifest.json";
   Expected<Manifest> manifest = loadManifest(opt.dir);
@@ -72,19 +89,7 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
   if (!opt.grad.empty() && !bwd)
     return makeError(manifestPath + ": kernel " + fwd->name + " has no backward kernel");
 
-  AttentionSignature sig;
-  sig.name = fwd->name;
-  sig.lowrank = fwd->kvSource == "lowrank";
-  sig.share = fwd->share;
-  sig.k = fwd->lowrankK;
-  sig.keyPadding = fwd->keyPadding;
-  sig.params = fwd->params;
-  sig.sharedQk = fwd->sharedQk;
-  if (fwd->lsh) {
-    sig.lshRounds = fwd->lsh->rounds;
-    sig.lshBuckets = fwd->lsh->numBuckets;
-    sig.lshSeed = fwd->lsh->seed;
-  }
+  const AttentionSignature sig = signatureOf(*fwd);
   Expected<std::unique_ptr<AttentionIO>> io =
       loadAttentionIO(opt.inputs, opt.weights, opt.grad, sig, opt.seed);
   if (!io)

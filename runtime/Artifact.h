@@ -30,6 +30,10 @@ struct Artifact {
 /// The artifact in `dir` (its manifest read and checked; files on demand).
 Expected<Artifact> openArtifact(const std::string &dir);
 
+/// What a forward kernel of a manifest takes besides q, k, v: its
+/// low-rank, LSH and per-head parameters.
+AttentionSignature signatureOf(const ManifestKernel &forward);
+
 struct ArtifactRunOptions {
   std::string dir;
   std::string kernel; ///< forward kernel name; empty: the only (or first) one

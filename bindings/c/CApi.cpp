@@ -1,39 +1,29 @@
-//===- CApi.cpp - attnc's C ABI over the driver and the runtime -----------===//
+//===- CApi.cpp - attnc's C ABI over the runtime --------------------------===//
 //
-// bindings/c/include/attnc/attnc.h. Compiling goes through the driver (the
-// spec's front end, the resolve and kernel pipelines, the emitters) and
-// the runtime's CPU kernels; running calls CpuAttention::call on the
-// caller's buffers. The driver reports its errors on std::cerr; a compile
-// here captures that stream (one compile at a time) and returns what it
-// said as the error's message. CUDA variants run in CApiCuda.cpp.
+// bindings/c/include/attnc/attnc.h: errors, the options both ways in take
+// (attnc_compile, in CApiCompile.cpp, which needs the compiler; attnc_load
+// of a compiled artifact, here, which needs only the runtime), the
+// variant's parameters, and the CPU calls (CpuAttention::call on the
+// caller's buffers). CUDA variants run in CApiCuda.cpp.
 //
 //===----------------------------------------------------------------------===//
 #include "CApiInternal.h"
 
-#include "codegen/AttentionFunction.h"
-#include "driver/Run.h"
-#include "driver/Spec.h"
-#include "dsl/AttnDialect.h"
-#include "dsl/Diagnostics.h"
-#include "dsl/MLIRGen.h"
-#include "dsl/Parser.h"
+#include "runtime/Artifact.h"
 #include "runtime/AttentionIO.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/CpuAttention.h"
+#include "runtime/FileSystem.h"
+#include "runtime/HostCompiler.h"
+#include "runtime/KernelCache.h"
+#include "runtime/KernelHeaders.h"
+#include "runtime/NvrtcCompiler.h"
 #include "runtime/Philox.h"
-
-#include "mlir/IR/BuiltinTypes.h"
-#include "mlir/IR/Diagnostics.h"
-#include "mlir/IR/MLIRContext.h"
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -42,41 +32,6 @@ using namespace attnc;
 namespace attnc::capi {
 
 attnc_error *fail(std::string message) { return new attnc_error{std::move(message)}; }
-
-/// std::cerr into a string while alive (the driver prints its errors).
-class CaptureErrors {
-public:
-  CaptureErrors() : old_(std::cerr.rdbuf(text_.rdbuf())) {}
-  ~CaptureErrors() { std::cerr.rdbuf(old_); }
-  std::string text() const {
-    std::string t = text_.str();
-    while (!t.empty() && (t.back() == '\n' || t.back() == ' '))
-      t.pop_back();
-    return t;
-  }
-
-private:
-  std::ostringstream text_;
-  std::streambuf *old_;
-};
-
-std::mutex &compileMutex() {
-  static std::mutex m;
-  return m;
-}
-
-/// The spec's text: `spec` itself, or the file it names.
-bool specText(const char *spec, std::string &text, std::string &where, std::string &err) {
-  const std::string s = spec;
-  const bool looksLikePath = s.find('\n') == std::string::npos && s.find('{') == std::string::npos;
-  if (looksLikePath) {
-    where = s;
-    return driver::readSpecFile(s, text, err);
-  }
-  where = "<spec>";
-  text = s;
-  return true;
-}
 
 const char *dtypeName(attnc_dtype d) {
   switch (d) {
@@ -292,6 +247,89 @@ attnc_error *param(const attnc_variant *v, int index, const ParamSpec *&out) {
   return nullptr;
 }
 
+attnc_error *checkOptions(const attnc_compile_options *o, const char *who, Target &t) {
+  if (!o || o->struct_size < offsetof(attnc_compile_options, arch))
+    return fail(std::string(who) +
+                ": options missing or too small (use attnc_compile_options_init)");
+  // Fields of later versions: their defaults when the caller's struct
+  // predates them.
+  const bool v2 = o->struct_size >= sizeof(attnc_compile_options);
+  const char *archOption = v2 ? o->arch : nullptr;
+  t.ordinal = v2 ? o->device : -1;
+  t.name = o->target ? o->target : "cpu";
+  t.cuda = t.name == "cuda" || t.name == "cuda-sim";
+  t.emulated = t.name == "cuda-sim";
+  if (t.name != "cpu" && !t.cuda)
+    return fail("target '" + t.name + "': expected cpu, cuda or cuda-sim");
+  if (!t.cuda && o->dtype != ATTNC_F32)
+    return fail(std::string("dtype ") + dtypeName(o->dtype) +
+                ": the CPU kernels are fp32 (cast the tensors, or use the CUDA target)");
+  if (t.cuda && o->dtype == ATTNC_I32)
+    return fail("dtype i32: the CUDA kernels are f32, f16 or bf16");
+  t.arch = archOption ? archOption : "";
+  if (t.name == "cuda") {
+    // The driver loads the kernels: say why there is none before compiling.
+    if (Status s = cuda::Driver::available(); !s)
+      return fail("target cuda: " + s.error() +
+                  " (target cuda-sim runs the CUDA kernels on the CPU, on host memory)");
+    if (t.ordinal < 0) {
+      Expected<int> own = cuda::processDevice();
+      if (!own)
+        return fail("target cuda: " + own.error());
+      t.ordinal = *own;
+    }
+    Expected<int> count = cuda::deviceCount();
+    if (!count || t.ordinal >= *count)
+      return fail("device " + std::to_string(t.ordinal) + ": the driver sees " +
+                  (count ? std::to_string(*count) : count.error()) + " device(s)");
+    if (t.arch.empty())
+      if (Expected<cuda::DeviceInfo> dev = cuda::queryDevice(t.ordinal))
+        t.arch = dev->arch();
+  }
+  if (t.arch.empty())
+    t.arch = "sm_80"; // cuda-sim: the tiles an A100 gets, as attnc run --target cuda-sim
+  if (t.cuda)
+    if (Expected<GpuArch> a = parseGpuArch(t.arch); !a)
+      return fail("arch '" + t.arch + "': " + a.error());
+  if (o->heads < 1 || o->heads > 1024)
+    return fail("heads = " + std::to_string(o->heads) + ": expected 1..1024");
+  if (o->head_dim < 1 || o->head_dim > 512)
+    return fail("head_dim = " + std::to_string(o->head_dim) + ": expected 1..512");
+  return nullptr;
+}
+
+attnc_error *describeParams(attnc_variant &v) {
+  const AttentionSignature &sig = v.sig;
+  v.params.clear();
+  auto spec = [](std::string name, std::vector<int64_t> shape, bool learned, ParamSpec::Kind kind) {
+    ParamSpec p;
+    p.name = std::move(name), p.shape = std::move(shape), p.learned = learned, p.kind = kind;
+    return p;
+  };
+  if (sig.lshRounds > 0)
+    v.params.push_back(spec("lsh_rotations", {sig.lshRounds, v.headDim, sig.lshBuckets / 2}, false,
+                            ParamSpec::Rotations));
+  if (sig.lowrank) {
+    if (v.maxSeq < 1)
+      return fail("'" + v.name +
+                  "' is low-rank: set max_seq, the longest sequence it will see (E and F "
+                  "have that many columns)");
+    std::vector<int64_t> eShape = sig.share == "none"
+                                      ? std::vector<int64_t>{v.heads, sig.k, v.maxSeq}
+                                      : std::vector<int64_t>{sig.k, v.maxSeq};
+    v.params.insert(v.params.begin(), spec("E", eShape, true, ParamSpec::E));
+    if (sig.share != "kv" && sig.share != "layerwise")
+      v.params.insert(v.params.begin() + 1, spec("F", eShape, true, ParamSpec::F));
+  }
+  for (size_t i = 0; i < sig.params.size(); ++i) {
+    ParamSpec ps = spec(sig.params[i].name, {v.heads}, sig.params[i].learned, ParamSpec::Head);
+    ps.headIndex = int(i);
+    ps.decl = sig.params[i];
+    v.params.push_back(ps);
+  }
+  return nullptr;
+}
+
 attnc_error *guard(const std::function<attnc_error *()> &fn) {
   try {
     return fn();
@@ -327,175 +365,101 @@ void attnc_compile_options_init(attnc_compile_options *o) {
   o->device = -1;
 }
 
-attnc_error *attnc_compile(const char *spec, const char *name, const attnc_compile_options *o,
-                           attnc_variant **variant) {
+attnc_error *attnc_load(const char *dir, const char *name, const attnc_compile_options *o,
+                        attnc_variant **variant) {
   return guard([&]() -> attnc_error * {
     if (!variant)
-      return fail("attnc_compile: variant is NULL");
+      return fail("attnc_load: variant is NULL");
     *variant = nullptr;
-    if (!spec)
-      return fail("attnc_compile: spec is NULL");
-    if (!o || o->struct_size < offsetof(attnc_compile_options, arch))
-      return fail("attnc_compile: options missing or too small (use attnc_compile_options_init)");
-    // Fields of later versions: their defaults when the caller's struct
-    // predates them.
-    const bool v2 = o->struct_size >= sizeof(attnc_compile_options);
-    const char *archOption = v2 ? o->arch : nullptr;
-    const int deviceOption = v2 ? o->device : -1;
-    const std::string target = o->target ? o->target : "cpu";
-    const bool cuda = target == "cuda" || target == "cuda-sim";
-    if (target != "cpu" && !cuda)
-      return fail("target '" + target + "': expected cpu, cuda or cuda-sim");
-    if (!cuda && o->dtype != ATTNC_F32)
-      return fail(std::string("dtype ") + dtypeName(o->dtype) +
-                  ": the CPU kernels are fp32 (cast the tensors, or use the CUDA target)");
-    if (cuda && o->dtype == ATTNC_I32)
-      return fail("dtype i32: the CUDA kernels are f32, f16 or bf16");
-    std::string arch = archOption ? archOption : "";
-    if (target == "cuda") {
-      // The driver loads the kernels: say why there is none before compiling.
-      if (Status s = cuda::Driver::available(); !s)
-        return fail("target cuda: " + s.error() +
-                    " (target cuda-sim runs the CUDA kernels on the CPU, on host memory)");
-      int ordinal = deviceOption;
-      if (ordinal < 0) {
-        Expected<int> own = cuda::processDevice();
-        if (!own)
-          return fail("target cuda: " + own.error());
-        ordinal = *own;
-      }
-      Expected<int> count = cuda::deviceCount();
-      if (!count || ordinal >= *count)
-        return fail("device " + std::to_string(ordinal) + ": the driver sees " +
-                    (count ? std::to_string(*count) : count.error()) + " device(s)");
-      if (arch.empty())
-        if (Expected<cuda::DeviceInfo> dev = cuda::queryDevice(ordinal))
-          arch = dev->arch();
-    }
-    if (arch.empty())
-      arch = "sm_80"; // cuda-sim: the tiles an A100 gets, as attnc run --target cuda-sim
-    if (cuda)
-      if (Expected<GpuArch> a = parseGpuArch(arch); !a)
-        return fail("arch '" + arch + "': " + a.error());
-    if (o->heads < 1 || o->heads > 1024)
-      return fail("heads = " + std::to_string(o->heads) + ": expected 1..1024");
-    if (o->head_dim < 1 || o->head_dim > 512)
-      return fail("head_dim = " + std::to_string(o->head_dim) + ": expected 1..512");
-
-    std::string text, where, err;
-    if (!specText(spec, text, where, err))
-      return fail(err);
-    std::lock_guard<std::mutex> lock(compileMutex());
-    CaptureErrors captured;
-    auto failed = [&](const std::string &what) {
-      std::string said = captured.text();
-      return fail(said.empty() ? what : what + ":\n" + said);
-    };
-    mlir::MLIRContext context;
-    mlir::ScopedDiagnosticHandler diagnostics(&context, driver::printDiagnostic);
-    DiagnosticEngine diag(text, std::cerr);
-    std::optional<ast::Spec> parsed = parseAndCheck(text, where, diag);
-    if (!parsed)
-      return failed("the spec " + (where == "<spec>" ? std::string("text") : where) +
-                    " has errors");
-    registerAttncDialects(context);
-    mlir::OwningOpRef<mlir::ModuleOp> module = mlirGen(context, *parsed);
-    if (!module)
-      return failed("the spec could not be built");
-    if (!driver::runResolvePipeline(*module, ResolvePipelineOptions()))
-      return failed("resolving the spec's 'auto' choices failed");
-
-    std::vector<attn::VariantOp> variants(module->getOps<attn::VariantOp>().begin(),
-                                          module->getOps<attn::VariantOp>().end());
-    attn::VariantOp chosen;
+    if (!dir)
+      return fail("attnc_load: dir is NULL");
+    Target target;
+    if (attnc_error *e = checkOptions(o, "attnc_load", target))
+      return e;
+    Expected<Artifact> art = openArtifact(dir);
+    if (!art)
+      return fail(art.error());
+    const Manifest &m = art->manifest;
+    if (m.target != (target.cuda ? "cuda" : "cpu"))
+      return fail(std::string(dir) + " holds " + m.target + " kernels; target " + target.name +
+                  " runs " + (target.cuda ? "cuda" : "cpu") + " ones (attnc compile --target " +
+                  (target.cuda ? "cuda" : "cpu") + ")");
+    // The forward kernel (by its name or its function's), and its backward.
+    const ManifestKernel *fwd = nullptr, *bwd = nullptr;
     std::string names;
     const std::string want = name ? name : "";
-    for (attn::VariantOp v : variants) {
-      names += (names.empty() ? "" : ", ") + v.getSymName().str();
-      if (v.getSymName() == want || (want.empty() && variants.size() == 1))
-        chosen = v;
-    }
-    if (!chosen)
-      return fail(variants.empty() ? std::string("the spec has no attention variant")
-                  : want.empty()
-                      ? "the spec has " + std::to_string(variants.size()) +
-                            " attention variants (" + names + "); name one"
-                      : "no attention variant '" + want + "' (the spec has: " + names + ")");
+    for (const ManifestKernel &k : m.kernels)
+      if (!k.backward) {
+        names += (names.empty() ? "" : ", ") + k.name;
+        if (!fwd && (want.empty() || k.name == want || k.function == want))
+          fwd = &k;
+      }
+    if (!fwd)
+      return fail(std::string(dir) + ": " +
+                  (want.empty() ? std::string("no forward kernel")
+                                : "no forward kernel '" + want + "' (it has: " + names + ")"));
+    for (const ManifestKernel &k : m.kernels)
+      if (k.backward && k.function == fwd->function)
+        bwd = &k;
+    if (o->backward && !bwd)
+      return fail(std::string(dir) + ": kernel " + fwd->name +
+                  " has no backward (compile the spec with a backward, or set backward = 0)");
+    if (fwd->headDim != o->head_dim)
+      return fail("head_dim = " + std::to_string(o->head_dim) + ", but " + dir +
+                  " was compiled for head dim " + std::to_string(fwd->headDim));
+    const attnc_dtype dtype = fwd->dtype == "f16"    ? ATTNC_F16
+                              : fwd->dtype == "bf16" ? ATTNC_BF16
+                                                     : ATTNC_F32;
+    if (dtype != o->dtype)
+      return fail(std::string("dtype ") + dtypeName(o->dtype) + ", but " + dir + "'s kernels are " +
+                  fwd->dtype);
 
     auto v = std::make_unique<attnc_variant>();
-    v->name = chosen.getSymName().str();
+    v->name = fwd->name;
     v->heads = o->heads, v->headDim = o->head_dim;
-    v->keyPadding = o->key_padding != 0 || chosen.getKeyPadding();
-    AttentionSignature &sig = v->sig;
-    sig.name = v->name;
-    sig.keyPadding = chosen.getKeyPadding();
-    sig.sharedQk = chosen.getSharedQk();
-    if (auto lsh = chosen.getLshAttr()) {
-      sig.lshRounds = lsh.getRounds();
-      sig.lshBuckets = lsh.getBuckets();
-      sig.lshSeed = uint64_t(lsh.getSeed());
-      v->params.push_back({"lsh_rotations",
-                           {sig.lshRounds, o->head_dim, sig.lshBuckets / 2},
-                           false,
-                           ParamSpec::Rotations});
-    }
-    if (auto lr = chosen.getLowrankAttr()) {
-      if (o->max_seq < 1)
-        return fail("'" + v->name +
-                    "' is low-rank: set max_seq, the longest sequence it will see (E and F "
-                    "have that many columns)");
-      sig.lowrank = true;
-      sig.share = stringifyShareMode(lr.getShare()).str();
-      sig.k = lr.getK();
-      v->maxSeq = o->max_seq;
-      std::vector<int64_t> eShape = sig.share == "none"
-                                        ? std::vector<int64_t>{o->heads, sig.k, o->max_seq}
-                                        : std::vector<int64_t>{sig.k, o->max_seq};
-      v->params.insert(v->params.begin(), {"E", eShape, true, ParamSpec::E});
-      if (sig.share != "kv" && sig.share != "layerwise")
-        v->params.insert(v->params.begin() + 1, {"F", eShape, true, ParamSpec::F});
-    }
-    if (auto decls = chosen.getParams())
-      for (mlir::Attribute a : *decls) {
-        auto hp = llvm::cast<attn::HeadParamAttr>(a);
-        ParamDecl d{hp.getName().str(), hp.getInit() == attn::ParamInit::alibi,
-                    float(hp.getValue().convertToDouble()), hp.getLearned()};
-        sig.params.push_back(d);
-        ParamSpec ps{d.name, {o->heads}, d.learned, ParamSpec::Head};
-        ps.headIndex = int(sig.params.size()) - 1;
-        ps.decl = d;
-        v->params.push_back(ps);
-      }
-
-    codegen::AttentionShape shape;
-    shape.heads = o->heads, shape.headDim = o->head_dim;
-    shape.maxSeq = sig.lowrank ? o->max_seq : 0;
-    shape.elementType = o->dtype == ATTNC_F16    ? mlir::Type(mlir::Float16Type::get(&context))
-                        : o->dtype == ATTNC_BF16 ? mlir::Type(mlir::BFloat16Type::get(&context))
-                                                 : mlir::Type(mlir::Float32Type::get(&context));
-    shape.withLengths = v->keyPadding;
-    shape.differentiate = o->backward != 0;
-    if (cuda) {
-      auto state = std::make_unique<CudaState>();
-      state->emulated = target == "cuda-sim";
-      state->ordinal = state->emulated ? -1 : (deviceOption >= 0 ? deviceOption : 0);
-      if (!state->emulated && deviceOption < 0)
-        if (Expected<int> own = cuda::processDevice())
-          state->ordinal = *own;
-      state->dtype = o->dtype;
-      if (driver::compileCudaAttention(*module, chosen, shape, arch, state->emulated,
-                                       state->kernels, state->ordinal) != driver::kExitOk)
-        return failed("compiling '" + v->name + "' for " + target + " (" + arch + ") failed");
-      v->cuda = std::move(state);
-      if (attnc_error *e = prepareCuda(*v, *v->cuda))
-        return e;
+    v->sig = signatureOf(*fwd);
+    v->keyPadding = fwd->keyPadding;
+    v->maxSeq = v->sig.lowrank ? fwd->maxSeq : 0;
+    if (attnc_error *e = describeParams(*v))
+      return e;
+    Expected<std::string> source = art->file(m.source);
+    if (!source)
+      return fail(source.error());
+    std::optional<KernelDesc> bwdDesc;
+    if (bwd && o->backward)
+      bwdDesc = bwd->desc();
+    Expected<std::vector<std::string>> dirs =
+        kernelIncludeDirs(target.cuda ? KernelFamily::Cuda : KernelFamily::Cpu);
+    if (!dirs)
+      return fail(dirs.error());
+    HostCompiler host(&KernelCache::processDefault());
+    if (!target.cuda) {
+      Expected<CpuAttention> kernels =
+          CpuAttention::compile(*source, fwd->desc(), bwdDesc, *dirs, host);
+      if (!kernels)
+        return fail(kernels.error());
+      v->cpu.emplace(std::move(kernels).take());
       *variant = v.release();
       return nullptr;
     }
-    std::optional<CpuAttention> kernels;
-    if (driver::compileCpuAttention(*module, chosen, shape, kernels) != driver::kExitOk)
-      return failed("compiling '" + v->name + "' for the CPU failed");
-    v->cpu = std::move(kernels);
+    auto state = std::make_unique<CudaState>();
+    state->emulated = target.emulated, state->ordinal = target.ordinal, state->dtype = dtype;
+    NvrtcCompiler nvrtc(&KernelCache::processDefault());
+    // cuda-sim emulates options.arch when given, else the artifact's.
+    const std::string emulatedArch =
+        o->struct_size >= sizeof(attnc_compile_options) && o->arch ? std::string(o->arch) : m.arch;
+    Expected<CudaAttention> kernels =
+        target.emulated ? CudaAttention::compileEmulated(*source, m.arch, emulatedArch, fwd->dtype,
+                                                         fwd->desc(), bwdDesc, host)
+                        : CudaAttention::compile(*source, m.arch, fwd->dtype, fwd->desc(), bwdDesc,
+                                                 *dirs, nvrtc,
+                                                 /*retile=*/true, /*ptxArch=*/"", target.ordinal);
+    if (!kernels)
+      return fail(kernels.error());
+    state->kernels.emplace(std::move(kernels).take());
+    v->cuda = std::move(state);
+    if (attnc_error *e = prepareCuda(*v, *v->cuda))
+      return e;
     *variant = v.release();
     return nullptr;
   });

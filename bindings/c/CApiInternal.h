@@ -15,6 +15,7 @@
 #include "runtime/CpuAttention.h"
 #include "runtime/CudaAttention.h"
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,6 +61,21 @@ struct CudaState {
 };
 
 attnc_error *fail(std::string message);
+/// Runs `fn`, turning an escaping exception into an error value.
+attnc_error *guard(const std::function<attnc_error *()> &fn);
+
+/// Where a variant runs, from attnc_compile_options.
+struct Target {
+  std::string name; ///< cpu, cuda, cuda-sim
+  std::string arch; ///< CUDA targets: the arch compiled for (or emulated)
+  bool cuda = false, emulated = false;
+  int ordinal = -1; ///< cuda: the GPU
+};
+/// Checks `o` (of any version) and resolves its target: the GPU and its
+/// arch for cuda. Errors name the option and its value; `who` the call.
+attnc_error *checkOptions(const attnc_compile_options *o, const char *who, Target &t);
+/// v.params from v.sig, v.heads, v.headDim and v.maxSeq.
+attnc_error *describeParams(attnc_variant &v);
 const char *dtypeName(attnc_dtype d);
 std::string shapeStr(const int64_t *shape, int ndim);
 /// "q (f32 [2, 3, 77, 64], strides [...])".

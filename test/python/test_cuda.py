@@ -120,3 +120,38 @@ def test_gpu_side_stream_and_no_sync():
             torch.cuda.set_sync_debug_mode("default")
     torch.cuda.current_stream().wait_stream(side)
     assert torch.equal(got, want)
+
+
+def _cli():
+    import os
+    import pathlib
+    path = os.environ.get("ATTNC_CLI") or str(
+        pathlib.Path(__file__).resolve().parents[2] / "build" / "bin" / "attnc")
+    if not os.path.exists(path):
+        pytest.skip("no attnc command line to compile an artifact with")
+    return path
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_compiled_artifact_runs_through_the_op(where, tmp_path):
+    """An artifact of `attnc compile` (what a runtime-only libattnc, as on
+    the GPU machine, can run) through the op: the CPU kernels, and the
+    CUDA kernels on the emulator or a GPU."""
+    import subprocess
+    spec = tmp_path / "a.attn"
+    spec.write_text(CAUSAL + "model m { vocab 64 seq 128 d_model 192 heads 3 layers 1 dtype fp32 "
+                    "objective causal_lm layer { attention a ffn } }\n")
+    torch.manual_seed(13)
+    dev = device_of(where)
+    q, k, v = (torch.randn(2, 3, 77, 64, device=dev) for _ in range(3))
+    ref = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    for kind in ("cpu", "cuda"):
+        out = tmp_path / kind
+        subprocess.run([_cli(), "compile", str(spec), "--target", kind, "-o", str(out)],
+                       check=True, capture_output=True)
+        if kind == "cpu" and where == "cuda":
+            continue
+        f = attnc.attention(str(out), "m_attention", target=None if kind == "cpu" else where)
+        check(f, ref, q, k, v, 1e-4)
+    with pytest.raises(attnc.AttncError, match="compiled for head dim 64"):
+        attnc.attention(str(tmp_path / "cuda"), target=where)(*(t[..., :32] for t in (q, q, q)))

@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -641,6 +643,80 @@ TEST(CApiCudaSim, ErrorsNameThePlace) {
   badArch.e = attnc_compile("attention a {\n}\n", nullptr, &o, &none);
   EXPECT_NE(badArch.message().find("sm_70 or newer, found 'sm_42'"), std::string::npos)
       << badArch.message();
+}
+
+//===-- attnc_load: artifacts that `attnc compile` wrote -----------------===//
+
+/// `attnc compile` of a causal variant at H = 3, D = 64 (a model fixes
+/// them) for `target`, into a fresh directory; its path.
+std::string compileArtifact(const std::string &target) {
+  const std::string dir = testing::TempDir() + "capi-artifact-" + target;
+  const std::string spec = dir + ".attn";
+  FILE *f = std::fopen(spec.c_str(), "w");
+  if (!f)
+    return "";
+  std::fputs("attention a {\n  mask causal\n}\n"
+             "model m { vocab 64 seq 128 d_model 192 heads 3 layers 1 dtype fp32 "
+             "objective causal_lm layer { attention a ffn } }\n",
+             f);
+  std::fclose(f);
+  const std::string cmd = std::string(ATTNC_CLI) + " compile " + spec + " --target " + target +
+                          " -o " + dir + " > /dev/null 2>&1";
+  return std::system(("rm -rf " + dir).c_str()) == 0 && std::system(cmd.c_str()) == 0 ? dir : "";
+}
+
+TEST(CApi, LoadsCompiledArtifacts) {
+  const size_t n = size_t(B) * H * N * D;
+  std::vector<float> q = randn(n, 61), k = randn(n, 62), val = randn(n, 63), dout = randn(n, 64);
+  Reference r = reference(q, k, val, dout, B, H, N, D, {});
+  // The CPU artifact on the CPU, the CUDA one on the emulator.
+  for (const char *target : {"cpu", "cuda-sim"}) {
+    SCOPED_TRACE(target);
+    const std::string dir = compileArtifact(std::string(target) == "cpu" ? "cpu" : "cuda");
+    ASSERT_FALSE(dir.empty()) << "attnc compile failed";
+    attnc_compile_options o;
+    attnc_compile_options_init(&o);
+    o.heads = H, o.head_dim = D, o.target = target;
+    attnc_variant *v = nullptr;
+    Error err;
+    err.e = attnc_load(dir.c_str(), "m_attention", &o, &v);
+    ASSERT_NE(v, nullptr) << err.message();
+    EXPECT_EQ(attnc_variant_num_params(v), 0);
+    std::vector<float> out(n), lse(size_t(B) * H * N), dq(n), dk(n), dv(n);
+    attnc_call c{};
+    c.struct_size = sizeof c;
+    c.q = tensor(q, {B, H, N, D}), c.k = tensor(k, {B, H, N, D}), c.v = tensor(val, {B, H, N, D});
+    c.out = tensor(out, {B, H, N, D}), c.lse = tensor(lse, {B, H, N});
+    Error fwd;
+    fwd.e = attnc_forward(v, &c);
+    ASSERT_EQ(fwd.e, nullptr) << fwd.message();
+    EXPECT_LT(relErr(out, r.out), 1e-4);
+    expectBackward(v, c, dout, dq, dk, dv, r, N);
+    attnc_variant_free(v);
+
+    Error wrongDim, wrongTarget, noKernel;
+    o.head_dim = 32;
+    wrongDim.e = attnc_load(dir.c_str(), nullptr, &o, &v);
+    EXPECT_NE(wrongDim.message().find("compiled for head dim 64"), std::string::npos)
+        << wrongDim.message();
+    o.head_dim = D, o.target = std::string(target) == "cpu" ? "cuda-sim" : "cpu";
+    wrongTarget.e = attnc_load(dir.c_str(), nullptr, &o, &v);
+    EXPECT_NE(wrongTarget.message().find("kernels; target"), std::string::npos)
+        << wrongTarget.message();
+    o.target = target;
+    noKernel.e = attnc_load(dir.c_str(), "nope", &o, &v);
+    EXPECT_NE(noKernel.message().find("no forward kernel 'nope' (it has: attn0_f32_d64)"),
+              std::string::npos)
+        << noKernel.message();
+  }
+  attnc_compile_options o;
+  attnc_compile_options_init(&o);
+  o.heads = H, o.head_dim = D;
+  attnc_variant *v = nullptr;
+  Error missing;
+  missing.e = attnc_load("/nonexistent/artifact", nullptr, &o, &v);
+  EXPECT_NE(missing.message().find("/nonexistent/artifact"), std::string::npos)
+      << missing.message();
 }
 
 } // namespace

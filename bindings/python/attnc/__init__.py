@@ -106,11 +106,31 @@ def _tensor_array(views: List[_capi.Tensor]):
     return arr
 
 
+def _artifact_dtype(path: str, name: Optional[str]) -> Optional[str]:
+    """The kernels' dtype when `path` is an artifact directory (what
+    `attnc compile SPEC -o DIR` writes), else None."""
+    import json
+    import os
+    manifest = os.path.join(str(path), "manifest.json")
+    if not os.path.isfile(manifest):
+        return None
+    with open(manifest) as f:
+        kernels = [k for k in json.load(f).get("kernels", []) if not k.get("backward")]
+    for k in kernels:
+        if name in (None, k.get("name"), k.get("function")):
+            return {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}.get(k.get("dtype"))
+    return "float32"  # attnc_load names what is missing
+
+
 class Variant:
     """One compiled attention variant (a handle to its kernels).
 
     `spec` is a .attn file's path or its text; `name` picks the variant
-    when the spec has several. Compiling goes into attnc's kernel cache
+    when the spec has several. `spec` may also be an artifact directory
+    that `attnc compile SPEC -o DIR` wrote: its kernels are loaded
+    (attnc_load; `name` is a kernel's or its function's name, dtype and
+    max_seq are the artifact's), which needs only the runtime, so a
+    libattnc built without the compiler runs it. Compiling goes into attnc's kernel cache
     (the command line's): the same variant at the same heads, head dim and
     options loads from there the next time (`from_cache`). The kernels do
     not depend on the batch or N (low-rank: N up to `max_seq`).
@@ -124,11 +144,13 @@ class Variant:
 
     def __init__(self, spec: str, name: Optional[str] = None, *, heads: int, head_dim: int,
                  max_seq: int = 0, key_padding: bool = False, backward: bool = True,
-                 target: str = "cpu", dtype: str = "float32", device: int = -1,
+                 target: str = "cpu", dtype: Optional[str] = None, device: int = -1,
                  arch: Optional[str] = None):
         lib = _library()
         opts = _capi.CompileOptions()
         lib.attnc_compile_options_init(ctypes.byref(opts))
+        artifact = _artifact_dtype(spec, name)
+        dtype = dtype or artifact or "float32"
         if dtype not in _DTYPES or dtype == "int32":
             raise AttncError(f"dtype {dtype}: the kernels are float32, float16 or bfloat16")
         opts.target = target.encode()
@@ -137,8 +159,9 @@ class Variant:
         opts.heads, opts.head_dim, opts.max_seq = heads, head_dim, max_seq
         opts.key_padding, opts.backward = int(key_padding), int(backward)
         handle = ctypes.c_void_p()
-        _check(lib.attnc_compile(str(spec).encode(), name.encode() if name else None,
-                                 ctypes.byref(opts), ctypes.byref(handle)))
+        make = lib.attnc_load if artifact else lib.attnc_compile
+        _check(make(str(spec).encode(), name.encode() if name else None, ctypes.byref(opts),
+                    ctypes.byref(handle)))
         self._handle = handle
         self.heads, self.head_dim, self.max_seq = heads, head_dim, max_seq
         self.target, self.dtype = target, dtype

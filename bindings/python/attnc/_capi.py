@@ -104,6 +104,8 @@ def _declare(lib):
         "attnc_compile_options_init": ([ctypes.POINTER(CompileOptions)], None),
         "attnc_compile": ([ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(CompileOptions),
                            ctypes.POINTER(V)], E),
+        "attnc_load": ([ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(CompileOptions),
+                        ctypes.POINTER(V)], E),
         "attnc_variant_free": ([V], None),
         "attnc_variant_name": ([V], ctypes.c_char_p),
         "attnc_variant_shared_qk": ([V], ctypes.c_int),

@@ -13,14 +13,14 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from . import AttncError, Variant, _capi, view
+from . import AttncError, Variant, _artifact_dtype, _capi, view
 
 _registry: Dict[str, Variant] = {}
 _lock = threading.Lock()
 
 
 def _variant(spec: str, name: Optional[str], heads: int, head_dim: int, max_seq: int,
-             key_padding: bool, target: str = "cpu", dtype: str = "float32",
+             key_padding: bool, target: str = "cpu", dtype: Optional[str] = "float32",
              device: int = -1) -> Tuple[str, Variant]:
     key = repr((spec, name, heads, head_dim, max_seq, key_padding, target, dtype, device))
     with _lock:
@@ -228,7 +228,7 @@ _defaults: Dict[str, List[torch.Tensor]] = {}  # key -> each parameter's initial
 
 @torch.compiler.assume_constant_result
 def _compiled(spec: str, name: Optional[str], heads: int, head_dim: int, max_seq: int,
-              key_padding: bool, target: str, dtype: str, device: int) -> str:
+              key_padding: bool, target: str, dtype: Optional[str], device: int) -> str:
     """The registry key of the variant for this shape class and device,
     compiling it (and its parameters' initial values) on first use.
     torch.compile runs it while tracing and keeps the key as a constant,
@@ -259,15 +259,17 @@ class Attention:
             raise AttncError(f"target {target!r}: expected None (the tensors' device), "
                              "'cpu', 'cuda' or 'cuda-sim'")
         self.spec, self.name, self.allow_copies, self.target = spec, name, allow_copies, target
+        self.artifact = _artifact_dtype(spec, name) is not None
 
-    def _target(self, q) -> Tuple[str, str, int]:
-        """(target, kernel dtype, device ordinal) for tensors like q."""
+    def _target(self, q) -> Tuple[str, Optional[str], int]:
+        """(target, kernel dtype, device ordinal) for tensors like q. An
+        artifact's kernels have their own dtype (None: theirs)."""
         target = self.target or ("cuda" if q.is_cuda else "cpu")
         if target == "cpu":
-            return "cpu", "float32", -1
+            return "cpu", None if self.artifact else "float32", -1
         dtype = _DTYPE.get(q.dtype, "float32")
-        if dtype == "int32":
-            dtype = "float32"
+        if dtype == "int32" or self.artifact:
+            dtype = None if self.artifact else "float32"
         return target, dtype, (q.device.index or 0) if q.is_cuda else -1
 
     def variant(self, heads: int, head_dim: int, max_seq: int = 0,

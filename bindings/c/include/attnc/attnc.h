@@ -102,6 +102,15 @@ typedef struct attnc_variant attnc_variant;
  * the batch or the sequence length (up to max_seq for low-rank). */
 ATTNC_API attnc_error *attnc_compile(const char *spec, const char *name,
                                      const attnc_compile_options *options, attnc_variant **variant);
+/* Loads forward kernel `name` (its name or its function's; NULL: the first)
+ * of an artifact that `attnc compile SPEC -o DIR` wrote, with its backward
+ * when options->backward. Needs only the runtime (a libattnc built without
+ * the compiler has this and not attnc_compile): the kernels are host-compiled
+ * or NVRTC-compiled from the artifact's source, through the same cache. The
+ * target must match the artifact's (cuda-sim runs a cuda artifact); head_dim
+ * and dtype must be the kernels'; max_seq is the artifact's. */
+ATTNC_API attnc_error *attnc_load(const char *dir, const char *name,
+                                  const attnc_compile_options *options, attnc_variant **variant);
 ATTNC_API void attnc_variant_free(attnc_variant *variant);
 
 /* The variant's name, and whether its keys are its (normalised) queries
