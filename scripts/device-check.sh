@@ -13,7 +13,11 @@
 #      against device copies (one rank, 2 micro-batches);
 #   4. benchmarks (attnc-rt bench) beside PyTorch SDPA and FlexAttention;
 #   5. the Linformer table (dense vs low-rank k = 128, 256 as N grows) and
-#      the Reformer sweep (dense vs LSH per token, B·N fixed).
+#      the Reformer sweep (dense vs LSH per token, B·N fixed);
+#   6. attnc from PyTorch: the runtime-only libattnc loading artifacts,
+#      the op on CUDA tensors against float64 (causal, a learned slope,
+#      low-rank), on a side stream with no synchronisation, under
+#      torch.compile; then timed beside SDPA and FlexAttention.
 # Writes everything to $OUT, and $OUT/summary.md. Without a GPU it stops
 # after building, says "no GPU" in the summary and exits 3; with
 # DEVICE_CHECK_SIMULATE=1 it then rehearses steps 1, 4, 5 and two cases
@@ -298,6 +302,16 @@ done
 { echo "## 5. The Linformer table and the Reformer sweep (attnc-rt bench)"; echo
   python3 "$root/scripts/device_sweeps.py" "$out/sweep" "$out/sweeps.md" >/dev/null &&
     cat "$out/sweeps.md" || echo "(no tables written)"; echo; } >>"$summary"
+echo "=== 6. attnc from PyTorch ($(elapsed))"
+# The C ABI as the runtime alone builds it: it loads the artifacts of
+# device-prepare.sh (attnc_load); the package is the checkout's.
+ninja -C "$b" -j "$jobs" attnc_capi >>"$out/build.log" 2>&1 || { echo "FAIL building libattnc"; status=1; }
+sim=(); [ $simulate = 1 ] && sim=(--simulate)
+ATTNC_LIBRARY="$b/lib/libattnc.so" PYTHONPATH="$root/bindings/python" timeout 240 \
+  "${DEVICE_PYTHON:-python3}" "$root/scripts/device_torch.py" "$d/torch" "$d/bench" "$out/torch.md" \
+  "${sim[@]}" || { echo "FAIL attnc from PyTorch (scripts/device_torch.py)"; status=1; }
+{ echo "## 6. attnc from PyTorch (scripts/device_torch.py)"; echo
+  cat "$out/torch.md" 2>/dev/null || echo "(no report written)"; echo; } >>"$summary"
 echo "Finished in $(elapsed), status $status." | tee -a "$summary"
 [ $simulate = 1 ] && finish 3
 finish $status

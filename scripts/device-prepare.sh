@@ -71,6 +71,19 @@ bench causal_d128 "attention a { mask causal }" 4096 128
 bench lowrank_d64 "attention a { kv lowrank(k = 256, share = headwise) }" 4096 64
 bench lsh_d64 "attention a { qk shared bucket lsh(buckets = 64, rounds = 4, chunk = 64, before = 1) }" 4096 64
 
+# PyTorch on the GPU (device-check step 6): f32 artifacts that the
+# runtime-only libattnc there loads (attnc_load), checked against float64.
+mkdir -p "$d/torch"
+torch_artifact() { # name spec objective
+  printf '%s\nmodel m { vocab 256 seq 1024 d_model 512 heads 8 layers 1 dtype fp32 objective %s layer { attention a ffn } }\n' \
+    "$2" "$3" >"$d/torch/$1.attn"
+  "$attnc" compile "$d/torch/$1.attn" --target cuda --arch sm_90 -o "$d/torch/$1" >/dev/null 2>&1
+  rm -f "$d/torch/$1"/model_* "$d/torch/$1/kernels.cpp" "$d/torch/$1/attn.mlir"
+}
+torch_artifact causal_f32_d64 "attention a { mask causal }" causal_lm
+torch_artifact alibi_f32_d64 "attention a { param slope(h) = alibi score s + slope(h) * float(kv - q) mask causal }" causal_lm
+torch_artifact lowrank_f32_d64 "attention a { kv lowrank(k = 32, share = headwise) }" mlm
+
 # The Linformer table and the Reformer sweep on the GPU (device-check step
 # 5): dense, low-rank k = 128 and 256, and LSH kernels for sequences up to
 # 16384, fp16, D = 64, 16 heads.

@@ -25,13 +25,14 @@ ninja -C "$rt" -j "${ATTNC_JOBS:-2}"
 # The Python package (bindings/python, docs/pytorch.md): a venv cached in
 # the build tree holds numpy, pytest and torch from PyPI (about 3 GB with
 # torch's CUDA libraries; installed once), `pip install .` reuses build/,
-# then pytest runs test/python (test_torch.py against SDPA in float64 and
-# the linformer package, lucidrains' Linformer, as a peer).
+# then pytest runs test/python (test_torch.py against SDPA in float64 and,
+# as peers, lucidrains' linformer and reformer_pytorch packages).
 venv="$build/python-venv"
-if ! "$venv/bin/python" -c "import numpy, pytest, torch, linformer" 2>/dev/null; then
-  echo "test: installing numpy, pytest, torch and linformer into $venv (once)"
+if ! "$venv/bin/python" -c "import numpy, pytest, torch, linformer, reformer_pytorch" 2>/dev/null; then
+  echo "test: installing numpy, pytest, torch, linformer and reformer_pytorch into $venv (once)"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check numpy pytest torch linformer
+  "$venv/bin/pip" install --quiet --disable-pip-version-check numpy pytest torch linformer \
+    reformer_pytorch
 fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check "$root"
 (cd "$build" && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/test/python")

@@ -22,6 +22,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 
+#include <algorithm>
 #include <iostream>
 #include <mutex>
 #include <sstream>
@@ -156,6 +157,13 @@ extern "C" attnc_error *attnc_compile(const char *spec, const char *name,
                                                  : mlir::Type(mlir::Float32Type::get(&context));
     shape.withLengths = v->keyPadding;
     shape.differentiate = o->backward != 0;
+    if (auto lsh = chosen.getLshAttr()) {
+      // The LSH kernels take N when called; N decides only the dense
+      // fallback (taken when every chunk is in every query's window, which
+      // the ABI cannot promise for the Ns to come). So the ABI compiles the
+      // LSH kernels themselves, at an N past that bound.
+      shape.seq = lsh.getChunk() * (std::min(lsh.getBefore(), lsh.getAfter()) + 2);
+    }
     if (target.cuda) {
       auto state = std::make_unique<CudaState>();
       state->emulated = target.emulated, state->ordinal = target.ordinal, state->dtype = o->dtype;

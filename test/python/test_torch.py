@@ -192,3 +192,63 @@ def test_double_backward_is_refused():
     (g,) = torch.autograd.grad(f(q, k, v).sum(), q, create_graph=True)
     with pytest.raises(RuntimeError, match="does not require grad"):
         g.sum().backward()
+
+
+def test_lsh_matches_the_reformer_package():
+    """lucidrains' reformer_pytorch (LSHAttention) in float64 as a peer, in
+    the configuration where its semantics are attnc's:
+      - the same rotations: it draws them with torch.randn inside the call,
+        so the same seed and shape give attnc's lsh_rotations;
+      - the same scale: it scores q·k̂ / sqrt(d), attnc q·k̂, so it gets
+        sqrt(d)·q (hashes and k̂ do not change under scaling);
+      - chunks of its bucket_size, N / bucket_size buckets, one chunk of
+        look-back, no duplicate correction (its defaults).
+    What cannot be switched off in the peer: its look-back wraps around (a
+    round's first sorted chunk looks at the previous round's last chunk,
+    the very first at the last round's), where attnc's first chunk looks
+    back at nothing. So queries in any round's first sorted chunk are left
+    out of the comparison, and the cotangent is zero there. Its self score
+    is -5e4 where attnc's is -1e5: the same weights whenever a query has
+    another key, and the same output when it has none. Both non-causal and
+    causal; outputs and the gradients of q (through the normalised keys)
+    and v agree."""
+    reformer = pytest.importorskip("reformer_pytorch.reformer_pytorch")
+    B, H, N, D, R, bucket = 2, 1, 256, 32, 2, 32
+    nb = N // bucket
+    for causal in (False, True):
+        torch.manual_seed(20 + causal)
+        f = attnc.attention("attention l {\n  qk shared\n"
+                            f"  bucket lsh(buckets = {nb}, rounds = {R}, chunk = {bucket}, "
+                            "before = 1)\n" + ("  mask causal\n" if causal else "") + "}\n")
+        q = torch.randn(B, H, N, D, dtype=torch.float64)
+        v = torch.randn(B, H, N, D, dtype=torch.float64)
+        peer = reformer.LSHAttention(bucket_size=bucket, n_hashes=R, causal=causal).eval()
+        torch.manual_seed(123)
+        rot = torch.randn((1, D, R, nb // 2), dtype=torch.float64)  # the peer's draw
+        torch.manual_seed(123)
+        qk = (q * D ** 0.5).reshape(B * H, N, D).requires_grad_(True)
+        vp = v.reshape(B * H, N, D).requires_grad_(True)
+        want, _, buckets = peer(qk, vp)
+        rotations = rot[0].permute(1, 0, 2).float().contiguous()  # [R, D, nb/2]
+        qa, va = q.float().requires_grad_(True), v.float().requires_grad_(True)
+        got = f(qa, qa, va, lsh_rotations=rotations).double().reshape(B * H, N, D)
+
+        # attnc hashes in f32 what the peer hashed in f64: the same buckets.
+        theirs = buckets.reshape(B * H, R, N) - (torch.arange(R) * nb)[None, :, None]
+        rotated = torch.einsum("btf,rfi->brti", qa.detach().reshape(B * H, N, D), rotations)
+        assert torch.equal(theirs, torch.cat([rotated, -rotated], -1).argmax(-1))
+        keep = torch.ones(B * H, N, dtype=torch.bool)
+        for b in range(B * H):
+            for r in range(R):  # stable sort by bucket: the round's first chunk
+                first = torch.argsort(theirs[b, r] * N + torch.arange(N))[:bucket]
+                keep[b, first] = False
+        assert keep.sum() > N  # most queries are compared
+        err = (got - want).abs().max(-1).values
+        assert err[keep].max() / want.abs().max() < 1e-5
+        assert err[~keep].max() > 1e-2  # the wrap-around does matter there
+        g = torch.randn(B * H, N, D, dtype=torch.float64) * keep[..., None]
+        dqk, dv = torch.autograd.grad(want, (qk, vp), g)
+        dq_got, dv_got = torch.autograd.grad(got, (qa, va), g)
+        for a, w in ((dq_got, dqk * D ** 0.5), (dv_got, dv)):
+            a = a.double().reshape(B * H, N, D)
+            assert (a - w).abs().max() / w.abs().max() < 1e-5
