@@ -252,3 +252,28 @@ def test_lsh_matches_the_reformer_package():
         for a, w in ((dq_got, dqk * D ** 0.5), (dv_got, dv)):
             a = a.double().reshape(B * H, N, D)
             assert (a - w).abs().max() / w.abs().max() < 1e-5
+
+
+def test_gradcheck_float64_inputs():
+    """torch.autograd.gradcheck on float64 tensors, small cases: causal,
+    a learned per-head slope (its gradient too), and low-rank with E and F.
+    attnc's CPU kernels compute in fp32 (float64 tensors are converted), so
+    the finite differences use eps = 1e-2 (measured: their error is 1.5e-5
+    there, 2e-4 at eps = 1e-3) and atol 1e-4, rtol 1e-3
+    (at gradcheck's default eps = 1e-6 the differences would measure fp32
+    rounding, not the derivative). A wrong backward is off by O(1)."""
+    torch.manual_seed(30)
+    opts = dict(eps=1e-2, atol=1e-4, rtol=1e-3, nondet_tol=0.0)
+    shape = (1, 2, 9, 8)
+    q, k, v = (torch.randn(*shape, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    f = attnc.attention(CAUSAL)
+    assert torch.autograd.gradcheck(lambda q, k, v: f(q, k, v), (q, k, v), **opts)
+    alibi = attnc.attention(ALIBI)
+    slope = torch.tensor([0.5, 0.25], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda q, k, v, s: alibi(q, k, v, slope=s),
+                                    (q, k, v, slope), **opts)
+    lin = attnc.attention("attention lin {\n  kv lowrank(k = 4, share = headwise)\n}\n")
+    E, Fp = ((torch.randn(4, 12, dtype=torch.float64) / 12 ** 0.5).requires_grad_(True)
+             for _ in range(2))
+    assert torch.autograd.gradcheck(lambda q, k, v, E, Fp: lin(q, k, v, E=E, F=Fp),
+                                    (q, k, v, E, Fp), **opts)
