@@ -67,7 +67,7 @@ def main():
     def grads_match(name, f, ref, extra=(), tol=1e-4):
         """f(q, k, v, *extra) and every gradient against ref's in float64."""
         base = [torch.randn(B, H, N, D) for _ in range(3)] + [e.cpu() for e in extra]
-        ins = [t.to(dev).requires_grad_(True) for t in base]
+        ins = [t.clone().to(dev).requires_grad_(True) for t in base]
         refs = [t.double().requires_grad_(True) for t in base]
         try:
             out = f(*ins)
