@@ -22,8 +22,9 @@ skipped: the rehearsal without a GPU.
 Usage: device_torch.py TORCH_DIR BENCH_DIR OUT_MD [--simulate]
 """
 import os
-import statistics
 import sys
+
+from device_bench import timed  # CUDA events, median of 10 after 3 warm-ups
 
 
 def main():
@@ -145,21 +146,6 @@ def main():
     with open(out_md, "w") as f:
         f.write("\n".join(lines) + "\n")
     return 1 if failed else 0
-
-
-def timed(torch, fn, reps=10):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
 
 
 def timings(torch, attnc, bench_dir, report):

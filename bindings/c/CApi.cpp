@@ -200,21 +200,10 @@ attnc_error *prepare(const attnc_variant &var, const attnc_call &c, bool backwar
     if (attnc_error *e = view(ps.name.c_str(), c.params[i], ps.shape, ATTNC_F32, copies, false,
                               p.params[size_t(i)]))
       return e;
-    const float *d = p.params[size_t(i)].data;
-    switch (ps.kind) {
-    case ParamSpec::E:
-      a.E = d;
-      break;
-    case ParamSpec::F:
-      a.F = d;
-      break;
-    case ParamSpec::Rotations:
-      a.rotations = d;
-      break;
-    case ParamSpec::Head:
-      std::memcpy(&p.headParams[size_t(ps.headIndex) * size_t(H)], d, sizeof(float) * size_t(H));
-      break;
-    }
+    bindParam(ps, p.params[size_t(i)].data, a, [&](int index, const float *d) -> attnc_error * {
+      std::memcpy(&p.headParams[size_t(index) * size_t(H)], d, sizeof(float) * size_t(H));
+      return nullptr;
+    });
   }
   if (var.sig.lowrank) {
     a.kRows = int(var.params[0].shape[var.params[0].shape.size() - 2]);

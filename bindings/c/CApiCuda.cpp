@@ -161,24 +161,13 @@ attnc_error *prepare(const attnc_variant &var, const attnc_call &c, DeviceAttent
     DeviceTensor t;
     if (attnc_error *e = operand(var, ps.name.c_str(), c.params[i], ps.shape, ATTNC_F32, t))
       return e;
-    const float *d = static_cast<const float *>(t.data);
-    switch (ps.kind) {
-    case ParamSpec::E:
-      x.E = d;
-      break;
-    case ParamSpec::F:
-      x.F = d;
-      break;
-    case ParamSpec::Rotations:
-      x.rotations = d;
-      break;
-    case ParamSpec::Head: {
-      const size_t row = sizeof(float) * size_t(H);
-      if (Status s = dev.copy(head + size_t(ps.headIndex) * row, d, row); !s)
-        return fail(s.error());
-      break;
-    }
-    }
+    const size_t row = sizeof(float) * size_t(H);
+    if (attnc_error *e = bindParam(ps, static_cast<const float *>(t.data), x,
+                                   [&](int index, const float *d) -> attnc_error * {
+                                     Status s = dev.copy(head + size_t(index) * row, d, row);
+                                     return s ? nullptr : fail(s.error());
+                                   }))
+      return e;
   }
   x.params = var.sig.params.empty() ? nullptr : static_cast<const float *>(cuda.headParams.get());
   x.eColumns = var.maxSeq;

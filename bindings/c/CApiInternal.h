@@ -44,6 +44,28 @@ struct ParamSpec {
   }
 };
 
+/// Hands parameter `ps`'s data `d` to a call's arguments (AttentionCall
+/// or DeviceAttentionArgs): E, F and the rotations by pointer, a
+/// per-head row through `headRow(row index, data)`, whose result (an
+/// error or null) is returned.
+template <class Args, class HeadRow>
+attnc_error *bindParam(const ParamSpec &ps, const float *d, Args &args, HeadRow headRow) {
+  switch (ps.kind) {
+  case ParamSpec::E:
+    args.E = d;
+    return nullptr;
+  case ParamSpec::F:
+    args.F = d;
+    return nullptr;
+  case ParamSpec::Rotations:
+    args.rotations = d;
+    return nullptr;
+  case ParamSpec::Head:
+    return headRow(ps.headIndex, d);
+  }
+  return nullptr;
+}
+
 /// Device memory of a CUDA variant's own, freed with it.
 using DeviceBuffer = std::shared_ptr<void>;
 
