@@ -1119,7 +1119,13 @@ Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backw
                      std::to_string(fwd_.headDim) + ", got " + std::to_string(D));
   const bool lsh = fwd_.lsh.has_value(), lowrank = fwd_.lowrank;
   const bool sharedQk = fwd_.sharedQk && !lsh; // the LSH dense fallback
-  const std::vector<int64_t> s4{B, H, N, D}, s3{B, H, N};
+  // Keys: their own length (cross attention), or the queries' (LSH and
+  // the shared-QK fallback, whose keys are the queries).
+  const bool ownKeys = !lsh && !sharedQk;
+  if (ownKeys && x.k.shape.size() != 4)
+    return makeError("kernel " + name + ": k must be [B, H, N, D], got " + shapeStr(x.k.shape));
+  const int64_t Nkeys = ownKeys ? x.k.shape[2] : N;
+  const std::vector<int64_t> s4{B, H, N, D}, s3{B, H, N}, keys4{B, H, Nkeys, D};
   // The step's operands, all f32. Shared-QK keys are the queries (their dk
   // is folded into dq, and dk, when given, is zeroed); LSH's backward may
   // leave out and lse to the kernels' workspace.
@@ -1134,9 +1140,11 @@ Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backw
     if (!lsh && !sharedQk)
       operands.push_back(&x.dk);
   }
-  for (const DeviceTensor *t : operands)
-    if (Status s = checkDeviceOperand(*t, name, "f32", s4, true); !s)
+  for (const DeviceTensor *t : operands) {
+    const bool key = t == &x.k || t == &x.v || t == &x.dk || t == &x.dv;
+    if (Status s = checkDeviceOperand(*t, name, "f32", key ? keys4 : s4, true); !s)
       return s;
+  }
   if (withOut)
     if (Status s = checkDeviceOperand(x.lse, name, "f32", s3, false); !s)
       return s;
@@ -1144,14 +1152,14 @@ Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backw
   if (lowrank) {
     if (!x.E)
       return makeError("low-rank kernel " + name + ": no projection E");
-    if (K < 1 || N > Nmax)
+    if (K < 1 || Nkeys > Nmax)
       return makeError("low-rank kernel " + name + ": E is [" + std::to_string(K) + ", " +
-                       std::to_string(Nmax) + "], which cannot project " + std::to_string(N) +
+                       std::to_string(Nmax) + "], which cannot project " + std::to_string(Nkeys) +
                        " keys");
     if (backward && !x.dE)
       return makeError("low-rank kernel " + name + ": no buffer for the gradient of E");
   }
-  const int64_t Nk = lowrank ? K : N;
+  const int64_t Nk = lowrank ? K : Nkeys; // the keys the kernels see
   const bool converted = dtype_ != "f32";
   const std::vector<size_t> at =
       f32OperandParts(B, H, N, Nk, D, elemBytes(dtype_), converted, lowrank, sharedQk);
@@ -1174,10 +1182,10 @@ Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backw
   auto projection = [&](const float *e, const void *in, void *out) {
     StridedGemmArgs g{};
     g.a = e, g.b = static_cast<const float *>(in), g.c = static_cast<float *>(out);
-    g.m = K, g.n = D, g.k = N;
+    g.m = K, g.n = D, g.k = Nkeys;
     g.a_row = Nmax, g.a_col = 1, g.b_row = D, g.b_col = 1, g.c_row = D, g.c_col = 1;
     g.a_batch = perHead ? K * Nmax : 0, g.a_batch_mod = H;
-    g.b_batch = N * D, g.c_batch = K * D;
+    g.b_batch = Nkeys * D, g.c_batch = K * D;
     g.terms = 1, g.beta = 0;
     return projectOnDevice(g, B * H);
   };
@@ -1264,29 +1272,29 @@ Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backw
 
   // Low-rank backward: dK = Eᵀ·dK', dE = Σ dK'·Kᵀ (summed over the batch,
   // and over heads when shared); the same for V with F. dE's columns past
-  // N stay zero.
+  // Nkeys stay zero.
   auto backProjection = [&](const float *e, const void *in, const void *dIn, void *dOut,
                             float *dE) -> Status {
-    StridedGemmArgs g{}; // dX[b, h] (N x D) = E_hᵀ (N x K) · dX'[b, h] (K x D)
+    StridedGemmArgs g{}; // dX[b, h] (Nk x D) = E_hᵀ (Nk x K) · dX'[b, h] (K x D)
     g.a = e, g.b = static_cast<const float *>(dIn), g.c = static_cast<float *>(dOut);
-    g.m = N, g.n = D, g.k = K;
+    g.m = Nkeys, g.n = D, g.k = K;
     g.a_row = 1, g.a_col = Nmax, g.b_row = D, g.b_col = 1, g.c_row = D, g.c_col = 1;
     g.a_batch = perHead ? K * Nmax : 0, g.a_batch_mod = H;
-    g.b_batch = K * D, g.c_batch = N * D;
+    g.b_batch = K * D, g.c_batch = Nkeys * D;
     g.terms = 1, g.beta = 0;
     if (Status s = projectOnDevice(g, B * H); !s)
       return s;
-    StridedGemmArgs w{}; // dE_g (K x N) += dX'[b, h] (K x D) · X[b, h]ᵀ (D x N)
+    StridedGemmArgs w{}; // dE_g (K x Nk) += dX'[b, h] (K x D) · X[b, h]ᵀ (D x Nk)
     w.a = static_cast<const float *>(dIn), w.b = static_cast<const float *>(in), w.c = dE;
-    w.m = K, w.n = N, w.k = D;
+    w.m = K, w.n = Nkeys, w.k = D;
     w.a_row = D, w.a_col = 1, w.b_row = 1, w.b_col = D, w.c_row = Nmax, w.c_col = 1;
     w.beta = 1;
     if (perHead) { // C_h = Σ_b: batch h, term b
-      w.a_batch = K * D, w.a_batch_mod = H, w.b_batch = N * D, w.c_batch = K * Nmax;
-      w.terms = int(B), w.a_term = H * K * D, w.b_term = H * N * D;
+      w.a_batch = K * D, w.a_batch_mod = H, w.b_batch = Nkeys * D, w.c_batch = K * Nmax;
+      w.terms = int(B), w.a_term = H * K * D, w.b_term = H * Nkeys * D;
       return projectOnDevice(w, H);
     }
-    w.a_batch_mod = 1, w.terms = int(B * H), w.a_term = K * D, w.b_term = N * D;
+    w.a_batch_mod = 1, w.terms = int(B * H), w.a_term = K * D, w.b_term = Nkeys * D;
     return projectOnDevice(w, 1);
   };
   const size_t eBytes = sizeof(float) * size_t((perHead ? H : 1) * K * Nmax);

@@ -115,7 +115,8 @@ public:
 
   /// A training step's attention on its own f32 device buffers, whatever
   /// the kernels' dtype and kind: dense, low-rank or LSH; all operands
-  /// f32, [B, H, N, D] (lse [B, H, N]). Forward (`backward` false): out,
+  /// f32, [B, H, N, D] (lse [B, H, N]), except that dense and low-rank
+  /// keys and values (k, v, dk, dv) may have their own length. Forward (`backward` false): out,
   /// lse. Backward: dq, dk (zeros for LSH and the shared-QK dense
   /// fallback, whose keys are the normalised queries), dv,
   /// dE, dF and dparams (accumulated into, as backwardOnDevice does) from

@@ -124,10 +124,13 @@ attnc_error *prepare(const attnc_variant &var, const attnc_call &c, DeviceAttent
   const std::vector<int64_t> s4{B, H, N, D};
   if (attnc_error *e = operand(var, "q", c.q, s4, io, x.q))
     return e;
+  // Keys and values may have their own length (cross attention), except
+  // where the keys are the queries (shared QK).
   if (!var.sig.sharedQk)
-    if (attnc_error *e = operand(var, "k", c.k, s4, io, x.k))
+    if (attnc_error *e = operand(var, "k", c.k, {B, H, -1, D}, io, x.k))
       return e;
-  if (attnc_error *e = operand(var, "v", c.v, s4, io, x.v))
+  const int64_t Nk = var.sig.sharedQk ? N : x.k.shape[2];
+  if (attnc_error *e = operand(var, "v", c.v, {B, H, Nk, D}, io, x.v))
     return e;
   if (attnc_error *e = operand(var, "out", c.out, s4, io, x.out))
     return e;
@@ -145,9 +148,10 @@ attnc_error *prepare(const attnc_variant &var, const attnc_call &c, DeviceAttent
       return e;
     x.lengths = static_cast<const int *>(lengths.data);
   }
-  if (k.lowrank && N > var.maxSeq)
-    return fail("N = " + std::to_string(N) + ", but '" + var.name + "' was compiled with max_seq " +
-                std::to_string(var.maxSeq) + " (E's columns); compile it with a larger max_seq");
+  if (k.lowrank && Nk > var.maxSeq)
+    return fail("N = " + std::to_string(Nk) + " keys, but '" + var.name +
+                "' was compiled with max_seq " + std::to_string(var.maxSeq) +
+                " (E's columns); compile it with a larger max_seq");
   const int numParams = int(var.params.size());
   if (numParams > 0 && !c.params)
     return fail("'" + var.name + "' takes " + std::to_string(numParams) +
@@ -227,16 +231,16 @@ attnc_error *cudaBackward(const attnc_variant &v, const attnc_call &c) {
   attnc_dtype io = ATTNC_F32;
   if (attnc_error *e = prepare(v, c, x, io))
     return e;
-  const std::vector<int64_t> s4 = x.q.shape;
+  const std::vector<int64_t> s4 = x.q.shape, keys4 = x.v.shape;
   if (attnc_error *e = operand(v, "dout", c.dout, s4, io, x.dout))
     return e;
   if (attnc_error *e = operand(v, "dq", c.dq, s4, io, x.dq))
     return e;
-  if (attnc_error *e = operand(v, "dv", c.dv, s4, io, x.dv))
+  if (attnc_error *e = operand(v, "dv", c.dv, keys4, io, x.dv))
     return e;
   // dk: shared-QK variants fold the key path into dq; their dk is ignored.
   if (!v.sig.sharedQk)
-    if (attnc_error *e = operand(v, "dk", c.dk, s4, io, x.dk))
+    if (attnc_error *e = operand(v, "dk", c.dk, keys4, io, x.dk))
       return e;
   const KernelDesc &k = kernels.forwardKernel();
   if (k.lsh) // LSH reruns its forward into scratch: the caller's out stays as it is

@@ -88,6 +88,30 @@ def test_learned_slope_and_lowrank_gradients(where):
 
 
 @pytest.mark.parametrize("where", WHERE)
+def test_cross_attention_dense_and_lowrank(where):
+    """77 queries over 50 keys: dense against SDPA in float64, low-rank
+    (E, F over the 50 keys) against the CPU op."""
+    torch.manual_seed(14)
+    dev = device_of(where)
+    q = torch.randn(2, 3, 77, 64, device=dev)
+    k, v = (torch.randn(2, 3, 50, 64, device=dev) for _ in range(2))
+    check(attnc.attention("attention d {\n}\n", target=where),
+          F.scaled_dot_product_attention, q, k, v, 1e-4)
+    E, Fp = (torch.randn(16, 64, device=dev) / 8 for _ in range(2))
+    lin, cpu = attnc.attention(LOWRANK, target=where), attnc.attention(LOWRANK)
+    ins = [t.detach().clone().requires_grad_(True) for t in (q, k, v, E, Fp)]
+    cins = [t.detach().cpu().requires_grad_(True) for t in (q, k, v, E, Fp)]
+    out = lin(*ins[:3], E=ins[3], F=ins[4])
+    want = cpu(*cins[:3], E=cins[3], F=cins[4])
+    assert rel(out.cpu(), want) < 1e-4
+    g = torch.randn_like(want)
+    out.backward(g.to(dev))
+    want.backward(g)
+    for a, b in zip(ins, cins):
+        assert rel(a.grad.cpu(), b.grad) < 1e-4
+
+
+@pytest.mark.parametrize("where", WHERE)
 def test_strided_inputs_copy_only_when_allowed(where):
     dev = device_of(where)
     x = torch.randn(2, 77, 3, 64, device=dev)

@@ -585,6 +585,84 @@ TEST(CApiCudaSim, PerHeadSlopeAndLowRankGradients) {
   attnc_variant_free(lin);
 }
 
+/// Dense softmax attention in double, keys of their own length Nk: out,
+/// and with dout dq, dk, dv.
+Reference crossReference(const std::vector<float> &q, const std::vector<float> &k,
+                         const std::vector<float> &v, const std::vector<float> &dout, int Nq,
+                         int Nk) {
+  Reference r;
+  r.out.assign(size_t(B) * H * Nq * D, 0), r.dq.assign(r.out.size(), 0);
+  r.dk.assign(size_t(B) * H * Nk * D, 0), r.dv.assign(r.dk.size(), 0);
+  const double scale = 1.0 / std::sqrt(double(D));
+  for (int bh = 0; bh < B * H; ++bh) {
+    const size_t qb = size_t(bh) * Nq * D, kb = size_t(bh) * Nk * D;
+    for (int i = 0; i < Nq; ++i) {
+      std::vector<double> p(static_cast<size_t>(Nk));
+      double m = -1e300, z = 0, delta = 0;
+      for (int j = 0; j < Nk; ++j) {
+        double s = 0;
+        for (int d = 0; d < D; ++d)
+          s += double(q[qb + size_t(i) * D + d]) * k[kb + size_t(j) * D + d];
+        p[size_t(j)] = s * scale, m = std::max(m, p[size_t(j)]);
+      }
+      for (double &x : p)
+        z += (x = std::exp(x - m));
+      for (int d = 0; d < D; ++d) {
+        double o = 0;
+        for (int j = 0; j < Nk; ++j)
+          o += p[size_t(j)] / z * v[kb + size_t(j) * D + d];
+        r.out[qb + size_t(i) * D + d] = o;
+        delta += o * dout[qb + size_t(i) * D + d];
+      }
+      for (int j = 0; j < Nk; ++j) {
+        const double pj = p[size_t(j)] / z;
+        double dp = 0;
+        for (int d = 0; d < D; ++d)
+          dp += double(dout[qb + size_t(i) * D + d]) * v[kb + size_t(j) * D + d];
+        const double ds = pj * (dp - delta);
+        for (int d = 0; d < D; ++d) {
+          r.dq[qb + size_t(i) * D + d] += ds * scale * k[kb + size_t(j) * D + d];
+          r.dk[kb + size_t(j) * D + d] += ds * scale * q[qb + size_t(i) * D + d];
+          r.dv[kb + size_t(j) * D + d] += pj * dout[qb + size_t(i) * D + d];
+        }
+      }
+    }
+  }
+  return r;
+}
+
+TEST(CApiCudaSim, CrossAttentionKeysOfTheirOwnLength) {
+  const int Nk = 50; // 77 queries, 50 keys and values
+  const size_t nq = size_t(B) * H * N * D, nk = size_t(B) * H * Nk * D;
+  std::vector<float> q = randn(nq, 71), k = randn(nk, 72), val = randn(nk, 73),
+                     dout = randn(nq, 74);
+  Reference r = crossReference(q, k, val, dout, N, Nk);
+  for (attnc_dtype kernels : {ATTNC_F32, ATTNC_BF16}) {
+    SCOPED_TRACE(kernels == ATTNC_F32 ? "f32 kernels" : "bf16 kernels");
+    const double tol = kernels == ATTNC_F32 ? 1e-4 : 2e-2;
+    Error err;
+    attnc_variant *v = compile("attention d {\n}\n", H, D, err, 1, "cuda-sim", kernels);
+    ASSERT_NE(v, nullptr) << err.message();
+    std::vector<float> out(nq), lse(size_t(B) * H * N), dq(nq), dk(nk), dv(nk);
+    attnc_call c{};
+    c.struct_size = sizeof c;
+    c.q = tensor(q, {B, H, N, D}), c.k = tensor(k, {B, H, Nk, D}), c.v = tensor(val, {B, H, Nk, D});
+    c.out = tensor(out, {B, H, N, D}), c.lse = tensor(lse, {B, H, N});
+    Error fwd;
+    fwd.e = attnc_forward(v, &c);
+    ASSERT_EQ(fwd.e, nullptr) << fwd.message();
+    EXPECT_LT(relErr(out, r.out), tol);
+    expectBackward(v, c, dout, dq, dk, dv, r, Nk, tol);
+    c.v.shape[2] = Nk + 1; // values must match the keys
+    Error mismatch;
+    mismatch.e = attnc_forward(v, &c);
+    EXPECT_NE(mismatch.message().find("v (f32 [2, 3, 51, 64]"), std::string::npos)
+        << mismatch.message();
+    EXPECT_NE(mismatch.message().find("expected shape [2, 3, 50, 64]"), std::string::npos);
+    attnc_variant_free(v);
+  }
+}
+
 TEST(CApiCudaSim, ErrorsNameThePlace) {
   Error err;
   attnc_variant *v = compile("attention a {\n  mask causal\n}\n", H, D, err, 1, "cuda-sim");
