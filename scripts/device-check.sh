@@ -307,7 +307,7 @@ echo "=== 6. attnc from PyTorch ($(elapsed))"
 # device-prepare.sh (attnc_load); the package is the checkout's.
 ninja -C "$b" -j "$jobs" attnc_capi >>"$out/build.log" 2>&1 || { echo "FAIL building libattnc"; status=1; }
 sim=(); [ $simulate = 1 ] && sim=(--simulate)
-ATTNC_LIBRARY="$b/lib/libattnc.so" PYTHONPATH="$root/bindings/python" timeout 240 \
+ATTNC_LIBRARY="$b/lib/libattnc.so" PYTHONPATH="$root/bindings/python" timeout 180 \
   "${DEVICE_PYTHON:-python3}" "$root/scripts/device_torch.py" "$d/torch" "$d/bench" "$out/torch.md" \
   "${sim[@]}" || { echo "FAIL attnc from PyTorch (scripts/device_torch.py)"; status=1; }
 { echo "## 6. attnc from PyTorch (scripts/device_torch.py)"; echo

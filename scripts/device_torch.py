@@ -57,6 +57,10 @@ def main():
         print(line)
         lines.append("- " + line)
 
+    def flush():  # the report so far: a timeout later keeps what was done
+        with open(out_md, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
     def rel(a, b):
         return ((a.detach().cpu().double() - b.detach().double()).abs().max() /
                 b.detach().double().abs().max()).item()
@@ -137,27 +141,31 @@ def main():
         except Exception as e:
             report(False, f"torch.compile: {type(e).__name__}: {e}")
     lines.append("")
+    flush()
 
     # ---- 2. speed through the op ----------------------------------------
     if simulate:
         lines.append("(speed: skipped in the rehearsal)")
     else:
-        lines += timings(torch, attnc, bench_dir, report)
-    with open(out_md, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        timings(torch, attnc, bench_dir, report, lines, flush)
+    flush()
     return 1 if failed else 0
 
 
-def timings(torch, attnc, bench_dir, report):
-    """The op, SDPA and FlexAttention on the same fp16 shapes: ms and ratios."""
+def timings(torch, attnc, bench_dir, report, out, flush):
+    """The op, SDPA and FlexAttention on the same fp16 shapes: ms and
+    ratios, a table row appended to `out` (and flushed) per shape."""
     F = torch.nn.functional
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
         flex = torch.compile(flex_attention)
     except Exception:  # an older torch
         flex = None
-    out = ["| kernel | shape | attnc fwd ms | SDPA | Flex | attnc fwd+bwd ms | SDPA | Flex |",
-           "|---|---|---|---|---|---|---|---|"]
+    out += ["Ratios are attnc's time over the other's (< 1: attnc is faster); fp16, CUDA events, "
+            "median of 10 after 3 warm-ups, through the PyTorch op (torch.library custom op, "
+            "current stream).", "",
+            "| kernel | shape | attnc fwd ms | SDPA | Flex | attnc fwd+bwd ms | SDPA | Flex |",
+            "|---|---|---|---|---|---|---|---|"]
     for name, causal in (("dense_d64", False), ("causal_d128", True)):
         path = os.path.join(bench_dir, name)
         if not os.path.isdir(path):
@@ -189,11 +197,7 @@ def timings(torch, attnc, bench_dir, report):
                            f"{ratio('sdpa', 1)} | {ratio('flex', 1)} |")
             except Exception as e:
                 report(False, f"timing {name} [{B}, {H}, {N}, {D}]: {type(e).__name__}: {e}")
-    out.append("")
-    out.append("Ratios are attnc's time over the other's (< 1: attnc is faster); fp16, "
-               "CUDA events, median of 10 after 3 warm-ups, through the PyTorch op "
-               "(torch.library custom op, current stream).")
-    return out
+            flush()
 
 
 if __name__ == "__main__":
