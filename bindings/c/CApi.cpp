@@ -151,15 +151,35 @@ struct Prepared {
   std::vector<float> headParams; ///< [P, H], gathered from the per-head tensors
 };
 
-attnc_error *prepare(const attnc_variant &var, const attnc_call &c, bool backward, Prepared &p) {
+attnc_error *checkCall(const attnc_call &c) {
   if (c.struct_size < offsetof(attnc_call, dout))
     return fail("attnc_call.struct_size " + std::to_string(c.struct_size) +
                 ": too small (set it to sizeof(attnc_call))");
+  if (c.q.ndim != 4)
+    return fail(describe("q", c.q) + ": expected [B, H, N, D]");
+  return nullptr;
+}
+
+attnc_error *checkCallFits(const attnc_variant &var, const attnc_call &c, int64_t keys) {
+  if (c.lengths && !var.keyPadding)
+    return fail("lengths given, but '" + var.name +
+                "' was compiled without key padding (compile with key_padding = 1)");
+  if (var.sig.lowrank && keys > var.maxSeq)
+    return fail("N = " + std::to_string(keys) + " keys, but '" + var.name +
+                "' was compiled with max_seq " + std::to_string(var.maxSeq) +
+                " (E's columns); compile it with a larger max_seq");
+  if (!var.params.empty() && !c.params)
+    return fail("'" + var.name + "' takes " + std::to_string(var.params.size()) +
+                " parameter tensor(s) (attnc_variant_param); params is NULL");
+  return nullptr;
+}
+
+attnc_error *prepare(const attnc_variant &var, const attnc_call &c, bool backward, Prepared &p) {
+  if (attnc_error *e = checkCall(c))
+    return e;
   if (!var.cpu)
     return fail("variant '" + var.name + "' has no CPU kernels");
   const bool copies = c.allow_copies != 0;
-  if (c.q.ndim != 4)
-    return fail(describe("q", c.q) + ": expected [B, H, N, D]");
   const int64_t B = c.q.shape[0], H = var.heads, N = c.q.shape[2], D = var.headDim;
   if (attnc_error *e = view("q", c.q, {B, H, N, D}, ATTNC_F32, copies, false, p.q))
     return e;
@@ -167,14 +187,11 @@ attnc_error *prepare(const attnc_variant &var, const attnc_call &c, bool backwar
     if (attnc_error *e = view("k", c.k, {B, H, -1, D}, ATTNC_F32, copies, false, p.k))
       return e;
   const int64_t Nk = var.sig.sharedQk ? N : c.k.shape[2];
-  if (var.sig.sharedQk && Nk != N)
-    return fail("internal");
   if (attnc_error *e = view("v", c.v, {B, H, Nk, D}, ATTNC_F32, copies, false, p.v))
     return e;
+  if (attnc_error *e = checkCallFits(var, c, Nk))
+    return e;
   if (c.lengths) {
-    if (!var.keyPadding)
-      return fail("lengths given, but '" + var.name +
-                  "' was compiled without key padding (compile with key_padding = 1)");
     if (attnc_error *e = view("lengths", *c.lengths, {B}, ATTNC_I32, copies, false, p.lengths))
       return e;
     const int32_t *len = reinterpret_cast<const int32_t *>(p.lengths.data);
@@ -183,14 +200,7 @@ attnc_error *prepare(const attnc_variant &var, const attnc_call &c, bool backwar
         return fail("lengths[" + std::to_string(b) + "] = " + std::to_string(len[b]) +
                     ": must be within 1.." + std::to_string(Nk));
   }
-  if (var.sig.lowrank && Nk > var.maxSeq)
-    return fail("N = " + std::to_string(Nk) + " keys, but '" + var.name +
-                "' was compiled with max_seq " + std::to_string(var.maxSeq) +
-                " (E's columns); compile it with a larger max_seq");
   const int numParams = int(var.params.size());
-  if (numParams > 0 && !c.params)
-    return fail("'" + var.name + "' takes " + std::to_string(numParams) +
-                " parameter tensor(s) (attnc_variant_param); params is NULL");
   p.params.resize(size_t(numParams));
   AttentionCall &a = p.call;
   a.B = int(B), a.H = int(H), a.Nq = int(N), a.N = int(Nk), a.D = int(D);
@@ -256,6 +266,7 @@ attnc_error *checkOptions(const attnc_compile_options *o, const char *who, Targe
   if (t.cuda && o->dtype == ATTNC_I32)
     return fail("dtype i32: the CUDA kernels are f32, f16 or bf16");
   t.arch = archOption ? archOption : "";
+  t.archGiven = !t.arch.empty();
   if (t.name == "cuda") {
     // The driver loads the kernels: say why there is none before compiling.
     if (Status s = cuda::Driver::available(); !s)
@@ -435,8 +446,7 @@ attnc_error *attnc_load(const char *dir, const char *name, const attnc_compile_o
     state->emulated = target.emulated, state->ordinal = target.ordinal, state->dtype = dtype;
     NvrtcCompiler nvrtc(&KernelCache::processDefault());
     // cuda-sim emulates options.arch when given, else the artifact's.
-    const std::string emulatedArch =
-        o->struct_size >= sizeof(attnc_compile_options) && o->arch ? std::string(o->arch) : m.arch;
+    const std::string emulatedArch = target.archGiven ? target.arch : m.arch;
     Expected<CudaAttention> kernels =
         target.emulated ? CudaAttention::compileEmulated(*source, m.arch, emulatedArch, fwd->dtype,
                                                          fwd->desc(), bwdDesc, host)

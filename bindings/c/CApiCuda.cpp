@@ -28,19 +28,6 @@ namespace attnc::capi {
 
 namespace {
 
-std::string dtypeStr(attnc_dtype d) {
-  switch (d) {
-  case ATTNC_F16:
-    return "f16";
-  case ATTNC_BF16:
-    return "bf16";
-  case ATTNC_I32:
-    return "i32";
-  default:
-    return "f32";
-  }
-}
-
 /// Device memory of `cuda`'s device, released with the last reference.
 Expected<DeviceBuffer> allocate(CudaState &cuda, size_t bytes, const std::string &what) {
   KernelDevice &dev = cuda.kernels->kernelDevice();
@@ -94,7 +81,7 @@ attnc_error *operand(const attnc_variant &var, const char *what, const attnc_ten
   if (reinterpret_cast<uintptr_t>(t.data) % 4 != 0)
     return fail(describe(what, t) + ": not 4-byte aligned");
   out = DeviceTensor{
-      what, t.data, std::vector<int64_t>(t.shape, t.shape + t.ndim), {}, dtypeStr(dtype)};
+      what, t.data, std::vector<int64_t>(t.shape, t.shape + t.ndim), {}, dtypeName(dtype)};
   return nullptr;
 }
 
@@ -102,14 +89,11 @@ attnc_error *operand(const attnc_variant &var, const char *what, const attnc_ten
 /// take them; the per-head parameters gathered on the stream.
 attnc_error *prepare(const attnc_variant &var, const attnc_call &c, DeviceAttentionArgs &x,
                      attnc_dtype &io) {
-  if (c.struct_size < offsetof(attnc_call, dout))
-    return fail("attnc_call.struct_size " + std::to_string(c.struct_size) +
-                ": too small (set it to sizeof(attnc_call))");
+  if (attnc_error *e = checkCall(c))
+    return e;
   CudaState &cuda = *var.cuda;
   CudaAttention &kernels = *cuda.kernels;
   const KernelDesc &k = kernels.forwardKernel();
-  if (c.q.ndim != 4)
-    return fail(describe("q", c.q) + ": expected [B, H, N, D]");
   io = c.q.dtype;
   const attnc_dtype direct = attnc_variant_tensor_dtype(&var);
   if (io != ATTNC_F32 && io != direct)
@@ -136,10 +120,9 @@ attnc_error *prepare(const attnc_variant &var, const attnc_call &c, DeviceAttent
     return e;
   if (attnc_error *e = operand(var, "lse", c.lse, {B, H, N}, ATTNC_F32, x.lse))
     return e;
+  if (attnc_error *e = checkCallFits(var, c, Nk))
+    return e;
   if (c.lengths) {
-    if (!var.keyPadding)
-      return fail("lengths given, but '" + var.name +
-                  "' was compiled without key padding (compile with key_padding = 1)");
     if (k.lowrank)
       return fail("lengths: the CUDA low-rank kernels project whole sequences; key padding "
                   "of a low-rank variant runs on the CPU target");
@@ -148,14 +131,7 @@ attnc_error *prepare(const attnc_variant &var, const attnc_call &c, DeviceAttent
       return e;
     x.lengths = static_cast<const int *>(lengths.data);
   }
-  if (k.lowrank && Nk > var.maxSeq)
-    return fail("N = " + std::to_string(Nk) + " keys, but '" + var.name +
-                "' was compiled with max_seq " + std::to_string(var.maxSeq) +
-                " (E's columns); compile it with a larger max_seq");
   const int numParams = int(var.params.size());
-  if (numParams > 0 && !c.params)
-    return fail("'" + var.name + "' takes " + std::to_string(numParams) +
-                " parameter tensor(s) (attnc_variant_param); params is NULL");
   if (Status s = kernels.useStream(c.stream); !s)
     return fail(s.error());
   KernelDevice &dev = kernels.kernelDevice();

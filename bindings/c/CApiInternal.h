@@ -88,14 +88,22 @@ attnc_error *guard(const std::function<attnc_error *()> &fn);
 
 /// Where a variant runs, from attnc_compile_options.
 struct Target {
-  std::string name; ///< cpu, cuda, cuda-sim
-  std::string arch; ///< CUDA targets: the arch compiled for (or emulated)
+  std::string name;       ///< cpu, cuda, cuda-sim
+  std::string arch;       ///< CUDA targets: the arch compiled for (or emulated)
+  bool archGiven = false; ///< options.arch was set (else `arch` is a default)
   bool cuda = false, emulated = false;
   int ordinal = -1; ///< cuda: the GPU
 };
 /// Checks `o` (of any version) and resolves its target: the GPU and its
 /// arch for cuda. Errors name the option and its value; `who` the call.
 attnc_error *checkOptions(const attnc_compile_options *o, const char *who, Target &t);
+/// The checks every call starts with, whatever its target: the struct's
+/// size and q's rank.
+attnc_error *checkCall(const attnc_call &c);
+/// The checks of a call against what `var` was compiled for, once its keys'
+/// length is known: lengths only with key padding, no more keys than a
+/// low-rank E has columns, the parameter tensors given.
+attnc_error *checkCallFits(const attnc_variant &var, const attnc_call &c, int64_t keys);
 /// v.params from v.sig, v.heads, v.headDim and v.maxSeq.
 attnc_error *describeParams(attnc_variant &v);
 const char *dtypeName(attnc_dtype d);
