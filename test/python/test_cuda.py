@@ -57,34 +57,31 @@ def test_causal_f32_and_bf16_match_sdpa(where):
     check(f, ref, *(t.bfloat16() for t in (q, k, v)), 2e-2)
 
 
+def matches_cpu_op(spec, where, tensors, weights=(), tol=1e-4):
+    """The op at `where` against the CPU op on the same tensors (q, k, v,
+    then the named weights): the output and every tensor's gradient."""
+    dev = tensors[0].device
+    ins = [t.detach().clone().requires_grad_(True) for t in tensors]
+    cins = [t.detach().cpu().requires_grad_(True) for t in tensors]
+    out = attnc.attention(spec, target=where)(*ins[:3], **dict(zip(weights, ins[3:])))
+    want = attnc.attention(spec)(*cins[:3], **dict(zip(weights, cins[3:])))
+    assert rel(out.cpu(), want) < tol
+    g = torch.randn_like(want)
+    out.backward(g.to(dev))
+    want.backward(g)
+    for a, b in zip(ins, cins):
+        assert rel(a.grad.cpu(), b.grad) < tol
+
+
 @pytest.mark.parametrize("where", WHERE)
 def test_learned_slope_and_lowrank_gradients(where):
     torch.manual_seed(11)
     dev = device_of(where)
     q, k, v = (torch.randn(2, 3, 50, 32, device=dev) for _ in range(3))
     slope = torch.tensor([0.5, 0.25, 0.125], device=dev)
-    sim, cpu = attnc.attention(ALIBI, target=where), attnc.attention(ALIBI)
-    s1, s2 = slope.clone().requires_grad_(True), slope.cpu().requires_grad_(True)
-    out = sim(q, k, v, slope=s1)
-    want = cpu(q.cpu(), k.cpu(), v.cpu(), slope=s2)
-    assert rel(out.cpu(), want) < 1e-4
-    g = torch.randn_like(want)
-    out.backward(g.to(dev))
-    want.backward(g)
-    assert rel(s1.grad.cpu(), s2.grad) < 1e-4
-
+    matches_cpu_op(ALIBI, where, [q, k, v, slope], ["slope"])
     E, Fp = (torch.randn(16, 64, device=dev) / 8 for _ in range(2))
-    lin = attnc.attention(LOWRANK, target=where)
-    ref = attnc.attention(LOWRANK)
-    ins = [t.detach().clone().requires_grad_(True) for t in (q, k, v, E, Fp)]
-    cins = [t.detach().cpu().requires_grad_(True) for t in (q, k, v, E, Fp)]
-    out = lin(*ins[:3], E=ins[3], F=ins[4])
-    want = ref(*cins[:3], E=cins[3], F=cins[4])
-    assert rel(out.cpu(), want) < 1e-4
-    out.backward(g.to(dev))
-    want.backward(g)
-    for a, b in zip(ins, cins):
-        assert rel(a.grad.cpu(), b.grad) < 1e-4
+    matches_cpu_op(LOWRANK, where, [q, k, v, E, Fp], ["E", "F"])
 
 
 @pytest.mark.parametrize("where", WHERE)
@@ -98,17 +95,7 @@ def test_cross_attention_dense_and_lowrank(where):
     check(attnc.attention("attention d {\n}\n", target=where),
           F.scaled_dot_product_attention, q, k, v, 1e-4)
     E, Fp = (torch.randn(16, 64, device=dev) / 8 for _ in range(2))
-    lin, cpu = attnc.attention(LOWRANK, target=where), attnc.attention(LOWRANK)
-    ins = [t.detach().clone().requires_grad_(True) for t in (q, k, v, E, Fp)]
-    cins = [t.detach().cpu().requires_grad_(True) for t in (q, k, v, E, Fp)]
-    out = lin(*ins[:3], E=ins[3], F=ins[4])
-    want = cpu(*cins[:3], E=cins[3], F=cins[4])
-    assert rel(out.cpu(), want) < 1e-4
-    g = torch.randn_like(want)
-    out.backward(g.to(dev))
-    want.backward(g)
-    for a, b in zip(ins, cins):
-        assert rel(a.grad.cpu(), b.grad) < 1e-4
+    matches_cpu_op(LOWRANK, where, [q, k, v, E, Fp], ["E", "F"])
 
 
 @pytest.mark.parametrize("where", WHERE)
