@@ -334,6 +334,10 @@ Expected<CudaAttention> CudaAttention::compile(const std::string &source,
   Expected<std::shared_ptr<KernelDevice>> device = createGpuKernelDevice(ordinal);
   if (!device)
     return device.takeError();
+  // Modules load into the current context: the device's, for this call.
+  Expected<DeviceScope> scope = (*device)->enter();
+  if (!scope)
+    return scope.takeError();
   Expected<cuda::DeviceInfo> info = cuda::queryDevice(ordinal);
   if (!info)
     return info.takeError();
@@ -431,8 +435,9 @@ CudaAttention::compileEmulated(const std::string &source, const std::string &com
 }
 
 Status CudaAttention::useStream(void *stream) {
-  if (Status s = device_->bind(); !s)
-    return s;
+  Expected<DeviceScope> scope = device_->enter();
+  if (!scope)
+    return scope.takeError();
   if (Status s = device_->useStream(stream); !s)
     return s;
   module_->setStream(stream);
@@ -458,15 +463,29 @@ Status CudaAttention::waitAndTime(int from, int to, const std::string &kernel, f
   return {};
 }
 
+namespace {
+/// Frees a kept buffer: stream-ordered when it is replaced by a larger one
+/// in a call (no host wait), plainly when its owner goes.
+struct KeptRelease {
+  std::shared_ptr<KernelDevice> device;
+  bool ordered = false;
+  void operator()(void *p) const { ordered ? device->releaseOrdered(p) : device->release(p); }
+};
+} // namespace
+
 Expected<char *> CudaAttention::kept(KeptBuffer &buffer, size_t bytes, const std::string &what) {
   if (buffer.bytes < bytes) {
+    // Growth is stream-ordered: the old buffer is freed after the work
+    // already enqueued on the stream reads it, and the new one comes from
+    // the driver's pool without a host wait.
+    if (KeptRelease *r = std::get_deleter<KeptRelease>(buffer.data))
+      r->ordered = true;
     buffer.data.reset(); // the old one first: the new one may need its room
     buffer.bytes = 0;
-    Expected<void *> w = device_->allocate(bytes, what);
+    Expected<void *> w = device_->allocateOrdered(bytes, what);
     if (!w)
       return w.takeError();
-    std::shared_ptr<KernelDevice> dev = device_;
-    buffer.data = std::shared_ptr<void>(*w, [dev](void *p) { dev->release(p); });
+    buffer.data = std::shared_ptr<void>(*w, KeptRelease{device_});
     buffer.bytes = bytes;
   }
   return static_cast<char *>(buffer.data.get());
@@ -479,8 +498,9 @@ Expected<char *> CudaAttention::workspace(size_t bytes) {
 Status CudaAttention::forwardOnDevice(const DeviceAttentionArgs &x) {
   if (fwd_.lsh)
     return makeError("kernel " + fwd_.name + ": LSH attention runs through run()");
-  if (Status s = device_->bind(); !s)
-    return s;
+  Expected<DeviceScope> scope = device_->enter();
+  if (!scope)
+    return scope.takeError();
   if (x.q.shape.size() != 4 || x.k.shape.size() != 4)
     return makeError("kernel " + fwd_.name + ": q and k must be [B, H, N, D], got " +
                      shapeStr(x.q.shape) + " and " + shapeStr(x.k.shape));
@@ -523,8 +543,9 @@ Status CudaAttention::backwardOnDevice(const DeviceAttentionArgs &x) {
     return makeError("no backward kernel was compiled for " + fwd_.name);
   if (bwd_->lsh)
     return makeError("kernel " + bwd_->name + ": LSH attention runs through run()");
-  if (Status s = device_->bind(); !s)
-    return s;
+  Expected<DeviceScope> scope = device_->enter();
+  if (!scope)
+    return scope.takeError();
   if (x.q.shape.size() != 4 || x.k.shape.size() != 4)
     return makeError("kernel " + bwd_->name + ": q and k must be [B, H, N, D], got " +
                      shapeStr(x.q.shape) + " and " + shapeStr(x.k.shape));
@@ -591,8 +612,9 @@ Status CudaAttention::backwardOnDevice(const DeviceAttentionArgs &x) {
 }
 
 Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
-  if (Status s = device_->bind(); !s)
-    return s.takeError();
+  Expected<DeviceScope> scope = device_->enter();
+  if (!scope)
+    return scope.takeError();
   if (fwd_.lsh)
     return runLsh(in);
   KernelDevice &dev = *device_;
@@ -737,8 +759,9 @@ Status CudaAttention::lshOnDevice(const DeviceAttentionArgs &x, bool withBackwar
     return makeError("kernel " + fwd_.name + " is not an LSH kernel");
   if (withBackward && (!bwd_ || !bwd_->lsh))
     return makeError("no LSH backward kernel was compiled for " + fwd_.name);
-  if (Status s = device_->bind(); !s)
-    return s;
+  Expected<DeviceScope> scope = device_->enter();
+  if (!scope)
+    return scope.takeError();
   const KernelDesc::Lsh &l = *fwd_.lsh;
   if (x.q.shape.size() != 4)
     return makeError("LSH kernel " + fwd_.name + ": q must be [B, H, N, D], got " +
@@ -1086,8 +1109,9 @@ std::vector<size_t> f32OperandParts(int64_t B, int64_t H, int64_t N, int64_t Nk,
 } // namespace
 
 Status CudaAttention::reserveF32OnDevice(int64_t B, int64_t H, int64_t N) {
-  if (Status s = device_->bind(); !s)
-    return s;
+  Expected<DeviceScope> scope = device_->enter();
+  if (!scope)
+    return scope.takeError();
   const int64_t Nk = fwd_.lowrank ? fwd_.lowrankK : N;
   const bool converted = dtype_ != "f32", sharedQk = fwd_.sharedQk && !fwd_.lsh;
   if (converted || fwd_.lowrank || sharedQk) {
@@ -1109,8 +1133,9 @@ Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backw
   const std::string &name = fwd_.name;
   if (backward && !bwd_)
     return makeError("no backward kernel was compiled for " + name);
-  if (Status s = device_->bind(); !s)
-    return s;
+  Expected<DeviceScope> scope = device_->enter();
+  if (!scope)
+    return scope.takeError();
   if (x.q.shape.size() != 4)
     return makeError("kernel " + name + ": q must be [B, H, N, D], got " + shapeStr(x.q.shape));
   const int64_t B = x.q.shape[0], H = x.q.shape[1], N = x.q.shape[2], D = x.q.shape[3];

@@ -230,9 +230,28 @@ Expected<Context> Context::create(int ordinal) {
                          "cuDevicePrimaryCtxRetain(" + where + ")");
       !s)
     return s.takeError();
-  if (Status s = c.makeCurrent(); !s)
-    return s.takeError();
   return c;
+}
+
+Expected<ContextScope> ContextScope::enter(CUcontext ctx) {
+  const Driver &d = drv();
+  CUcontext current = nullptr;
+  if (Status s = d.check(d.cuCtxGetCurrent(&current), "cuCtxGetCurrent"); !s)
+    return s.takeError();
+  ContextScope scope;
+  if (current == ctx)
+    return scope;
+  if (Status s = d.check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent"); !s)
+    return s.takeError();
+  scope.pushed_ = true;
+  return scope;
+}
+
+ContextScope::~ContextScope() {
+  if (pushed_) {
+    CUcontext popped = nullptr;
+    (void)drv().cuCtxPopCurrent(&popped);
+  }
 }
 
 Context::Context(Context &&other) noexcept
@@ -283,6 +302,10 @@ Expected<Module> Module::load(const std::string &image, const std::string &name,
     return d.takeError();
   Module m;
   m.name_ = name;
+  if (Status s = (*d)->check((*d)->cuCtxGetCurrent(&m.ctx_), "cuCtxGetCurrent"); !s)
+    return s.takeError();
+  if (!m.ctx_)
+    return makeError("cannot load module " + name + ": no CUDA context is current");
   CUresult r;
   std::string jitLog;
   if (ptx) {
@@ -310,30 +333,39 @@ Expected<Module> Module::load(const std::string &image, const std::string &name,
   return m;
 }
 
-Module::Module(Module &&other) noexcept : module_(other.module_), name_(std::move(other.name_)) {
+namespace {
+/// Unloads `m` in its own context (cuModuleUnload acts on the current one).
+void unload(CUmodule m, CUcontext ctx) {
+  if (!m)
+    return;
+  Expected<ContextScope> scope = ContextScope::enter(ctx);
+  (void)drv().cuModuleUnload(m);
+}
+} // namespace
+
+Module::Module(Module &&other) noexcept
+    : module_(other.module_), ctx_(other.ctx_), name_(std::move(other.name_)) {
   other.module_ = nullptr;
 }
 
 Module &Module::operator=(Module &&other) noexcept {
   if (this != &other) {
-    if (module_)
-      drv().cuModuleUnload(module_);
+    unload(module_, ctx_);
     module_ = other.module_;
+    ctx_ = other.ctx_;
     name_ = std::move(other.name_);
     other.module_ = nullptr;
   }
   return *this;
 }
 
-Module::~Module() {
-  if (module_)
-    drv().cuModuleUnload(module_);
-}
+Module::~Module() { unload(module_, ctx_); }
 
 Expected<Kernel> Module::kernel(const std::string &name) const {
   Kernel k;
   k.name = name;
   k.module = name_;
+  k.context = ctx_;
   CUresult r = drv().cuModuleGetFunction(&k.function, module_, name.c_str());
   if (r != CUDA_SUCCESS)
     return makeError("kernel '" + name + "' not found in module " + name_ + ": " +
@@ -357,6 +389,9 @@ Status launchKernel(Kernel &kernel, Dim3 grid, Dim3 block, size_t dynamicSmem, C
   if (!dp)
     return dp.takeError();
   const Driver &d = **dp;
+  Expected<ContextScope> scope = ContextScope::enter(kernel.context);
+  if (!scope)
+    return makeError("kernel " + kernel.name + ": " + scope.error());
   std::string shape = " (grid " + dimStr(grid) + ", block " + dimStr(block) + ", " +
                       std::to_string(dynamicSmem) + " B dynamic smem)";
   if (dynamicSmem > kernel.dynamicSmemLimit) {
@@ -407,6 +442,8 @@ Expected<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {
   b.size_ = bytes;
   if (bytes == 0)
     return b;
+  if (Status s = (*d)->check((*d)->cuCtxGetCurrent(&b.ctx_), "cuCtxGetCurrent"); !s)
+    return s.takeError();
   if (Status s = (*d)->check((*d)->cuMemAlloc(&b.ptr_, bytes),
                              "cuMemAlloc(" + std::to_string(bytes) + " B)");
       !s)
@@ -414,16 +451,17 @@ Expected<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {
   return b;
 }
 
-DeviceBuffer::DeviceBuffer(DeviceBuffer &&other) noexcept : ptr_(other.ptr_), size_(other.size_) {
+DeviceBuffer::DeviceBuffer(DeviceBuffer &&other) noexcept
+    : ptr_(other.ptr_), ctx_(other.ctx_), size_(other.size_) {
   other.ptr_ = 0;
   other.size_ = 0;
 }
 
 DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&other) noexcept {
   if (this != &other) {
-    if (ptr_)
-      drv().cuMemFree(ptr_);
+    free();
     ptr_ = other.ptr_;
+    ctx_ = other.ctx_;
     size_ = other.size_;
     other.ptr_ = 0;
     other.size_ = 0;
@@ -431,9 +469,14 @@ DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&other) noexcept {
   return *this;
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr_)
-    drv().cuMemFree(ptr_);
+DeviceBuffer::~DeviceBuffer() { free(); }
+
+void DeviceBuffer::free() {
+  if (!ptr_)
+    return;
+  Expected<ContextScope> scope = ContextScope::enter(ctx_);
+  (void)drv().cuMemFree(ptr_);
+  ptr_ = 0;
 }
 
 Status DeviceBuffer::upload(const void *host, size_t bytes) {
@@ -442,6 +485,9 @@ Status DeviceBuffer::upload(const void *host, size_t bytes) {
                      " B device buffer");
   if (!bytes)
     return {};
+  Expected<ContextScope> scope = ContextScope::enter(ctx_);
+  if (!scope)
+    return scope.takeError();
   return drv().check(drv().cuMemcpyHtoD(ptr_, host, bytes), "cuMemcpyHtoD");
 }
 
@@ -451,12 +497,18 @@ Status DeviceBuffer::download(void *host, size_t bytes) const {
                      " B device buffer");
   if (!bytes)
     return {};
+  Expected<ContextScope> scope = ContextScope::enter(ctx_);
+  if (!scope)
+    return scope.takeError();
   return drv().check(drv().cuMemcpyDtoH(host, ptr_, bytes), "cuMemcpyDtoH");
 }
 
 Status DeviceBuffer::zero() {
   if (!size_)
     return {};
+  Expected<ContextScope> scope = ContextScope::enter(ctx_);
+  if (!scope)
+    return scope.takeError();
   return drv().check(drv().cuMemsetD8(ptr_, 0, size_), "cuMemsetD8");
 }
 

@@ -49,6 +49,8 @@ namespace attnc::cuda {
   X(cuDevicePrimaryCtxRelease)                                                                     \
   X(cuCtxSetCurrent)                                                                               \
   X(cuCtxGetCurrent)                                                                               \
+  X(cuCtxPushCurrent)                                                                              \
+  X(cuCtxPopCurrent)                                                                               \
   X(cuCtxGetDevice)                                                                                \
   X(cuCtxSynchronize)                                                                              \
   X(cuModuleLoadData)                                                                              \
@@ -61,14 +63,19 @@ namespace attnc::cuda {
   X(cuLaunchKernel)                                                                                \
   X(cuMemAlloc)                                                                                    \
   X(cuMemFree)                                                                                     \
+  X(cuMemAllocAsync)                                                                               \
+  X(cuMemFreeAsync)                                                                                \
   X(cuMemcpyHtoD)                                                                                  \
   X(cuMemcpyDtoH)                                                                                  \
+  X(cuMemcpyHtoDAsync)                                                                             \
+  X(cuMemcpyDtoHAsync)                                                                             \
   X(cuMemcpyDtoD)                                                                                  \
   X(cuMemsetD8)                                                                                    \
   X(cuMemGetInfo)                                                                                  \
   X(cuStreamCreate)                                                                                \
   X(cuStreamDestroy)                                                                               \
   X(cuStreamSynchronize)                                                                           \
+  X(cuStreamIsCapturing)                                                                           \
   X(cuEventCreate)                                                                                 \
   X(cuEventDestroy)                                                                                \
   X(cuEventRecord)                                                                                 \
@@ -148,8 +155,28 @@ Expected<int> processDevice();
 /// Properties of device `ordinal`.
 Expected<DeviceInfo> queryDevice(int ordinal = 0);
 
-/// A device's primary context, retained while this object lives and made
-/// current on the creating thread.
+/// `ctx` current on the calling thread while this object lives; the
+/// thread's previous current context (often the caller's, e.g. PyTorch's
+/// on another device) comes back when it dies. Every attnc entry that
+/// touches the driver holds one, so attnc leaves its caller's CUDA state
+/// as it found it. Nothing is pushed when `ctx` is current already, so
+/// nested scopes cost one cuCtxGetCurrent.
+class ContextScope {
+public:
+  static Expected<ContextScope> enter(CUcontext ctx);
+  ContextScope(ContextScope &&other) noexcept : pushed_(other.pushed_) { other.pushed_ = false; }
+  ContextScope &operator=(ContextScope &&) = delete;
+  ContextScope(const ContextScope &) = delete;
+  ~ContextScope();
+
+private:
+  ContextScope() = default;
+  bool pushed_ = false;
+};
+
+/// A device's primary context, retained while this object lives. Creating
+/// it changes no thread's current context; enter() makes it current for a
+/// scope.
 class Context {
 public:
   static Expected<Context> create(int ordinal = 0);
@@ -161,7 +188,10 @@ public:
 
   const DeviceInfo &device() const { return device_; }
   CUcontext handle() const { return ctx_; }
-  /// Makes the context current on the calling thread.
+  /// The context current on the calling thread until the scope ends.
+  Expected<ContextScope> enter() const { return ContextScope::enter(ctx_); }
+  /// Makes the context current on the calling thread, for good (tools and
+  /// tests that own their thread; library entries use enter()).
   Status makeCurrent() const;
   /// Free and total device memory.
   Expected<std::pair<size_t, size_t>> memoryInfo() const;
@@ -177,6 +207,7 @@ private:
 /// A kernel (entry function) of a loaded module.
 struct Kernel {
   CUfunction function = nullptr;
+  CUcontext context = nullptr; ///< its module's; current during launches
   std::string name;
   std::string module;
   /// The CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES last set by
@@ -185,7 +216,7 @@ struct Kernel {
 };
 
 /// A CUBIN, or PTX JIT-compiled by the driver, loaded into the current
-/// context.
+/// context (which it remembers: unloading and launches enter it).
 class Module {
 public:
   /// Loads `image` (a CUBIN, or with `ptx` PTX text ending in a NUL, which
@@ -199,6 +230,8 @@ public:
   ~Module();
 
   const std::string &name() const { return name_; }
+  /// The context it was loaded into.
+  CUcontext context() const { return ctx_; }
   /// The entry function `name`; the error names it and the module.
   Expected<Kernel> kernel(const std::string &name) const;
   /// A __device__ / __constant__ variable: its address and size.
@@ -207,6 +240,7 @@ public:
 private:
   Module() = default;
   CUmodule module_ = nullptr;
+  CUcontext ctx_ = nullptr;
   std::string name_;
 };
 
@@ -216,7 +250,7 @@ struct Dim3 {
 };
 
 /// Launches `kernel` whose single parameter is a struct (docs/kernels.md)
-/// at `args`. Above 48 KiB of dynamic shared memory the kernel's opt-in
+/// at `args`, in its module's context. Above 48 KiB of dynamic shared memory the kernel's opt-in
 /// limit is raised first. Errors name the kernel, the launch shape and
 /// cuGetErrorString. Asynchronous: errors in the kernel itself surface at
 /// the next synchronisation.
@@ -231,7 +265,8 @@ Status launch(Kernel &kernel, Dim3 grid, Dim3 block, size_t dynamicSmem, CUstrea
 /// cuStreamSynchronize with an error naming `what` (e.g. the last kernel).
 Status synchronize(CUstream stream, const std::string &what);
 
-/// Device memory, freed when destroyed.
+/// Device memory of the current context, freed (in that context) when
+/// destroyed.
 class DeviceBuffer {
 public:
   static Expected<DeviceBuffer> allocate(size_t bytes);
@@ -252,7 +287,9 @@ public:
 
 private:
   DeviceBuffer() = default;
+  void free();
   CUdeviceptr ptr_ = 0;
+  CUcontext ctx_ = nullptr;
   size_t size_ = 0;
 };
 

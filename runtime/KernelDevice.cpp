@@ -27,66 +27,96 @@ class GpuKernelDevice final : public KernelDevice {
 public:
   GpuKernelDevice(cuda::Context ctx, const cuda::Driver &d) : ctx_(std::move(ctx)), d_(d) {}
   std::string describe() const override { return ctx_.device().describe(); }
-  Status bind() override { return ctx_.makeCurrent(); }
+  Expected<DeviceScope> enter() override {
+    Expected<cuda::ContextScope> scope = ctx_.enter();
+    if (!scope)
+      return scope.takeError();
+    auto held = std::make_shared<cuda::ContextScope>(std::move(*scope));
+    return DeviceScope([held]() mutable { held.reset(); });
+  }
   Expected<void *> allocate(size_t bytes, const std::string &what) override {
-    CUdeviceptr p = 0;
-    if (Status s = d_.check(d_.cuMemAlloc(&p, std::max<size_t>(bytes, 16)),
-                            "cuMemAlloc(" + std::to_string(bytes) + " B, " + what + ")");
-        !s)
-      return s.takeError();
-    sizes_[reinterpret_cast<void *>(p)] = bytes;
-    countAllocation(bytes);
-    return reinterpret_cast<void *>(p);
+    return allocateWith(bytes, what, false);
   }
-  void release(void *p) override {
-    if (!p)
-      return;
-    if (auto it = sizes_.find(p); it != sizes_.end())
-      countRelease(it->second), sizes_.erase(it);
-    (void)d_.cuMemFree(dptr(p));
+  Expected<void *> allocateOrdered(size_t bytes, const std::string &what) override {
+    return allocateWith(bytes, what, true);
   }
+  void release(void *p) override { releaseWith(p, false); }
+  void releaseOrdered(void *p) override { releaseWith(p, true); }
   Status upload(void *dst, const void *src, size_t bytes) override {
     countUpload(bytes);
-    return bytes ? d_.check(d_.cuMemcpyHtoD(dptr(dst), src, bytes), "cuMemcpyHtoD") : Status();
+    if (!bytes)
+      return {};
+    return inContext([&] {
+      // From pageable memory the driver stages the bytes before returning,
+      // so `src` is free for reuse; the copy itself is ordered on stream_.
+      return d_.check(d_.cuMemcpyHtoDAsync(dptr(dst), src, bytes, stream_), "cuMemcpyHtoDAsync");
+    });
   }
   Status download(void *dst, const void *src, size_t bytes) override {
     countDownload(bytes);
-    return bytes ? d_.check(d_.cuMemcpyDtoH(dst, dptr(src), bytes), "cuMemcpyDtoH") : Status();
+    if (!bytes)
+      return {};
+    return inContext([&]() -> Status {
+      if (Status s =
+              d_.check(d_.cuMemcpyDtoHAsync(dst, dptr(src), bytes, stream_), "cuMemcpyDtoHAsync");
+          !s)
+        return s;
+      return d_.check(d_.cuStreamSynchronize(stream_), "cuStreamSynchronize (a download)");
+    });
   }
   Status copy(void *dst, const void *src, size_t bytes) override {
     if (!bytes)
       return {};
-    if (stream_)
+    return inContext([&] {
       return d_.check(d_.cuMemcpyDtoDAsync(dptr(dst), dptr(src), bytes, stream_),
                       "cuMemcpyDtoDAsync");
-    return d_.check(d_.cuMemcpyDtoD(dptr(dst), dptr(src), bytes), "cuMemcpyDtoD");
+    });
   }
   Status zero(void *dst, size_t bytes) override {
     if (!bytes)
       return {};
-    if (stream_)
+    return inContext([&] {
       return d_.check(d_.cuMemsetD8Async(dptr(dst), 0, bytes, stream_), "cuMemsetD8Async");
-    return d_.check(d_.cuMemsetD8(dptr(dst), 0, bytes), "cuMemsetD8");
+    });
   }
-  Status synchronize() override { return ctx_.synchronize(); }
+  Status synchronize() override {
+    return inContext(
+        [&] { return d_.check(d_.cuStreamSynchronize(stream_), "cuStreamSynchronize"); });
+  }
+  void *stream() const override { return stream_; }
   Status useStream(void *stream) override {
     CUstream next = static_cast<CUstream>(stream);
     if (next == stream_)
       return {};
-    if (!switched_)
-      if (Status s = d_.check(d_.cuEventCreate(&switched_, CU_EVENT_DISABLE_TIMING),
-                              "cuEventCreate (ordering a change of stream)");
+    return inContext([&]() -> Status {
+      // A stream being captured into a CUDA graph may not wait on work
+      // outside the capture: the graph runs at replay, which the caller
+      // orders (a variant's scratch is one; see attnc.h).
+      for (CUstream s : {stream_, next}) {
+        Expected<bool> c = capturing(s);
+        if (!c)
+          return c.takeError();
+        if (*c) {
+          stream_ = next;
+          return {};
+        }
+      }
+      if (!switched_)
+        if (Status s = d_.check(d_.cuEventCreate(&switched_, CU_EVENT_DISABLE_TIMING),
+                                "cuEventCreate (ordering a change of stream)");
+            !s)
+          return s;
+      if (Status s =
+              d_.check(d_.cuEventRecord(switched_, stream_), "cuEventRecord (the old stream)");
           !s)
         return s;
-    if (Status s = d_.check(d_.cuEventRecord(switched_, stream_), "cuEventRecord (the old stream)");
-        !s)
-      return s;
-    if (Status s = d_.check(d_.cuStreamWaitEvent(next, switched_, 0),
-                            "cuStreamWaitEvent (the new stream)");
-        !s)
-      return s;
-    stream_ = next;
-    return {};
+      if (Status s = d_.check(d_.cuStreamWaitEvent(next, switched_, 0),
+                              "cuStreamWaitEvent (the new stream)");
+          !s)
+        return s;
+      stream_ = next;
+      return {};
+    });
   }
   ~GpuKernelDevice() override {
     if (switched_)
@@ -94,9 +124,76 @@ public:
   }
 
 private:
+  /// Whether `s` is being captured into a graph. The legacy stream
+  /// answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT while any blocking stream
+  /// is captured: that counts as captured too.
+  Expected<bool> capturing(CUstream s) const {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = d_.cuStreamIsCapturing(s, &status);
+    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
+      return true;
+    if (Status c = d_.check(r, "cuStreamIsCapturing"); !c)
+      return c.takeError();
+    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+  /// `f()` with the context current (the caller's restored after).
+  template <typename F> Status inContext(F &&f) {
+    Expected<cuda::ContextScope> scope = ctx_.enter();
+    if (!scope)
+      return scope.takeError();
+    return f();
+  }
+  Expected<void *> allocateWith(size_t bytes, const std::string &what, bool ordered) {
+    CUdeviceptr p = 0;
+    const std::string call = std::string(ordered ? "cuMemAllocAsync(" : "cuMemAlloc(") +
+                             std::to_string(bytes) + " B, " + what + ")";
+    Status s = inContext([&]() -> Status {
+      if (!ordered)
+        return d_.check(d_.cuMemAlloc(&p, std::max<size_t>(bytes, 16)), call);
+      Expected<bool> c = capturing(stream_);
+      if (!c)
+        return c.takeError();
+      if (*c)
+        return makeError(what + " must grow to " + std::to_string(bytes) +
+                         " B while the stream is being captured into a CUDA graph, where the "
+                         "memory would belong to the graph; make one call of the same shape "
+                         "before capturing");
+      return d_.check(d_.cuMemAllocAsync(&p, std::max<size_t>(bytes, 16), stream_), call);
+    });
+    if (!s)
+      return s.takeError();
+    live_[reinterpret_cast<void *>(p)] = {bytes, ordered};
+    countAllocation(bytes);
+    return reinterpret_cast<void *>(p);
+  }
+  void releaseWith(void *p, bool ordered) {
+    if (!p)
+      return;
+    bool fromPool = false;
+    if (auto it = live_.find(p); it != live_.end())
+      countRelease(it->second.bytes), fromPool = it->second.ordered, live_.erase(it);
+    (void)inContext([&]() -> Status {
+      if (ordered)
+        (void)d_.cuMemFreeAsync(dptr(p), stream_);
+      else if (fromPool) {
+        // Pool memory outside the stream order (a variant being freed,
+        // whose last stream may be gone): once the device is idle, any
+        // stream's order will do.
+        (void)d_.cuCtxSynchronize();
+        (void)d_.cuMemFreeAsync(dptr(p), nullptr);
+      } else
+        (void)d_.cuMemFree(dptr(p));
+      return {};
+    });
+  }
+
+  struct Allocation {
+    size_t bytes = 0;
+    bool ordered = false; ///< from the stream-ordered pool
+  };
   cuda::Context ctx_;
   const cuda::Driver &d_;
-  std::map<void *, size_t> sizes_;
+  std::map<void *, Allocation> live_;
   CUstream stream_ = nullptr;
   CUevent switched_ = nullptr;
 };
@@ -104,6 +201,12 @@ private:
 class GpuKernelModule final : public KernelModule {
 public:
   explicit GpuKernelModule(cuda::Module m) : module_(std::move(m)) {}
+  ~GpuKernelModule() override {
+    // The events are the module's context's: destroyed inside it.
+    Expected<cuda::ContextScope> scope = cuda::ContextScope::enter(module_.context());
+    for (std::optional<cuda::Event> &e : events_)
+      e.reset();
+  }
   Status launch(const std::string &entry, long long blocks, int threads, size_t smemBytes,
                 const void *args, size_t) override {
     Expected<cuda::Kernel *> k = kernel(entry);
@@ -121,6 +224,9 @@ public:
   Status mark(int slot) override {
     if (slot < 0 || slot >= kSlots)
       return makeError("timing mark " + std::to_string(slot) + " out of range");
+    Expected<cuda::ContextScope> scope = cuda::ContextScope::enter(module_.context());
+    if (!scope)
+      return scope.takeError();
     if (!events_[slot]) {
       Expected<cuda::Event> e = cuda::Event::create();
       if (!e)
@@ -134,6 +240,9 @@ public:
     if (from < 0 || to < 0 || from >= kSlots || to >= kSlots || !events_[from] || !events_[to])
       return makeError("timing marks " + std::to_string(from) + ", " + std::to_string(to) +
                        " were not recorded");
+    Expected<cuda::ContextScope> scope = cuda::ContextScope::enter(module_.context());
+    if (!scope)
+      return scope.takeError();
     return cuda::Event::elapsedMs(*events_[from], *events_[to]);
   }
 
@@ -164,7 +273,7 @@ public:
       std::free(p);
   }
   std::string describe() const override { return "the SIMT emulator (CPU)"; }
-  Status bind() override { return {}; }
+  Expected<DeviceScope> enter() override { return DeviceScope(); }
   Expected<void *> allocate(size_t bytes, const std::string &what) override {
     // 256-byte aligned, as cuMemAlloc's; NaN-filled (0xff bytes), as
     // uninitialised device memory holds garbage.

@@ -22,8 +22,10 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attnc {
@@ -38,19 +40,51 @@ struct DeviceTraffic {
   long long bytesInUse = 0, peakBytes = 0; ///< device memory allocated here
 };
 
+/// While alive, a device is usable from the calling thread (a GPU: its
+/// context current); when it dies, the thread's previous state comes back.
+class DeviceScope {
+public:
+  DeviceScope() = default;
+  explicit DeviceScope(std::function<void()> leave) : leave_(std::move(leave)) {}
+  DeviceScope(DeviceScope &&other) noexcept : leave_(std::exchange(other.leave_, nullptr)) {}
+  DeviceScope &operator=(DeviceScope &&) = delete;
+  DeviceScope(const DeviceScope &) = delete;
+  ~DeviceScope() {
+    if (leave_)
+      leave_();
+  }
+
+private:
+  std::function<void()> leave_;
+};
+
 class KernelDevice {
 public:
   virtual ~KernelDevice() = default;
   /// "NVIDIA H200 (sm_90, ...)" or "the SIMT emulator (CPU)".
   virtual std::string describe() const = 0;
-  /// Makes the device usable from the calling thread (a GPU's context
-  /// current).
-  virtual Status bind() = 0;
+  /// The device usable from the calling thread for the scope's life (a
+  /// GPU's context current, the caller's restored after). Each method below
+  /// enters it by itself; a caller making many calls enters once around
+  /// them, so the inner ones find it current and push nothing.
+  virtual Expected<DeviceScope> enter() = 0;
   /// Device memory (addresses as pointers; freed with release). The error
-  /// names `what`.
+  /// names `what`. Synchronous: for set-up, not for a call's hot path.
   virtual Expected<void *> allocate(size_t bytes, const std::string &what) = 0;
   virtual void release(void *p) = 0;
+  /// Device memory ordered on the stream in use (cuMemAllocAsync): no host
+  /// wait, usable by work enqueued after it on that stream. Refused while
+  /// the stream is being captured into a CUDA graph (the allocation would
+  /// belong to the graph). Freed with releaseOrdered, also stream-ordered.
+  virtual Expected<void *> allocateOrdered(size_t bytes, const std::string &what) {
+    return allocate(bytes, what);
+  }
+  virtual void releaseOrdered(void *p) { release(p); }
+  /// Host to device, enqueued on the stream in use (the host buffer may be
+  /// reused as soon as it returns).
   virtual Status upload(void *dst, const void *src, size_t bytes) = 0;
+  /// Device to host, ordered on the stream in use; returns when the bytes
+  /// are in `dst`.
   virtual Status download(void *dst, const void *src, size_t bytes) = 0;
   virtual Status copy(void *dst, const void *src, size_t bytes) = 0;
   virtual Status zero(void *dst, size_t bytes) = 0;
@@ -68,6 +102,8 @@ public:
   }
   /// What was moved and allocated so far (implementations count it).
   const DeviceTraffic &traffic() const { return traffic_; }
+  /// The stream in use (null: the legacy default one, or the emulator).
+  virtual void *stream() const { return nullptr; }
 
 protected:
   void countUpload(size_t bytes) { ++traffic_.uploads, traffic_.uploadBytes += (long long)bytes; }

@@ -289,8 +289,9 @@ int CompiledStep::attendOnDevice(int64_t layer, const float *const *in, const fl
 
 Status CompiledStep::uploadStepInputs() {
   CudaState &s = *cuda_;
-  if (Status st = s.device->bind(); !st)
-    return st;
+  Expected<DeviceScope> scope = s.device->enter();
+  if (!scope)
+    return scope.takeError();
   // The batch, and unless the device holds them, the parameters as they
   // are now (the optimizer ran on the host).
   for (size_t i = 0; i < desc_.args.size(); ++i)
@@ -520,8 +521,9 @@ Status CompiledStep::upload(const AdamW &adam) {
   if (!cuda_)
     return makeError("compiled step: only the CUDA engines keep the parameters on a device");
   CudaState &s = *cuda_;
-  if (Status st = s.device->bind(); !st)
-    return st;
+  Expected<DeviceScope> scope = s.device->enter();
+  if (!scope)
+    return scope.takeError();
   const std::vector<ParamRef> params = model_.params();
   for (size_t i = 0; i < params.size(); ++i) {
     const FlatSegment &seg = s.segments[i];
@@ -607,8 +609,9 @@ Expected<std::string> CompiledStep::setDataParallel(const DataParallelPlan &plan
                      std::to_string(plan.batch / plan.microBatches) + " (global batch " +
                      std::to_string(plan.batch) + " over " + std::to_string(plan.microBatches) +
                      " micro-batches)");
-  if (Status st = s.device->bind(); !st)
-    return st.takeError();
+  Expected<DeviceScope> scope = s.device->enter();
+  if (!scope)
+    return scope.takeError();
   CudaState::Parallel p;
   p.comm = &comm;
   p.batch = plan.batch, p.micro = plan.microBatches;
@@ -868,8 +871,9 @@ Status CompiledStep::download(AdamW &adam) {
   CudaState &s = *cuda_;
   if (s.hostCurrent) // an evaluation and a checkpoint of one step: copy once
     return {};
-  if (Status st = s.device->bind(); !st)
-    return st;
+  Expected<DeviceScope> scope = s.device->enter();
+  if (!scope)
+    return scope.takeError();
   const std::vector<ParamRef> params = model_.params();
   std::map<std::string, std::vector<float>> m, v;
   for (size_t i = 0; i < params.size(); ++i) {

@@ -78,7 +78,7 @@ public:
   }
 
   std::string describe() const override { return "the SIMT emulator (CPU)"; }
-  Status bind() override { return {}; }
+  Expected<DeviceScope> enter() override { return DeviceScope(); }
 
   Expected<void *> allocate(size_t bytes, const std::string &what) override {
     const size_t rounded = (std::max<size_t>(bytes, 4) + 63) / 64 * 64;

@@ -32,36 +32,55 @@ public:
         precision_(precision), d_(driver) {}
 
   std::string describe() const override { return ctx_.device().describe(); }
-  Status bind() override { return ctx_.makeCurrent(); }
+  Expected<DeviceScope> enter() override {
+    Expected<cuda::ContextScope> scope = ctx_.enter();
+    if (!scope)
+      return scope.takeError();
+    auto held = std::make_shared<cuda::ContextScope>(std::move(*scope));
+    return DeviceScope([held]() mutable { held.reset(); });
+  }
 
   Expected<void *> allocate(size_t bytes, const std::string &what) override {
     CUdeviceptr p = 0;
-    if (Status s = d_.check(d_.cuMemAlloc(&p, std::max<size_t>(bytes, 4)),
-                            "cuMemAlloc(" + std::to_string(bytes) + " B, " + what + ")");
+    if (Status s = inContext([&] {
+          return d_.check(d_.cuMemAlloc(&p, std::max<size_t>(bytes, 4)),
+                          "cuMemAlloc(" + std::to_string(bytes) + " B, " + what + ")");
+        });
         !s)
       return s.takeError();
     return reinterpret_cast<void *>(p);
   }
   void release(void *p) override {
     if (p)
-      (void)d_.cuMemFree(dptr(p));
+      (void)inContext([&] { return d_.check(d_.cuMemFree(dptr(p)), "cuMemFree"); });
   }
+  // The step runs on the legacy default stream, in program order: its
+  // copies are the synchronous calls (the host reads what they bring).
   Status upload(void *dst, const void *src, size_t bytes) override {
     countUpload(bytes);
-    return d_.check(d_.cuMemcpyHtoD(dptr(dst), src, bytes), "cuMemcpyHtoD");
+    return inContext(
+        [&] { return d_.check(d_.cuMemcpyHtoD(dptr(dst), src, bytes), "cuMemcpyHtoD"); });
   }
   Status download(void *dst, const void *src, size_t bytes) override {
     countDownload(bytes);
-    return d_.check(d_.cuMemcpyDtoH(dst, dptr(src), bytes), "cuMemcpyDtoH");
+    return inContext(
+        [&] { return d_.check(d_.cuMemcpyDtoH(dst, dptr(src), bytes), "cuMemcpyDtoH"); });
   }
   Status copy(void *dst, const void *src, size_t bytes) override {
-    if (onSide_)
-      return d_.check(d_.cuMemcpyDtoDAsync(dptr(dst), dptr(src), bytes, side_),
-                      "cuMemcpyDtoDAsync (the exchange's stream)");
-    return d_.check(d_.cuMemcpyDtoD(dptr(dst), dptr(src), bytes), "cuMemcpyDtoD");
+    return inContext([&] {
+      if (onSide_)
+        return d_.check(d_.cuMemcpyDtoDAsync(dptr(dst), dptr(src), bytes, side_),
+                        "cuMemcpyDtoDAsync (the exchange's stream)");
+      return d_.check(d_.cuMemcpyDtoD(dptr(dst), dptr(src), bytes), "cuMemcpyDtoD");
+    });
   }
   Status zero(void *dst, size_t bytes) override {
-    return d_.check(d_.cuMemsetD8(dptr(dst), 0, bytes), "cuMemsetD8");
+    return inContext([&] {
+      if (onSide_)
+        return d_.check(d_.cuMemsetD8Async(dptr(dst), 0, bytes, side_),
+                        "cuMemsetD8Async (the exchange's stream)");
+      return d_.check(d_.cuMemsetD8(dptr(dst), 0, bytes), "cuMemsetD8");
+    });
   }
   Status launch(const std::string &name, long long blocks, int threads,
                 const attnc_kargs &args) override {
@@ -72,40 +91,60 @@ public:
   }
   Status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
               float *C) override {
-    return blas_->gemm(ta, tb, M, N, K, A, B, C, precision_, nullptr);
+    // cuBLAS works in the current context.
+    return inContext([&] { return blas_->gemm(ta, tb, M, N, K, A, B, C, precision_, nullptr); });
   }
-  Status synchronize() override { return cuda::synchronize(nullptr, "the compiled CUDA step"); }
+  Status synchronize() override {
+    return inContext([&] { return cuda::synchronize(nullptr, "the compiled CUDA step"); });
+  }
 
   ~GpuStepDevice() override {
+    Expected<cuda::ContextScope> scope = ctx_.enter();
     if (side_) {
-      (void)ctx_.makeCurrent();
       (void)d_.cuStreamSynchronize(side_);
       (void)d_.cuStreamDestroy(side_);
     }
     for (CUevent e : {mainDone_, sideDone_})
       if (e)
         (void)d_.cuEventDestroy(e);
+    blas_.reset(); // cuBLAS frees its workspace in the current context
   }
   // The side stream is non-blocking: it does not wait for the legacy
   // default stream the step runs on, only for the events below.
   Status sideWaitsForMain() override {
-    if (Status s = ensureSide(); !s)
-      return s;
-    if (Status s = d_.check(d_.cuEventRecord(mainDone_, nullptr), "cuEventRecord (the step)"); !s)
-      return s;
-    return d_.check(d_.cuStreamWaitEvent(side_, mainDone_, 0), "cuStreamWaitEvent (the exchange)");
+    return inContext([&]() -> Status {
+      if (Status s = ensureSide(); !s)
+        return s;
+      if (Status s = d_.check(d_.cuEventRecord(mainDone_, nullptr), "cuEventRecord (the step)"); !s)
+        return s;
+      return d_.check(d_.cuStreamWaitEvent(side_, mainDone_, 0),
+                      "cuStreamWaitEvent (the exchange)");
+    });
   }
   Status mainWaitsForSide() override {
     if (!side_)
       return {};
-    if (Status s = d_.check(d_.cuEventRecord(sideDone_, side_), "cuEventRecord (the exchange)"); !s)
-      return s;
-    return d_.check(d_.cuStreamWaitEvent(nullptr, sideDone_, 0), "cuStreamWaitEvent (the step)");
+    return inContext([&]() -> Status {
+      if (Status s = d_.check(d_.cuEventRecord(sideDone_, side_), "cuEventRecord (the exchange)");
+          !s)
+        return s;
+      return d_.check(d_.cuStreamWaitEvent(nullptr, sideDone_, 0), "cuStreamWaitEvent (the step)");
+    });
   }
   void onSide(bool side) override { onSide_ = side && side_; }
-  void *sideStream() override { return ensureSide() ? side_ : nullptr; }
+  void *sideStream() override {
+    return inContext([&] { return ensureSide(); }) ? side_ : nullptr;
+  }
 
 private:
+  /// `f()` with the step's context current (the caller's restored after).
+  template <typename F> Status inContext(F &&f) {
+    Expected<cuda::ContextScope> scope = ctx_.enter();
+    if (!scope)
+      return scope.takeError();
+    return f();
+  }
+
   /// Launches a kernel whose one parameter is the struct at `args`.
   Status launchStruct(const std::string &name, long long blocks, int threads, const void *args) {
     auto it = kernels_.find(name);
@@ -161,6 +200,10 @@ createGpuStepDevice(const std::string &kernelSource, const std::string &programN
   Expected<cuda::Context> ctx = cuda::Context::create(*ordinal);
   if (!ctx)
     return ctx.takeError();
+  // The module and cuBLAS's handle belong to the context current here.
+  Expected<cuda::ContextScope> scope = ctx->enter();
+  if (!scope)
+    return scope.takeError();
   NvrtcCompiler nvrtc(&KernelCache::processDefault());
   NvrtcOptions options;
   options.arch = ctx->device().arch();

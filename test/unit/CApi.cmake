@@ -9,4 +9,14 @@ if(TARGET attnc_capi)
   target_compile_definitions(attnc-capi-tests PRIVATE ATTNC_CLI="$<TARGET_FILE:attnc>")
   add_dependencies(attnc-capi-tests attnc)
   gtest_discover_tests(attnc-capi-tests DISCOVERY_MODE PRE_TEST PROPERTIES TIMEOUT 300)
+
+  # The CUDA calls on a recording libcuda.so.1 (CudaCallerState.cmake's
+  # fake): the caller's context, stream and no host waits, without a GPU.
+  add_executable(attnc-capi-fake-gpu-tests ${CMAKE_CURRENT_SOURCE_DIR}/unit/CApiFakeGpuTest.cpp)
+  target_include_directories(attnc-capi-fake-gpu-tests PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  target_link_libraries(attnc-capi-fake-gpu-tests PRIVATE attnc_capi GTest::gtest_main ${CMAKE_DL_LIBS})
+  target_compile_options(attnc-capi-fake-gpu-tests PRIVATE -Wall -Wextra)
+  add_dependencies(attnc-capi-fake-gpu-tests attnc-fake-cuda)
+  gtest_discover_tests(attnc-capi-fake-gpu-tests DISCOVERY_MODE PRE_TEST
+    PROPERTIES ENVIRONMENT "LD_LIBRARY_PATH=${ATTNC_FAKE_CUDA_DIR}" TIMEOUT 600)
 endif()

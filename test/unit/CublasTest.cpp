@@ -251,6 +251,7 @@ TEST(CublasGpu, GemmMatchesReferenceInEveryPrecision) {
     GTEST_SKIP() << "no GPU: " << Driver::available().error();
   Expected<Context> ctx = Context::create(0);
   ASSERT_TRUE(ctx.ok()) << ctx.error();
+  ASSERT_TRUE(ctx->makeCurrent().ok()); // this thread's, for the raw calls below
   Expected<std::unique_ptr<Cublas>> cb = Cublas::create();
   ASSERT_TRUE(cb.ok()) << cb.error();
   const int64_t M = 37, N = 29, K = 53;

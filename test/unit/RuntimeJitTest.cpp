@@ -1271,6 +1271,7 @@ TEST(CudaDriver, LaunchesAStructArgumentKernel) {
   REQUIRE_GPU();
   Expected<cuda::Context> ctx = cuda::Context::create(0);
   ASSERT_TRUE(ctx.ok()) << ctx.error();
+  ASSERT_TRUE(ctx->makeCurrent().ok()); // this thread's, for the raw calls below
   NvrtcOptions o;
   o.arch = ctx->device().arch();
   if (!checkGpuArchSupported(o.arch))
@@ -1318,6 +1319,7 @@ TEST(CudaDriver, OptsIntoLargeDynamicSharedMemory) {
   REQUIRE_GPU();
   Expected<cuda::Context> ctx = cuda::Context::create(0);
   ASSERT_TRUE(ctx.ok()) << ctx.error();
+  ASSERT_TRUE(ctx->makeCurrent().ok()); // this thread's, for the raw calls below
   size_t optin = size_t(ctx->device().maxSmemPerBlockOptin);
   if (optin <= 48 * 1024)
     GTEST_SKIP() << "device has no opt-in shared memory";

@@ -174,7 +174,19 @@ typedef struct {
  * return: a failed launch is an error here, a fault inside a kernel
  * surfaces at the caller's next synchronisation. One call at a time per
  * handle (its scratch is one); a call on another stream than the last is
- * ordered after it by an event. */
+ * ordered after it by an event.
+ *
+ * The caller's CUDA state is left alone: every call (compile, load, free
+ * included) makes the variant's device context current only for its own
+ * duration and restores the thread's previous one. Nothing in a forward
+ * or backward waits for the device: scratch that must grow comes from the
+ * driver's stream-ordered pool (cuMemAllocAsync, and cuMemFreeAsync for
+ * the old buffer) on the call's stream. CUDA graphs: a call may be
+ * captured once a call of the same or a larger shape has run uncaptured
+ * (while capturing, scratch cannot grow, and a call that would need it to
+ * is an error saying so); a captured call skips the event ordering above,
+ * so replays and other calls of the same handle are the caller's to
+ * order. */
 
 /* out, lse = attention(q, k, v; params). */
 ATTNC_API attnc_error *attnc_forward(const attnc_variant *variant, const attnc_call *call);
