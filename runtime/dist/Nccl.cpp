@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -91,8 +92,55 @@ Expected<NcclLibrary> open(const std::string &path, const std::string &origin) {
   return n;
 }
 
-/// Where to look, in order, with what each place is called.
-std::vector<std::pair<std::string, std::string>> candidates() {
+/// Python environments whose nvidia-nccl wheel may hold NCCL (PyPI's
+/// NCCL lives only there on many machines): $VIRTUAL_ENV, $CONDA_PREFIX
+/// and the environment of the first python3 on PATH (PATH's entry, not
+/// its link target: a venv's bin/python3 links out of the venv).
+std::vector<std::pair<std::string, std::string>> pythonPrefixes() {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const char *var : {"VIRTUAL_ENV", "CONDA_PREFIX"})
+    if (const char *v = std::getenv(var); v && *v)
+      out.push_back({v, std::string("$") + var});
+  if (const char *path = std::getenv("PATH")) {
+    std::string rest = path;
+    for (size_t at = 0; at <= rest.size();) {
+      size_t end = rest.find(':', at);
+      if (end == std::string::npos)
+        end = rest.size();
+      const fs::path dir = rest.substr(at, end - at);
+      std::error_code ec;
+      if (!dir.empty() && fs::exists(dir / "python3", ec)) {
+        out.push_back(
+            {dir.parent_path().string(), (dir / "python3").string() + " (first on PATH)"});
+        break;
+      }
+      at = end + 1;
+    }
+  }
+  return out;
+}
+
+/// `prefix`/lib/python3.*/{site,dist}-packages/nvidia/nccl/lib/libnccl.so.2.
+std::vector<std::string> ncclWheelsUnder(const std::string &prefix) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(fs::path(prefix) / "lib", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    if (it->path().filename().string().rfind("python3", 0) != 0)
+      continue;
+    for (const char *packages : {"site-packages", "dist-packages"})
+      if (fs::path f = it->path() / packages / "nvidia/nccl/lib/libnccl.so.2"; fs::exists(f, ec))
+        out.push_back(f.string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+} // namespace
+
+std::vector<std::pair<std::string, std::string>> ncclCandidates() {
   namespace fs = std::filesystem;
   std::vector<std::pair<std::string, std::string>> out;
   if (const char *env = std::getenv("ATTNC_NCCL"); env && *env) {
@@ -109,21 +157,28 @@ std::vector<std::pair<std::string, std::string>> candidates() {
     }
     return out; // a named library is the one wanted: no fallback
   }
+  // A copy the process has loaded already (PyTorch's): two NCCLs in one
+  // process would be two sets of communicators.
+  if (void *loaded = ::dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD)) {
+    ::dlclose(loaded);
+    out.push_back({"libnccl.so.2", "the copy this process has loaded"});
+  }
   if (const char *home = std::getenv("CUDA_HOME"); home && *home)
     out.push_back({std::string(home) + "/lib64/libnccl.so.2", "the CUDA toolkit ($CUDA_HOME)"});
   out.push_back({"/usr/local/cuda/lib64/libnccl.so.2", "the CUDA toolkit"});
   out.push_back({"libnccl.so.2", "the loader's search"});
+  for (const auto &[prefix, origin] : pythonPrefixes())
+    for (const std::string &lib : ncclWheelsUnder(prefix))
+      out.push_back({lib, "the nvidia-nccl wheel of " + origin});
   return out;
 }
-
-} // namespace
 
 Expected<const NcclLibrary *> loadNccl() {
   static std::once_flag once;
   static Expected<NcclLibrary> loaded = makeError("");
   std::call_once(once, [] {
     std::string tried;
-    for (const auto &[path, origin] : candidates()) {
+    for (const auto &[path, origin] : ncclCandidates()) {
       Expected<NcclLibrary> n = open(path, origin);
       if (n) {
         loaded = std::move(n);
@@ -229,6 +284,9 @@ Expected<std::string> checkCollectives(Communicator &world) {
   Expected<cuda::Context> ctx = cuda::Context::create(*gpu);
   if (!ctx)
     return ctx.takeError();
+  Expected<cuda::ContextScope> scope = ctx->enter();
+  if (!scope)
+    return scope.takeError();
   Expected<std::unique_ptr<NcclComm>> comm = NcclComm::create(**nccl, world);
   if (!comm)
     return comm.takeError();

@@ -41,8 +41,20 @@ struct NcclLibrary {
   std::string versionString() const;
 };
 
+/// Where loadNccl looks, in order: (path, what the place is called).
+///   1. $ATTNC_NCCL (a library, or a folder holding libnccl.so.2, lib/ or
+///      nvidia/nccl/lib/); when set, nothing else;
+///   2. a libnccl.so.2 this process has loaded already (PyTorch's);
+///   3. $CUDA_HOME/lib64, then /usr/local/cuda/lib64;
+///   4. the dynamic loader's search (LD_LIBRARY_PATH, ldconfig);
+///   5. the nvidia-nccl wheel of a Python environment: $VIRTUAL_ENV,
+///      $CONDA_PREFIX, then that of the first python3 on PATH
+///      (PREFIX/lib/python3.*/{site,dist}-packages/nvidia/nccl/lib).
+std::vector<std::pair<std::string, std::string>> ncclCandidates();
+
 /// Loads NCCL (once per process; later calls return the same library or
-/// error). The error lists every place looked at and why each failed.
+/// error) from the first of ncclCandidates() that loads. The error lists
+/// every place looked at and why each failed.
 Expected<const NcclLibrary *> loadNccl();
 
 /// NCCL's unique id, opaque (NCCL_UNIQUE_ID_BYTES).

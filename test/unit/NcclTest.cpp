@@ -15,6 +15,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 #include <vector>
 
 #ifdef ATTNC_HAVE_NCCL_H
@@ -35,6 +38,56 @@ bool contains(const std::string &s, const std::string &part) {
 }
 
 } // namespace
+
+// The search order (Nccl.h): a Python environment's nvidia-nccl wheel is
+// found through the first python3 on PATH (the device machine keeps NCCL
+// only there) and through $VIRTUAL_ENV, after the toolkit and the loader;
+// $ATTNC_NCCL, when set, is the only place.
+TEST(Nccl, SearchOrderEndsWithPythonEnvironmentsWheels) {
+  namespace fs = std::filesystem;
+  const fs::path root =
+      fs::temp_directory_path() / ("attnc-nccl-search-" + std::to_string(::getpid()));
+  const fs::path onPath = root / "venv", virtualEnv = root / "other";
+  for (const fs::path &env : {onPath, virtualEnv}) {
+    fs::create_directories(env / "bin");
+    fs::create_directories(env / "lib/python3.12/site-packages/nvidia/nccl/lib");
+    std::ofstream(env / "bin/python3") << "#!/bin/sh\n";
+    std::ofstream(env / "lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2") << "";
+  }
+  const std::string oldPath = std::getenv("PATH") ? std::getenv("PATH") : "";
+  const char *oldNccl = std::getenv("ATTNC_NCCL");
+  const std::string savedNccl = oldNccl ? oldNccl : "";
+  ::unsetenv("ATTNC_NCCL");
+  ::setenv("PATH", ((onPath / "bin").string() + ":" + oldPath).c_str(), 1);
+  ::setenv("VIRTUAL_ENV", virtualEnv.c_str(), 1);
+  std::vector<std::pair<std::string, std::string>> found = dist::ncclCandidates();
+  ::setenv("ATTNC_NCCL", "/nowhere/libnccl.so.2", 1);
+  std::vector<std::pair<std::string, std::string>> named = dist::ncclCandidates();
+  ::setenv("PATH", oldPath.c_str(), 1);
+  ::unsetenv("VIRTUAL_ENV");
+  if (oldNccl)
+    ::setenv("ATTNC_NCCL", savedNccl.c_str(), 1);
+  else
+    ::unsetenv("ATTNC_NCCL");
+  fs::remove_all(root);
+
+  ASSERT_GE(found.size(), 4u);
+  const auto &venv = found[found.size() - 2], &path = found.back();
+  EXPECT_EQ(venv.first,
+            (virtualEnv / "lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2").string());
+  EXPECT_TRUE(contains(venv.second, "$VIRTUAL_ENV")) << venv.second;
+  EXPECT_EQ(path.first,
+            (onPath / "lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2").string());
+  EXPECT_TRUE(contains(path.second, "first on PATH")) << path.second;
+  // The toolkit and the loader come before the wheels.
+  size_t loader = found.size();
+  for (size_t i = 0; i < found.size(); ++i)
+    if (found[i].second == "the loader's search")
+      loader = i;
+  EXPECT_LT(loader, found.size() - 2);
+  ASSERT_EQ(named.size(), 1u);
+  EXPECT_EQ(named[0].first, "/nowhere/libnccl.so.2");
+}
 
 // Where the toolkit has NCCL (this machine's does), it loads and a unique
 // id comes from its bootstrap; without one, the error says where it looked.
