@@ -8,7 +8,9 @@ the runtime-only build: it loads artifacts compiled here
    and low-rank, through `attnc.attention(artifact)` on CUDA tensors,
    forward and the gradients of q, k, v and the parameters against float64
    references on the CPU; a side stream with torch's sync debug mode set to
-   "error" (the op must not synchronise); torch.compile(fullgraph=True)
+   "error" (the op must not synchronise); the caller's current device and
+   context unchanged (also from a thread with a context of its own);
+   capture into a CUDA graph and replay; torch.compile(fullgraph=True)
    equal to eager.
 2. Speed through the op, fp16 artifacts (BENCH_DIR, as step 4's): the op's
    forward and forward+backward beside SDPA (its fastest backend) and
@@ -130,6 +132,8 @@ def main():
                    "synchronisation in the op, and the same bits as on the default stream")
         except Exception as e:
             report(False, f"side stream: {type(e).__name__}: {e}")
+        caller_state_checks(torch, attnc, causal, q, k, v, report)
+        graph_checks(torch, causal, q, k, v, report)
         try:
             qc = q.clone().requires_grad_(True)
             eager = causal(qc, k, v)
@@ -150,6 +154,108 @@ def main():
         timings(torch, attnc, bench_dir, report, lines, flush)
     flush()
     return 1 if failed else 0
+
+
+def _driver():
+    """libcuda through ctypes: the current context of the calling thread."""
+    import ctypes
+    cu = ctypes.CDLL("libcuda.so.1")
+
+    def current():
+        c = ctypes.c_void_p()
+        assert cu.cuCtxGetCurrent(ctypes.byref(c)) == 0
+        return c.value
+    return ctypes, cu, current
+
+
+def caller_state_checks(torch, attnc, causal, q, k, v, report):
+    """attnc leaves the caller's CUDA state as it found it: the current
+    device and context after a forward and backward through the op; and,
+    from a thread whose current context is one of its own (another
+    context on the same GPU, as a library with its own would have), the
+    raw C ABI call returns with that context still current."""
+    try:
+        ctypes, cu, current = _driver()
+        device, ctx = torch.cuda.current_device(), current()
+        qg = q[:1].clone().requires_grad_(True)
+        causal(qg, k[:1], v[:1]).sum().backward()
+        torch.cuda.synchronize()
+        report(torch.cuda.current_device() == device and current() == ctx,
+               "the op leaves the current device and context as they were "
+               f"(device {device}, context {ctx:#x})")
+        # The variant behind the op for these shapes, called raw.
+        key = attnc._torch._compiled(causal.spec, causal.name, int(q.shape[1]), int(q.shape[3]),
+                                     0, False, *causal._target(q))
+        var, view = attnc._torch._registry[key], attnc._torch._view
+        out = torch.empty_like(q)
+        lse = torch.empty(q.shape[:3], device="cuda")
+        stream = torch.cuda.current_stream().cuda_stream
+        torch.cuda.synchronize()
+        result = {}
+
+        def in_thread():
+            mine, dev = ctypes.c_void_p(), ctypes.c_int()
+            try:
+                assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+                # cuCtxCreate_v2 makes the new context current on this thread.
+                assert cu.cuCtxCreate_v2(ctypes.byref(mine), 0, dev) == 0
+                var.call_forward(view(q), view(k), view(v), view(out), view(lse), stream=stream)
+                result["after"], result["mine"] = current(), mine.value
+            except Exception as e:  # reported below
+                result["error"] = f"{type(e).__name__}: {e}"
+            finally:
+                if mine.value:
+                    cu.cuCtxPopCurrent_v2(None)
+                    cu.cuCtxDestroy_v2(mine)
+        import threading
+        t = threading.Thread(target=in_thread)
+        t.start()
+        t.join()
+        torch.cuda.synchronize()
+        if "error" in result:
+            report(False, f"a call from a thread with its own context: {result['error']}")
+        else:
+            same = result["after"] == result["mine"]
+            ref = causal(q, k, v)
+            report(same and torch.equal(out, ref),
+                   "a raw C ABI call from a thread with its own context leaves that context "
+                   f"current ({'yes' if same else 'no'}) and gives the op's bits")
+    except Exception as e:
+        report(False, f"caller state: {type(e).__name__}: {e}")
+
+
+def graph_checks(torch, causal, q, k, v, report):
+    """The op captured into a CUDA graph (forward and backward) after warm-up
+    calls of the same shape, replayed on new inputs: the same bits as eager
+    calls on those inputs."""
+    try:
+        qs, ks, vs = q[:2].clone(), k[:2].clone(), v[:2].clone()
+        do = torch.randn_like(qs)
+        qg = qs.clone().requires_grad_(True)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up: the workspace reaches its size
+            for _ in range(2):
+                causal(qg, ks, vs).backward(do)
+                qg.grad = None
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = causal(qg, ks, vs)
+            out.backward(do)
+        fresh = torch.randn_like(qs)
+        with torch.no_grad():
+            qg.copy_(fresh)
+        g.replay()
+        torch.cuda.synchronize()
+        qe = fresh.clone().requires_grad_(True)
+        want = causal(qe, ks, vs)
+        want.backward(do)
+        report(torch.equal(out, want) and torch.equal(qg.grad, qe.grad),
+               "CUDA graph: forward and backward captured after warm-up, replayed on new "
+               "inputs, equal eager calls bit for bit")
+    except Exception as e:
+        report(False, f"CUDA graph: {type(e).__name__}: {e}")
 
 
 def timings(torch, attnc, bench_dir, report, out, flush):
