@@ -27,13 +27,7 @@ class GpuKernelDevice final : public KernelDevice {
 public:
   GpuKernelDevice(cuda::Context ctx, const cuda::Driver &d) : ctx_(std::move(ctx)), d_(d) {}
   std::string describe() const override { return ctx_.device().describe(); }
-  Expected<DeviceScope> enter() override {
-    Expected<cuda::ContextScope> scope = ctx_.enter();
-    if (!scope)
-      return scope.takeError();
-    auto held = std::make_shared<cuda::ContextScope>(std::move(*scope));
-    return DeviceScope([held]() mutable { held.reset(); });
-  }
+  Expected<DeviceScope> enter() override { return enterContext(ctx_); }
   Expected<void *> allocate(size_t bytes, const std::string &what) override {
     return allocateWith(bytes, what, false);
   }
@@ -407,6 +401,14 @@ std::string emulatedModuleSource(const std::string &cudaSource,
 }
 
 } // namespace
+
+Expected<DeviceScope> enterContext(const cuda::Context &ctx) {
+  Expected<cuda::ContextScope> scope = ctx.enter();
+  if (!scope)
+    return scope.takeError();
+  auto held = std::make_shared<cuda::ContextScope>(std::move(*scope));
+  return DeviceScope([held]() mutable { held.reset(); });
+}
 
 Expected<std::shared_ptr<KernelDevice>> createGpuKernelDevice(int wanted) {
   Expected<const cuda::Driver *> driver = cuda::Driver::get();

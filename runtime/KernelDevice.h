@@ -140,6 +140,13 @@ public:
   virtual Expected<float> elapsedMs(int from, int to) = 0;
 };
 
+namespace cuda {
+class Context;
+}
+/// `ctx` current on the calling thread for the scope's life (what a GPU
+/// device's enter() returns).
+Expected<DeviceScope> enterContext(const cuda::Context &ctx);
+
 /// A device of the CUDA driver, in its primary context (the context
 /// PyTorch and the runtime API use): `ordinal`, or with -1 the process's
 /// (cuda::processDevice). Errors: no driver, no such device.

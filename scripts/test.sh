@@ -16,9 +16,12 @@ rt="$root/build-runtime-only"
 if [ ! -f "$rt/build.ninja" ]; then
   cmake -G Ninja -S "$root" -B "$rt" -DCMAKE_BUILD_TYPE=Release -DATTNC_RUNTIME_ONLY=ON >/dev/null
 fi
-ninja -C "$rt" -j "${ATTNC_JOBS:-2}"
-# The full suites run below; here a smoke test that the runtime-only build works.
-(cd "$rt" && ctest --output-on-failure -j2 -R "Safetensors|Sha256")
+# Only what the GPU machine runs (attnc-rt, libattnc.so) and one test
+# binary: the full suites run below, in the main build.
+ninja -C "$rt" -j "${ATTNC_JOBS:-2}" attnc-rt attnc_capi attnc-runtime-tests
+(cd "$rt" && ctest --output-on-failure -j2 -R "Safetensors|Manifest")
+# The GPU device check rehearsed on the SIMT emulator, its files against the device tool's limits.
+"$root/scripts/device-rehearsal.sh"
 
 (cd "$build" && ctest --output-on-failure -j2)
 

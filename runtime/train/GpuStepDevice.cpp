@@ -32,13 +32,7 @@ public:
         precision_(precision), d_(driver) {}
 
   std::string describe() const override { return ctx_.device().describe(); }
-  Expected<DeviceScope> enter() override {
-    Expected<cuda::ContextScope> scope = ctx_.enter();
-    if (!scope)
-      return scope.takeError();
-    auto held = std::make_shared<cuda::ContextScope>(std::move(*scope));
-    return DeviceScope([held]() mutable { held.reset(); });
-  }
+  Expected<DeviceScope> enter() override { return enterContext(ctx_); }
 
   Expected<void *> allocate(size_t bytes, const std::string &what) override {
     CUdeviceptr p = 0;

@@ -19,13 +19,11 @@
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/attnc.h"
+#include "test/unit/FakeCudaHooks.h"
 
 #include <cuda.h>
 #include <gtest/gtest.h>
 
-#include <dlfcn.h>
-
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,13 +35,9 @@ struct Error {
   std::string message() const { return e ? attnc_error_message(e) : ""; }
 };
 
-/// The fake driver's entry points and test hooks, resolved from the same
-/// libcuda.so.1 libattnc loads.
-struct Fake {
-  void *lib = nullptr;
-  const char *(*log)() = nullptr;
-  void (*clearLog)() = nullptr;
-  void (*setCapturing)(CUstream, int) = nullptr;
+/// The fake driver's hooks and the CUDA entry points the test calls
+/// itself (as the caller's own CUDA code would).
+struct Fake : attnc::test::FakeCudaHooks {
   CUresult (*retain)(CUcontext *, CUdevice) = nullptr;
   CUresult (*setCurrent)(CUcontext) = nullptr;
   CUresult (*getCurrent)(CUcontext *) = nullptr;
@@ -51,25 +45,9 @@ struct Fake {
   CUresult (*streamCreate)(CUstream *, unsigned) = nullptr;
 
   bool load() {
-    lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-      return false;
-    auto sym = [&](auto &fn, const char *name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(lib, name));
-      return fn != nullptr;
-    };
-    return sym(log, "attnc_fake_log") && sym(clearLog, "attnc_fake_clear_log") &&
-           sym(setCapturing, "attnc_fake_set_capturing") &&
-           sym(retain, "cuDevicePrimaryCtxRetain") && sym(setCurrent, "cuCtxSetCurrent") &&
-           sym(getCurrent, "cuCtxGetCurrent") && sym(alloc, "cuMemAlloc_v2") &&
-           sym(streamCreate, "cuStreamCreate");
-  }
-  std::vector<std::string> lines() const {
-    std::vector<std::string> out;
-    std::istringstream in(log());
-    for (std::string l; std::getline(in, l);)
-      out.push_back(l);
-    return out;
+    return FakeCudaHooks::load() && symbol(retain, "cuDevicePrimaryCtxRetain") &&
+           symbol(setCurrent, "cuCtxSetCurrent") && symbol(getCurrent, "cuCtxGetCurrent") &&
+           symbol(alloc, "cuMemAlloc_v2") && symbol(streamCreate, "cuStreamCreate");
   }
   CUcontext current() const {
     CUcontext c = nullptr;
@@ -78,11 +56,7 @@ struct Fake {
   }
 };
 
-std::string ptrStr(const void *p) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%p", p);
-  return b;
-}
+using attnc::test::ptrStr;
 
 attnc_tensor deviceTensor(CUdeviceptr p, std::vector<int64_t> shape) {
   attnc_tensor t{};

@@ -11,12 +11,10 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/CudaDriver.h"
 #include "runtime/KernelDevice.h"
+#include "test/unit/FakeCudaHooks.h"
 
 #include <gtest/gtest.h>
 
-#include <dlfcn.h>
-
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,37 +23,7 @@ using namespace attnc;
 
 namespace {
 
-/// The fake driver's test hooks, from the library the runtime loaded.
-struct Fake {
-  const char *(*log)() = nullptr;
-  void (*clearLog)() = nullptr;
-  void (*setCapturing)(CUstream, int) = nullptr;
-
-  static Fake get() {
-    Fake f;
-    void *lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (!lib)
-      return f;
-    f.log = reinterpret_cast<const char *(*)()>(::dlsym(lib, "attnc_fake_log"));
-    f.clearLog = reinterpret_cast<void (*)()>(::dlsym(lib, "attnc_fake_clear_log"));
-    f.setCapturing =
-        reinterpret_cast<void (*)(CUstream, int)>(::dlsym(lib, "attnc_fake_set_capturing"));
-    return f;
-  }
-  std::vector<std::string> lines() const {
-    std::vector<std::string> out;
-    std::istringstream in(log());
-    for (std::string l; std::getline(in, l);)
-      out.push_back(l);
-    return out;
-  }
-};
-
-std::string ptrStr(const void *p) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%p", p);
-  return b;
-}
+using attnc::test::ptrStr;
 
 class CudaCallerState : public ::testing::Test {
 protected:
@@ -63,9 +31,7 @@ protected:
     Expected<const cuda::Driver *> d = cuda::Driver::get();
     ASSERT_TRUE(d.ok()) << d.error();
     drv = *d;
-    fake = Fake::get();
-    ASSERT_TRUE(fake.log && fake.clearLog && fake.setCapturing)
-        << "libcuda.so.1 is not the recording fake (LD_LIBRARY_PATH)";
+    ASSERT_TRUE(fake.load()) << "libcuda.so.1 is not the recording fake (LD_LIBRARY_PATH)";
     ASSERT_EQ(drv->cuDevicePrimaryCtxRetain(&own, 0), CUDA_SUCCESS);
     // The caller works on the other GPU, as a PyTorch process on cuda:1.
     ASSERT_EQ(drv->cuDevicePrimaryCtxRetain(&callers, 1), CUDA_SUCCESS);
@@ -77,7 +43,7 @@ protected:
     return c;
   }
   const cuda::Driver *drv = nullptr;
-  Fake fake;
+  attnc::test::FakeCudaHooks fake;
   CUcontext own = nullptr, callers = nullptr;
 };
 
