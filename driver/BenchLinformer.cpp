@@ -347,7 +347,7 @@ int runLinformerTable(const BenchOptions &opt) {
   OwningOpRef<ModuleOp> module = loadSpecModule(specPath, "bench", context);
   if (!module)
     return kExitInput;
-  if (!runResolvePipeline(*module, ResolvePipelineOptions()))
+  if (!resolveAuto(*module, ResolveFor()))
     return kExitInput;
   // The first model whose attention is low-rank.
   attn::ModelOp model;

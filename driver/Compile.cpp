@@ -165,8 +165,12 @@ int runCompile(const CompileCommandOptions &opts) {
     return kExitInput;
 
   if (opts.emit == "graph" || opts.emit == "model-cpp" || opts.emit == "model-cuda") {
-    // Whole-model compilation: each model's planned training step.
-    if (!runResolvePipeline(*module, ResolvePipelineOptions()))
+    // Whole-model compilation: each model's planned training step, with
+    // the choices attnc train makes.
+    ResolveFor resolve;
+    if (opts.emit == "model-cuda")
+      resolve.target = "cuda", resolve.arch = opts.arch;
+    if (!resolveAuto(*module, resolve))
       return kExitInput;
     for (attn::ModelOp model : module->getOps<attn::ModelOp>()) {
       ModelGraph g;
@@ -189,12 +193,10 @@ int runCompile(const CompileCommandOptions &opts) {
     // The tuning database's tiles for the target, and (CPU measurements:
     // the CPU target) k / LSH rounds from attnc tune --max-error, where the
     // spec left them auto; then the heuristics.
-    ResolvePipelineOptions resolve;
-    resolve.tuningDb = tuningDbPath();
+    ResolveFor resolve;
     resolve.target = target, resolve.arch = opts.arch;
-    resolve.tuneAccuracy = target == "cpu";
     resolve.report = true;
-    if (!runResolvePipeline(*module, resolve))
+    if (!resolveAuto(*module, resolve))
       return kExitInput;
     ArtifactOptions ao;
     ao.target = target, ao.arch = opts.arch, ao.batch = opts.planBatch;
@@ -252,9 +254,10 @@ int runCompile(const CompileCommandOptions &opts) {
   }
 
   if (opts.emit == "lowered" || (opts.emit.empty() && opts.memoryPlan)) {
-    ResolvePipelineOptions report;
+    ResolveFor report;
+    report.target = opts.target == "cuda" ? "cuda" : "cpu", report.arch = opts.arch;
     report.report = true;
-    if (!runResolvePipeline(*module, report))
+    if (!resolveAuto(*module, report))
       return kExitInput;
   }
   if (!opts.emit.empty()) {

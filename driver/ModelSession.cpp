@@ -133,10 +133,12 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin,
   p.specHash = sha256Hex(text);
   // The tuning database's CPU tiles, FFN chunks and accuracy choices
   // (attn-apply-tuning), then the heuristics.
-  ResolvePipelineOptions resolve;
-  resolve.tuningDb = tuningDbPath();
+  // The variant's one tile serves the CPU kernels (which every run
+  // compiles: evaluation and inference run them) and, re-planned for the
+  // device, the GPU's: the CPU's entries.
+  ResolveFor resolve;
   resolve.report = true;
-  if (!runResolvePipeline(*p.module, resolve))
+  if (!resolveAuto(*p.module, resolve))
     return kExitInput;
   attn::ModelOp model;
   std::string names;

@@ -108,7 +108,14 @@ OwningOpRef<ModuleOp> loadSpecModule(const std::string &path, const char *cmd, M
 
 std::string sha256Hex(const std::string &text) { return Sha256::hexHash(text); }
 
-bool runResolvePipeline(ModuleOp module, const ResolvePipelineOptions &options) {
+bool resolveAuto(ModuleOp module, const ResolveFor &what) {
+  ResolvePipelineOptions options;
+  if (what.useTuningDb)
+    options.tuningDb = tuningDbPath();
+  options.target = what.target, options.arch = what.arch;
+  options.report = what.report;
+  // k and LSH rounds are the model's, whatever runs it: always applied.
+  options.tuneAccuracy = true;
   PassManager pm(module.getContext());
   populateResolvePipeline(pm, options);
   return succeeded(pm.run(module));

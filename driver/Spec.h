@@ -45,10 +45,28 @@ mlir::OwningOpRef<mlir::ModuleOp> loadSpecModule(const std::string &path, const 
                                                  mlir::MLIRContext &context,
                                                  std::string *text = nullptr);
 
-/// Runs attn-resolve-pipeline (passes/Pipelines.h) on `module`: with
-/// `options.tuningDb` set, the tuning database's choices first, then the
-/// heuristics for every other `auto`. False on failure (diagnostics emitted).
-bool runResolvePipeline(mlir::ModuleOp module, const ResolvePipelineOptions &options);
+/// What a spec's `auto` settings are decided for.
+struct ResolveFor {
+  /// The kernels' target: whose tile entries of the tuning database apply
+  /// (cpu: this CPU's; cuda: any GPU of `arch`).
+  std::string target = "cpu";
+  std::string arch = "sm_80";
+  /// Say each choice and each miss (attn-apply-tuning's notes,
+  /// attn-resolve-tunables' remarks).
+  bool report = false;
+  /// False only for `attnc tune`, which measures what the database will
+  /// hold and so starts from the heuristics.
+  bool useTuningDb = true;
+};
+
+/// Decides every `auto` of `module`, the one way every command and the C
+/// ABI do (so `attnc train`, `attnc compile` in every form, the benches,
+/// the C ABI and the PyTorch op pick the same tiles, chunks, k and LSH
+/// rounds): attn-resolve-pipeline (passes/Pipelines.h) with the tuning
+/// database (tuningDbPath()): the target's tiles, the FFN chunk, and low-rank
+/// k / LSH rounds and chunk from `attnc tune --max-error`; then the
+/// heuristics. False on failure (diagnostics emitted).
+bool resolveAuto(mlir::ModuleOp module, const ResolveFor &what);
 
 /// The tuning database every command consults: $ATTNC_TUNING_DB or the
 /// user's (runtime/tune/TuningDb.h).

@@ -78,7 +78,9 @@ OwningOpRef<ModuleOp> loadResolvedSpec(const std::string &spec, const char *cmd,
   if (!module)
     return nullptr;
   autoFfn = modelsWithAutoFfnChunk(*module);
-  if (!runResolvePipeline(*module, ResolvePipelineOptions()))
+  ResolveFor heuristics; // what is measured starts from the heuristics
+  heuristics.useTuningDb = false;
+  if (!resolveAuto(*module, heuristics))
     return nullptr;
   return module;
 }

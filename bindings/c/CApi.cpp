@@ -471,6 +471,16 @@ int attnc_variant_shared_qk(const attnc_variant *v) { return v && v->sig.sharedQ
 int attnc_variant_from_cache(const attnc_variant *v) {
   return v && v->cpu && v->cpu->fromCache() ? 1 : 0;
 }
+void attnc_variant_tile(const attnc_variant *v, int64_t *blockQ, int64_t *blockKv) {
+  const KernelDesc *k = !v        ? nullptr
+                        : v->cuda ? &v->cuda->kernels->forwardKernel()
+                        : v->cpu  ? &v->cpu->forwardDesc()
+                                  : nullptr;
+  if (blockQ)
+    *blockQ = k ? k->blockQ : 0;
+  if (blockKv)
+    *blockKv = k ? k->blockKv : 0;
+}
 
 attnc_dtype attnc_variant_tensor_dtype(const attnc_variant *v) {
   if (!v || !v->cuda)

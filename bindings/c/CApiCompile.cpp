@@ -101,7 +101,11 @@ extern "C" attnc_error *attnc_compile(const char *spec, const char *name,
     mlir::OwningOpRef<mlir::ModuleOp> module = mlirGen(context, *parsed);
     if (!module)
       return failed("the spec could not be built");
-    if (!driver::runResolvePipeline(*module, ResolvePipelineOptions()))
+    // The choices attnc train and attnc compile make for this target.
+    driver::ResolveFor resolve;
+    if (target.cuda)
+      resolve.target = "cuda", resolve.arch = target.arch;
+    if (!driver::resolveAuto(*module, resolve))
       return failed("resolving the spec's 'auto' choices failed");
 
     std::vector<attn::VariantOp> variants(module->getOps<attn::VariantOp>().begin(),

@@ -169,6 +169,9 @@ class Variant:
         self.name = lib.attnc_variant_name(handle).decode()
         self.shared_qk = bool(lib.attnc_variant_shared_qk(handle))
         self.from_cache = bool(lib.attnc_variant_from_cache(handle))
+        bq, bkv = ctypes.c_int64(), ctypes.c_int64()
+        lib.attnc_variant_tile(handle, ctypes.byref(bq), ctypes.byref(bkv))
+        self.tile = (bq.value, bkv.value)  # the forward kernel's (query rows, key columns)
         self.params: List[ParamSpec] = []
         for i in range(lib.attnc_variant_num_params(handle)):
             info = _capi.ParamInfo()

@@ -1,4 +1,4 @@
-"""ctypes mirror of bindings/c/include/attnc/attnc.h (ATTNC_C_API_VERSION 2).
+"""ctypes mirror of bindings/c/include/attnc/attnc.h (ATTNC_C_API_VERSION 3).
 
 Kept field for field in the header's order; the library checks each
 struct's struct_size, and attnc_api_version() says which ABI it speaks.
@@ -7,7 +7,7 @@ import ctypes
 import os
 import pathlib
 
-API_VERSION = 2
+API_VERSION = 3
 
 F32, F16, BF16, I32 = 0, 1, 2, 3
 CPU, CUDA = 0, 1
@@ -110,6 +110,8 @@ def _declare(lib):
         "attnc_variant_name": ([V], ctypes.c_char_p),
         "attnc_variant_shared_qk": ([V], ctypes.c_int),
         "attnc_variant_from_cache": ([V], ctypes.c_int),
+        "attnc_variant_tile": ([V, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)],
+                               None),
         "attnc_variant_tensor_dtype": ([V], ctypes.c_int),
         "attnc_variant_num_params": ([V], ctypes.c_int),
         "attnc_variant_param": ([V, ctypes.c_int, ctypes.POINTER(ParamInfo)], E),

@@ -36,7 +36,7 @@
 extern "C" {
 #endif
 
-#define ATTNC_C_API_VERSION 2
+#define ATTNC_C_API_VERSION 3
 
 #if defined(__GNUC__)
 #define ATTNC_API __attribute__((visibility("default")))
@@ -119,6 +119,12 @@ ATTNC_API const char *attnc_variant_name(const attnc_variant *variant);
 ATTNC_API int attnc_variant_shared_qk(const attnc_variant *variant);
 /* Whether the kernels were loaded from the cache instead of compiled. */
 ATTNC_API int attnc_variant_from_cache(const attnc_variant *variant);
+/* Version 3: the forward kernel's tile, query rows by key columns per
+ * block, as it runs (the tuning database's choice where the spec left the
+ * tile `auto`, the same one attnc train and attnc compile pick; a CUDA
+ * variant's after fitting its GPU). 0 and 0 for a NULL variant. */
+ATTNC_API void attnc_variant_tile(const attnc_variant *variant, int64_t *block_q,
+                                  int64_t *block_kv);
 /* The dtype of q, k, v, out and the gradients a call may pass besides f32:
  * a CUDA variant's kernel dtype, read and written in place; ATTNC_F32 when
  * only f32 is taken (CPU variants; low-rank CUDA variants, whose projections
