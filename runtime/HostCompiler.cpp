@@ -1,6 +1,8 @@
 //===- HostCompiler.cpp - Generated C++ to a loaded shared object ---------===//
 #include "runtime/HostCompiler.h"
 
+#include "runtime/CpuInfo.h"
+
 #include "runtime/FileSystem.h"
 #include "runtime/KernelCache.h"
 #include "runtime/Subprocess.h"
@@ -213,21 +215,13 @@ Expected<std::string> HostCompiler::compilerIdentity(const std::vector<std::stri
 
 std::string HostCompiler::cpuIdentity() {
   static const std::string id = [] {
+    const CpuInfo &cpu = CpuInfo::host();
     std::string out;
-    std::ifstream in("/proc/cpuinfo");
-    bool vendor = false, model = false, flags = false;
-    for (std::string line; std::getline(in, line) && !(vendor && model && flags);) {
-      auto take = [&](const char *key, bool &seen) {
-        if (!seen && line.rfind(key, 0) == 0) {
-          out += line + "\n";
-          seen = true;
-        }
-      };
-      take("vendor_id", vendor);
-      take("model name", model);
-      take("flags", flags);
-      take("Features", flags); // AArch64 spelling
-    }
+    const std::string flags = cpu.line("flags").empty() ? cpu.line("Features") // AArch64
+                                                        : cpu.line("flags");
+    for (const std::string &line : {cpu.line("vendor_id"), cpu.line("model name"), flags})
+      if (!line.empty())
+        out += line + "\n";
     struct utsname u;
     if (::uname(&u) == 0)
       out += std::string("machine: ") + u.machine + "\n";

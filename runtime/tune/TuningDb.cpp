@@ -1,6 +1,8 @@
 //===- TuningDb.cpp - Persistent database of `attnc tune` -----------------===//
 #include "runtime/tune/TuningDb.h"
 
+#include "runtime/CpuInfo.h"
+
 #include "runtime/CudaDriver.h"
 #include "runtime/FileSystem.h"
 #include "runtime/HostCompiler.h"
@@ -399,30 +401,14 @@ std::string DeviceKey::id() const {
 DeviceKey cpuDeviceFromCpuinfo(const std::string &cpuinfo, int logicalCpus) {
   DeviceKey d;
   d.kind = "cpu";
+  const CpuInfo cpu = CpuInfo::parse(cpuinfo);
   std::set<std::string> flags;
-  std::string model, part, hardware;
-  int processors = 0;
-  std::istringstream in(cpuinfo);
-  for (std::string line; std::getline(in, line);) {
-    size_t colon = line.find(':');
-    if (colon == std::string::npos)
-      continue;
-    std::string key = trim(line.substr(0, colon));
-    std::string value = trim(line.substr(colon + 1));
-    if (key == "processor")
-      ++processors;
-    else if (key == "model name" && model.empty())
-      model = squeeze(value);
-    else if (key == "CPU part" && part.empty())
-      part = value;
-    else if (key == "Hardware" && hardware.empty())
-      hardware = squeeze(value);
-    else if ((key == "flags" || key == "Features") && flags.empty()) {
-      std::istringstream fs(value);
-      for (std::string f; fs >> f;)
-        flags.insert(f);
-    }
-  }
+  std::istringstream fs(cpu.value("flags").empty() ? cpu.value("Features") : cpu.value("flags"));
+  for (std::string f; fs >> f;)
+    flags.insert(f);
+  const std::string model = squeeze(cpu.value("model name")), part = cpu.value("CPU part"),
+                    hardware = squeeze(cpu.value("Hardware"));
+  const int processors = cpu.processors;
   if (!model.empty())
     d.name = model;
   else if (!hardware.empty())
