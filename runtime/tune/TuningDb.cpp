@@ -39,21 +39,13 @@ const char *envOrNull(const char *name) {
   return v && *v ? v : nullptr;
 }
 
-std::string trim(const std::string &s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos)
-    return "";
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
-
 /// Trims and collapses runs of whitespace to one space.
 std::string squeeze(const std::string &s) {
   std::string out;
   bool space = false;
-  for (char c : trim(s)) {
-    if (c == ' ' || c == '\t') {
-      space = true;
+  for (char c : s) {
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
+      space = !out.empty();
       continue;
     }
     if (space)
