@@ -1,7 +1,7 @@
 //===- NvrtcLibraries.h - The NVRTC libraries this machine has -*- C++ -*-===//
 //
 // One NVRTC cannot compile for every GPU: CUDA 13's dropped Volta (sm_70,
-// sm_72) and older, which a CUDA 12 NVRTC still targets (issue 17). This
+// sm_72) and older, which a CUDA 12 NVRTC still targets. This
 // finds the NVRTC libraries a machine has and what each can target, by
 // loading each with dlopen (RTLD_LOCAL, so two versions live side by side)
 // and asking it (nvrtcVersion, nvrtcGetSupportedArchs):

@@ -1,6 +1,6 @@
 //===- Communicator.h - The processes of a data-parallel run ---*- C++ -*-===//
 //
-// Data-parallel training (issue 18, docs/distributed.md) runs one process
+// Data-parallel training (docs/distributed.md) runs one process
 // per rank, launched by `mpirun -np N attnc train ...`. This is what the
 // trainer needs of them: its rank and the rank count, an all-gather (the
 // gradient exchange, bucketed by the caller) and an agreement check at

@@ -1,6 +1,6 @@
 //===- Nccl.h - NCCL, loaded at run time, bootstrapped over MPI -*- C++ -*-===//
 //
-// GPU ranks exchange gradients through NCCL (issue 18, docs/distributed.md),
+// GPU ranks exchange gradients through NCCL (docs/distributed.md),
 // which attnc loads with dlopen, as it loads cuBLAS and NVRTC: a build
 // needs no NCCL, and a machine without one trains on the CPU or one GPU.
 // The library is looked for at $ATTNC_NCCL (a file, or a folder holding

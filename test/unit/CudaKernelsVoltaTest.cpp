@@ -1,6 +1,6 @@
 //===- CudaKernelsVoltaTest.cpp - Volta's kernels on the host emulator ----===//
 //
-// The kernel headers as they compile for sm_70 (issue 17), run on the block
+// The kernel headers as they compile for sm_70, run on the block
 // emulator: fp16 GEMMs on mma.sync.m8n8k4 (tensor_core_emulator.h models it
 // from the PTX ISA's fragment tables, independently of mma.cuh's index
 // arithmetic), bf16 on the SIMT path (Volta has no bf16 MMA), copies

@@ -888,7 +888,7 @@ TEST(NvrtcCompiler, PtxForAnOlderArchIsPtxTextForTheDriverToJit) {
   EXPECT_FALSE(contains(cubin->image, ".target sm_70"));
 }
 
-// The NVRTCs a machine has (issue 17): the linked toolkit's, and the CUDA
+// The NVRTCs a machine has: the linked toolkit's, and the CUDA
 // 12 one that scripts/bootstrap.sh installs into .deps/nvrtc-cu12 (every
 // build runs it first), which still targets Volta.
 TEST(NvrtcLibraries, FindsTheToolkitsAndTheProjectsCuda12) {
