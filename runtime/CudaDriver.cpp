@@ -485,10 +485,8 @@ Status DeviceBuffer::upload(const void *host, size_t bytes) {
                      " B device buffer");
   if (!bytes)
     return {};
-  Expected<ContextScope> scope = ContextScope::enter(ctx_);
-  if (!scope)
-    return scope.takeError();
-  return drv().check(drv().cuMemcpyHtoD(ptr_, host, bytes), "cuMemcpyHtoD");
+  return inContext(
+      ctx_, [&] { return drv().check(drv().cuMemcpyHtoD(ptr_, host, bytes), "cuMemcpyHtoD"); });
 }
 
 Status DeviceBuffer::download(void *host, size_t bytes) const {
@@ -497,19 +495,15 @@ Status DeviceBuffer::download(void *host, size_t bytes) const {
                      " B device buffer");
   if (!bytes)
     return {};
-  Expected<ContextScope> scope = ContextScope::enter(ctx_);
-  if (!scope)
-    return scope.takeError();
-  return drv().check(drv().cuMemcpyDtoH(host, ptr_, bytes), "cuMemcpyDtoH");
+  return inContext(
+      ctx_, [&] { return drv().check(drv().cuMemcpyDtoH(host, ptr_, bytes), "cuMemcpyDtoH"); });
 }
 
 Status DeviceBuffer::zero() {
   if (!size_)
     return {};
-  Expected<ContextScope> scope = ContextScope::enter(ctx_);
-  if (!scope)
-    return scope.takeError();
-  return drv().check(drv().cuMemsetD8(ptr_, 0, size_), "cuMemsetD8");
+  return inContext(ctx_,
+                   [&] { return drv().check(drv().cuMemsetD8(ptr_, 0, size_), "cuMemsetD8"); });
 }
 
 Expected<Event> Event::create() {

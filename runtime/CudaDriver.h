@@ -174,6 +174,15 @@ private:
   bool pushed_ = false;
 };
 
+/// `f()` (a Status) with `ctx` current on the calling thread, the thread's
+/// previous context restored after.
+template <typename F> Status inContext(CUcontext ctx, F &&f) {
+  Expected<ContextScope> scope = ContextScope::enter(ctx);
+  if (!scope)
+    return scope.takeError();
+  return f();
+}
+
 /// A device's primary context, retained while this object lives. Creating
 /// it changes no thread's current context; enter() makes it current for a
 /// scope.

@@ -77,7 +77,6 @@ public:
     return inContext(
         [&] { return d_.check(d_.cuStreamSynchronize(stream_), "cuStreamSynchronize"); });
   }
-  void *stream() const override { return stream_; }
   Status useStream(void *stream) override {
     CUstream next = static_cast<CUstream>(stream);
     if (next == stream_)
@@ -130,13 +129,8 @@ private:
       return c.takeError();
     return status != CU_STREAM_CAPTURE_STATUS_NONE;
   }
-  /// `f()` with the context current (the caller's restored after).
-  template <typename F> Status inContext(F &&f) {
-    Expected<cuda::ContextScope> scope = ctx_.enter();
-    if (!scope)
-      return scope.takeError();
-    return f();
-  }
+  /// `f()` with the device's context current (the caller's restored after).
+  template <typename F> Status inContext(F &&f) { return cuda::inContext(ctx_.handle(), f); }
   Expected<void *> allocateWith(size_t bytes, const std::string &what, bool ordered) {
     CUdeviceptr p = 0;
     const std::string call = std::string(ordered ? "cuMemAllocAsync(" : "cuMemAlloc(") +

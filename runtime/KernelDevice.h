@@ -102,8 +102,6 @@ public:
   }
   /// What was moved and allocated so far (implementations count it).
   const DeviceTraffic &traffic() const { return traffic_; }
-  /// The stream in use (null: the legacy default one, or the emulator).
-  virtual void *stream() const { return nullptr; }
 
 protected:
   void countUpload(size_t bytes) { ++traffic_.uploads, traffic_.uploadBytes += (long long)bytes; }

@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 
 using namespace attnc;
 
@@ -186,22 +185,13 @@ attnc_error *prepareCuda(const attnc_variant &v, CudaState &cuda) {
   return nullptr;
 }
 
-/// The variant's device made current for one call; the caller's context
-/// comes back after it (every entry leaves the caller's CUDA state alone).
-static attnc_error *enterDevice(CudaState &cuda, std::optional<DeviceScope> &scope) {
-  Expected<DeviceScope> s = cuda.kernels->kernelDevice().enter();
-  if (!s)
-    return fail(s.error());
-  scope.emplace(std::move(*s));
-  return nullptr;
-}
-
 attnc_error *cudaForward(const attnc_variant &v, const attnc_call &c) {
   CudaState &cuda = *v.cuda;
   std::lock_guard<std::mutex> lock(cuda.calls);
-  std::optional<DeviceScope> scope;
-  if (attnc_error *e = enterDevice(cuda, scope))
-    return e;
+  // The variant's context for the call; the caller's comes back after it.
+  Expected<DeviceScope> scope = cuda.kernels->kernelDevice().enter();
+  if (!scope)
+    return fail(scope.error());
   DeviceAttentionArgs x;
   attnc_dtype io = ATTNC_F32;
   if (attnc_error *e = prepare(v, c, x, io))
@@ -217,9 +207,10 @@ attnc_error *cudaBackward(const attnc_variant &v, const attnc_call &c) {
   if (!kernels.backwardKernel())
     return fail("'" + v.name + "' was compiled without its backward (options.backward = 1)");
   std::lock_guard<std::mutex> lock(cuda.calls);
-  std::optional<DeviceScope> scope;
-  if (attnc_error *e = enterDevice(cuda, scope))
-    return e;
+  // The variant's context for the call; the caller's comes back after it.
+  Expected<DeviceScope> scope = cuda.kernels->kernelDevice().enter();
+  if (!scope)
+    return fail(scope.error());
   DeviceAttentionArgs x;
   attnc_dtype io = ATTNC_F32;
   if (attnc_error *e = prepare(v, c, x, io))

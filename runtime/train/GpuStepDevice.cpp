@@ -132,12 +132,7 @@ public:
 
 private:
   /// `f()` with the step's context current (the caller's restored after).
-  template <typename F> Status inContext(F &&f) {
-    Expected<cuda::ContextScope> scope = ctx_.enter();
-    if (!scope)
-      return scope.takeError();
-    return f();
-  }
+  template <typename F> Status inContext(F &&f) { return cuda::inContext(ctx_.handle(), f); }
 
   /// Launches a kernel whose one parameter is the struct at `args`.
   Status launchStruct(const std::string &name, long long blocks, int threads, const void *args) {

@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/attnc.h"
+#include "test/unit/CApiTensor.h"
 #include "test/unit/FakeCudaHooks.h"
 
 #include <cuda.h>
@@ -59,15 +60,7 @@ struct Fake : attnc::test::FakeCudaHooks {
 using attnc::test::ptrStr;
 
 attnc_tensor deviceTensor(CUdeviceptr p, std::vector<int64_t> shape) {
-  attnc_tensor t{};
-  t.data = reinterpret_cast<void *>(p), t.dtype = ATTNC_F32, t.device = ATTNC_CUDA;
-  t.ndim = int(shape.size());
-  int64_t stride = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    t.shape[d] = shape[size_t(d)], t.strides[d] = stride;
-    stride *= shape[size_t(d)];
-  }
-  return t;
+  return attnc::test::contiguousTensor(reinterpret_cast<void *>(p), ATTNC_F32, ATTNC_CUDA, shape);
 }
 
 constexpr int64_t H = 2, D = 64;
@@ -129,8 +122,9 @@ TEST(CApiFakeGpu, CallsKeepTheCallersContextStreamAndNeverWait) {
         EXPECT_NE(l.rfind(w, 0), 0u) << "a host wait or unordered allocation: " << l;
       // The one thing on another stream: the event that orders the first
       // call on this stream after what the variant enqueued before.
-      if (l.rfind("cuEventRecord ", 0) != 0)
+      if (l.rfind("cuEventRecord ", 0) != 0) {
         EXPECT_NE(l.find(onStream), std::string::npos) << "not on the caller's stream: " << l;
+      }
       launches += l.rfind("cuLaunchKernel ", 0) == 0;
     }
     return launches;

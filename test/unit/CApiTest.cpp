@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/attnc.h"
+#include "test/unit/CApiTensor.h"
 
 #include <gtest/gtest.h>
 
@@ -30,15 +31,7 @@ struct Error {
 };
 
 attnc_tensor tensor(std::vector<float> &data, std::vector<int64_t> shape) {
-  attnc_tensor t{};
-  t.data = data.data(), t.dtype = ATTNC_F32, t.device = ATTNC_CPU;
-  t.ndim = int(shape.size());
-  int64_t stride = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    t.shape[d] = shape[size_t(d)], t.strides[d] = stride;
-    stride *= shape[size_t(d)];
-  }
-  return t;
+  return attnc::test::contiguousTensor(data.data(), ATTNC_F32, ATTNC_CPU, shape);
 }
 
 std::vector<float> randn(size_t n, unsigned seed) {
