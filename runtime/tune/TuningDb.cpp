@@ -390,10 +390,11 @@ std::string DeviceKey::id() const {
          std::to_string(logicalCpus) + "cpus";
 }
 
-DeviceKey cpuDeviceFromCpuinfo(const std::string &cpuinfo, int logicalCpus) {
+namespace {
+
+DeviceKey cpuDeviceFrom(const CpuInfo &cpu, int logicalCpus) {
   DeviceKey d;
   d.kind = "cpu";
-  const CpuInfo cpu = CpuInfo::parse(cpuinfo);
   std::set<std::string> flags;
   std::istringstream fs(cpu.value("flags").empty() ? cpu.value("Features") : cpu.value("flags"));
   for (std::string f; fs >> f;)
@@ -421,12 +422,16 @@ DeviceKey cpuDeviceFromCpuinfo(const std::string &cpuinfo, int logicalCpus) {
   return d;
 }
 
+} // namespace
+
+DeviceKey cpuDeviceFromCpuinfo(const std::string &cpuinfo, int logicalCpus) {
+  return cpuDeviceFrom(CpuInfo::parse(cpuinfo), logicalCpus);
+}
+
 DeviceKey cpuDevice() {
-  static const DeviceKey device = [] {
-    std::string text;
-    (void)fs::readFileErrno("/proc/cpuinfo", text);
-    return cpuDeviceFromCpuinfo(text, int(std::thread::hardware_concurrency()));
-  }();
+  // The parse HostCompiler's kernel-cache key reads too: the file once.
+  static const DeviceKey device =
+      cpuDeviceFrom(CpuInfo::host(), int(std::thread::hardware_concurrency()));
   return device;
 }
 
