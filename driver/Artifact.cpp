@@ -1,5 +1,6 @@
 //===- Artifact.cpp - A resolved spec compiled into an artifact -----------===//
 #include "driver/Artifact.h"
+#include "driver/Report.h"
 #include "driver/ModelConfig.h"
 #include "driver/ModelGraph.h"
 
@@ -12,7 +13,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <filesystem>
-#include <iostream>
+#include <ostream>
 
 using namespace mlir;
 
@@ -36,12 +37,12 @@ attn::VariantOp variantOf(attn::ModelOp model, attn::LayerOp &layer) {
 
 /// The error for a selection without models.
 int noModel(const std::string &model) {
-  std::cerr << "attnc: error: "
-            << (model.empty() ? std::string("the spec has no model, so no head dim or dtype to "
-                                            "compile its attention for; use 'attnc run --op "
-                                            "attention:NAME' with inputs")
-                              : "no model '" + model + "' in the spec")
-            << "\n";
+  diagnostics() << "attnc: error: "
+                << (model.empty() ? std::string("the spec has no model, so no head dim or dtype to "
+                                                "compile its attention for; use 'attnc run --op "
+                                                "attention:NAME' with inputs")
+                                  : "no model '" + model + "' in the spec")
+                << "\n";
   return kExitInput;
 }
 
@@ -89,7 +90,7 @@ int compileModelKernels(ModuleOp resolved, const ArtifactOptions &o, const std::
 int buildArtifact(ModuleOp resolved, const std::string &specHash, const ArtifactOptions &o,
                   Artifact &out, std::vector<CompiledModelCounts> *counts) {
   if (o.target != "cpu" && o.target != "cuda") {
-    std::cerr << "attnc: error: target '" << o.target << "': artifacts are for cpu or cuda\n";
+    diagnostics() << "attnc: error: target '" << o.target << "': artifacts are for cpu or cuda\n";
     return kExitInput;
   }
   const bool cuda = o.target == "cuda";
@@ -169,19 +170,19 @@ int writeArtifact(const std::string &dir, const Artifact &artifact) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir)) {
-    std::cerr << "attnc: error: cannot create the artifact directory '" << dir
-              << "': " << (ec ? ec.message() : "not a directory") << "\n";
+    diagnostics() << "attnc: error: cannot create the artifact directory '" << dir
+                  << "': " << (ec ? ec.message() : "not a directory") << "\n";
     return kExitInput;
   }
   // The manifest goes last: a directory with a manifest is complete.
   for (const auto &[name, text] : artifact.files)
     if (Status st = fs::writeFileAtomic(dir + "/" + name, text); !st) {
-      std::cerr << "attnc: error: " << st.error() << "\n";
+      diagnostics() << "attnc: error: " << st.error() << "\n";
       return kExitInput;
     }
   if (Status st = fs::writeFileAtomic(dir + "/manifest.json", writeManifest(artifact.manifest));
       !st) {
-    std::cerr << "attnc: error: " << st.error() << "\n";
+    diagnostics() << "attnc: error: " << st.error() << "\n";
     return kExitInput;
   }
   return kExitOk;

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "driver/Bench.h"
+#include "driver/Report.h"
 #include "driver/Train.h"
 #include "driver/BenchCommon.h"
 #include "driver/BenchLinformer.h"
@@ -32,7 +33,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
-#include <iostream>
+#include <ostream>
 #include <random>
 #include <sstream>
 #include <cstdlib>
@@ -205,14 +206,15 @@ int runBench(const BenchOptions &opt) {
                         opt.svgGiven ? opt.svg : "attnc-engines.svg");
   }
   if (opt.lshBuckets % 2) {
-    std::cerr << "attnc bench: error: --lsh-buckets must be even (the hash is an argmax over "
-                 "[xR; -xR]), found "
-              << opt.lshBuckets << "\n";
+    diagnostics() << "attnc bench: error: --lsh-buckets must be even (the hash is an argmax over "
+                     "[xR; -xR]), found "
+                  << opt.lshBuckets << "\n";
     return kExitInput;
   }
   bool tty = isatty(STDERR_FILENO);
   MLIRContext context;
   registerAttncDialects(context);
+  reportDiagnosticsOf(context);
   OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&context));
   OpBuilder b(module->getBody(), module->getBody()->end());
   auto autoTile = attn::TileAttr::getAuto(&context);
@@ -230,7 +232,7 @@ int runBench(const BenchOptions &opt) {
   HostCompileOptions hostOptions;
   Expected<std::vector<std::string>> cpuDirs = kernelIncludeDirs(KernelFamily::Cpu);
   if (!cpuDirs) {
-    std::cerr << "attnc bench: error: " << cpuDirs.error() << "\n";
+    diagnostics() << "attnc bench: error: " << cpuDirs.error() << "\n";
     return kExitInput;
   }
   hostOptions.includeDirs = *cpuDirs;
@@ -238,18 +240,18 @@ int runBench(const BenchOptions &opt) {
   Expected<SharedObject> baseline =
       compiler.compileAndLoad("attnc_bench_baseline.cpp", kBaselineSource, hostOptions);
   if (!baseline) {
-    std::cerr << "attnc bench: error: " << baseline.error() << "\n";
+    diagnostics() << "attnc bench: error: " << baseline.error() << "\n";
     return kExitInput;
   }
   auto unfused = baseline->function<int(const AttnFwdArgs *, int)>("bench_unfused_fwd");
   auto sgemm = baseline->function<double(int, int)>("bench_sgemm_gflops");
   auto fma = baseline->function<double(long)>("bench_fma_gflops");
   if (!unfused || !sgemm || !fma) {
-    std::cerr << "attnc bench: error: "
-              << (!unfused ? unfused.error()
-                  : !sgemm ? sgemm.error()
-                           : fma.error())
-              << "\n";
+    diagnostics() << "attnc bench: error: "
+                  << (!unfused ? unfused.error()
+                      : !sgemm ? sgemm.error()
+                               : fma.error())
+                  << "\n";
     return kExitInput;
   }
   double sgemmRate = (*sgemm)(1024, 5);
@@ -258,7 +260,7 @@ int runBench(const BenchOptions &opt) {
   for (int i = 0; i < 3; ++i) // best of three: the machine is shared
     peak = std::max(peak, (*fma)(1 << 25));
 
-  std::cout << "attnc bench (cpu): B=" << opt.batch << " H=" << opt.heads << " D=" << opt.headDim
+  results() << "attnc bench (cpu): B=" << opt.batch << " H=" << opt.heads << " D=" << opt.headDim
             << ", fp32, median of " << opt.repeats << " after a warm-up\n"
             << "measured peak " << fmt(peak, 1) << " GFLOP/s (FMA loop; OpenBLAS SGEMM reaches "
             << fmt(sgemmRate, 1) << ")\n";
@@ -291,7 +293,7 @@ int runBench(const BenchOptions &opt) {
     bool withBwd = opt.backward && N <= opt.maxBackwardN;
     auto progress = [&](const std::string &what) {
       if (tty)
-        std::cerr << "\r  N=" << N << ": " << what << "            " << std::flush;
+        diagnostics() << "\r  N=" << N << ": " << what << "            " << std::flush;
     };
     double io = 4.0 * B * H * N * D * 4 + 4.0 * B * H * N; // q, k, v, out, lse
     // Dense fused.
@@ -300,7 +302,7 @@ int runBench(const BenchOptions &opt) {
     in.q = &q, in.k = &k, in.v = &v;
     // Each kernel runs once checked; a failing call must not be timed.
     if (Expected<AttentionOutputs> r = fused->run(in); !r) {
-      std::cerr << "attnc bench: error: " << r.error() << "\n";
+      diagnostics() << "attnc bench: error: " << r.error() << "\n";
       return kExitInput;
     }
     row.denseFwd = medianMs(opt.repeats, [&] { (void)fused->run(in); });
@@ -319,7 +321,7 @@ int runBench(const BenchOptions &opt) {
       a.out = out.data(), a.lse = lse.data(), a.B = B, a.H = H, a.Nq = N, a.Nk = N;
       a.scale = float(1 / std::sqrt(double(D)));
       if (int rc = (*unfused)(&a, D)) {
-        std::cerr << "attnc bench: error: the unfused baseline failed with code " << rc << "\n";
+        diagnostics() << "attnc bench: error: the unfused baseline failed with code " << rc << "\n";
         return kExitInput;
       }
       row.unfusedFwd = medianMs(opt.repeats, [&] { (void)(*unfused)(&a, D); });
@@ -335,7 +337,7 @@ int runBench(const BenchOptions &opt) {
       AttentionInputs li = in;
       li.E = &e, li.F = &f;
       if (Expected<AttentionOutputs> r = lr->run(li); !r) {
-        std::cerr << "attnc bench: error: " << r.error() << "\n";
+        diagnostics() << "attnc bench: error: " << r.error() << "\n";
         return kExitInput;
       }
       row.lrFwd.push_back(medianMs(opt.repeats, [&] { (void)lr->run(li); }));
@@ -354,7 +356,7 @@ int runBench(const BenchOptions &opt) {
       AttentionInputs li = in;
       li.k = &q, li.rotations = &lk.rotations;
       if (Expected<AttentionOutputs> r = lk.kernels->run(li); !r) {
-        std::cerr << "attnc bench: error: " << r.error() << "\n";
+        diagnostics() << "attnc bench: error: " << r.error() << "\n";
         return kExitInput;
       }
       row.lshFwd.push_back(medianMs(opt.repeats, [&] { (void)lk.kernels->run(li); }));
@@ -364,41 +366,41 @@ int runBench(const BenchOptions &opt) {
                                       : NAN);
     }
     if (tty)
-      std::cerr << "\r" << std::string(60, ' ') << "\r";
+      diagnostics() << "\r" << std::string(60, ' ') << "\r";
     rows.push_back(row);
   }
 
   // Table.
   auto gflops = [&](double flops, double ms) { return flops / (ms * 1e-3) / 1e9; };
-  std::cout << "\nforward (ms)          N   dense  unfused  fused/unfused";
+  results() << "\nforward (ms)          N   dense  unfused  fused/unfused";
   for (int kr : opt.ranks)
-    std::cout << "   lr" << kr << "  dense/lr" << kr;
-  std::cout << "   dense GFLOP/s  %peak\n";
+    results() << "   lr" << kr << "  dense/lr" << kr;
+  results() << "   dense GFLOP/s  %peak\n";
   for (const Row &r : rows) {
     double flops = 4.0 * B * H * double(r.n) * r.n * D;
-    std::cout << std::setw(20) << r.n << std::setw(8) << fmt(r.denseFwd) << std::setw(9)
+    results() << std::setw(20) << r.n << std::setw(8) << fmt(r.denseFwd) << std::setw(9)
               << fmt(r.unfusedFwd) << std::setw(15) << fmt(r.unfusedFwd / r.denseFwd) + "x";
     for (size_t i = 0; i < opt.ranks.size(); ++i)
-      std::cout << std::setw(8) << fmt(r.lrFwd[i]) << std::setw(11)
+      results() << std::setw(8) << fmt(r.lrFwd[i]) << std::setw(11)
                 << fmt(r.denseFwd / r.lrFwd[i]) + "x";
     double g = gflops(flops, r.denseFwd);
-    std::cout << std::setw(16) << fmt(g, 1) << std::setw(7) << fmt(100 * g / peak, 0) << "\n";
+    results() << std::setw(16) << fmt(g, 1) << std::setw(7) << fmt(100 * g / peak, 0) << "\n";
   }
   if (opt.backward) {
-    std::cout << "\nforward+backward (ms)  N   dense";
+    results() << "\nforward+backward (ms)  N   dense";
     for (int kr : opt.ranks)
-      std::cout << "   lr" << kr << "  dense/lr" << kr;
-    std::cout << "   dense GFLOP/s  %peak\n";
+      results() << "   lr" << kr << "  dense/lr" << kr;
+    results() << "   dense GFLOP/s  %peak\n";
     for (const Row &r : rows) {
       if (std::isnan(r.denseFwdBwd))
         continue;
       double flops = 3.5 * 4.0 * B * H * double(r.n) * r.n * D;
-      std::cout << std::setw(21) << r.n << std::setw(8) << fmt(r.denseFwdBwd);
+      results() << std::setw(21) << r.n << std::setw(8) << fmt(r.denseFwdBwd);
       for (size_t i = 0; i < opt.ranks.size(); ++i)
-        std::cout << std::setw(8) << fmt(r.lrFwdBwd[i]) << std::setw(11)
+        results() << std::setw(8) << fmt(r.lrFwdBwd[i]) << std::setw(11)
                   << fmt(r.denseFwdBwd / r.lrFwdBwd[i]) + "x";
       double g = gflops(flops, r.denseFwdBwd);
-      std::cout << std::setw(16) << fmt(g, 1) << std::setw(7) << fmt(100 * g / peak, 0) << "\n";
+      results() << std::setw(16) << fmt(g, 1) << std::setw(7) << fmt(100 * g / peak, 0) << "\n";
     }
   }
   if (!lsh.empty()) {
@@ -409,35 +411,35 @@ int runBench(const BenchOptions &opt) {
       bool fb = std::string(pass) != "forward";
       if (fb && !opt.backward)
         continue;
-      std::cout << "\nLSH " << pass << " (ms), " << opt.lshBuckets
+      results() << "\nLSH " << pass << " (ms), " << opt.lshBuckets
                 << " buckets, window 1 chunk back\n"
                 << std::setw(21) << "N";
       for (const LshBenchKernel &k : lsh)
-        std::cout << std::setw(11)
+        results() << std::setw(11)
                   << ("r" + std::to_string(k.rounds) + "/c" + std::to_string(k.chunk));
-      std::cout << std::setw(14) << ("dense/" + lsh[ref].label().substr(4)) << "\n";
+      results() << std::setw(14) << ("dense/" + lsh[ref].label().substr(4)) << "\n";
       for (const Row &r : rows) {
         const std::vector<double> &t = fb ? r.lshFwdBwd : r.lshFwd;
         if (std::isnan(t[ref]))
           continue;
-        std::cout << std::setw(21) << r.n;
+        results() << std::setw(21) << r.n;
         for (double ms : t)
-          std::cout << std::setw(11) << fmt(ms);
-        std::cout << std::setw(13) << fmt((fb ? r.denseFwdBwd : r.denseFwd) / t[ref]) << "x\n";
+          results() << std::setw(11) << fmt(ms);
+        results() << std::setw(13) << fmt((fb ? r.denseFwdBwd : r.denseFwd) / t[ref]) << "x\n";
       }
     }
   }
-  std::cout << "\nmemory of the forward's tensors (MiB): dense fused vs unfused (N x N scores)";
+  results() << "\nmemory of the forward's tensors (MiB): dense fused vs unfused (N x N scores)";
   for (int kr : opt.ranks)
-    std::cout << " vs lr" << kr;
-  std::cout << "\n";
+    results() << " vs lr" << kr;
+  results() << "\n";
   for (const Row &r : rows) {
-    std::cout << std::setw(21) << r.n << std::setw(10) << fmt(r.denseBytes / 1048576, 1)
+    results() << std::setw(21) << r.n << std::setw(10) << fmt(r.denseBytes / 1048576, 1)
               << std::setw(10)
               << fmt(r.unfusedFwd == r.unfusedFwd ? r.unfusedBytes / 1048576 : NAN, 1);
     for (double bytes : r.lrBytes)
-      std::cout << std::setw(10) << fmt(bytes / 1048576, 1);
-    std::cout << "\n";
+      results() << std::setw(10) << fmt(bytes / 1048576, 1);
+    results() << "\n";
   }
 
   std::ofstream csv(opt.csv);
@@ -471,7 +473,7 @@ int runBench(const BenchOptions &opt) {
       put("fwd+bwd", r.lshFwdBwd[i], 3.5 * f);
     }
   writeSvg(opt.svg, rows, opt.ranks);
-  std::cout << "\nwrote " << opt.csv << " and " << opt.svg << "\n";
+  results() << "\nwrote " << opt.csv << " and " << opt.svg << "\n";
   if (opt.sweepTokens > 0)
     return runLshSweep(*module, opt);
   return kExitOk;

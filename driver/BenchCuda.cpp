@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "driver/Bench.h"
+#include "driver/Report.h"
 #include "driver/Run.h"
 #include "driver/Spec.h"
 
@@ -21,7 +22,7 @@
 #include "mlir/IR/MLIRContext.h"
 
 #include <algorithm>
-#include <iostream>
+#include <ostream>
 
 using namespace mlir;
 
@@ -32,24 +33,25 @@ int runCudaBench(const BenchOptions &opt) {
   std::string arch = "sm_80";
   if (!emulate) {
     if (Status d = cuda::Driver::available(); !d) {
-      std::cerr << "attnc bench: error: --target cuda: " << d.error()
-                << " (--target cuda-sim runs the same kernels on the CPU's SIMT emulator)\n";
+      diagnostics() << "attnc bench: error: --target cuda: " << d.error()
+                    << " (--target cuda-sim runs the same kernels on the CPU's SIMT emulator)\n";
       return kExitInput;
     }
     Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0);
     if (!dev) {
-      std::cerr << "attnc bench: error: " << dev.error() << "\n";
+      diagnostics() << "attnc bench: error: " << dev.error() << "\n";
       return kExitInput;
     }
     arch = dev->arch();
   }
   if (opt.dtype != "f32" && opt.dtype != "f16" && opt.dtype != "bf16") {
-    std::cerr << "attnc bench: error: --dtype: expected f32, f16 or bf16, found '" << opt.dtype
-              << "'\n";
+    diagnostics() << "attnc bench: error: --dtype: expected f32, f16 or bf16, found '" << opt.dtype
+                  << "'\n";
     return kExitInput;
   }
   MLIRContext context;
   registerAttncDialects(context);
+  reportDiagnosticsOf(context);
   OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&context));
   OpBuilder b(module->getBody(), module->getBody()->end());
   auto autoTile = attn::TileAttr::getAuto(&context);
@@ -90,22 +92,22 @@ int runCudaBench(const BenchOptions &opt) {
     Artifact artifact;
     if (int rc = emitCudaVariantArtifact(*module, v, shape, arch, artifact))
       return rc;
-    std::cerr << "attnc bench: " << v.getSymName().str() << "...\n";
+    diagnostics() << "attnc bench: " << v.getSymName().str() << "...\n";
     auto r = tune::benchArtifactAttention(artifact, bo);
     if (!r) {
-      std::cerr << "attnc bench: error: " << v.getSymName().str() << ": " << r.error() << "\n";
+      diagnostics() << "attnc bench: error: " << v.getSymName().str() << ": " << r.error() << "\n";
       return kExitInput;
     }
     for (tune::AttentionBenchRow &row : *r)
       row.kernel = v.getSymName().str(); // the variant, not the emitted kernel name
     rows.insert(rows.end(), r->begin(), r->end());
   }
-  tune::printBenchTable(std::cout, rows);
+  tune::printBenchTable(results(), rows);
   if (Status s = tune::writeBenchCsv(opt.csv, rows); !s) {
-    std::cerr << "attnc bench: error: " << s.error() << "\n";
+    diagnostics() << "attnc bench: error: " << s.error() << "\n";
     return kExitInput;
   }
-  std::cerr << "attnc bench: wrote " << opt.csv << "\n";
+  diagnostics() << "attnc bench: wrote " << opt.csv << "\n";
   return kExitOk;
 }
 

@@ -20,6 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "driver/BenchLinformer.h"
+#include "driver/Report.h"
 #include "driver/BenchCommon.h"
 #include "driver/Compile.h"
 #include "driver/ModelConfig.h"
@@ -39,7 +40,7 @@
 
 #include <fstream>
 #include <map>
-#include <iostream>
+#include <ostream>
 #include <malloc.h>
 #include <thread>
 #include <unistd.h>
@@ -340,7 +341,7 @@ std::string paperCell(int n, int k, bool memory) {
 int runLinformerTable(const BenchOptions &opt) {
   const std::string &specPath = opt.linformerTable;
   auto fail = [](const std::string &msg) {
-    std::cerr << "attnc bench: error: " << msg << "\n";
+    diagnostics() << "attnc bench: error: " << msg << "\n";
     return kExitInput;
   };
   MLIRContext context;
@@ -453,12 +454,12 @@ int runLinformerTable(const BenchOptions &opt) {
   Setup setup{opt, int64_t(opt.memoryGiB * double(int64_t(1) << 30)), true, ""};
   auto progress = [&](const std::string &what) {
     if (tty)
-      std::cerr << "\r  " << what << std::string(30, ' ') << std::flush;
+      diagnostics() << "\r  " << what << std::string(30, ' ') << std::flush;
   };
 
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const bool busy = std::atof(loadAverage().c_str()) > double(cores) - 0.5;
-  std::cout << "attnc bench --linformer-table (cpu, fp32): model " << model.getSymName().str()
+  results() << "attnc bench --linformer-table (cpu, fp32): model " << model.getSymName().str()
             << " of " << specPath << "\n  d_model " << D << ", heads " << H << " (head dim " << Dh
             << "), d_ff " << base.dff << ", ffn chunk "
             << (base.ffnChunk ? std::to_string(base.ffnChunk) : "none") << ", objective "
@@ -549,7 +550,7 @@ int runLinformerTable(const BenchOptions &opt) {
     }
   }
   if (tty)
-    std::cerr << "\r" << std::string(70, ' ') << "\r";
+    diagnostics() << "\r" << std::string(70, ' ') << "\r";
 
   // The table.
   auto w = [](int width, const std::string &s) {
@@ -560,7 +561,7 @@ int runLinformerTable(const BenchOptions &opt) {
   auto ms = [](double v) { return fmt(v, v < 100 ? 2 : 1); };
   auto mb = [](const Cell &c) { return std::to_string(c.maxBatch); };
   auto check = [](const Cell &c) { return fmt(c.planCheck); };
-  std::cout << "\n"
+  results() << "\n"
             << w(13, "") << w(27, "forward ms") << w(24, "time saved (std/lin)")
             << w(28, "max batch in " + gibStr(opt.memoryGiB) + " GiB")
             << w(24, "memory saved (lin/std)") << w(20, "plan check") << "\n"
@@ -571,7 +572,7 @@ int runLinformerTable(const BenchOptions &opt) {
   for (const TableRow &r : rows) {
     bool lin = r.linformer.skipped != "k > N";
     auto l = [&](const std::string &s) { return lin ? s : std::string("-"); };
-    std::cout << w(7, std::to_string(r.n)) << w(6, std::to_string(r.k)) << w(9, ms(r.unfused.ms))
+    results() << w(7, std::to_string(r.n)) << w(6, std::to_string(r.k)) << w(9, ms(r.unfused.ms))
               << w(9, ms(r.fused.ms)) << w(9, l(ms(r.linformer.ms)))
               << w(8, l(ratio(r.unfused.ms, r.linformer.ms)))
               << w(8, l(ratio(r.fused.ms, r.linformer.ms))) << w(8, paperCell(r.n, r.k, false))
@@ -580,7 +581,7 @@ int runLinformerTable(const BenchOptions &opt) {
               << w(8, paperCell(r.n, r.k, true)) << w(7, check(r.unfused)) << w(7, check(r.fused))
               << w(7, l(check(r.linformer))) << "\n";
   }
-  std::cout << "\npaper: Wang et al. 2020, Table 3 (16 GB V100, standard Transformer vs "
+  results() << "\npaper: Wang et al. 2020, Table 3 (16 GB V100, standard Transformer vs "
                "Linformer); a V100 there, this CPU here: compare the trends, not the values.\n"
                "max batch 0: not even one sequence fits; memory saved 'inf': the standard model "
                "does not fit batch 1 in "
@@ -588,11 +589,11 @@ int runLinformerTable(const BenchOptions &opt) {
             << "plan check: growth of the peak RSS (VmHWM) over two forwards at the timing "
                "batch / the planned peak at that batch (the compiled inference function's arena, "
                "weights, batch, logits and attention buffers; 1.00 = the plan is exact).\n";
-  std::cout << "load average at the end: " << loadAverage() << "\n";
+  results() << "load average at the end: " << loadAverage() << "\n";
   if (!setup.peakResettable)
-    std::cout << "plan check skipped: " << setup.whyNoPeak << "\n";
+    results() << "plan check skipped: " << setup.whyNoPeak << "\n";
   for (const std::string &n : notes)
-    std::cout << n << "\n";
+    results() << n << "\n";
 
   std::string csvPath = opt.csvGiven ? opt.csv : "attnc-linformer-table.csv";
   std::string svgPath = opt.svgGiven ? opt.svg : "attnc-linformer-table.svg";
@@ -634,7 +635,7 @@ int runLinformerTable(const BenchOptions &opt) {
   if (!writeLinePlot(svgPath, "Linformer time saved: standard / Linformer forward time vs N",
                      std::vector<double>(lengths.begin(), lengths.end()), lines))
     return fail("cannot write '" + svgPath + "'");
-  std::cout << "\nwrote " << csvPath << " and " << svgPath << "\n";
+  results() << "\nwrote " << csvPath << " and " << svgPath << "\n";
   return kExitOk;
 }
 

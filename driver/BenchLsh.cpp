@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "driver/BenchLsh.h"
+#include "driver/Report.h"
 #include "driver/BenchCommon.h"
 #include "driver/Compile.h"
 #include "driver/Run.h"
@@ -20,7 +21,7 @@
 #include "mlir/IR/Builders.h"
 
 #include <fstream>
-#include <iostream>
+#include <ostream>
 #include <unistd.h>
 
 using namespace mlir;
@@ -73,8 +74,8 @@ int runLshSweep(ModuleOp module, const BenchOptions &opt) {
     if (n <= T && T % n == 0)
       lengths.push_back(n);
   if (lengths.size() < 2) {
-    std::cerr << "attnc bench: error: the LSH sweep needs at least two lengths dividing " << T
-              << " tokens\n";
+    diagnostics() << "attnc bench: error: the LSH sweep needs at least two lengths dividing " << T
+                  << " tokens\n";
     return kExitInput;
   }
   const int chunk = opt.lshChunks.front();
@@ -104,20 +105,20 @@ int runLshSweep(ModuleOp module, const BenchOptions &opt) {
     in.q = &q, in.k = &q, in.v = &v;
     std::vector<double> row;
     if (tty)
-      std::cerr << "\r  sweep N=" << N << " B=" << B << ": dense        " << std::flush;
+      diagnostics() << "\r  sweep N=" << N << " B=" << B << ": dense        " << std::flush;
     if (Expected<AttentionOutputs> r = denseKernels->run(in); !r) {
-      std::cerr << "attnc bench: error: " << r.error() << "\n";
+      diagnostics() << "attnc bench: error: " << r.error() << "\n";
       return kExitInput;
     }
     row.push_back(medianMs(opt.repeats, [&] { (void)denseKernels->run(in); }));
     for (LshBenchKernel &k : lsh) {
       if (tty)
-        std::cerr << "\r  sweep N=" << N << " B=" << B << ": " << k.label() << "      "
-                  << std::flush;
+        diagnostics() << "\r  sweep N=" << N << " B=" << B << ": " << k.label() << "      "
+                      << std::flush;
       AttentionInputs li = in;
       li.rotations = &k.rotations;
       if (Expected<AttentionOutputs> r = k.kernels->run(li); !r) {
-        std::cerr << "attnc bench: error: " << r.error() << "\n";
+        diagnostics() << "attnc bench: error: " << r.error() << "\n";
         return kExitInput;
       }
       row.push_back(medianMs(opt.repeats, [&] { (void)k.kernels->run(li); }));
@@ -125,27 +126,27 @@ int runLshSweep(ModuleOp module, const BenchOptions &opt) {
     ms.push_back(row);
   }
   if (tty)
-    std::cerr << "\r" << std::string(60, ' ') << "\r";
+    diagnostics() << "\r" << std::string(60, ' ') << "\r";
 
   auto usPerToken = [&](double t) { return t * 1e3 / T; };
-  std::cout << "\nLSH sweep (Reformer fig.): B*N = " << T << " tokens, H=" << H << " D=" << D
+  results() << "\nLSH sweep (Reformer fig.): B*N = " << T << " tokens, H=" << H << " D=" << D
             << ", chunk " << chunk << ", " << opt.lshBuckets
             << " buckets; forward time per token (us)\n"
             << std::setw(8) << "N" << std::setw(6) << "B" << std::setw(10) << "dense";
   for (const LshBenchKernel &k : lsh)
-    std::cout << std::setw(10) << ("r=" + std::to_string(k.rounds));
-  std::cout << "\n";
+    results() << std::setw(10) << ("r=" + std::to_string(k.rounds));
+  results() << "\n";
   for (size_t i = 0; i < lengths.size(); ++i) {
-    std::cout << std::setw(8) << lengths[i] << std::setw(6) << T / lengths[i];
+    results() << std::setw(8) << lengths[i] << std::setw(6) << T / lengths[i];
     for (double t : ms[i])
-      std::cout << std::setw(10) << fmt(usPerToken(t), 3);
-    std::cout << "\n";
+      results() << std::setw(10) << fmt(usPerToken(t), 3);
+    results() << "\n";
   }
-  std::cout << std::setw(14)
+  results() << std::setw(14)
             << ("N=" + std::to_string(lengths.back()) + " / N=" + std::to_string(lengths.front()));
   for (size_t c = 0; c < ms.front().size(); ++c)
-    std::cout << std::setw(9) << fmt(ms.back()[c] / ms.front()[c]) << "x";
-  std::cout << "   (per-token time ratio: flat = 1x)\n";
+    results() << std::setw(9) << fmt(ms.back()[c] / ms.front()[c]) << "x";
+  results() << "   (per-token time ratio: flat = 1x)\n";
 
   std::ofstream csv(opt.sweepCsv);
   csv << "tokens,n,b,kernel,ms,us_per_token\n";
@@ -189,7 +190,7 @@ int runLshSweep(ModuleOp module, const BenchOptions &opt) {
         << "</text>\n";
   }
   svg << "</svg>\n";
-  std::cout << "wrote " << opt.sweepCsv << " and " << opt.sweepSvg << "\n";
+  results() << "wrote " << opt.sweepCsv << " and " << opt.sweepSvg << "\n";
   return kExitOk;
 }
 

@@ -1,5 +1,6 @@
 //===- Compile.cpp - Spec to kernels and artifacts ------------------------===//
 #include "driver/Compile.h"
+#include "driver/Report.h"
 #include "driver/Artifact.h"
 #include "driver/ModelGraph.h"
 #include "driver/Tune.h"
@@ -20,8 +21,9 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <fstream>
+#include <mutex>
 #include <set>
-#include <iostream>
+#include <ostream>
 #include <sstream>
 
 using namespace mlir;
@@ -41,7 +43,7 @@ int compileFunctions(ModuleOp module, const std::string &target, const std::stri
           module, target == "cpu" ? codegen::Target::Cpu : codegen::Target::Cuda, os, out.kernels)))
     return kExitInput;
   if (target == "cuda")
-    notePrecisionOnArch(out.kernels, arch, std::cerr);
+    notePrecisionOnArch(out.kernels, arch, diagnostics());
   return kExitOk;
 }
 
@@ -57,8 +59,10 @@ void notePrecisionOnArch(const std::vector<ManifestKernel> &kernels, const std::
   }
   // What the kernel headers do there (codegen/kernels/cuda/attnc/mma.cuh,
   // copy.cuh). Once per process: attnc tune compiles many candidates.
+  static std::mutex mutex; // compiles may run on several threads
   static std::set<std::string> said;
   auto note = [&](const std::string &text) {
+    std::lock_guard<std::mutex> lock(mutex);
     if (said.insert(text).second)
       os << "attnc: note: " << text << "\n";
   };
@@ -73,7 +77,7 @@ void notePrecisionOnArch(const std::vector<ManifestKernel> &kernels, const std::
 int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std::ostream &os) {
   Expected<GpuArch> gpu = parseGpuArch(arch);
   if (!gpu) {
-    std::cerr << "attnc: error: " << gpu.error() << "\n";
+    diagnostics() << "attnc: error: " << gpu.error() << "\n";
     return kExitInput;
   }
   NvrtcCompiler nvrtc(&KernelCache::processDefault());
@@ -81,13 +85,13 @@ int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std
   options.arch = arch;
   Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
   if (!dirs) {
-    std::cerr << "attnc: error: " << dirs.error() << "\n";
+    diagnostics() << "attnc: error: " << dirs.error() << "\n";
     return kExitInput;
   }
   options.includeDirs = *dirs;
   Expected<Cubin> cubin = nvrtc.compile("attnc_kernels.cu", compiled.source, options);
   if (!cubin) {
-    std::cerr << "attnc: error: " << cubin.error() << "\n";
+    diagnostics() << "attnc: error: " << cubin.error() << "\n";
     return kExitInput;
   }
   int limit = attnc::tile::smemLimitBytes(gpu->sm);
@@ -117,8 +121,8 @@ int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std
       failures += !ok;
     }
   if (failures) {
-    std::cerr << "attnc: error: " << failures << " kernel(s) failed the " << arch
-              << " resource check\n";
+    diagnostics() << "attnc: error: " << failures << " kernel(s) failed the " << arch
+                  << " resource check\n";
     return kExitInput;
   }
   return kExitOk;
@@ -126,7 +130,7 @@ int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std
 
 namespace {
 int fail(const std::string &msg) {
-  std::cerr << "attnc: error: " << msg << "\n";
+  diagnostics() << "attnc: error: " << msg << "\n";
   return kExitInput;
 }
 } // namespace
@@ -139,13 +143,12 @@ int runCompile(const CompileCommandOptions &opts) {
   if (!readSpecFile(opts.spec, buffer, err))
     return fail(err);
 
-  DiagnosticEngine diag(buffer, std::cerr);
-  std::optional<ast::Spec> spec = parseAndCheck(buffer, opts.spec, diag);
+  std::optional<ast::Spec> spec = parseSpec(buffer, opts.spec);
   if (!spec)
     return kExitInput;
 
   std::ofstream file;
-  std::ostream *os = &std::cout;
+  std::ostream *os = &results();
   if (!opts.emit.empty() && !opts.output.empty()) {
     file.open(opts.output);
     if (!file)
@@ -158,9 +161,7 @@ int runCompile(const CompileCommandOptions &opts) {
     return 0;
   }
   MLIRContext context;
-  registerAttncDialects(context);
-  ScopedDiagnosticHandler handler(&context, printDiagnostic);
-  OwningOpRef<ModuleOp> module = mlirGen(context, *spec);
+  OwningOpRef<ModuleOp> module = buildSpecModule(context, *spec);
   if (!module)
     return kExitInput;
 
@@ -207,9 +208,9 @@ int runCompile(const CompileCommandOptions &opts) {
       if (opts.checkNvrtc) {
         if (target != "cuda")
           return fail("--check-nvrtc needs the cuda target");
-        if (int rc = checkWithNvrtc(compiled, opts.arch, std::cout))
+        if (int rc = checkWithNvrtc(compiled, opts.arch, results()))
           return rc;
-        if (checkModelStepsWithNvrtc(*module, opts.arch, opts.planBatch, std::cout))
+        if (checkModelStepsWithNvrtc(*module, opts.arch, opts.planBatch, results()))
           return kExitInput;
       }
       if (!opts.emit.empty())
@@ -224,32 +225,32 @@ int runCompile(const CompileCommandOptions &opts) {
       if (target != "cuda")
         return fail("--check-nvrtc needs the cuda target");
       CompiledKernels compiled{artifact.files[info.source], info.kernels};
-      if (int rc = checkWithNvrtc(compiled, opts.arch, std::cout))
+      if (int rc = checkWithNvrtc(compiled, opts.arch, results()))
         return rc;
-      if (checkModelStepsWithNvrtc(*module, opts.arch, opts.planBatch, std::cout))
+      if (checkModelStepsWithNvrtc(*module, opts.arch, opts.planBatch, results()))
         return kExitInput;
     }
     if (int rc = writeArtifact(opts.output, artifact))
       return rc;
-    std::cout << "wrote " << opts.output << "/{manifest.json," << info.source
+    results() << "wrote " << opts.output << "/{manifest.json," << info.source
               << ",attn.mlir}: " << info.kernels.size() << " kernel(s) for " << info.target << " "
               << info.arch << "\n";
     if (!info.hostSource.empty())
-      std::cout << "wrote " << opts.output << "/" << info.hostSource << ": the same attention for "
+      results() << "wrote " << opts.output << "/" << info.hostSource << ": the same attention for "
                 << "the CPU (" << info.hostKernels.size()
                 << " kernel(s)), which the CUDA step calls under --engine cuda-sim\n";
     for (const ManifestModel &m : info.models) {
       for (const std::string &file : {m.stepKernels, m.stepSource})
         if (!file.empty())
-          std::cout << "wrote " << opts.output << "/" << file << ": the compiled training step "
+          results() << "wrote " << opts.output << "/" << file << ": the compiled training step "
                     << "(batch " << m.batch << "; attnc-rt train " << opts.output
                     << " trains it)\n";
       if (m.inferSource != m.stepSource)
-        std::cout << "wrote " << opts.output << "/" << m.inferSource
+        results() << "wrote " << opts.output << "/" << m.inferSource
                   << ": the inference function (CPU C++, batch " << m.inferBatch << ")\n";
     }
-    reportMemoryPlans(*module, opts.planBatch, std::cout);
-    reportCompiledPlans(*module, opts.planBatch, std::cout);
+    reportMemoryPlans(*module, opts.planBatch, results());
+    reportCompiledPlans(*module, opts.planBatch, results());
     return 0;
   }
 
@@ -267,11 +268,11 @@ int runCompile(const CompileCommandOptions &opts) {
     *os << rs.str() << "\n";
     return 0;
   }
-  std::cout << opts.spec << ": ok (" << spec->attentions.size() << " attention variant(s), "
+  results() << opts.spec << ": ok (" << spec->attentions.size() << " attention variant(s), "
             << spec->models.size() << " model(s))\n";
   if (opts.memoryPlan) {
-    reportMemoryPlans(*module, opts.planBatch, std::cout);
-    reportCompiledPlans(*module, opts.planBatch, std::cout);
+    reportMemoryPlans(*module, opts.planBatch, results());
+    reportCompiledPlans(*module, opts.planBatch, results());
   }
   return 0;
 }

@@ -1,5 +1,6 @@
 //===- ModelGraph.cpp - Whole-model compilation in the driver -------------===//
 #include "driver/ModelGraph.h"
+#include "driver/Report.h"
 #include "driver/ModelConfig.h"
 
 #include "codegen/ModelEmitter.h"
@@ -16,7 +17,7 @@
 
 #include <cstdlib>
 #include <iomanip>
-#include <iostream>
+#include <ostream>
 #include <sstream>
 
 using namespace mlir;
@@ -144,7 +145,7 @@ int checkModelStepsWithNvrtc(ModuleOp resolved, const std::string &arch, int bat
                              std::ostream &os) {
   Expected<GpuArch> gpu = parseGpuArch(arch);
   if (!gpu) {
-    std::cerr << "attnc: error: " << gpu.error() << "\n";
+    diagnostics() << "attnc: error: " << gpu.error() << "\n";
     return 1;
   }
   NvrtcCompiler nvrtc(&KernelCache::processDefault());
@@ -152,7 +153,7 @@ int checkModelStepsWithNvrtc(ModuleOp resolved, const std::string &arch, int bat
   options.arch = arch;
   Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
   if (!dirs) {
-    std::cerr << "attnc: error: " << dirs.error() << "\n";
+    diagnostics() << "attnc: error: " << dirs.error() << "\n";
     return 1;
   }
   options.includeDirs = *dirs;
@@ -168,8 +169,8 @@ int checkModelStepsWithNvrtc(ModuleOp resolved, const std::string &arch, int bat
     Expected<Cubin> cubin =
         nvrtc.compile(g.step.cudaSymbol + ".cu", g.step.cudaDeviceSource, options);
     if (!cubin) {
-      std::cerr << "attnc: error: the CUDA step of " << model.getSymName().str() << ": "
-                << cubin.error() << "\n";
+      diagnostics() << "attnc: error: the CUDA step of " << model.getSymName().str() << ": "
+                    << cubin.error() << "\n";
       return 1;
     }
     os << "CUDA training step of " << model.getSymName().str() << " (batch " << batch << ", "
@@ -185,8 +186,8 @@ int checkModelStepsWithNvrtc(ModuleOp resolved, const std::string &arch, int bat
     }
   }
   if (failures) {
-    std::cerr << "attnc: error: " << failures << " training-step kernel(s) failed the " << arch
-              << " resource check\n";
+    diagnostics() << "attnc: error: " << failures << " training-step kernel(s) failed the " << arch
+                  << " resource check\n";
     return 1;
   }
   return 0;

@@ -1,5 +1,6 @@
 //===- ModelSession.cpp - A spec's model prepared for training -----------===//
 #include "driver/ModelSession.h"
+#include "driver/Report.h"
 #include "driver/Compile.h"
 #include "driver/ModelConfig.h"
 #include "driver/ModelGraph.h"
@@ -16,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <iostream>
+#include <ostream>
 
 using namespace mlir;
 
@@ -57,13 +58,13 @@ int pinRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Pr
       const int64_t lshChunk = j.value("lsh_chunk", lsh ? int64_t(lsh.getChunk()) : 0);
       if (bq != tile.getBlockQ() || bkv != tile.getBlockKv() || chunk != c.ffnChunk ||
           k != c.lowrankK || rounds != c.lshRounds || (lsh && lshChunk != lsh.getChunk()))
-        std::cerr << "attnc " << cmd << ": using this run's kernel choices from " << path
-                  << " (tile " << bq << "x" << bkv << ", ffn chunk " << chunk
-                  << (c.lowrank ? ", k " + std::to_string(k) : "")
-                  << (lsh ? ", LSH rounds " + std::to_string(rounds) + " chunk " +
-                                std::to_string(lshChunk)
-                          : "")
-                  << ")\n";
+        diagnostics() << "attnc " << cmd << ": using this run's kernel choices from " << path
+                      << " (tile " << bq << "x" << bkv << ", ffn chunk " << chunk
+                      << (c.lowrank ? ", k " + std::to_string(k) : "")
+                      << (lsh ? ", LSH rounds " + std::to_string(rounds) + " chunk " +
+                                    std::to_string(lshChunk)
+                              : "")
+                      << ")\n";
       variant.setTileAttr(
           attn::TileAttr::get(variant.getContext(), bq, bkv, tile.getWarps(), tile.getStages()));
       c.ffnChunk = int(chunk);
@@ -197,7 +198,7 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin,
     if (int rc = compileCudaAttention(*p.module, variant, gpuShape, dev->arch(), false, kernels))
       return rc;
     p.cudaKernels = std::make_shared<CudaAttention>(std::move(*kernels));
-    std::cerr << "attnc " << cmd << ": on " << dev->describe() << "\n";
+    diagnostics() << "attnc " << cmd << ": on " << dev->describe() << "\n";
   }
   return compileCpuAttention(*p.module, variant, shape, p.kernels);
 }
@@ -230,20 +231,20 @@ compiledStep(Prepared &p, train::ParameterStore &store, const StepPlan &plan) {
   if (!compileModelGraph(*p.module, m, graph, g))
     return makeError("whole-model compilation of " + p.name + " failed (see the diagnostics)");
   if (graph.train)
-    std::cerr << "attnc train: compiled step of " << p.name
-              << (recomputeLayers ? " (layers recomputed in the backward)" : "") << ": arena "
-              << g.arenaBytes / 1024 << " KiB, " << g.fusedKernels << " fused row kernels, "
-              << g.gemms << " GEMMs, " << g.attentionCalls << " attention calls\n";
+    diagnostics() << "attnc train: compiled step of " << p.name
+                  << (recomputeLayers ? " (layers recomputed in the backward)" : "") << ": arena "
+                  << g.arenaBytes / 1024 << " KiB, " << g.fusedKernels << " fused row kernels, "
+                  << g.gemms << " GEMMs, " << g.attentionCalls << " attention calls\n";
   // The CPU step; the CUDA step on the GPU; or the CUDA step with its
   // kernels on the SIMT emulator. Inference runs the CPU C++ on all three.
   train::StepEngine stepEngine = train::StepEngine::Cpu;
   if (graph.train && p.target == "cuda") {
-    std::cerr << "attnc train: the CUDA step (" << g.step.cudaSymbol << ") on the GPU, GEMMs in "
-              << p.precision << "\n";
+    diagnostics() << "attnc train: the CUDA step (" << g.step.cudaSymbol
+                  << ") on the GPU, GEMMs in " << p.precision << "\n";
     stepEngine = train::StepEngine::Cuda;
   } else if (graph.train && plan.engine == "cuda-sim") {
-    std::cerr << "attnc train: cuda-sim: the CUDA step's kernels (" << g.step.cudaSymbol
-              << ") run on the SIMT emulator, GEMM inputs rounded as " << p.precision << "\n";
+    diagnostics() << "attnc train: cuda-sim: the CUDA step's kernels (" << g.step.cudaSymbol
+                  << ") run on the SIMT emulator, GEMM inputs rounded as " << p.precision << "\n";
     stepEngine = train::StepEngine::CudaSim;
   }
   if (!graph.train) { // inference only

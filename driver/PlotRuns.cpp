@@ -1,12 +1,13 @@
 //===- PlotRuns.cpp - attnc plot: training runs side by side --------------===//
 #include "driver/PlotRuns.h"
+#include "driver/Report.h"
 #include "driver/Spec.h"
 
 #include "runtime/FileSystem.h"
 #include "runtime/train/Plot.h"
 
 #include <cmath>
-#include <iostream>
+#include <ostream>
 #include <sstream>
 
 namespace attnc::driver {
@@ -85,14 +86,14 @@ int runPlot(const PlotCliOptions &opt) {
       plot.series.push_back({label + (opt.what == "both" ? " (held-out)" : ""), log->first,
                              log->second, color, 2.0, 1.0, true});
       if (!log->second.empty())
-        std::cout << label << ": held-out loss " << log->second.back() << " ("
+        results() << label << ": held-out loss " << log->second.back() << " ("
                   << log->second.back() / std::log(2.0) << " bits/byte) at step "
                   << int64_t(log->first.back()) << "\n";
     }
   }
   if (Status s = train::writeLinePlot(opt.output, plot); !s)
     return commandError("plot", s.error());
-  std::cout << "wrote " << opt.output << "\n";
+  results() << "wrote " << opt.output << "\n";
   return kExitOk;
 }
 

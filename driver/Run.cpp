@@ -1,5 +1,6 @@
 //===- Run.cpp - attnc run: one attention op on safetensors inputs --------===//
 #include "driver/Run.h"
+#include "driver/Report.h"
 #include "driver/Compile.h"
 
 #include "codegen/AttentionFunction.h"
@@ -24,7 +25,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
+#include <ostream>
 #include <sstream>
 #include <thread>
 
@@ -35,7 +36,7 @@ namespace attnc::driver {
 namespace {
 
 int fail(const std::string &msg) {
-  std::cerr << "attnc run: error: " << msg << "\n";
+  diagnostics() << "attnc run: error: " << msg << "\n";
   return kExitInput;
 }
 
@@ -60,7 +61,7 @@ int emitVariant(ModuleOp module, attn::VariantOp variant, const codegen::Attenti
   for (const ManifestKernel &k : compiled.kernels)
     (k.backward ? bwd : fwd) = k.desc();
   if (!fwd) {
-    std::cerr << "attnc: error: internal: the pipeline produced no forward kernel\n";
+    diagnostics() << "attnc: error: internal: the pipeline produced no forward kernel\n";
     return kExitInput;
   }
   if (!shape.differentiate)
@@ -112,7 +113,7 @@ int compileCudaAttention(ModuleOp module, attn::VariantOp variant,
   const std::string dtype = compiled.kernels.front().dtype;
   Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
   if (!dirs) {
-    std::cerr << "attnc: error: " << dirs.error() << "\n";
+    diagnostics() << "attnc: error: " << dirs.error() << "\n";
     return kExitInput;
   }
   NvrtcCompiler nvrtc(&KernelCache::processDefault());
@@ -122,7 +123,7 @@ int compileCudaAttention(ModuleOp module, attn::VariantOp variant,
               : CudaAttention::compile(compiled.source, arch, dtype, *fwd, bwd, *dirs, nvrtc,
                                        /*retile=*/true, /*ptxArch=*/"", ordinal);
   if (!kernels) {
-    std::cerr << "attnc: error: " << kernels.error() << "\n";
+    diagnostics() << "attnc: error: " << kernels.error() << "\n";
     return kExitInput;
   }
   out.emplace(std::move(kernels).take());
@@ -177,13 +178,13 @@ int compileCpuAttention(ModuleOp module, attn::VariantOp variant,
     return rc;
   Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
   if (!dirs) {
-    std::cerr << "attnc: error: " << dirs.error() << "\n";
+    diagnostics() << "attnc: error: " << dirs.error() << "\n";
     return kExitInput;
   }
   Expected<CpuAttention> kernels =
       CpuAttention::compile(e.source, e.fwd, e.bwd, *dirs, hostCompiler());
   if (!kernels) {
-    std::cerr << "attnc: error: " << kernels.error() << "\n";
+    diagnostics() << "attnc: error: " << kernels.error() << "\n";
     return kExitInput;
   }
   out.emplace(std::move(kernels).take());
@@ -203,7 +204,7 @@ int runAttention(const RunOptions &opt) {
     if (s)
       return kExitOk;
     bool pending = s.error().find("not implemented yet") != std::string::npos;
-    std::cerr << "attnc run: " << (pending ? "" : "error: ") << s.error() << "\n";
+    diagnostics() << "attnc run: " << (pending ? "" : "error: ") << s.error() << "\n";
     return pending ? kExitNotImplemented : kExitInput;
   }
   // --- the variant
@@ -309,12 +310,13 @@ int runAttention(const RunOptions &opt) {
       return fail(result.error());
     if (Status written = writeAttentionOutputs(opt.output, std::move(*result), io, sig); !written)
       return fail(written.error());
-    std::cerr << "attnc run: " << variant.getSymName().str() << " on [" << B << ", " << H << ", "
-              << N << ", " << D << "] " << opt.dtype << " " << arch
-              << (io.inputs.dout ? " forward+backward" : " forward") << ": kernels ready in "
-              << int(ms(t0, t1)) << " ms; forward " << kernels->forwardMs() << " ms, backward "
-              << kernels->backwardMs() << " ms on " << (emulate ? "the SIMT emulator" : "the GPU")
-              << "; wrote " << opt.output << "\n";
+    diagnostics() << "attnc run: " << variant.getSymName().str() << " on [" << B << ", " << H
+                  << ", " << N << ", " << D << "] " << opt.dtype << " " << arch
+                  << (io.inputs.dout ? " forward+backward" : " forward") << ": kernels ready in "
+                  << int(ms(t0, t1)) << " ms; forward " << kernels->forwardMs() << " ms, backward "
+                  << kernels->backwardMs() << " ms on "
+                  << (emulate ? "the SIMT emulator" : "the GPU") << "; wrote " << opt.output
+                  << "\n";
     return kExitOk;
   }
   auto t0 = std::chrono::steady_clock::now();
@@ -330,11 +332,11 @@ int runAttention(const RunOptions &opt) {
   auto t2 = std::chrono::steady_clock::now();
   if (Status written = writeAttentionOutputs(opt.output, std::move(*result), io, sig); !written)
     return fail(written.error());
-  std::cerr << "attnc run: " << variant.getSymName().str() << " on [" << B << ", " << H << ", " << N
-            << ", " << D << "]" << (io.inputs.dout ? " forward+backward" : " forward")
-            << ": kernels " << (kernels->fromCache() ? "from cache" : "compiled") << " in "
-            << int(ms(t0, t1)) << " ms, ran in " << ms(t1, t2) << " ms; wrote " << opt.output
-            << "\n";
+  diagnostics() << "attnc run: " << variant.getSymName().str() << " on [" << B << ", " << H << ", "
+                << N << ", " << D << "]" << (io.inputs.dout ? " forward+backward" : " forward")
+                << ": kernels " << (kernels->fromCache() ? "from cache" : "compiled") << " in "
+                << int(ms(t0, t1)) << " ms, ran in " << ms(t1, t2) << " ms; wrote " << opt.output
+                << "\n";
   return kExitOk;
 }
 

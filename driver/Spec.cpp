@@ -1,5 +1,6 @@
 //===- Spec.cpp - Loading and checking a spec -----------------------------===//
 #include "driver/Spec.h"
+#include "driver/Report.h"
 
 #include "dsl/MLIRGen.h"
 #include "dsl/Parser.h"
@@ -15,7 +16,7 @@
 
 #include <filesystem>
 #include <fstream>
-#include <iostream>
+#include <ostream>
 #include <regex>
 #include <sstream>
 
@@ -70,37 +71,43 @@ bool checkArch(const std::string &arch, std::string &err) {
   return true;
 }
 
-LogicalResult printDiagnostic(Diagnostic &d) {
-  const char *kind = d.getSeverity() == DiagnosticSeverity::Error     ? "error"
-                     : d.getSeverity() == DiagnosticSeverity::Warning ? "warning"
-                     : d.getSeverity() == DiagnosticSeverity::Remark  ? "remark"
-                                                                      : "note";
-  std::string loc;
-  llvm::raw_string_ostream ls(loc);
-  d.getLocation().print(ls);
-  if (auto flc = llvm::dyn_cast<FileLineColLoc>(d.getLocation()))
-    loc = (flc.getFilename().str() + ":" + std::to_string(flc.getLine()) + ":" +
-           std::to_string(flc.getColumn()));
-  std::cerr << loc << ": " << kind << ": " << d.str() << "\n";
-  return success();
+void reportDiagnosticsOf(MLIRContext &context) {
+  // Bound now: passes may emit from the context's worker threads, and the
+  // engine calls handlers one at a time.
+  Reporter *to = &reporter();
+  context.getDiagEngine().registerHandler([to](Diagnostic &d) {
+    ScopedReporter scope(*to);
+    return reportDiagnostic(d);
+  });
+}
+
+std::optional<ast::Spec> parseSpec(const std::string &text, const std::string &where) {
+  DiagnosticEngine diag(text, diagnostics());
+  return parseAndCheck(text, where, diag);
+}
+
+OwningOpRef<ModuleOp> buildSpecModule(MLIRContext &context, const ast::Spec &spec) {
+  registerAttncDialects(context);
+  reportDiagnosticsOf(context);
+  return mlirGen(context, spec);
+}
+
+OwningOpRef<ModuleOp> specModule(MLIRContext &context, const std::string &text,
+                                 const std::string &where) {
+  std::optional<ast::Spec> spec = parseSpec(text, where);
+  if (!spec)
+    return nullptr;
+  return buildSpecModule(context, *spec);
 }
 
 OwningOpRef<ModuleOp> loadSpecModule(const std::string &path, const char *cmd, MLIRContext &context,
                                      std::string *textOut) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    std::cerr << "attnc " << cmd << ": error: cannot open '" << path << "'\n";
+  std::string text, err;
+  if (!readSpecFile(path, text, err)) {
+    commandError(cmd, err);
     return nullptr;
   }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string text = ss.str();
-  DiagnosticEngine diag(text, std::cerr);
-  std::optional<ast::Spec> spec = parseAndCheck(text, path, diag);
-  if (!spec)
-    return nullptr;
-  registerAttncDialects(context);
-  OwningOpRef<ModuleOp> module = mlirGen(context, *spec);
+  OwningOpRef<ModuleOp> module = specModule(context, text, path);
   if (module && textOut)
     *textOut = std::move(text);
   return module;
@@ -124,7 +131,7 @@ bool resolveAuto(ModuleOp module, const ResolveFor &what) {
 std::string tuningDbPath() { return tune::TuningDb::defaultPath(); }
 
 int commandError(const char *cmd, const std::string &msg) {
-  std::cerr << "attnc " << cmd << ": error: " << msg << "\n";
+  diagnostics() << "attnc " << cmd << ": error: " << msg << "\n";
   return kExitInput;
 }
 

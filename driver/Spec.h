@@ -1,13 +1,14 @@
 //===- Spec.h - Loading and checking a spec ---------------------*- C++ -*-===//
 //
 // The front door of every command: read a .attn file, check it (located
-// errors on stderr), build its attn module; and the small checks and
+// errors to the reporter), build its attn module; and the small checks and
 // reporting every command shares.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_DRIVER_SPEC_H
 #define ATTNC_DRIVER_SPEC_H
 
+#include "dsl/AST.h"
 #include "passes/Pipelines.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -15,6 +16,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OwningOpRef.h"
 
+#include <optional>
 #include <string>
 
 namespace attnc::driver {
@@ -22,7 +24,7 @@ namespace attnc::driver {
 constexpr int kExitOk = 0;
 constexpr int kExitInput = 1;
 
-/// Prints "attnc <cmd>: error: <msg>" to stderr and returns kExitInput.
+/// Reports "attnc <cmd>: error: <msg>" and returns kExitInput.
 int commandError(const char *cmd, const std::string &msg);
 constexpr int kExitNotImplemented = 2;
 
@@ -33,14 +35,29 @@ bool readSpecFile(const std::string &path, std::string &out, std::string &err);
 /// Checks `--arch`: sm_70 (Volta, with a CUDA 12 NVRTC) and newer have kernels.
 bool checkArch(const std::string &arch, std::string &err);
 
-/// Prints every MLIR diagnostic (remarks included) as `file:line:col: kind: msg`;
-/// install it with mlir::ScopedDiagnosticHandler.
-mlir::LogicalResult printDiagnostic(mlir::Diagnostic &d);
+/// From now on, `context`'s diagnostics (remarks included) are written as
+/// `file:line:col: kind: msg` to the reporter current on this thread now
+/// (driver/Report.h), whichever thread emits them.
+void reportDiagnosticsOf(mlir::MLIRContext &context);
 
-/// Reads the spec at `path`, checks it (located errors on stderr) and builds
-/// its attn module in `context` (registering the dialects). Returns null on
-/// failure, after printing `attnc CMD: error: cannot open ...` for an
-/// unreadable file. `text`, when given, receives the file's bytes.
+/// The front end alone: parses and checks spec `text` (`where` names it in
+/// the located errors, which go to the reporter's diagnostics).
+std::optional<ast::Spec> parseSpec(const std::string &text, const std::string &where);
+
+/// A checked spec as an attn module in `context`: registers the dialects
+/// and reports the context's diagnostics (reportDiagnosticsOf).
+mlir::OwningOpRef<mlir::ModuleOp> buildSpecModule(mlir::MLIRContext &context,
+                                                  const ast::Spec &spec);
+
+/// The one text-to-module path: parseSpec, then buildSpecModule. Null on
+/// failure (errors reported).
+mlir::OwningOpRef<mlir::ModuleOp> specModule(mlir::MLIRContext &context, const std::string &text,
+                                             const std::string &where);
+
+/// Reads the spec at `path` (readSpecFile) and builds its module
+/// (specModule). Returns null on failure, after reporting `attnc CMD:
+/// error: ...` for an unreadable file. `text`, when given, receives the
+/// file's bytes.
 mlir::OwningOpRef<mlir::ModuleOp> loadSpecModule(const std::string &path, const char *cmd,
                                                  mlir::MLIRContext &context,
                                                  std::string *text = nullptr);

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "driver/Train.h"
+#include "driver/Report.h"
 #include "driver/Artifact.h"
 #include "driver/BenchCommon.h"
 #include "driver/ModelConfig.h"
@@ -28,7 +29,7 @@
 #include <cmath>
 #include <fstream>
 #include <iomanip>
-#include <iostream>
+#include <ostream>
 #include <sstream>
 
 using namespace mlir;
@@ -91,11 +92,11 @@ int buildTrainingArtifact(Prepared &p, const TrainCliOptions &opt, Artifact &art
   if (int rc = buildArtifact(*p.module, p.specHash, ao, artifact, &counts))
     return rc;
   const ManifestModel &m = artifact.manifest.models.front();
-  std::cerr << "attnc train: compiled step of " << p.name
-            << (ao.recomputeLayers ? " (layers recomputed in the backward)" : "") << ": arena "
-            << m.arenaBytes / 1024 << " KiB, " << counts.front().fusedKernels
-            << " fused row kernels, " << counts.front().gemms << " GEMMs, "
-            << counts.front().attentionCalls << " attention calls\n";
+  diagnostics() << "attnc train: compiled step of " << p.name
+                << (ao.recomputeLayers ? " (layers recomputed in the backward)" : "") << ": arena "
+                << m.arenaBytes / 1024 << " KiB, " << counts.front().fusedKernels
+                << " fused row kernels, " << counts.front().gemms << " GEMMs, "
+                << counts.front().attentionCalls << " attention calls\n";
   return kExitOk;
 }
 
@@ -115,7 +116,7 @@ int gradCheck(const Prepared &p, const Artifact &artifact, const train::DataSour
     Expected<double> on = step.run(b, /*training=*/true, 0);
     if (!off || !on)
       return commandError("train", !off ? off.error() : on.error());
-    std::cout << "dropout " << config.dropout << ", attention dropout " << config.attentionDropout
+    results() << "dropout " << config.dropout << ", attention dropout " << config.attentionDropout
               << ": loss " << *on << " with the masks of step 0, " << *off << " without\n";
   }
   // Step 0's masks: the loss is a function of the weights.
@@ -125,12 +126,12 @@ int gradCheck(const Prepared &p, const Artifact &artifact, const train::DataSour
   if (!r)
     return commandError("train", r.error());
   for (const train::GradCheckProbe &pr : r->probes)
-    std::cout << "  " << pr.param << "[" << pr.index << "]: analytic " << pr.analytic << " numeric "
+    results() << "  " << pr.param << "[" << pr.index << "]: analytic " << pr.analytic << " numeric "
               << pr.numeric << "\n";
   bool ok = r->worst <= opt.gradCheckTol;
   // A check where most probes hit jumps would prove nothing.
   ok = ok && r->probes.size() >= 2 * size_t(r->nonSmooth);
-  std::cout << (ok ? "gradient check passed" : "gradient check FAILED") << ": " << r->probes.size()
+  results() << (ok ? "gradient check passed" : "gradient check FAILED") << ": " << r->probes.size()
             << " probes, worst relative error " << r->worst << " (" << r->worstParam
             << "), tolerance " << opt.gradCheckTol << "; " << r->nonSmooth
             << " probe(s) skipped where the loss jumps (LSH buckets, ReLU)\n";
@@ -196,7 +197,7 @@ int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csv
                 .count());
     }
   const double tokens = double(opt.batch) * p.config.seq;
-  std::cout << "training step of " << p.name << " (batch " << opt.batch << ", seq " << p.config.seq
+  results() << "training step of " << p.name << " (batch " << opt.batch << ", seq " << p.config.seq
             << ", " << p.config.layers << (p.config.reversible ? " reversible" : "")
             << " layer(s)), median of " << repeats << ", interleaved:\n";
   std::ofstream csv(csvPath, std::ios::app);
@@ -207,7 +208,7 @@ int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csv
   const double base = bench::median(engines[0].ms);
   for (Engine &e : engines) {
     double m = bench::median(e.ms);
-    std::cout << "  " << std::left << std::setw(50) << e.name << std::right << std::fixed
+    results() << "  " << std::left << std::setw(50) << e.name << std::right << std::fixed
               << std::setprecision(2) << std::setw(9) << m << " ms/step  " << std::setprecision(0)
               << std::setw(7) << tokens / m * 1e3 << " tokens/s  " << std::setprecision(2)
               << "time vs the first " << base / m << "x  activations "
@@ -218,11 +219,11 @@ int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csv
     names.push_back(e.name);
     ms.push_back(m);
   }
-  std::cout << "  (activations: the planned arena)\n";
+  results() << "  (activations: the planned arena)\n";
   if (!svgPath.empty())
     bench::writeBarPlot(svgPath, "training step of " + p.name + " (ms, median)", names,
                         {{"ms/step", ms, 1}});
-  std::cout << "wrote " << csvPath << (svgPath.empty() ? "" : " and " + svgPath) << "\n";
+  results() << "wrote " << csvPath << (svgPath.empty() ? "" : " and " + svgPath) << "\n";
   return kExitOk;
 }
 
@@ -264,7 +265,7 @@ int runTrain(const TrainCliOptions &options) {
   Expected<train::ArtifactTrainResult> r = train::trainArtifact(artifact, to);
   if (!r)
     return commandError("train", r.error());
-  train::writeTrainReport(*r, opt.out, std::cout);
+  train::writeTrainReport(*r, opt.out, results());
   return kExitOk;
 }
 
@@ -290,7 +291,7 @@ int runEval(const TrainCliOptions &opt) {
       train::evaluate(forwardOf(**step), p.config, *data, opt.evalBatches);
   if (!e)
     return commandError("eval", e.error());
-  std::cout << p.name << " at step " << ck->step << ": loss " << e->loss << " (" << e->bitsPerByte
+  results() << p.name << " at step " << ck->step << ": loss " << e->loss << " (" << e->bitsPerByte
             << " bits/byte), accuracy " << e->accuracy << " over " << e->positions
             << " positions\n";
   return kExitOk;
@@ -381,7 +382,7 @@ int runGenerate(const TrainCliOptions &opt) {
     t &= 0xff;
   if (tokens.empty())
     tokens.push_back('\n');
-  std::cout << opt.prompt << std::flush;
+  results() << opt.prompt << std::flush;
   for (int i = 0; i < opt.bytes; ++i) {
     // The last `seq` bytes, padded after the end (a causal model never looks
     // ahead; LSH's sort sees the padding, as in training on shorter text).
@@ -413,9 +414,9 @@ int runGenerate(const TrainCliOptions &opt) {
       }
     }
     tokens.push_back(next);
-    std::cout << char(next) << std::flush;
+    results() << char(next) << std::flush;
   }
-  std::cout << "\n";
+  results() << "\n";
   return kExitOk;
 }
 
@@ -460,7 +461,7 @@ int runFill(const TrainCliOptions &opt) {
         best = l[v] > l[best] ? v : best;
       out[i] = char(best);
     }
-  std::cout << out << "\n";
+  results() << out << "\n";
   return kExitOk;
 }
 

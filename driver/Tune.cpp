@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "driver/Tune.h"
+#include "driver/Report.h"
 #include "driver/BenchCommon.h"
 #include "driver/Compile.h"
 #include "driver/ModelConfig.h"
@@ -36,7 +37,7 @@
 #include <thread>
 #include <cmath>
 #include <fstream>
-#include <iostream>
+#include <ostream>
 #include <unistd.h>
 
 using namespace mlir;
@@ -44,7 +45,7 @@ using namespace mlir;
 namespace attnc::driver {
 
 int tuneFail(const std::string &msg) {
-  std::cerr << "attnc tune: error: " << msg << "\n";
+  diagnostics() << "attnc tune: error: " << msg << "\n";
   return kExitInput;
 }
 
@@ -200,7 +201,7 @@ int runTune(const TuneOptions &opt) {
     Expected<tune::TuningDb> db = tune::TuningDb::open(path);
     if (!db)
       return fail(db.error());
-    std::cout << db->show();
+    results() << db->show();
     return kExitOk;
   }
   MLIRContext context;
@@ -219,7 +220,7 @@ int runTune(const TuneOptions &opt) {
         if (int rc = tuneAccuracy(*module, model, variantOf(model), opt, path,
                                   tune::hostToolchain(), budgetLeft))
           return rc;
-    std::cout << "tuning database: " << path << "\n";
+    results() << "tuning database: " << path << "\n";
     return kExitOk;
   }
   Expected<tune::TuningDb> db = tune::TuningDb::open(path);
@@ -239,7 +240,7 @@ int runTune(const TuneOptions &opt) {
     attn::VariantOp variant = variantOf(model);
     const std::string name = model.getSymName().str();
     if (variant.getLsh()) {
-      std::cout << name << ": LSH attention runs one chunk per task on the CPU; no tile to tune\n";
+      results() << name << ": LSH attention runs one chunk per task on the CPU; no tile to tune\n";
       continue;
     }
     const int64_t H = model.getHeads(), D = model.getDModel() / H, S = model.getSeq();
@@ -251,10 +252,10 @@ int runTune(const TuneOptions &opt) {
       return fail(name + ": no tile config fits (nothing compiled or run):\n" + rejections(space));
     // The promising ones first: a --budget run measures those.
     tune::orderByCpuCost(space, int(S), int(D), variant.getCausal());
-    std::cout << name << ": cost-model order:";
+    results() << name << ": cost-model order:";
     for (const tile::TileConfig &c : space.candidates)
-      std::cout << " " << c.blockQ << "x" << c.blockKv;
-    std::cout << "\n";
+      results() << " " << c.blockQ << "x" << c.blockKv;
+    results() << "\n";
     TileBench tileBench(*module, model, variant, B, opt.repeats);
     const int threads =
         opt.jobs > 0 ? opt.jobs : std::max(1, int(std::thread::hardware_concurrency()));
@@ -312,17 +313,17 @@ int runTune(const TuneOptions &opt) {
             timed.empty() ? 0 : std::min_element(timed.begin(), timed.end(), [](auto &x, auto &y) {
                                   return x.first < y.first;
                                 })->first;
-        std::cerr << "\r  " << name << ": " << done << "/" << space.candidates.size()
-                  << " candidates, best " << bench::fmt(best, 3) << " ms, ETA "
-                  << bench::fmt(elapsed() / double(done) * double(space.candidates.size() - done),
-                                0)
-                  << " s      " << std::flush;
+        diagnostics() << "\r  " << name << ": " << done << "/" << space.candidates.size()
+                      << " candidates, best " << bench::fmt(best, 3) << " ms, ETA "
+                      << bench::fmt(
+                             elapsed() / double(done) * double(space.candidates.size() - done), 0)
+                      << " s      " << std::flush;
       }
     }
     if (tty)
-      std::cerr << "\r" << std::string(70, ' ') << "\r";
+      diagnostics() << "\r" << std::string(70, ' ') << "\r";
     if (outOfBudget || timed.empty()) {
-      std::cout << name << ": " << done << " of " << space.candidates.size()
+      results() << name << ": " << done << " of " << space.candidates.size()
                 << " candidates measured when the --budget ran out; rerun to continue\n";
       break;
     }
@@ -351,7 +352,7 @@ int runTune(const TuneOptions &opt) {
     db->choose(device, key, tc, cfg, med[best], spread[best]);
     if (Status s = db->save(); !s)
       return fail(s.error());
-    std::cout << name << " (" << key.shapeBucket << ", batch " << B << "): " << cfg << " "
+    results() << name << " (" << key.shapeBucket << ", batch " << B << "): " << cfg << " "
               << bench::fmt(med[best], 3) << " ms fwd+bwd (spread "
               << bench::fmt(100 * spread[best], 1) << " %); heuristic bq=64,bkv=64 "
               << bench::fmt(med[0], 3) << " ms (" << bench::fmt(med[0] / med[best]) << "x)"
@@ -366,7 +367,7 @@ int runTune(const TuneOptions &opt) {
         return rc;
       ++tuned;
     }
-  std::cout << "tuning database: " << path << " (" << tuned << " kernel(s) chosen, "
+  results() << "tuning database: " << path << " (" << tuned << " kernel(s) chosen, "
             << bench::fmt(elapsed(), 1) << " s)\n";
   return kExitOk;
 }
@@ -440,13 +441,13 @@ int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::
     }
   }
   if (rows.empty()) {
-    std::cout << "no tunable kernel in " << opt.spec
+    results() << "no tunable kernel in " << opt.spec
               << " (a model whose attention leaves its tile auto, or an FFN chunk left auto)\n";
     return kExitOk;
   }
-  std::cout << "tuned vs heuristic configs from " << path << " (batch " << opt.batch
+  results() << "tuned vs heuristic configs from " << path << " (batch " << opt.batch
             << ", median of " << opt.repeats << ", heuristic and tuned re-timed interleaved)\n";
-  std::cout << "  model                kernel              heuristic        ms   tuned"
+  results() << "  model                kernel              heuristic        ms   tuned"
                "            ms   speedup  spread\n";
   std::ofstream csv(csvPath);
   csv << "model,kernel,heuristic,heuristic_ms,tuned,tuned_ms,speedup,spread\n";
@@ -456,7 +457,7 @@ int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::
     auto pad = [](const std::string &t, size_t w) {
       return t + std::string(t.size() < w ? w - t.size() : 1, ' ');
     };
-    std::cout << "  " << pad(r.model, 21) << pad(r.kernel, 20) << pad(r.heuristic, 13)
+    results() << "  " << pad(r.model, 21) << pad(r.kernel, 20) << pad(r.heuristic, 13)
               << pad(bench::fmt(r.heuristicMs, 3), 8) << pad(r.tuned, 13)
               << pad(bench::fmt(r.tunedMs, 3), 8) << pad(bench::fmt(r.heuristicMs / r.tunedMs), 9)
               << (std::isnan(r.spread) ? "-" : bench::fmt(100 * r.spread, 1) + " %")
@@ -474,7 +475,7 @@ int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::
   if (!bench::writeBarPlot(svgPath, "tuned vs heuristic (ms, lower is better)", categories,
                            {heur, tuned}))
     return fail("cannot write " + svgPath);
-  std::cout << "wrote " << csvPath << " and " << svgPath << "\n";
+  results() << "wrote " << csvPath << " and " << svgPath << "\n";
   return kExitOk;
 }
 

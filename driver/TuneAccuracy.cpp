@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "driver/Tune.h"
+#include "driver/Report.h"
 #include "driver/BenchCommon.h"
 #include "driver/Compile.h"
 #include "driver/Run.h"
@@ -23,7 +24,7 @@
 #include "mlir/IR/Builders.h"
 
 #include <cmath>
-#include <iostream>
+#include <ostream>
 
 using namespace mlir;
 
@@ -109,7 +110,7 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
   auto lr = variant.getLowrankAttr();
   auto lsh = variant.getLshAttr();
   if (!lr && !lsh) {
-    std::cout << name << ": exact attention; no accuracy-for-time trade to tune\n";
+    results() << name << ": exact attention; no accuracy-for-time trade to tune\n";
     return kExitOk;
   }
   const int H = int(model.getHeads()), D = int(model.getDModel() / model.getHeads());
@@ -122,12 +123,12 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
     // sees on an evaluation batch. A checkpoint fixes k (its E and F are
     // k x N), so only LSH's rounds and chunk can be calibrated this way.
     if (lr) {
-      std::cerr << "attnc tune: error: --checkpoint calibrates LSH rounds and chunk; a "
-                   "low-rank checkpoint's E and F fix k (calibrate k without --checkpoint)\n";
+      diagnostics() << "attnc tune: error: --checkpoint calibrates LSH rounds and chunk; a "
+                       "low-rank checkpoint's E and F fix k (calibrate k without --checkpoint)\n";
       return kExitInput;
     }
     if (opt.data.empty()) {
-      std::cerr << "attnc tune: error: --checkpoint needs --data (what the run trained on)\n";
+      diagnostics() << "attnc tune: error: --checkpoint needs --data (what the run trained on)\n";
       return kExitInput;
     }
     TrainCliOptions t;
@@ -186,7 +187,7 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
     return rc;
   Expected<AttentionOutputs> exactOut = exactKernel->run(in);
   if (!exactOut) {
-    std::cerr << "attnc tune: error: exact attention: " << exactOut.error() << "\n";
+    diagnostics() << "attnc tune: error: exact attention: " << exactOut.error() << "\n";
     return kExitInput;
   }
   const std::vector<float> exact = exactOut->out.asF32();
@@ -240,7 +241,7 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
   };
   Expected<tune::TuningDb> db = tune::TuningDb::open(dbPath);
   if (!db) {
-    std::cerr << "attnc tune: error: " << db.error() << "\n";
+    diagnostics() << "attnc tune: error: " << db.error() << "\n";
     return kExitInput;
   }
   // The key says what was traded and for which budget: another budget is
@@ -253,7 +254,7 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
   size_t done = 0;
   for (Candidate &c : cands) {
     if (std::chrono::duration<double>(bench::Clock::now() - t0).count() > elapsedBudget) {
-      std::cout << name << ": --budget ran out after " << done << " of " << cands.size()
+      results() << name << ": --budget ran out after " << done << " of " << cands.size()
                 << " candidates\n";
       break;
     }
@@ -275,26 +276,26 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
       c.ms = m.medianMs = timeIt(*kernel);
     }
     if (Status s = db->recordMeasurement(device, key, toolchain, m); !s) {
-      std::cerr << "attnc tune: error: " << s.error() << "\n";
+      diagnostics() << "attnc tune: error: " << s.error() << "\n";
       return kExitInput;
     }
     ++done;
-    std::cerr << "  " << name << ": " << done << "/" << cands.size() << " " << c.config
-              << (c.failure.empty() ? "" : " failed") << "\n";
+    diagnostics() << "  " << name << ": " << done << "/" << cands.size() << " " << c.config
+                  << (c.failure.empty() ? "" : " failed") << "\n";
   }
   elapsedBudget -= std::chrono::duration<double>(bench::Clock::now() - t0).count();
 
   // The frontier: a candidate is on it when no other is both faster and
   // more accurate.
   const Candidate *best = nullptr;
-  std::cout << name << " (" << (lr ? "low-rank" : "LSH") << ", N " << N << ", B " << B << ", H "
+  results() << name << " (" << (lr ? "low-rank" : "LSH") << ", N " << N << ", B " << B << ", H "
             << H << ", D " << D << "): error-time frontier against exact attention ("
             << bench::fmt(exactMs, 3) << " ms) on " << source << "\n";
-  std::cout << "  config               rel. error    ms      frontier  within "
+  results() << "  config               rel. error    ms      frontier  within "
             << bench::fmt(opt.maxError, 4) << "\n";
   for (const Candidate &c : cands) {
     if (!c.failure.empty()) {
-      std::cout << "  " << c.config << ": failed: " << c.failure << "\n";
+      results() << "  " << c.config << ": failed: " << c.failure << "\n";
       continue;
     }
     bool dominated = false;
@@ -304,23 +305,23 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
     const bool within = c.relError <= opt.maxError;
     if (within && std::isfinite(c.ms) && (!best || c.ms < best->ms))
       best = &c;
-    std::cout << "  " << c.config
+    results() << "  " << c.config
               << std::string(c.config.size() < 20 ? 20 - c.config.size() : 1, ' ')
               << bench::fmt(c.relError, 4) << "      " << bench::fmt(c.ms, 3) << "  "
               << (dominated ? "  " : " *") << "        " << (within ? "yes" : "no") << "\n";
   }
   if (!best) {
-    std::cout << name << ": no candidate is within --max-error " << bench::fmt(opt.maxError, 4)
+    results() << name << ": no candidate is within --max-error " << bench::fmt(opt.maxError, 4)
               << "; use exact attention (" << bench::fmt(exactMs, 3)
               << " ms) or allow a larger error\n";
     db->choose(device, key, toolchain, "exact", exactMs, 0);
   } else if (exactMs <= best->ms) {
-    std::cout << name << ": exact attention (" << bench::fmt(exactMs, 3)
+    results() << name << ": exact attention (" << bench::fmt(exactMs, 3)
               << " ms) is as fast as the best candidate within the budget (" << best->config << ", "
               << bench::fmt(best->ms, 3) << " ms) at N " << N << ": use exact attention here\n";
     db->choose(device, key, toolchain, "exact", exactMs, 0);
   } else {
-    std::cout << name << ": chose " << best->config << " (error " << bench::fmt(best->relError, 4)
+    results() << name << ": chose " << best->config << " (error " << bench::fmt(best->relError, 4)
               << ", " << bench::fmt(best->ms, 3) << " ms, " << bench::fmt(exactMs / best->ms)
               << "x faster than exact attention)\n";
     db->choose(device, key, toolchain, best->config, best->ms, 0);
@@ -341,7 +342,7 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
       lengths.push_back(n);
     lengths.push_back(N);
     int threshold = -1; // the shortest N from which the choice stays faster
-    std::cout << name << ": exact attention vs " << best->config << " by length (B " << B
+    results() << name << ": exact attention vs " << best->config << " by length (B " << B
               << ")\n    N   exact ms  chosen ms  exact/chosen\n";
     for (int n : lengths) {
       Calibration c = calibrationInputs(B, H, n, D, sharedQk, bool(lr), 11);
@@ -356,7 +357,7 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
         threshold = n;
       else if (a >= e)
         threshold = -1;
-      std::cout << "  " << std::string(n < 10000 ? 5 - std::to_string(n).size() : 0, ' ') << n
+      results() << "  " << std::string(n < 10000 ? 5 - std::to_string(n).size() : 0, ' ') << n
                 << "   " << bench::fmt(e, 3) << "      " << bench::fmt(a, 3) << "      "
                 << bench::fmt(e / a) << "\n";
     }
@@ -364,14 +365,14 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
     const std::string cfg =
         threshold < 0 ? "exact_below=none" : "exact_below=" + std::to_string(threshold);
     db->choose(device, crossKey, toolchain, cfg, best->ms, 0);
-    std::cout << name << ": "
+    results() << name << ": "
               << (threshold < 0 ? "exact attention is as fast at every length measured"
                                 : best->config + " is faster from N = " +
                                       std::to_string(threshold) + " on; below it, exact attention")
               << " (" << cfg << ")\n";
   }
   if (Status s = db->save(); !s) {
-    std::cerr << "attnc tune: error: " << s.error() << "\n";
+    diagnostics() << "attnc tune: error: " << s.error() << "\n";
     return kExitInput;
   }
   return kExitOk;

@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "driver/BenchCommon.h"
+#include "driver/Report.h"
 #include "driver/Compile.h"
 #include "driver/Run.h"
 #include "driver/Tune.h"
@@ -31,7 +32,7 @@
 #include "mlir/IR/Builders.h"
 
 #include <atomic>
-#include <iostream>
+#include <ostream>
 #include <thread>
 
 using namespace mlir;
@@ -75,7 +76,7 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
         SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
     const std::string name = model.getSymName().str();
     if (variant.getLsh()) {
-      std::cout << name << ": LSH kernels take their tile from the chunk (attn-tile)\n";
+      results() << name << ": LSH kernels take their tile from the chunk (attn-tile)\n";
       continue;
     }
     const int D = int(model.getDModel() / model.getHeads());
@@ -92,7 +93,7 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
       if (s.candidates.empty())
         return fail(name + ": no " + which + " tile config fits " + opt.arch +
                     " (nothing compiled or launched):\n" + why.substr(0, why.size() - 1));
-      std::cout << name << " " << which << " (" << stringifyDType(model.getDtype()).str() << ", d"
+      results() << name << " " << which << " (" << stringifyDType(model.getDtype()).str() << ", d"
                 << D << ", " << opt.arch << "): " << s.candidates.size() << " configs fit, "
                 << s.rejected.size() << " dropped before compiling\n"
                 << why;
@@ -172,7 +173,7 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
         passed.push_back(&c);
       else
         ptxas.rejected.push_back({c.tile, c.source.empty() ? "pipeline" : "ptxas", c.reason});
-    std::cout << name << " forward: " << cands.size() << " compiled with NVRTC "
+    results() << name << " forward: " << cands.size() << " compiled with NVRTC "
               << NvrtcCompiler::versionFor(sm) << " on " << threads << " thread(s), "
               << passed.size() << " pass ptxas's check\n"
               << tune::summarizeRejections(ptxas);
@@ -256,17 +257,17 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
     db->choose(device, key, tc, cfg, pick->med[pick->best], pick->spread[pick->best]);
     if (Status s = db->save(); !s)
       return fail(s.error());
-    std::cout << name << " forward on " << dev->name << ": " << cfg << " "
+    results() << name << " forward on " << dev->name << ": " << cfg << " "
               << bench::fmt(pick->med[pick->best], 4) << " ms (heuristic "
               << bench::fmt(pick->med[0], 4) << " ms, "
               << bench::fmt(pick->med[0] / pick->med[pick->best]) << "x)\n";
   }
   if (!driver) {
-    std::cerr << "attnc tune: no GPU to time on here (" << driver.error() << "); " << ready
-              << " forward config(s) compiled and passed ptxas's check, rerun on a GPU\n";
+    diagnostics() << "attnc tune: no GPU to time on here (" << driver.error() << "); " << ready
+                  << " forward config(s) compiled and passed ptxas's check, rerun on a GPU\n";
     return kExitNotImplemented;
   }
-  std::cout << "tuning database: " << dbPath << "\n";
+  results() << "tuning database: " << dbPath << "\n";
   return kExitOk;
 }
 

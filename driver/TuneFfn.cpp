@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "driver/BenchCommon.h"
+#include "driver/Report.h"
 #include "driver/Compile.h"
 #include "driver/ModelConfig.h"
 #include "driver/Run.h"
@@ -23,7 +24,7 @@
 #include "mlir/IR/Builders.h"
 
 #include <algorithm>
-#include <iostream>
+#include <ostream>
 #include <unistd.h>
 
 using namespace mlir;
@@ -99,7 +100,7 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
   candidates.push_back(0); // all rows at once
   Expected<tune::TuningDb> db = tune::TuningDb::open(dbPath);
   if (!db) {
-    std::cerr << "attnc tune: error: " << db.error() << "\n";
+    diagnostics() << "attnc tune: error: " << db.error() << "\n";
     return kExitInput;
   }
   db->setAutosave(std::chrono::milliseconds(0));
@@ -128,23 +129,23 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
     else
       timed.push_back({m.medianMs, chunk});
     if (Status s = db->recordMeasurement(device, key, toolchain, m); !s) {
-      std::cerr << "attnc tune: error: " << s.error() << "\n";
+      diagnostics() << "attnc tune: error: " << s.error() << "\n";
       return kExitInput;
     }
     ++done;
     if (tty) { // the live line: done/total, best so far, ETA
       double best = timed.empty() ? 0 : std::min_element(timed.begin(), timed.end())->first;
-      std::cerr << "\r  " << name << " ffn: " << done << "/" << candidates.size()
-                << " chunks, best " << bench::fmt(best, 3) << " ms, ETA "
-                << bench::fmt(spent() / double(done) * double(candidates.size() - done), 0)
-                << " s      " << std::flush;
+      diagnostics() << "\r  " << name << " ffn: " << done << "/" << candidates.size()
+                    << " chunks, best " << bench::fmt(best, 3) << " ms, ETA "
+                    << bench::fmt(spent() / double(done) * double(candidates.size() - done), 0)
+                    << " s      " << std::flush;
     }
   }
   if (tty)
-    std::cerr << "\r" << std::string(70, ' ') << "\r";
+    diagnostics() << "\r" << std::string(70, ' ') << "\r";
   if (done < candidates.size() || timed.empty()) {
     budgetLeft -= spent();
-    std::cout << name << " ffn: " << done << " of " << candidates.size()
+    results() << name << " ffn: " << done << " of " << candidates.size()
               << " chunks measured when the --budget ran out; rerun to continue\n";
     return kExitOk;
   }
@@ -157,17 +158,17 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
       chooseAmongFinalists(finalists.size(), [&](size_t i) { return timeChunk(finalists[i]); });
   budgetLeft -= spent();
   if (!pick) {
-    std::cerr << "attnc tune: error: " << name << ": the training step failed\n";
+    diagnostics() << "attnc tune: error: " << name << ": the training step failed\n";
     return kExitInput;
   }
   const size_t best = pick->best;
   db->choose(device, key, toolchain, tune::ffnChunkConfig(finalists[best]), pick->med[best],
              pick->spread[best]);
   if (Status s = db->save(); !s) {
-    std::cerr << "attnc tune: error: " << s.error() << "\n";
+    diagnostics() << "attnc tune: error: " << s.error() << "\n";
     return kExitInput;
   }
-  std::cout << name << " ffn (" << key.shapeBucket << ", " << rows
+  results() << name << " ffn (" << key.shapeBucket << ", " << rows
             << " rows): " << tune::ffnChunkConfig(finalists[best]) << " "
             << bench::fmt(pick->med[best], 3) << " ms per layer step (spread "
             << bench::fmt(100 * pick->spread[best], 1) << " %); heuristic "

@@ -2,29 +2,25 @@
 //
 // The one C ABI call that needs MLIR: the spec's front end, the resolve
 // and kernel pipelines and the emitters (the driver), then the host
-// compiler or NVRTC. The driver reports its errors on std::cerr; a compile
-// here captures that stream (one compile at a time) and returns what it
-// said as the error's message. A runtime-only build links
+// compiler or NVRTC. Each compile installs its own driver reporter
+// (driver/Report.h) on its thread and returns what the driver said as the
+// error's message; compiles on different threads run concurrently. A
+// runtime-only build links
 // CApiNoCompiler.cpp instead.
 //
 //===----------------------------------------------------------------------===//
 #include "CApiInternal.h"
 
 #include "codegen/AttentionFunction.h"
+#include "driver/Report.h"
 #include "driver/Run.h"
 #include "driver/Spec.h"
 #include "dsl/AttnDialect.h"
-#include "dsl/Diagnostics.h"
-#include "dsl/MLIRGen.h"
-#include "dsl/Parser.h"
 
 #include "mlir/IR/BuiltinTypes.h"
-#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 
 #include <algorithm>
-#include <iostream>
-#include <mutex>
 #include <sstream>
 
 using namespace attnc;
@@ -32,11 +28,11 @@ using namespace attnc::capi;
 
 namespace {
 
-/// std::cerr into a string while alive (the driver prints its errors).
-class CaptureErrors {
+/// The driver's words during one compile on this thread, kept to become
+/// the error's message (each call its own: compiles run concurrently).
+class KeptWords {
 public:
-  CaptureErrors() : old_(std::cerr.rdbuf(text_.rdbuf())) {}
-  ~CaptureErrors() { std::cerr.rdbuf(old_); }
+  KeptWords() : reporter_(text_, text_), scope_(reporter_) {}
   std::string text() const {
     std::string t = text_.str();
     while (!t.empty() && (t.back() == '\n' || t.back() == ' '))
@@ -46,13 +42,9 @@ public:
 
 private:
   std::ostringstream text_;
-  std::streambuf *old_;
+  driver::Reporter reporter_;
+  driver::ScopedReporter scope_;
 };
-
-std::mutex &compileMutex() {
-  static std::mutex m;
-  return m;
-}
 
 /// The spec's text: `spec` itself, or the file it names.
 bool specText(const char *spec, std::string &text, std::string &where, std::string &err) {
@@ -84,23 +76,16 @@ extern "C" attnc_error *attnc_compile(const char *spec, const char *name,
     std::string text, where, err;
     if (!specText(spec, text, where, err))
       return fail(err);
-    std::lock_guard<std::mutex> lock(compileMutex());
-    CaptureErrors captured;
+    KeptWords said;
     auto failed = [&](const std::string &what) {
-      std::string said = captured.text();
-      return fail(said.empty() ? what : what + ":\n" + said);
+      std::string words = said.text();
+      return fail(words.empty() ? what : what + ":\n" + words);
     };
     mlir::MLIRContext context;
-    mlir::ScopedDiagnosticHandler diagnostics(&context, driver::printDiagnostic);
-    DiagnosticEngine diag(text, std::cerr);
-    std::optional<ast::Spec> parsed = parseAndCheck(text, where, diag);
-    if (!parsed)
+    mlir::OwningOpRef<mlir::ModuleOp> module = driver::specModule(context, text, where);
+    if (!module)
       return failed("the spec " + (where == "<spec>" ? std::string("text") : where) +
                     " has errors");
-    registerAttncDialects(context);
-    mlir::OwningOpRef<mlir::ModuleOp> module = mlirGen(context, *parsed);
-    if (!module)
-      return failed("the spec could not be built");
     // The choices attnc train and attnc compile make for this target.
     driver::ResolveFor resolve;
     if (target.cuda)

@@ -10,6 +10,15 @@ if(TARGET attnc_capi)
   add_dependencies(attnc-capi-tests attnc)
   gtest_discover_tests(attnc-capi-tests DISCOVERY_MODE PRE_TEST PROPERTIES TIMEOUT 300)
 
+  # attnc.h's thread-safety contract: eight threads of compile, forward and
+  # backward on shared and own handles, equal to the serial run
+  # (scripts/tsan.sh runs it under ThreadSanitizer).
+  find_package(Threads REQUIRED)
+  add_executable(attnc-capi-threads-tests ${CMAKE_CURRENT_SOURCE_DIR}/unit/CApiThreadsTest.cpp)
+  target_link_libraries(attnc-capi-threads-tests PRIVATE attnc_capi GTest::gtest_main Threads::Threads)
+  target_compile_options(attnc-capi-threads-tests PRIVATE -Wall -Wextra)
+  gtest_discover_tests(attnc-capi-threads-tests DISCOVERY_MODE PRE_TEST PROPERTIES TIMEOUT 600)
+
   # The CUDA calls on a recording libcuda.so.1 (CudaCallerState.cmake's
   # fake): the caller's context, stream and no host waits, without a GPU.
   add_executable(attnc-capi-fake-gpu-tests ${CMAKE_CURRENT_SOURCE_DIR}/unit/CApiFakeGpuTest.cpp)

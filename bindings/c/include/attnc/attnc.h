@@ -13,6 +13,21 @@
  * tensor or the spec's line and column; free it with attnc_error_free.
  * Nothing prints, nothing exits.
  *
+ * Threads: calls may come from any number of threads at once.
+ *   - attnc_compile and attnc_load run concurrently, on the same spec or
+ *     not: each compile has its own compiler state and keeps its own
+ *     diagnostics (an error's message holds only its call's words); the
+ *     kernel cache they share is locked across threads and processes.
+ *   - On one handle, the attnc_variant_* queries, attnc_forward and
+ *     attnc_backward may run concurrently. CPU calls run side by side
+ *     (each call's scratch is its own); CUDA and cuda-sim calls on one
+ *     handle take turns (its scratch is one); calls on different handles
+ *     never wait for each other.
+ *   - attnc_variant_free must not overlap any other call on that handle.
+ *   - Results do not depend on what other threads do: a call gives the
+ *     same bits alone or beside others (test/unit/CApiThreadsTest.cpp,
+ *     also under ThreadSanitizer with scripts/tsan.sh).
+ *
  * Stability: the structs a caller fills carry their size first
  * (struct_size = sizeof the struct it was compiled with), so fields can be
  * added at the end; functions are only added. ATTNC_C_API_VERSION counts
@@ -178,8 +193,8 @@ typedef struct {
  * lengths i32 (values outside 0..N are clamped by the kernels, not
  * checked: reading them would wait for the device). The calls enqueue and
  * return: a failed launch is an error here, a fault inside a kernel
- * surfaces at the caller's next synchronisation. One call at a time per
- * handle (its scratch is one); a call on another stream than the last is
+ * surfaces at the caller's next synchronisation. Calls on one handle take
+ * turns (its scratch is one); a call on another stream than the last is
  * ordered after it by an event.
  *
  * The caller's CUDA state is left alone: every call (compile, load, free

@@ -1,0 +1,46 @@
+//===- Report.cpp - Where the driver's words go ---------------------------===//
+#include "driver/Report.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Location.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <iostream>
+#include <string>
+
+namespace attnc::driver {
+
+namespace {
+thread_local Reporter *current = nullptr;
+} // namespace
+
+// The one place the driver names the console.
+Reporter &Reporter::console() {
+  static Reporter r(std::cout, std::cerr);
+  return r;
+}
+
+Reporter &reporter() { return current ? *current : Reporter::console(); }
+
+ScopedReporter::ScopedReporter(Reporter &r) : previous_(current) { current = &r; }
+ScopedReporter::~ScopedReporter() { current = previous_; }
+
+mlir::LogicalResult reportDiagnostic(mlir::Diagnostic &d) {
+  using mlir::DiagnosticSeverity;
+  const char *kind = d.getSeverity() == DiagnosticSeverity::Error     ? "error"
+                     : d.getSeverity() == DiagnosticSeverity::Warning ? "warning"
+                     : d.getSeverity() == DiagnosticSeverity::Remark  ? "remark"
+                                                                      : "note";
+  std::string loc;
+  llvm::raw_string_ostream ls(loc);
+  d.getLocation().print(ls);
+  if (auto flc = llvm::dyn_cast<mlir::FileLineColLoc>(d.getLocation()))
+    loc = (flc.getFilename().str() + ":" + std::to_string(flc.getLine()) + ":" +
+           std::to_string(flc.getColumn()));
+  diagnostics() << loc << ": " << kind << ": " << d.str() << "\n";
+  for (mlir::Diagnostic &note : d.getNotes())
+    reportDiagnostic(note);
+  return mlir::success();
+}
+
+} // namespace attnc::driver
