@@ -185,7 +185,7 @@ void emitCpuEntries(const ManifestKernel &k, StringRef variant, raw_ostream &os,
       llvm::formatv("{0}, {1}, {2}, {3}", k.blockQ, k.blockKv, k.headDim, variant).str();
   std::string name = (k.backward ? "attnc_cpu_bwd_" : "attnc_cpu_fwd_") + k.name;
   // Low-rank entries run the projections around the attention (CBLAS or
-  // loops, codegen/kernels/cpu/attnc/lowrank.h).
+  // loops, kernels/cpu/attnc/lowrank.h).
   bool lowrank = k.kvSource == "lowrank";
   const char *args = lowrank ? (k.backward ? "cpu::LowRankBwdArgs" : "cpu::LowRankFwdArgs")
                              : (k.backward ? "AttnBwdArgs" : "AttnFwdArgs");

@@ -115,7 +115,7 @@ struct CpuLimits {
 
 /// Per-thread workspace of the CPU kernels for a tile, in bytes: the largest
 /// of the forward, dK/dV and dQ layouts (FwdLayout, DkDvLayout, DqLayout in
-/// codegen/kernels/cpu/attnc/flash_*.h; a unit test holds them equal).
+/// kernels/cpu/attnc/flash_*.h; a unit test holds them equal).
 inline long long cpuWorkspaceBytes(int bq, int bkv, int headDim) {
   const long long q = bq, k = bkv, d = headDim;
   const long long fwd = d * q + 2 * k * d + k * q + q * d + 6 * q;

@@ -1,6 +1,6 @@
 //===- TileAttention.cpp - Tile configs that fit the target ---------------===//
 //
-// Shared-memory footprints come from codegen/kernels/abi/attnc/abi/TileModel.h, the same constexpr
+// Shared-memory footprints come from kernels/abi/attnc/abi/TileModel.h, the same constexpr
 // formulas the kernel headers size their buffers with, so the compiler's
 // check and the kernels cannot disagree.
 //
@@ -58,7 +58,7 @@ struct TileAttentionPass : public attnc::impl::TileAttentionBase<TileAttentionPa
   /// LSH kernels: the CPU processes one chunk per task (block_q = block_kv
   /// = chunk); CUDA blocks take block_q queries of a chunk and stream the
   /// window's keys in block_kv tiles, both dividing the chunk, with static
-  /// shared memory (codegen/kernels/abi/attnc/abi/LshTileModel.h).
+  /// shared memory (kernels/abi/attnc/abi/LshTileModel.h).
   template <typename OpTy> LogicalResult tileLsh(OpTy op, bool backward, unsigned &counter) {
     Type elt = op.getElementType();
     int64_t headDim = op.getHeadDim(), chunk = op.getChunk();

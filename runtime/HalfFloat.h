@@ -2,7 +2,7 @@
 //
 // The runtime's 16-bit conversions: round to nearest even, overflow to
 // Inf, subnormals kept, NaN stays NaN (what cuda_fp16.h's __float2half_rn
-// and cuda_bf16.h's __float2bfloat16_rn do; test/unit/HalfFloatTest.cpp
+// and cuda_bf16.h's __float2bfloat16_rn do; test/unit/runtime/train/HalfFloatTest.cpp
 // checks it). CudaAttention converts kernel operands with them; the
 // emulated CUDA step rounds GEMM inputs with them.
 //

@@ -1,7 +1,7 @@
 //===- KernelDevice.h - Where compiled CUDA kernels run -------*- C++ -*-===//
 //
 // CUDA kernels run on a GPU, or on the CPU under the SIMT emulator
-// (codegen/kernels/emulator): the same kernel source, the same launches,
+// (kernels/emulator): the same kernel source, the same launches,
 // the same runtime code around them. KernelDevice is the memory and the
 // copies (device memory, or host memory filled with NaNs as uninitialised
 // device memory holds garbage), KernelModule the compiled kernels,

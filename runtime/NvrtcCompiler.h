@@ -9,8 +9,8 @@
 //   --gpu-architecture=sm_XX     real arch, so NVRTC emits a CUBIN
 //   --std=c++17                  what the kernel headers are written in
 //   -default-device              unannotated functions (the shared
-//                                constexpr helpers of codegen/kernels/abi/attnc/abi/TileModel.h
-//                                and codegen/kernels/abi/attnc/abi/KernelArgs.h) are device code
+//                                constexpr helpers of kernels/abi/attnc/abi/TileModel.h
+//                                and kernels/abi/attnc/abi/KernelArgs.h) are device code
 //   --ptxas-options=-v           when NvrtcOptions::ptxasVerbose (default),
 //                                so the log reports registers, spills and
 //                                shared memory per kernel

@@ -27,7 +27,7 @@ namespace attnc::philox {
 
 using Block = std::array<uint32_t, 4>;
 
-/// Philox4x32 with 10 rounds (codegen/kernels/abi/attnc/abi/Philox.h, shared with the kernels).
+/// Philox4x32 with 10 rounds (kernels/abi/attnc/abi/Philox.h, shared with the kernels).
 inline Block philox4x32(Block ctr, uint64_t seed) {
   Counter r = philox4x32(Counter{{ctr[0], ctr[1], ctr[2], ctr[3]}}, seed);
   return {r.w[0], r.w[1], r.w[2], r.w[3]};
@@ -41,7 +41,7 @@ inline float normal(uint64_t seed, uint32_t stream, uint64_t index) {
   return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586476925 * u2));
 }
 
-// dropoutUniform (residual dropout) is in codegen/kernels/abi/attnc/abi/Philox.h, which the
+// dropoutUniform (residual dropout) is in kernels/abi/attnc/abi/Philox.h, which the
 // generated model step shares.
 
 /// Rotations [rounds, headDim, buckets/2] of LSH attention, row-major.

@@ -283,14 +283,14 @@ with tarfile.open(sys.argv[1]) as t:
     chmod +x "$work/bin/attnc-rt"
     LD_LIBRARY_PATH="$d/bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$carried" "$d/bin/libattnc.so" \
       >"$dir/ldd.txt" 2>&1
-    if ATTNC_KERNEL_INCLUDE="$root/codegen/kernels" timeout 30 "$work/bin/attnc-rt" info >"$dir/info.txt" 2>&1 &&
+    if ATTNC_KERNEL_INCLUDE="$root/kernels" timeout 30 "$work/bin/attnc-rt" info >"$dir/info.txt" 2>&1 &&
       grep -q "^GPU:" "$dir/info.txt" && [ -f "$d/bin/libattnc.so" ]; then
       how="carried"
       setenv rt "$work/bin/attnc-rt"
       setenv rtbin "$carried"
       setenv lib "$d/bin/libattnc.so"
       setenv rtlibs "$d/bin/lib"
-      setenv ATTNC_KERNEL_INCLUDE "$root/codegen/kernels"
+      setenv ATTNC_KERNEL_INCLUDE "$root/kernels"
       row ok "attnc-rt and libattnc.so: carried ($(head -1 "$d/bin/README" 2>/dev/null)); libraries carried beside them: $(ls "$d/bin/lib" | paste -sd' ' -)"
     else
       row skip "the carried attnc-rt does not run here ($(grep 'not found' "$dir/ldd.txt" | sort -u | paste -sd';' -)$(tail -1 "$dir/info.txt")): building instead"

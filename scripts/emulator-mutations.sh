@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mutation test of the emulator tests (docs/emulator.md): removes each
 # __syncthreads() and each cp.async wait (cpAsyncWait<N>()) of the CUDA
-# kernel headers, one at a time, from a copy of codegen/kernels/cuda/attnc,
+# kernel headers, one at a time, from a copy of kernels/cuda/attnc,
 # rebuilds the emulator tests that include that header against the copy,
 # runs them, and reports which removals they catch ("caught X of Y" and a
 # table of sites). Slow (a rebuild and a run per site, a minute or two
@@ -46,7 +46,7 @@ done
 work="$(mktemp -d /tmp/attnc-mutations.XXXXXX)"
 echo "emulator-mutations: working in $work"
 mkdir -p "$work/base"
-cp -r "$root/codegen/kernels/cuda/attnc" "$work/base/attnc"
+cp -r "$root/kernels/cuda/attnc" "$work/base/attnc"
 
 # The test binaries (their other objects and libraries are linked as built).
 targets="attnc-cuda-kernel-tests attnc-cuda-lsh-tests attnc-cuda-model-step-tests attnc-cuda-optimizer-tests attnc-device-support-tests"
@@ -58,15 +58,15 @@ ninja -C "$build" $targets >/dev/null
 skip='-*ManySlices*'
 [ "$slow" = 1 ] && skip=''
 declare -A src target filter loops
-src[dense]=test/unit/CudaKernelsTest.cpp; target[dense]=attnc-cuda-kernel-tests
+src[dense]=test/unit/kernels/CudaKernelsTest.cpp; target[dense]=attnc-cuda-kernel-tests
 filter[dense]="CudaKernelsEmulated.*:CudaLowRankEmulated.*:CudaEmulator.*$skip"; loops[dense]=1
-src[lsh]=test/unit/CudaLshTest.cpp; target[lsh]=attnc-cuda-lsh-tests
+src[lsh]=test/unit/kernels/CudaLshTest.cpp; target[lsh]=attnc-cuda-lsh-tests
 filter[lsh]="CudaLshEmulated.*$skip"; loops[lsh]=1
-src[step]=test/unit/CudaModelStepTest.cpp; target[step]=attnc-cuda-model-step-tests
+src[step]=test/unit/runtime/train/CudaModelStepTest.cpp; target[step]=attnc-cuda-model-step-tests
 filter[step]="CudaModelStep*"; loops[step]=0
-src[opt]=test/unit/CudaOptimizerTest.cpp; target[opt]=attnc-cuda-optimizer-tests
+src[opt]=test/unit/runtime/train/CudaOptimizerTest.cpp; target[opt]=attnc-cuda-optimizer-tests
 filter[opt]="CudaOptimizerEmu*"; loops[opt]=0
-src[support]=test/unit/DeviceSupportTest.cpp; target[support]=attnc-device-support-tests
+src[support]=test/unit/kernels/DeviceSupportTest.cpp; target[support]=attnc-device-support-tests
 filter[support]="DeviceSupportEmu.*"; loops[support]=1
 
 # The families whose tests include a header.
@@ -83,7 +83,7 @@ families_of() {
 # Compile and link lines of each family, with the kernel include directory,
 # the object and the executable as placeholders.
 for fam in dense lsh step opt support; do
-  python3 - "$build" "$root/${src[$fam]}" "$root/codegen/kernels/cuda" >"$work/$fam.compile" <<'PY'
+  python3 - "$build" "$root/${src[$fam]}" "$root/kernels/cuda" >"$work/$fam.compile" <<'PY'
 import json, sys
 build, source, kernels = sys.argv[1:]
 for e in json.load(open(build + '/compile_commands.json')):
@@ -99,7 +99,7 @@ else:
     sys.exit('no compile command for ' + source)
 PY
   grep -q '@KERNELS@' "$work/$fam.compile" || {
-    echo "emulator-mutations: ${src[$fam]} is not compiled with -I$root/codegen/kernels/cuda" >&2
+    echo "emulator-mutations: ${src[$fam]} is not compiled with -I$root/kernels/cuda" >&2
     exit 2
   }
   link="$(ninja -C "$build" -t commands "${target[$fam]}" | tail -1)"

@@ -17,7 +17,7 @@ namespace attnc::dist {
 
 // NCCL's C API as nccl.h declares it (2.x; stable since 2.0), restated so a
 // build needs no NCCL: the enums are ints, a communicator and a stream are
-// pointers, the unique id is passed by value. test/unit/NcclTest.cpp checks
+// pointers, the unique id is passed by value. test/unit/runtime/dist/NcclTest.cpp checks
 // these against the toolkit's nccl.h where it has one.
 namespace nccl {
 constexpr int kSuccess = 0;

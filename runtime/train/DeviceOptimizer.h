@@ -1,7 +1,7 @@
 //===- DeviceOptimizer.h - Host side of the device AdamW kernels -*- C++ -*-===//
 //
-// What the host computes for codegen/kernels/cuda/attnc/optimizer.cuh's
-// kernels (argument structs in codegen/kernels/abi/attnc/abi/OptimizerArgs.h): the per-step
+// What the host computes for kernels/cuda/attnc/optimizer.cuh's
+// kernels (argument structs in kernels/abi/attnc/abi/OptimizerArgs.h): the per-step
 // constants of AdamW, computed exactly as AdamW::step (Optimizer.cpp) does,
 // so the device update matches the CPU one, and the weight-decay ranges of
 // a flat parameter buffer. Launching is the GPU training step's job.

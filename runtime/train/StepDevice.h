@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-struct attnc_kargs; // codegen/kernels/abi/attnc/abi/model_step_env.h
+struct attnc_kargs; // kernels/abi/attnc/abi/model_step_env.h
 
 namespace attnc {
 class SharedObject;

@@ -1,6 +1,6 @@
 // RUN: attnc-opt %s -split-input-file --attn-tile -verify-diagnostics | FileCheck %s
 
-// Defaults per (dtype, head dim, arch) from codegen/kernels/abi/attnc/abi/TileModel.h, names for
+// Defaults per (dtype, head dim, arch) from kernels/abi/attnc/abi/TileModel.h, names for
 // the emitters; a fixed block_q derives the warps (16 rows per warp).
 // CHECK-LABEL: func.func @test_defaults
 // CHECK: attn.fused_attention direct {{.*}}kernel = "attn0_f16_d64", scale = 1.250000e-01 : f64, tile = #attn.tile<block_q = 128, block_kv = 128, warps = 8, stages = 2>
@@ -47,7 +47,7 @@ func.func @test_registers(%q: tensor<1x1x64x256xf16>) {
 
 // -----
 
-// LSH on CUDA: the default tile of codegen/kernels/abi/attnc/abi/LshTileModel.h (square tiles of
+// LSH on CUDA: the default tile of kernels/abi/attnc/abi/LshTileModel.h (square tiles of
 // the largest power of two <= 64 dividing the chunk that fit 48 KiB of
 // static shared memory: 32 at D = 64), stages = 1.
 // CHECK-LABEL: func.func @test_lsh_default

@@ -54,7 +54,7 @@ typedef int32_t v4i __attribute__((vector_size(16)));
 inline v4 splat(float c) { return v4{c, c, c, c}; }
 
 /// e^x on 4 lanes (SSE width: no ABI change without AVX): Cephes' polynomial with the 1.5·2^23
-/// rounding trick (the scheme of codegen/kernels/cpu/attnc/common.h's expf_fast), a few ulp.
+/// rounding trick (the scheme of kernels/cpu/attnc/common.h's expf_fast), a few ulp.
 /// Written on vector types because the scalar form does not vectorise
 /// without -fno-trapping-math, and libm's tanhf/expf calls cost more than
 /// the FFN's GEMMs. Inputs clamp to [−87.3, 88]; below, 0.

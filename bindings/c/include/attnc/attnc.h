@@ -25,7 +25,7 @@
  *     never wait for each other.
  *   - attnc_variant_free must not overlap any other call on that handle.
  *   - Results do not depend on what other threads do: a call gives the
- *     same bits alone or beside others (test/unit/CApiThreadsTest.cpp,
+ *     same bits alone or beside others (test/unit/bindings/CApiThreadsTest.cpp,
  *     also under ThreadSanitizer with scripts/tsan.sh).
  *
  * Stability: the structs a caller fills carry their size first

@@ -1,0 +1,142 @@
+//===- LshTileModel.h - Tile shapes and shared memory of the LSH kernels --===//
+//
+// The numbers the compiler's tile pass, the CUDA LSH kernels
+// (kernels/cuda/attnc/lsh.cuh) and the runtime agree on: the static
+// shared memory of every LSH kernel, the shape constraints of their tiles,
+// the default tile per (chunk, head dim) and the grids. constexpr only and
+// no headers, so NVRTC and the host compiler both read it. See
+// docs/kernels.md, "LSH kernels (Reformer)".
+//
+// The LSH kernels are SIMT and fp32 inside whatever T is: tiles are gathered
+// by the sort permutation (rows are not contiguous in memory), converted to
+// fp32 and kept in shared memory rows of D + 1 floats (an odd stride: the
+// column-wise accesses of the dot products hit distinct banks). Sizes in
+// bytes, LD = D + 1:
+//
+//   hash        4 * kLshMaxBuckets                  bucket histogram/offsets
+//   fwd         4 * (BQ*LD + BKV*LD                 Q; K, then V rows
+//                    + BQ*(BKV+1) + BQ + BKV)       P tile; positions
+//   bwd dQ      4 * (2*BQ*LD + 2*BKV*LD             Q, dO; K, V
+//                    + BQ*(BKV+1) + 3*BQ + BKV)     G; round lse, delta, pos.
+//   bwd dK/dV   4 * (2*BKV*LD + 2*BQ*LD             K, V; Q, dO
+//                    + 2*BKV*(BQ+1) + 4*BQ + BKV)   P^T, G^T; round lse, round
+//                                                   weight, delta, positions
+//   combine, bwd preprocess, bwd combine: none
+//
+// Threads: WARPS * 32. The fwd and dQ kernels give each query row of the
+// tile kThreads / BQ consecutive lanes (a power of two <= 32, so a row's
+// softmax reductions are shuffles within one warp); dK/dV gives each key
+// row kThreads / BKV lanes. Hence BQ and BKV must divide WARPS * 32 and be
+// at least WARPS, and divide CHUNK (a tile never straddles two chunks).
+// All kernels together use at most kLshSmemLimitBytes of static shared
+// memory (no opt-in, every arch).
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_ABI_LSHTILEMODEL_H
+#define ATTNC_ABI_LSHTILEMODEL_H
+
+#include "attnc/abi/TileModel.h" // the grid helpers
+
+#if defined(__CUDACC__)
+#define ATTNC_LSH_TILE_FN __host__ __device__ constexpr
+#else
+#define ATTNC_LSH_TILE_FN constexpr
+#endif
+
+namespace attnc::tile {
+
+/// Largest num_buckets the hash kernel handles (its histogram is in shared
+/// memory). num_buckets must also be even and >= 2; the hash kernel writes
+/// an all-pad permutation (every output 0, lse -inf) otherwise, so callers
+/// must check.
+constexpr int kLshMaxBuckets = 2048;
+/// Static shared memory of one LSH kernel, in bytes.
+constexpr int kLshSmemLimitBytes = 48 * 1024;
+/// Positions per block of lsh_combine, lsh_bwd_preprocess, lsh_bwd_combine.
+constexpr int kLshRowsPerBlock = 64;
+/// A tile of the LSH kernels: BQ query slots and BKV key slots per tile,
+/// WARPS warps per block (all seven kernels share it).
+struct LshTile {
+  int blockQ, blockKv, warps;
+};
+
+ATTNC_LSH_TILE_FN int lshMax(int a, int b) { return a > b ? a : b; }
+ATTNC_LSH_TILE_FN int lshMin(int a, int b) { return a < b ? a : b; }
+
+/// Sorted slots per (batch, head, round): N rounded up to whole chunks.
+ATTNC_LSH_TILE_FN int lshPaddedLength(int n, int chunk) { return (n + chunk - 1) / chunk * chunk; }
+
+ATTNC_LSH_TILE_FN int lshHashSmemBytes() { return 4 * kLshMaxBuckets; }
+ATTNC_LSH_TILE_FN int lshFwdSmemBytes(int blockQ, int blockKv, int headDim) {
+  return 4 * (blockQ * (headDim + 1) + blockKv * (headDim + 1) + blockQ * (blockKv + 1) + blockQ +
+              blockKv);
+}
+ATTNC_LSH_TILE_FN int lshBwdDqSmemBytes(int blockQ, int blockKv, int headDim) {
+  return 4 * (2 * blockQ * (headDim + 1) + 2 * blockKv * (headDim + 1) + blockQ * (blockKv + 1) +
+              3 * blockQ + blockKv);
+}
+ATTNC_LSH_TILE_FN int lshBwdDkdvSmemBytes(int blockQ, int blockKv, int headDim) {
+  return 4 * (2 * blockKv * (headDim + 1) + 2 * blockQ * (headDim + 1) +
+              2 * blockKv * (blockQ + 1) + 4 * blockQ + blockKv);
+}
+/// The largest static shared memory of the seven kernels.
+ATTNC_LSH_TILE_FN int lshSmemBytes(const LshTile &t, int headDim) {
+  return lshMax(lshMax(lshHashSmemBytes(), lshFwdSmemBytes(t.blockQ, t.blockKv, headDim)),
+                lshMax(lshBwdDqSmemBytes(t.blockQ, t.blockKv, headDim),
+                       lshBwdDkdvSmemBytes(t.blockQ, t.blockKv, headDim)));
+}
+
+/// Shape constraints of the kernel templates (static_asserted there too).
+ATTNC_LSH_TILE_FN bool lshValidTile(const LshTile &t, int chunk, int headDim) {
+  const int threads = t.warps * 32;
+  return chunk >= 1 && headDim >= 1 && t.warps >= 1 && threads <= 1024 && t.blockQ >= 1 &&
+         t.blockKv >= 1 && chunk % t.blockQ == 0 && chunk % t.blockKv == 0 &&
+         threads % t.blockQ == 0 && threads % t.blockKv == 0 && threads / t.blockQ <= 32 &&
+         threads / t.blockKv <= 32 && lshSmemBytes(t, headDim) <= kLshSmemLimitBytes;
+}
+
+/// The default tile for a chunk size and head dim: square tiles of the
+/// largest power of two that divides the chunk, is at most 64 and fits
+/// kLshSmemLimitBytes (the dK/dV kernel is the largest): 32 for D <= 64,
+/// 16 for D <= 128 (D = 80, 96, 128), 8 for D = 256; 4 warps (fewer for
+/// tiles under 4 rows, odd chunks end at 1 x 1 tiles with one warp).
+/// Checked to compile without spills for sm_75/80/90 by
+/// test/unit/kernels/CudaLshTest.cpp.
+ATTNC_LSH_TILE_FN LshTile lshDefaultTile(int chunk, int headDim) {
+  for (int t = 64; t > 1; t /= 2) {
+    const LshTile c{t, t, lshMin(4, t)};
+    if (lshValidTile(c, chunk, headDim))
+      return c;
+  }
+  return LshTile{1, 1, 1};
+}
+
+/// Grids of the kernels for B * H = bh and the given rounds: tiles x rows
+/// flattened into x (TileModel.h's gridBlock; y is always 1), rows being
+/// bh * rounds in the per-round kernels (lsh_fwd, lsh_bwd_dq,
+/// lsh_bwd_dkdv) and bh in the others. Callers check x <= kMaxGridX.
+struct LshGrid {
+  long long x;
+  int y;
+};
+ATTNC_LSH_TILE_FN LshGrid lshFlatGrid(long long tiles, long long rows) {
+  return {gridBlocks(tiles, rows), 1};
+}
+ATTNC_LSH_TILE_FN LshGrid lshHashGrid(int bh, int rounds) { return lshFlatGrid(rounds, bh); }
+ATTNC_LSH_TILE_FN LshGrid lshFwdGrid(const LshTile &t, int n, int chunk, int bh, int rounds) {
+  return lshFlatGrid(gridTiles(lshPaddedLength(n, chunk), t.blockQ), (long long)bh * rounds);
+}
+ATTNC_LSH_TILE_FN LshGrid lshBwdDqGrid(const LshTile &t, int n, int chunk, int bh, int rounds) {
+  return lshFlatGrid(gridTiles(lshPaddedLength(n, chunk), t.blockQ), (long long)bh * rounds);
+}
+ATTNC_LSH_TILE_FN LshGrid lshBwdDkdvGrid(const LshTile &t, int n, int chunk, int bh, int rounds) {
+  return lshFlatGrid(gridTiles(lshPaddedLength(n, chunk), t.blockKv), (long long)bh * rounds);
+}
+/// lsh_combine, lsh_bwd_preprocess and lsh_bwd_combine.
+ATTNC_LSH_TILE_FN LshGrid lshRowGrid(int n, int bh) {
+  return lshFlatGrid(gridTiles(n, kLshRowsPerBlock), bh);
+}
+
+} // namespace attnc::tile
+
+#endif // ATTNC_ABI_LSHTILEMODEL_H
