@@ -214,7 +214,7 @@ int runBench(const BenchOptions &opt) {
   bool tty = isatty(STDERR_FILENO);
   MLIRContext context;
   registerAttncDialects(context);
-  reportDiagnosticsOf(context);
+  reportDiagnosticsOf(context, /*errorsOnly=*/true);
   OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&context));
   OpBuilder b(module->getBody(), module->getBody()->end());
   auto autoTile = attn::TileAttr::getAuto(&context);

@@ -51,7 +51,7 @@ int runCudaBench(const BenchOptions &opt) {
   }
   MLIRContext context;
   registerAttncDialects(context);
-  reportDiagnosticsOf(context);
+  reportDiagnosticsOf(context, /*errorsOnly=*/true);
   OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&context));
   OpBuilder b(module->getBody(), module->getBody()->end());
   auto autoTile = attn::TileAttr::getAuto(&context);

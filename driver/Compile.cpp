@@ -57,7 +57,7 @@ void notePrecisionOnArch(const std::vector<ManifestKernel> &kernels, const std::
     bf16 = bf16 || k.dtype == "bf16";
     fp16 = fp16 || k.dtype == "f16";
   }
-  // What the kernel headers do there (codegen/kernels/cuda/attnc/mma.cuh,
+  // What the kernel headers do there (kernels/cuda/attnc/mma.cuh,
   // copy.cuh). Once per process: attnc tune compiles many candidates.
   static std::mutex mutex; // compiles may run on several threads
   static std::set<std::string> said;

@@ -26,78 +26,112 @@ namespace attnc::driver {
 namespace {
 
 /// A run directory keeps the kernel choices of its first run (the attention
-/// tile and the FFN chunk, which may come from the tuning database):
-/// resuming and evaluating use the same ones whatever the database says now,
-/// since another tile or chunk sums in another order and would break the
-/// exact resume. The file names the spec (hash) and model it belongs to and
-/// is ignored for any other; `attnc train` writes it (a fresh run with
-/// --no-resume chooses again), eval/generate/fill read it, and the checks
-/// (--grad-check, --check-reversible) leave it alone.
-int pinRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Prepared &p,
-                  attn::LayerOp layer, attn::VariantOp variant, train::ModelConfig &c) {
-  if (pin == Pin::None)
-    return kExitOk;
-  const std::string path = opt.out + "/kernel-choices.json";
+/// tile and the FFN chunk, which may come from the tuning database; k and
+/// LSH rounds and chunk): resuming and evaluating use the same ones whatever
+/// the database says now, since another tile or chunk sums in another order
+/// and would break the exact resume. The file names the spec (hash) and
+/// model it belongs to and is ignored for any other; `attnc train` writes
+/// it (a fresh run with --no-resume chooses again), eval/generate/fill read
+/// it, and the checks (--grad-check, --check-reversible) leave it alone.
+/// They are the first layer attn-apply-tuning applies (its run-choices), in
+/// the form runChoicesOf gives.
+std::string runChoicesPath(const TrainCliOptions &opt) { return opt.out + "/kernel-choices.json"; }
+
+/// The resolved choices of `model` as attn-apply-tuning's run-choices.
+std::vector<std::string> runChoicesOf(attn::ModelOp model) {
+  auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
+  auto variant =
+      SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
+  const train::ModelConfig c = modelConfigOf(model, layer, variant);
   attn::TileAttr tile = variant.getTile();
-  Expected<std::string> text = fs::readFile(path);
-  if (text && !(pin == Pin::ReadWrite && !opt.resume)) {
-    nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j["block_q"].is_number_integer() || !j["block_kv"].is_number_integer() ||
-        !j["ffn_chunk"].is_number_integer() || !j["spec_hash"].is_string() ||
-        !j["model"].is_string())
-      return commandError(cmd, path +
-                                   " is not a kernel-choices file (an object with integer block_q, "
-                                   "block_kv and ffn_chunk, and the spec_hash and model it belongs "
-                                   "to); remove it to choose again");
-    if (j["spec_hash"] == p.specHash && j["model"] == p.name) {
-      const int64_t bq = j["block_q"], bkv = j["block_kv"], chunk = j["ffn_chunk"];
-      // k and LSH rounds/chunk shape the weights: the run's own values.
-      const int64_t k = j.value("k", int64_t(c.lowrankK));
-      const int64_t rounds = j.value("lsh_rounds", int64_t(c.lshRounds));
-      auto lsh = variant.getLshAttr();
-      const int64_t lshChunk = j.value("lsh_chunk", lsh ? int64_t(lsh.getChunk()) : 0);
-      if (bq != tile.getBlockQ() || bkv != tile.getBlockKv() || chunk != c.ffnChunk ||
-          k != c.lowrankK || rounds != c.lshRounds || (lsh && lshChunk != lsh.getChunk()))
-        diagnostics() << "attnc " << cmd << ": using this run's kernel choices from " << path
-                      << " (tile " << bq << "x" << bkv << ", ffn chunk " << chunk
-                      << (c.lowrank ? ", k " + std::to_string(k) : "")
-                      << (lsh ? ", LSH rounds " + std::to_string(rounds) + " chunk " +
-                                    std::to_string(lshChunk)
-                              : "")
-                      << ")\n";
-      variant.setTileAttr(
-          attn::TileAttr::get(variant.getContext(), bq, bkv, tile.getWarps(), tile.getStages()));
-      c.ffnChunk = int(chunk);
-      if (layer.getFfnChunk()) // 0: all rows at once
-        layer.setFfnChunkAttr(Builder(layer).getI64IntegerAttr(chunk));
-      if (auto lr = variant.getLowrankAttr()) {
-        variant.setLowrankAttr(attn::LowRankAttr::get(variant.getContext(), k, lr.getShare()));
-        c.lowrankK = int(k);
-      }
-      if (lsh) {
-        variant.setLshAttr(attn::LshAttr::get(variant.getContext(), lsh.getBuckets(), rounds,
-                                              lshChunk, lsh.getBefore(), lsh.getAfter(),
-                                              lsh.getSeed(), lsh.getDenseFallback()));
-        c.lshRounds = int(rounds);
-      }
-      return kExitOk;
-    }
-  }
-  if (pin != Pin::ReadWrite)
-    return kExitOk;
-  // Another spec's or model's file with its checkpoint stays: loading that
-  // checkpoint fails with a spec mismatch, and that run keeps its choices.
-  if (text && opt.resume && fs::readFile(opt.out + "/latest.json"))
-    return kExitOk;
-  nlohmann::json j = {{"spec_hash", p.specHash},
-                      {"model", p.name},
-                      {"block_q", tile.getBlockQ()},
-                      {"block_kv", tile.getBlockKv()},
-                      {"ffn_chunk", c.ffnChunk}};
+  auto entry = [](const char *key, int64_t v) {
+    return std::string(key) + "=" + std::to_string(v);
+  };
+  std::vector<std::string> out = {
+      "model=" + model.getSymName().str(), entry("block_q", tile.getBlockQ()),
+      entry("block_kv", tile.getBlockKv()), entry("ffn_chunk", c.ffnChunk)};
   if (c.lowrank)
-    j["k"] = c.lowrankK;
-  if (auto lsh = variant.getLshAttr())
-    j["lsh_rounds"] = lsh.getRounds(), j["lsh_chunk"] = lsh.getChunk();
+    out.push_back(entry("k", c.lowrankK));
+  if (auto lsh = variant.getLshAttr()) {
+    out.push_back(entry("lsh_rounds", lsh.getRounds()));
+    out.push_back(entry("lsh_chunk", lsh.getChunk()));
+  }
+  return out;
+}
+
+/// Reads the run directory's pins for this spec and model into `layer`
+/// (empty when there are none, or they are another spec's or model's, or a
+/// fresh run chooses again). A file that is not a kernel-choices file is an
+/// error.
+int readRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Prepared &p,
+                   std::vector<std::string> &layer) {
+  if (pin == Pin::None || (pin == Pin::ReadWrite && !opt.resume))
+    return kExitOk;
+  const std::string path = runChoicesPath(opt);
+  Expected<std::string> text = fs::readFile(path);
+  if (!text)
+    return kExitOk;
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j["block_q"].is_number_integer() || !j["block_kv"].is_number_integer() ||
+      !j["ffn_chunk"].is_number_integer() || !j["spec_hash"].is_string() || !j["model"].is_string())
+    return commandError(cmd, path +
+                                 " is not a kernel-choices file (an object with integer block_q, "
+                                 "block_kv and ffn_chunk, and the spec_hash and model it belongs "
+                                 "to); remove it to choose again");
+  if (j["spec_hash"] != p.specHash || j["model"] != p.name)
+    return kExitOk;
+  layer.push_back("model=" + p.name);
+  for (const char *key : {"block_q", "block_kv", "ffn_chunk", "k", "lsh_rounds", "lsh_chunk"})
+    if (j.contains(key) && j[key].is_number_integer())
+      layer.push_back(std::string(key) + "=" + std::to_string(j[key].get<int64_t>()));
+  return kExitOk;
+}
+
+/// Says so when the run's pins differ from what the database and the
+/// heuristics would choose today (what a fresh resolve of `fresh`, a copy
+/// of the module before resolution, gives).
+void notePinnedChoices(const char *cmd, const TrainCliOptions &opt, attn::ModelOp model,
+                       ModuleOp fresh) {
+  ResolveFor resolve;
+  if (!resolveAuto(fresh, resolve))
+    return;
+  attn::ModelOp freshModel;
+  for (attn::ModelOp m : fresh.getOps<attn::ModelOp>())
+    if (m.getSymName() == model.getSymName())
+      freshModel = m;
+  const std::vector<std::string> pinned = runChoicesOf(model);
+  if (!freshModel || runChoicesOf(freshModel) == pinned)
+    return;
+  auto value = [&](const std::string &key) {
+    for (const std::string &e : pinned)
+      if (e.rfind(key + "=", 0) == 0)
+        return e.substr(key.size() + 1);
+    return std::string();
+  };
+  const std::string k = value("k"), rounds = value("lsh_rounds");
+  diagnostics() << "attnc " << cmd << ": using this run's kernel choices from "
+                << runChoicesPath(opt) << " (tile " << value("block_q") << "x" << value("block_kv")
+                << ", ffn chunk " << value("ffn_chunk") << (k.empty() ? "" : ", k " + k)
+                << (rounds.empty() ? "" : ", LSH rounds " + rounds + " chunk " + value("lsh_chunk"))
+                << ")\n";
+}
+
+/// attnc train: writes the run's choices unless the file already holds
+/// this run's (or another spec's with its checkpoint: loading that fails
+/// with a spec mismatch, and that run keeps its choices).
+int writeRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Prepared &p,
+                    attn::ModelOp model, bool pinsApplied) {
+  if (pin != Pin::ReadWrite || pinsApplied)
+    return kExitOk;
+  const std::string path = runChoicesPath(opt);
+  if (opt.resume && fs::readFile(path) && fs::readFile(opt.out + "/latest.json"))
+    return kExitOk;
+  nlohmann::json j = {{"spec_hash", p.specHash}, {"model", p.name}};
+  for (const std::string &e : runChoicesOf(model)) {
+    auto eq = e.find('=');
+    if (e.compare(0, eq, "model") != 0)
+      j[e.substr(0, eq)] = std::stoll(e.substr(eq + 1));
+  }
   if (Status st = fs::createDirectories(opt.out); !st)
     return commandError(cmd, st.error());
   if (Status st = fs::writeFileAtomic(path, j.dump(2) + "\n"); !st)
@@ -132,15 +166,6 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin,
   if (!p.module)
     return kExitInput;
   p.specHash = sha256Hex(text);
-  // The tuning database's CPU tiles, FFN chunks and accuracy choices
-  // (attn-apply-tuning), then the heuristics.
-  // The variant's one tile serves the CPU kernels (which every run
-  // compiles: evaluation and inference run them) and, re-planned for the
-  // device, the GPU's: the CPU's entries.
-  ResolveFor resolve;
-  resolve.report = true;
-  if (!resolveAuto(*p.module, resolve))
-    return kExitInput;
   attn::ModelOp model;
   std::string names;
   int count = 0;
@@ -157,6 +182,22 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin,
                                            : "no model '" + opt.model + "' in " + opt.spec +
                                                  " (it has: " + names + ")");
   p.name = model.getSymName().str();
+  // The run's pinned choices, then the tuning database's CPU tiles, FFN
+  // chunks and accuracy choices (attn-apply-tuning), then the heuristics.
+  // The variant's one tile serves the CPU kernels (which every run
+  // compiles: evaluation and inference run them) and, re-planned for the
+  // device, the GPU's: the CPU's entries.
+  ResolveFor resolve;
+  resolve.report = true;
+  if (int rc = readRunChoices(cmd, opt, pin, p, resolve.runChoices))
+    return rc;
+  OwningOpRef<ModuleOp> fresh;
+  if (!resolve.runChoices.empty())
+    fresh = p.module->clone();
+  if (!resolveAuto(*p.module, resolve))
+    return kExitInput;
+  if (fresh)
+    notePinnedChoices(cmd, opt, model, *fresh);
   // The model's dtype is the GPU step's compute precision unless
   // --precision names one (the CPU trains in fp32 either way).
   const std::string dtype = attn::stringifyDType(model.getDtype()).str();
@@ -173,7 +214,7 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin,
   if (c.dModel % c.heads)
     return commandError(cmd, "d_model " + std::to_string(c.dModel) +
                                  " is not a multiple of heads " + std::to_string(c.heads));
-  if (int rc = pinRunChoices(cmd, opt, pin, p, layer, variant, c))
+  if (int rc = writeRunChoices(cmd, opt, pin, p, model, !resolve.runChoices.empty()))
     return rc;
   if (!compileKernels)
     return kExitOk;

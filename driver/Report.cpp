@@ -38,8 +38,10 @@ mlir::LogicalResult reportDiagnostic(mlir::Diagnostic &d) {
     loc = (flc.getFilename().str() + ":" + std::to_string(flc.getLine()) + ":" +
            std::to_string(flc.getColumn()));
   diagnostics() << loc << ": " << kind << ": " << d.str() << "\n";
-  for (mlir::Diagnostic &note : d.getNotes())
-    reportDiagnostic(note);
+  // An error's notes say where else to look; a remark's are not needed.
+  if (d.getSeverity() == DiagnosticSeverity::Error)
+    for (mlir::Diagnostic &note : d.getNotes())
+      reportDiagnostic(note);
   return mlir::success();
 }
 

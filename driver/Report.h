@@ -53,8 +53,10 @@ private:
 inline std::ostream &results() { return reporter().results(); }
 inline std::ostream &diagnostics() { return reporter().diagnostics(); }
 
-/// Writes an MLIR diagnostic (remarks included) as `file:line:col: kind: msg`
-/// to this thread's diagnostics; install it with mlir::ScopedDiagnosticHandler.
+/// Writes an MLIR diagnostic as `file:line:col: kind: msg` (an error's
+/// notes after it) to this thread's diagnostics. Contexts route theirs here
+/// with reportDiagnosticsOf (Spec.h), which also serves the pass manager's
+/// worker threads.
 mlir::LogicalResult reportDiagnostic(mlir::Diagnostic &d);
 
 } // namespace attnc::driver

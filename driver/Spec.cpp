@@ -71,11 +71,14 @@ bool checkArch(const std::string &arch, std::string &err) {
   return true;
 }
 
-void reportDiagnosticsOf(MLIRContext &context) {
+void reportDiagnosticsOf(MLIRContext &context, bool errorsOnly) {
+  context.printOpOnDiagnostic(false);
   // Bound now: passes may emit from the context's worker threads, and the
   // engine calls handlers one at a time.
   Reporter *to = &reporter();
-  context.getDiagEngine().registerHandler([to](Diagnostic &d) {
+  context.getDiagEngine().registerHandler([to, errorsOnly](Diagnostic &d) {
+    if (errorsOnly && d.getSeverity() != DiagnosticSeverity::Error)
+      return success(); // handled: dropped
     ScopedReporter scope(*to);
     return reportDiagnostic(d);
   });
@@ -86,18 +89,19 @@ std::optional<ast::Spec> parseSpec(const std::string &text, const std::string &w
   return parseAndCheck(text, where, diag);
 }
 
-OwningOpRef<ModuleOp> buildSpecModule(MLIRContext &context, const ast::Spec &spec) {
+OwningOpRef<ModuleOp> buildSpecModule(MLIRContext &context, const ast::Spec &spec,
+                                      bool errorsOnly) {
   registerAttncDialects(context);
-  reportDiagnosticsOf(context);
+  reportDiagnosticsOf(context, errorsOnly);
   return mlirGen(context, spec);
 }
 
 OwningOpRef<ModuleOp> specModule(MLIRContext &context, const std::string &text,
-                                 const std::string &where) {
+                                 const std::string &where, bool errorsOnly) {
   std::optional<ast::Spec> spec = parseSpec(text, where);
   if (!spec)
     return nullptr;
-  return buildSpecModule(context, *spec);
+  return buildSpecModule(context, *spec, errorsOnly);
 }
 
 OwningOpRef<ModuleOp> loadSpecModule(const std::string &path, const char *cmd, MLIRContext &context,
@@ -107,7 +111,7 @@ OwningOpRef<ModuleOp> loadSpecModule(const std::string &path, const char *cmd, M
     commandError(cmd, err);
     return nullptr;
   }
-  OwningOpRef<ModuleOp> module = specModule(context, text, path);
+  OwningOpRef<ModuleOp> module = specModule(context, text, path, /*errorsOnly=*/true);
   if (module && textOut)
     *textOut = std::move(text);
   return module;
@@ -121,6 +125,7 @@ bool resolveAuto(ModuleOp module, const ResolveFor &what) {
     options.tuningDb = tuningDbPath();
   options.target = what.target, options.arch = what.arch;
   options.report = what.report;
+  options.runChoices = what.runChoices;
   // k and LSH rounds are the model's, whatever runs it: always applied.
   options.tuneAccuracy = true;
   PassManager pm(module.getContext());

@@ -18,6 +18,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace attnc::driver {
 
@@ -35,10 +36,13 @@ bool readSpecFile(const std::string &path, std::string &out, std::string &err);
 /// Checks `--arch`: sm_70 (Volta, with a CUDA 12 NVRTC) and newer have kernels.
 bool checkArch(const std::string &arch, std::string &err);
 
-/// From now on, `context`'s diagnostics (remarks included) are written as
-/// `file:line:col: kind: msg` to the reporter current on this thread now
-/// (driver/Report.h), whichever thread emits them.
-void reportDiagnosticsOf(mlir::MLIRContext &context);
+/// From now on, `context`'s diagnostics are written as `file:line:col:
+/// kind: msg` to the reporter current on this thread now (driver/Report.h),
+/// whichever thread emits them; that reporter must outlive the context.
+/// `errorsOnly`: remarks and warnings are dropped (what the training, run,
+/// tune and bench commands show; attnc compile and the C ABI show all).
+/// Diagnostics do not dump the operation they are about.
+void reportDiagnosticsOf(mlir::MLIRContext &context, bool errorsOnly = false);
 
 /// The front end alone: parses and checks spec `text` (`where` names it in
 /// the located errors, which go to the reporter's diagnostics).
@@ -46,16 +50,17 @@ std::optional<ast::Spec> parseSpec(const std::string &text, const std::string &w
 
 /// A checked spec as an attn module in `context`: registers the dialects
 /// and reports the context's diagnostics (reportDiagnosticsOf).
-mlir::OwningOpRef<mlir::ModuleOp> buildSpecModule(mlir::MLIRContext &context,
-                                                  const ast::Spec &spec);
+mlir::OwningOpRef<mlir::ModuleOp> buildSpecModule(mlir::MLIRContext &context, const ast::Spec &spec,
+                                                  bool errorsOnly = false);
 
 /// The one text-to-module path: parseSpec, then buildSpecModule. Null on
 /// failure (errors reported).
 mlir::OwningOpRef<mlir::ModuleOp> specModule(mlir::MLIRContext &context, const std::string &text,
-                                             const std::string &where);
+                                             const std::string &where, bool errorsOnly = false);
 
 /// Reads the spec at `path` (readSpecFile) and builds its module
-/// (specModule). Returns null on failure, after reporting `attnc CMD:
+/// (specModule, errors only: the commands that load specs this way show
+/// the passes' errors, not their remarks). Returns null on failure, after reporting `attnc CMD:
 /// error: ...` for an unreadable file. `text`, when given, receives the
 /// file's bytes.
 mlir::OwningOpRef<mlir::ModuleOp> loadSpecModule(const std::string &path, const char *cmd,
@@ -74,6 +79,9 @@ struct ResolveFor {
   /// False only for `attnc tune`, which measures what the database will
   /// hold and so starts from the heuristics.
   bool useTuningDb = true;
+  /// A run folder's pinned choices, the layer before the database
+  /// (attn-apply-tuning's run-choices: model=NAME, KEY=N).
+  std::vector<std::string> runChoices;
 };
 
 /// Decides every `auto` of `module`, the one way every command and the C

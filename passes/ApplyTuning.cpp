@@ -4,8 +4,9 @@
 // into a database; this pass gives each model's attention variant what was
 // measured for its shape wherever the spec left it `auto`: the tile of its
 // kernels (CPU, or CUDA for the arch) and, with `accuracy`, low-rank k or
-// LSH rounds and chunk (the tightest error budget measured). What it does
-// not decide, attn-resolve-tunables does after it.
+// LSH rounds and chunk (the tightest error budget measured). Before the
+// database, a run folder's pinned choices (run-choices). What it does not
+// decide, attn-resolve-tunables does after it.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
@@ -73,6 +74,10 @@ struct ApplyTuningPass : public attnc::impl::ApplyTuningBase<ApplyTuningPass> {
           << target << "'";
       return signalPassFailure();
     }
+    if (failed(applyRunChoices()))
+      return signalPassFailure();
+    if (db.empty())
+      return; // pins alone
     Expected<tune::TuningDb> opened = tune::TuningDb::open(db);
     if (!opened) {
       // A database that cannot be read leaves the heuristics in charge.
@@ -84,17 +89,86 @@ struct ApplyTuningPass : public attnc::impl::ApplyTuningBase<ApplyTuningPass> {
     if (target == "cpu" || accuracy)
       cpuToolchainId = toolchain.empty() ? tune::hostToolchain() : std::string(toolchain);
     ModuleOp module = getOperation();
-    if (accuracy)
-      for (ModelOp model : module.getOps<ModelOp>())
-        applyAccuracy(tuned, model);
     for (ModelOp model : module.getOps<ModelOp>()) {
-      if (target == "cpu")
+      const bool pins = model.getSymName() == pinnedModel;
+      if (accuracy && !(pins && pinnedAccuracy))
+        applyAccuracy(tuned, model);
+    }
+    for (ModelOp model : module.getOps<ModelOp>()) {
+      const bool pins = model.getSymName() == pinnedModel;
+      if (target == "cpu" && !(pins && pinnedFfnChunk))
         applyFfnChunk(tuned, model);
+      if (pins && pinnedTile)
+        continue;
       if (target == "cpu")
         applyCpuTile(tuned, model);
       else if (failed(applyCudaTile(tuned, model)))
         return signalPassFailure();
     }
+  }
+
+  /// The run folder's layer: its pins for the named model's `auto`
+  /// settings (an explicit setting is the spec's, which the run's spec
+  /// hash already matched).
+  LogicalResult applyRunChoices() {
+    if (runChoices.empty())
+      return success();
+    ModuleOp module = getOperation();
+    std::string modelName;
+    std::map<std::string, int64_t> pins;
+    for (const std::string &entry : runChoices) {
+      auto [key, value] = llvm::StringRef(entry).split('=');
+      int64_t n = 0;
+      if (key == "model")
+        modelName = value.str();
+      else if (key != "block_q" && key != "block_kv" && key != "ffn_chunk" && key != "k" &&
+               key != "lsh_rounds" && key != "lsh_chunk")
+        return module.emitError("attn-apply-tuning: run-choices: unknown key '") << key << "'";
+      else if (value.getAsInteger(10, n) || n < kAuto)
+        return module.emitError("attn-apply-tuning: run-choices: '")
+               << entry << "' is not KEY=N with N >= -1 (-1: the heuristic's)";
+      else
+        pins[key.str()] = n;
+    }
+    ModelOp model;
+    for (ModelOp m : module.getOps<ModelOp>())
+      if (m.getSymName() == modelName)
+        model = m;
+    if (!model)
+      return module.emitError("attn-apply-tuning: run-choices name no model of this module: '")
+             << modelName << "'";
+    MLIRContext *ctx = module.getContext();
+    VariantOp variant = variantOf(model);
+    LayerOp layer = *model.getBody().getOps<LayerOp>().begin();
+    auto pinned = [&](const char *key) -> std::optional<int64_t> {
+      auto it = pins.find(key);
+      return it == pins.end() ? std::nullopt : std::optional<int64_t>(it->second);
+    };
+    // A pinned -1 (auto) is the heuristic's choice, pinned too: the layers
+    // below (the database) skip every pinned setting of this model.
+    pinnedModel = model.getSymName().str();
+    pinnedTile = pinned("block_q") && pinned("block_kv");
+    pinnedFfnChunk = pinned("ffn_chunk").has_value();
+    pinnedAccuracy = pinned("k") || pinned("lsh_rounds") || pinned("lsh_chunk");
+    // LSH takes its tile from the chunk (pinned below); warps and stages
+    // stay the heuristics'.
+    if (pinnedTile && !variant.getLsh() && tileIsAuto(variant.getTile()))
+      variant.setTileAttr(
+          TileAttr::get(ctx, *pinned("block_q"), *pinned("block_kv"), kAuto, kAuto));
+    if (auto chunk = layer.getFfnChunk(); chunk && int64_t(*chunk) == kAuto && pinnedFfnChunk)
+      layer.setFfnChunkAttr(Builder(layer).getI64IntegerAttr(*pinned("ffn_chunk")));
+    if (auto lr = variant.getLowrankAttr(); lr && lr.isAutoK() && pinned("k"))
+      variant.setLowrankAttr(LowRankAttr::get(ctx, *pinned("k"), lr.getShare()));
+    if (auto lsh = variant.getLshAttr()) {
+      const int64_t rounds = lsh.getRounds() == kAuto && pinned("lsh_rounds")
+                                 ? *pinned("lsh_rounds")
+                                 : lsh.getRounds();
+      const int64_t chunk =
+          lsh.getChunk() == kAuto && pinned("lsh_chunk") ? *pinned("lsh_chunk") : lsh.getChunk();
+      variant.setLshAttr(LshAttr::get(ctx, lsh.getBuckets(), rounds, chunk, lsh.getBefore(),
+                                      lsh.getAfter(), lsh.getSeed(), lsh.getDenseFallback()));
+    }
+    return success();
   }
 
   static VariantOp variantOf(ModelOp model) {
@@ -239,6 +313,9 @@ struct ApplyTuningPass : public attnc::impl::ApplyTuningBase<ApplyTuningPass> {
   }
 
   std::string deviceId, cpuToolchainId;
+  /// The model run-choices pinned, and which of its settings.
+  std::string pinnedModel;
+  bool pinnedTile = false, pinnedFfnChunk = false, pinnedAccuracy = false;
 };
 
 } // namespace

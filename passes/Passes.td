@@ -55,6 +55,14 @@ def ApplyTuning : Pass<"attn-apply-tuning", "::mlir::ModuleOp"> {
       d_model, d_ff, activation, layer kind and sequence length; a measured
       "all rows at once" is chunk 0.
 
+    The layers, first match wins: a run folder's pinned choices
+    (`run-choices`: what `attnc train` chose on the run's first start, kept
+    in its `kernel-choices.json` so that a resumed run sums in the same
+    order), then the database, then the heuristics. Pins apply to the named
+    model's `auto` settings only, like the database's entries; a pinned -1
+    is the heuristic's choice, pinned (the database is not consulted for
+    it).
+
     Everything it does not decide stays `auto` for `attn-resolve-tunables`,
     which runs after it (`attn-resolve-pipeline`). A database that cannot be
     read leaves the heuristics in charge. With `report` every choice, and
@@ -83,6 +91,9 @@ def ApplyTuning : Pass<"attn-apply-tuning", "::mlir::ModuleOp"> {
            "cpu: the toolchain id of the entries (default: this host compiler's)">,
     Option<"cudaToolchain", "cuda-toolchain", "std::string", /*default=*/"",
            "cuda: the toolchain id of the entries (default: this NVRTC's)">,
+    ListOption<"runChoices", "run-choices", "std::string",
+               "a run folder's pinned choices, the first layer: model=NAME, then "
+               "block_q, block_kv, ffn_chunk, k, lsh_rounds, lsh_chunk as KEY=N">,
     Option<"accuracy", "accuracy", "bool", /*default=*/"true",
            "also low-rank k and LSH rounds / chunk (CPU measurements)">,
     Option<"report", "report", "bool", /*default=*/"false",
@@ -270,7 +281,7 @@ def TileAttention : Pass<"attn-tile", "::mlir::ModuleOp"> {
   let summary = "Give every fused kernel a tile config that fits the target";
   let description = [{
     Fills the `auto` fields of each fused op's `tile` with the default for its
-    element type, head dim and target (`codegen/kernels/abi/attnc/abi/TileModel.h`, or the tuning
+    element type, head dim and target (`kernels/abi/attnc/abi/TileModel.h`, or the tuning
     database later), then checks the result against the target's limits:
     supported head dims, threads per block, shared memory per block for the
     arch (forward and backward footprints). A config that cannot fit is an

@@ -11,7 +11,7 @@ using namespace mlir;
 namespace attnc {
 
 void populateResolvePipeline(OpPassManager &pm, const ResolvePipelineOptions &o) {
-  if (!o.tuningDb.empty()) {
+  if (!o.tuningDb.empty() || !o.runChoices.empty()) {
     ApplyTuningOptions tuning;
     tuning.db = o.tuningDb;
     tuning.target = o.target;
@@ -20,6 +20,7 @@ void populateResolvePipeline(OpPassManager &pm, const ResolvePipelineOptions &o)
     tuning.toolchain = o.toolchain;
     tuning.cudaToolchain = o.cudaToolchain;
     tuning.accuracy = o.tuneAccuracy;
+    tuning.runChoices = o.runChoices;
     tuning.report = o.report;
     pm.addPass(createApplyTuning(tuning));
   }
@@ -81,6 +82,9 @@ struct ResolvePipelineCl : public PassPipelineOptions<ResolvePipelineCl> {
                                     llvm::cl::desc("cuda: the NVRTC toolchain id")};
   Option<bool> report{*this, "report", llvm::cl::desc("say what was chosen"),
                       llvm::cl::init(false)};
+  ListOption<std::string> runChoices{*this, "run-choices",
+                                     llvm::cl::desc("a run folder's pinned choices (KEY=N, "
+                                                    "model=NAME), before the database")};
 };
 
 struct KernelPipelineCl : public PassPipelineOptions<KernelPipelineCl> {
@@ -118,6 +122,7 @@ void registerAttnPipelines() {
       [](OpPassManager &pm, const ResolvePipelineCl &cl) {
         ResolvePipelineOptions o;
         o.tuningDb = cl.db, o.target = cl.target, o.arch = cl.arch, o.device = cl.device;
+        o.runChoices.assign(cl.runChoices.begin(), cl.runChoices.end());
         o.toolchain = cl.toolchain, o.cudaToolchain = cl.cudaToolchain, o.report = cl.report;
         populateResolvePipeline(pm, o);
       });

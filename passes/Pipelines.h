@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace attnc {
 
@@ -36,6 +37,9 @@ struct ResolvePipelineOptions {
   std::string arch = "sm_80";
   std::string device, toolchain, cudaToolchain;
   bool tuneAccuracy = true; ///< also k / LSH rounds and chunk
+  /// A run folder's pinned choices, applied before the database
+  /// (attn-apply-tuning's run-choices).
+  std::vector<std::string> runChoices;
   /// Say what was chosen: remarks from attn-resolve-tunables, notes from
   /// attn-apply-tuning.
   bool report = false;

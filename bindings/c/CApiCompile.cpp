@@ -2,61 +2,32 @@
 //
 // The one C ABI call that needs MLIR: the spec's front end, the resolve
 // and kernel pipelines and the emitters (the driver), then the host
-// compiler or NVRTC. Each compile installs its own driver reporter
-// (driver/Report.h) on its thread and returns what the driver said as the
-// error's message; compiles on different threads run concurrently. A
-// runtime-only build links
+// compiler or NVRTC, through the driver's facade (driver/Session.h): each
+// compile is a session of its own, whose errors carry what the compiler
+// said, so compiles on different threads run concurrently. A runtime-only
+// build links
 // CApiNoCompiler.cpp instead.
 //
 //===----------------------------------------------------------------------===//
 #include "CApiInternal.h"
 
 #include "codegen/AttentionFunction.h"
-#include "driver/Report.h"
-#include "driver/Run.h"
-#include "driver/Spec.h"
+#include "driver/Session.h"
 #include "dsl/AttnDialect.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/MLIRContext.h"
 
 #include <algorithm>
-#include <sstream>
 
 using namespace attnc;
 using namespace attnc::capi;
 
 namespace {
 
-/// The driver's words during one compile on this thread, kept to become
-/// the error's message (each call its own: compiles run concurrently).
-class KeptWords {
-public:
-  KeptWords() : reporter_(text_, text_), scope_(reporter_) {}
-  std::string text() const {
-    std::string t = text_.str();
-    while (!t.empty() && (t.back() == '\n' || t.back() == ' '))
-      t.pop_back();
-    return t;
-  }
-
-private:
-  std::ostringstream text_;
-  driver::Reporter reporter_;
-  driver::ScopedReporter scope_;
-};
-
-/// The spec's text: `spec` itself, or the file it names.
-bool specText(const char *spec, std::string &text, std::string &where, std::string &err) {
-  const std::string s = spec;
-  const bool looksLikePath = s.find('\n') == std::string::npos && s.find('{') == std::string::npos;
-  if (looksLikePath) {
-    where = s;
-    return driver::readSpecFile(s, text, err);
-  }
-  where = "<spec>";
-  text = s;
-  return true;
+/// `spec` is a path when it is one line without a brace.
+bool looksLikePath(const std::string &spec) {
+  return spec.find('\n') == std::string::npos && spec.find('{') == std::string::npos;
 }
 
 } // namespace
@@ -73,42 +44,23 @@ extern "C" attnc_error *attnc_compile(const char *spec, const char *name,
     if (attnc_error *e = checkOptions(o, "attnc_compile", target))
       return e;
 
-    std::string text, where, err;
-    if (!specText(spec, text, where, err))
-      return fail(err);
-    KeptWords said;
-    auto failed = [&](const std::string &what) {
-      std::string words = said.text();
-      return fail(words.empty() ? what : what + ":\n" + words);
-    };
-    mlir::MLIRContext context;
-    mlir::OwningOpRef<mlir::ModuleOp> module = driver::specModule(context, text, where);
-    if (!module)
-      return failed("the spec " + (where == "<spec>" ? std::string("text") : where) +
-                    " has errors");
+    // One session per call: its own context and its own words, so compiles
+    // on different threads run at once (driver/Session.h).
+    Expected<std::unique_ptr<driver::Session>> session =
+        looksLikePath(spec) ? driver::Session::fromFile(spec) : driver::Session::fromText(spec);
+    if (!session)
+      return fail(session.error());
+    driver::Session &s = **session;
     // The choices attnc train and attnc compile make for this target.
     driver::ResolveFor resolve;
     if (target.cuda)
       resolve.target = "cuda", resolve.arch = target.arch;
-    if (!driver::resolveAuto(*module, resolve))
-      return failed("resolving the spec's 'auto' choices failed");
-
-    std::vector<attn::VariantOp> variants(module->getOps<attn::VariantOp>().begin(),
-                                          module->getOps<attn::VariantOp>().end());
-    attn::VariantOp chosen;
-    std::string names;
-    const std::string want = name ? name : "";
-    for (attn::VariantOp v : variants) {
-      names += (names.empty() ? "" : ", ") + v.getSymName().str();
-      if (v.getSymName() == want || (want.empty() && variants.size() == 1))
-        chosen = v;
-    }
-    if (!chosen)
-      return fail(variants.empty() ? std::string("the spec has no attention variant")
-                  : want.empty()
-                      ? "the spec has " + std::to_string(variants.size()) +
-                            " attention variants (" + names + "); name one"
-                      : "no attention variant '" + want + "' (the spec has: " + names + ")");
+    if (Status resolved = s.resolve(resolve); !resolved)
+      return fail(resolved.error());
+    Expected<attn::VariantOp> found = s.variant(name ? name : "");
+    if (!found)
+      return fail(found.error());
+    attn::VariantOp chosen = *found;
 
     auto v = std::make_unique<attnc_variant>();
     v->name = chosen.getSymName().str();
@@ -141,9 +93,10 @@ extern "C" attnc_error *attnc_compile(const char *spec, const char *name,
     codegen::AttentionShape shape;
     shape.heads = o->heads, shape.headDim = o->head_dim;
     shape.maxSeq = sig.lowrank ? o->max_seq : 0;
-    shape.elementType = o->dtype == ATTNC_F16    ? mlir::Type(mlir::Float16Type::get(&context))
-                        : o->dtype == ATTNC_BF16 ? mlir::Type(mlir::BFloat16Type::get(&context))
-                                                 : mlir::Type(mlir::Float32Type::get(&context));
+    mlir::MLIRContext *context = &s.context();
+    shape.elementType = o->dtype == ATTNC_F16    ? mlir::Type(mlir::Float16Type::get(context))
+                        : o->dtype == ATTNC_BF16 ? mlir::Type(mlir::BFloat16Type::get(context))
+                                                 : mlir::Type(mlir::Float32Type::get(context));
     shape.withLengths = v->keyPadding;
     shape.differentiate = o->backward != 0;
     if (auto lsh = chosen.getLshAttr()) {
@@ -156,20 +109,21 @@ extern "C" attnc_error *attnc_compile(const char *spec, const char *name,
     if (target.cuda) {
       auto state = std::make_unique<CudaState>();
       state->emulated = target.emulated, state->ordinal = target.ordinal, state->dtype = o->dtype;
-      if (driver::compileCudaAttention(*module, chosen, shape, target.arch, state->emulated,
-                                       state->kernels, state->ordinal) != driver::kExitOk)
-        return failed("compiling '" + v->name + "' for " + target.name + " (" + target.arch +
-                      ") failed");
+      Expected<CudaAttention> kernels =
+          s.compileCuda(chosen, shape, target.arch, state->emulated, state->ordinal);
+      if (!kernels)
+        return fail(kernels.error());
+      state->kernels = std::move(*kernels);
       v->cuda = std::move(state);
       if (attnc_error *e = prepareCuda(*v, *v->cuda))
         return e;
       *variant = v.release();
       return nullptr;
     }
-    std::optional<CpuAttention> kernels;
-    if (driver::compileCpuAttention(*module, chosen, shape, kernels) != driver::kExitOk)
-      return failed("compiling '" + v->name + "' for the CPU failed");
-    v->cpu = std::move(kernels);
+    Expected<CpuAttention> kernels = s.compileCpu(chosen, shape);
+    if (!kernels)
+      return fail(kernels.error());
+    v->cpu = std::move(*kernels);
     *variant = v.release();
     return nullptr;
   });

@@ -51,3 +51,24 @@
 // A target it does not know is an error.
 // RUN: not attnc-opt %t.mlir --attn-apply-tuning="db=%S/Inputs/apply-tuning-db.json target=gpu" 2>&1 | FileCheck %s --check-prefix=TARGET
 // TARGET: error: attn-apply-tuning: target must be cpu or cuda, found 'gpu'
+
+// A run folder's pins (run-choices) come first: they fill the named
+// model's autos before the database (whose k=128 for la loses to the pinned
+// k=48) and leave other models alone.
+// RUN: attnc-opt %t.mlir --attn-apply-tuning="db=%S/Inputs/apply-tuning-db.json target=cpu device=cpu:TestCPU:avx2:2cpus toolchain=test-cc run-choices=model=lam,block_q=16,block_kv=32,ffn_chunk=8,k=48" | FileCheck %s --check-prefix=PINS
+// PINS: attn.variant @g attributes {causal, tile = #attn.tile<block_q = auto, block_kv = auto
+// PINS: attn.variant @la attributes {lowrank = #attn.lowrank<k = 48, share = headwise>, tile = #attn.tile<block_q = 16, block_kv = 32, warps = auto, stages = auto>}
+// PINS: attn.layer @g ffn(gelu, chunk = auto)
+// PINS: attn.layer @la ffn(gelu, chunk = 8)
+// Without a database, the pins alone.
+// RUN: attnc-opt %t.mlir --attn-apply-tuning="run-choices=model=gm,block_q=32,block_kv=64" | FileCheck %s --check-prefix=PINSONLY
+// PINSONLY: attn.variant @g attributes {causal, tile = #attn.tile<block_q = 32, block_kv = 64, warps = auto, stages = auto>}
+// A pinned -1 is the heuristic's tile, pinned: the database's entry for g
+// (bq=64 on sm_90) does not apply.
+// RUN: attnc-opt %t.mlir --attn-apply-tuning="db=%S/Inputs/apply-tuning-db.json target=cuda arch=sm_90 cuda-toolchain=test-nvrtc accuracy=false run-choices=model=gm,block_q=-1,block_kv=-1" | FileCheck %s --check-prefix=PINAUTO
+// PINAUTO: attn.variant @g attributes {causal, tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto>}
+// Pins naming no model, or a key it does not know, are errors.
+// RUN: not attnc-opt %t.mlir --attn-apply-tuning="run-choices=model=nope,k=4" 2>&1 | FileCheck %s --check-prefix=PINMODEL
+// PINMODEL: error: attn-apply-tuning: run-choices name no model of this module: 'nope'
+// RUN: not attnc-opt %t.mlir --attn-apply-tuning="run-choices=model=gm,tile=4" 2>&1 | FileCheck %s --check-prefix=PINKEY
+// PINKEY: error: attn-apply-tuning: run-choices: unknown key 'tile'

@@ -1,0 +1,104 @@
+//===- Session.cpp - The driver's facade: one spec, errors as values ------===//
+#include "driver/Session.h"
+#include "driver/Run.h"
+
+namespace attnc::driver {
+
+Session::Session() : reporter_(words_, words_), context_(std::make_unique<mlir::MLIRContext>()) {}
+
+ScopedReporter Session::beginCall() {
+  words_.str("");
+  words_.clear();
+  return ScopedReporter(reporter_);
+}
+
+std::string Session::lastWords() const {
+  std::string t = words_.str();
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' '))
+    t.pop_back();
+  return t;
+}
+
+Error Session::failure(const std::string &what) const {
+  const std::string words = lastWords();
+  return makeError(words.empty() ? what : what + ":\n" + words);
+}
+
+Expected<std::unique_ptr<Session>> Session::fromFile(const std::string &path) {
+  std::string text, err;
+  if (!readSpecFile(path, text, err))
+    return makeError(err);
+  return fromText(text, path);
+}
+
+Expected<std::unique_ptr<Session>> Session::fromText(const std::string &text,
+                                                     const std::string &where) {
+  std::unique_ptr<Session> s(new Session());
+  ScopedReporter call = s->beginCall();
+  // The context's diagnostics go to this session's words from now on.
+  s->module_ = specModule(*s->context_, text, where);
+  if (!s->module_)
+    return s->failure("the spec " + (where == "<spec>" ? std::string("text") : where) +
+                      " has errors");
+  s->specHash_ = sha256Hex(text);
+  return s;
+}
+
+Status Session::resolve(const ResolveFor &what) {
+  ScopedReporter call = beginCall();
+  if (!resolveAuto(module(), what))
+    return failure("resolving the spec's 'auto' choices failed");
+  return {};
+}
+
+Expected<attn::VariantOp> Session::variant(const std::string &name) {
+  ScopedReporter call = beginCall();
+  std::vector<attn::VariantOp> variants(module().getOps<attn::VariantOp>().begin(),
+                                        module().getOps<attn::VariantOp>().end());
+  std::string names;
+  attn::VariantOp chosen;
+  for (attn::VariantOp v : variants) {
+    names += (names.empty() ? "" : ", ") + v.getSymName().str();
+    if (v.getSymName() == name || (name.empty() && variants.size() == 1))
+      chosen = v;
+  }
+  if (chosen)
+    return chosen;
+  if (variants.empty())
+    return makeError("the spec has no attention variant");
+  if (name.empty())
+    return makeError("the spec has " + std::to_string(variants.size()) + " attention variants (" +
+                     names + "); name one");
+  return makeError("no attention variant '" + name + "' (the spec has: " + names + ")");
+}
+
+Expected<CpuAttention> Session::compileCpu(attn::VariantOp variant,
+                                           const codegen::AttentionShape &shape) {
+  ScopedReporter call = beginCall();
+  std::optional<CpuAttention> kernels;
+  if (compileCpuAttention(module(), variant, shape, kernels) != kExitOk || !kernels)
+    return failure("compiling '" + variant.getSymName().str() + "' for the CPU failed");
+  return std::move(*kernels);
+}
+
+Expected<CudaAttention> Session::compileCuda(attn::VariantOp variant,
+                                             const codegen::AttentionShape &shape,
+                                             const std::string &arch, bool emulate, int ordinal) {
+  ScopedReporter call = beginCall();
+  std::optional<CudaAttention> kernels;
+  if (compileCudaAttention(module(), variant, shape, arch, emulate, kernels, ordinal) != kExitOk ||
+      !kernels)
+    return failure("compiling '" + variant.getSymName().str() + "' for " +
+                   (emulate ? "cuda-sim" : "cuda") + " (" + arch + ") failed");
+  return std::move(*kernels);
+}
+
+Expected<Artifact> Session::artifact(const ArtifactOptions &options) {
+  ScopedReporter call = beginCall();
+  Artifact out;
+  if (buildArtifact(module(), specHash_, options, out) != kExitOk)
+    return failure("building the artifact failed");
+  return out;
+}
+
+} // namespace attnc::driver

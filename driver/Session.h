@@ -1,0 +1,90 @@
+//===- Session.h - The driver's facade: one spec, errors as values -*- C++ -*-===//
+//
+// What a program that embeds attnc's compiler calls (the C ABI does): load
+// a spec from a path or its text, decide its `auto` settings, pick an
+// attention variant, compile it for a shape and a target, build an
+// artifact. Every call returns a value (runtime/Error.h's Status and
+// Expected) and prints nothing: the session keeps what the compiler said
+// during a call (located spec errors, MLIR diagnostics, notes) and puts it
+// in the call's error message; lastWords() holds it after a success.
+//
+// A session is one spec in its own MLIR context, used by one thread at a
+// time; sessions on different threads run at once (docs/design.md, "The
+// driver is a library"). The commands (attnc train, tune, bench, ...) are
+// command functions (Train.h, Tune.h, ...) that report to the thread's
+// Reporter (Report.h) and return exit codes.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_DRIVER_SESSION_H
+#define ATTNC_DRIVER_SESSION_H
+
+#include "driver/Artifact.h"
+#include "driver/Report.h"
+#include "driver/Spec.h"
+
+#include "codegen/AttentionFunction.h"
+#include "dsl/AttnDialect.h"
+#include "runtime/CpuAttention.h"
+#include "runtime/CudaAttention.h"
+#include "runtime/Error.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <memory>
+#include <sstream>
+#include <string>
+
+namespace attnc::driver {
+
+class Session {
+public:
+  /// The spec in the file at `path` (readSpecFile's checks).
+  static Expected<std::unique_ptr<Session>> fromFile(const std::string &path);
+  /// The spec `text`; `where` names it in located errors.
+  static Expected<std::unique_ptr<Session>> fromText(const std::string &text,
+                                                     const std::string &where = "<spec>");
+
+  mlir::MLIRContext &context() { return *context_; }
+  mlir::ModuleOp module() { return *module_; }
+  /// SHA-256 of the spec's text: its identity in checkpoints and artifacts.
+  const std::string &specHash() const { return specHash_; }
+  /// What the compiler said during the last call.
+  std::string lastWords() const;
+
+  /// Decides every `auto` (resolveAuto: the tuning database's layers, then
+  /// the heuristics).
+  Status resolve(const ResolveFor &what);
+
+  /// The variant named `name`, or ("") the spec's only one.
+  Expected<attn::VariantOp> variant(const std::string &name);
+
+  /// `variant` compiled for the CPU at `shape` (host compiler, cached).
+  Expected<CpuAttention> compileCpu(attn::VariantOp variant, const codegen::AttentionShape &shape);
+  /// `variant` compiled for CUDA `arch` (NVRTC, cached); `emulate`: on the
+  /// SIMT emulator; `ordinal`: the GPU (-1: the process's).
+  Expected<CudaAttention> compileCuda(attn::VariantOp variant, const codegen::AttentionShape &shape,
+                                      const std::string &arch, bool emulate, int ordinal = -1);
+
+  /// The resolved spec as an artifact in memory (buildArtifact).
+  Expected<Artifact> artifact(const ArtifactOptions &options);
+
+private:
+  Session();
+  /// Starts a call: forgets the last call's words and reports into the
+  /// session's own stream until the returned scope ends.
+  ScopedReporter beginCall();
+  /// `what` failed: the error, with what the compiler said.
+  Error failure(const std::string &what) const;
+
+  std::ostringstream words_;
+  Reporter reporter_;
+  std::unique_ptr<mlir::MLIRContext> context_;
+  mlir::OwningOpRef<mlir::ModuleOp> module_;
+  std::string specHash_;
+};
+
+} // namespace attnc::driver
+
+#endif // ATTNC_DRIVER_SESSION_H
