@@ -23,7 +23,7 @@
 #include "driver/Report.h"
 #include "driver/BenchCommon.h"
 #include "driver/Compile.h"
-#include "driver/ModelConfig.h"
+#include "driver/ModelConfigOf.h"
 #include "driver/Run.h"
 
 #include "attnc/abi/KernelArgs.h"

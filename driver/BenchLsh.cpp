@@ -16,7 +16,7 @@
 #include "driver/Run.h"
 
 #include "dsl/AttnDialect.h"
-#include "runtime/Philox.h"
+#include "runtime/PhiloxDraws.h"
 
 #include "mlir/IR/Builders.h"
 

@@ -1,7 +1,7 @@
 //===- Compile.cpp - Spec to kernels and artifacts ------------------------===//
 #include "driver/Compile.h"
 #include "driver/Report.h"
-#include "driver/Artifact.h"
+#include "driver/ArtifactBuilder.h"
 #include "driver/ModelGraph.h"
 #include "driver/Tune.h"
 

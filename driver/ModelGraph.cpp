@@ -1,7 +1,7 @@
 //===- ModelGraph.cpp - Whole-model compilation in the driver -------------===//
 #include "driver/ModelGraph.h"
 #include "driver/Report.h"
-#include "driver/ModelConfig.h"
+#include "driver/ModelConfigOf.h"
 
 #include "codegen/ModelEmitter.h"
 #include "attnc/abi/TileModel.h"

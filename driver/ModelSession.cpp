@@ -2,7 +2,7 @@
 #include "driver/ModelSession.h"
 #include "driver/Report.h"
 #include "driver/Compile.h"
-#include "driver/ModelConfig.h"
+#include "driver/ModelConfigOf.h"
 #include "driver/ModelGraph.h"
 #include "driver/Run.h"
 #include "driver/Spec.h"
@@ -63,7 +63,7 @@ std::vector<std::string> runChoicesOf(attn::ModelOp model) {
 /// (empty when there are none, or they are another spec's or model's, or a
 /// fresh run chooses again). A file that is not a kernel-choices file is an
 /// error.
-int readRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Prepared &p,
+int readRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const PreparedModel &p,
                    std::vector<std::string> &layer) {
   if (pin == Pin::None || (pin == Pin::ReadWrite && !opt.resume))
     return kExitOk;
@@ -119,7 +119,7 @@ void notePinnedChoices(const char *cmd, const TrainCliOptions &opt, attn::ModelO
 /// attnc train: writes the run's choices unless the file already holds
 /// this run's (or another spec's with its checkpoint: loading that fails
 /// with a spec mismatch, and that run keeps its choices).
-int writeRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const Prepared &p,
+int writeRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const PreparedModel &p,
                     attn::ModelOp model, bool pinsApplied) {
   if (pin != Pin::ReadWrite || pinsApplied)
     return kExitOk;
@@ -141,7 +141,7 @@ int writeRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const 
 
 } // namespace
 
-int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin,
+int prepare(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Pin pin,
             bool compileKernels) {
   if (opt.target != "cpu" && opt.target != "cuda")
     return commandError(cmd, "--target " + opt.target + ": targets are cpu and cuda");
@@ -244,12 +244,12 @@ int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin,
   return compileCpuAttention(*p.module, variant, shape, p.kernels);
 }
 
-attn::ModelOp Prepared::model() {
+attn::ModelOp PreparedModel::model() {
   return SymbolTable::lookupNearestSymbolFrom<attn::ModelOp>(*module,
                                                              StringAttr::get(&context, name));
 }
 
-train::AttentionFn attentionOf(Prepared &p) {
+train::AttentionFn attentionOf(PreparedModel &p) {
   if (p.cudaKernels)
     return [k = p.cudaKernels](const AttentionInputs &in) { return k->run(in); };
   return [&p](const AttentionInputs &in) { return p.kernels->run(in); };
@@ -257,7 +257,7 @@ train::AttentionFn attentionOf(Prepared &p) {
 
 /// The compiled training step and inference function of the prepared model.
 Expected<std::unique_ptr<train::CompiledStep>>
-compiledStep(Prepared &p, train::ParameterStore &store, const StepPlan &plan) {
+compiledStep(PreparedModel &p, train::ParameterStore &store, const StepPlan &plan) {
   // Reversible layers rebuild their inputs anyway.
   const bool recomputeLayers = plan.recomputeLayers && !p.config.reversible;
   attn::ModelOp m = p.model();

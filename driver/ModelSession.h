@@ -32,9 +32,9 @@ namespace attnc::driver {
 
 /// A spec's model ready to compile: the resolved module, the training
 /// configuration, and the variant's attention compiled for its shape.
-struct Prepared {
-  Prepared() = default;
-  Prepared(const Prepared &) = delete;
+struct PreparedModel {
+  PreparedModel() = default;
+  PreparedModel(const PreparedModel &) = delete;
   mlir::MLIRContext context;
   mlir::OwningOpRef<mlir::ModuleOp> module;
   std::optional<CpuAttention> kernels;
@@ -58,11 +58,11 @@ enum class Pin { None, Read, ReadWrite };
 /// kernel choices (--out/kernel-choices.json) apply, written into the
 /// module. `compileKernels` false leaves the attention kernels uncompiled
 /// (attnc train compiles the model into an artifact instead).
-int prepare(const char *cmd, const TrainCliOptions &opt, Prepared &p, Pin pin = Pin::Read,
+int prepare(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Pin pin = Pin::Read,
             bool compileKernels = true);
 
 /// The prepared attention: the GPU's with --target cuda, else the CPU's.
-train::AttentionFn attentionOf(Prepared &p);
+train::AttentionFn attentionOf(PreparedModel &p);
 
 /// What to compile of the prepared model: its training step for `batch`
 /// sequences (0: none) and its inference function for `inferBatch` (0: none).
@@ -78,7 +78,7 @@ struct StepPlan {
 /// outlive it): a step that trains and infers, or (batch 0) one that only
 /// infers. Prints the step's plan to stderr.
 Expected<std::unique_ptr<train::CompiledStep>>
-compiledStep(Prepared &p, train::ParameterStore &store, const StepPlan &plan);
+compiledStep(PreparedModel &p, train::ParameterStore &store, const StepPlan &plan);
 
 } // namespace attnc::driver
 

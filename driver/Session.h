@@ -18,7 +18,7 @@
 #ifndef ATTNC_DRIVER_SESSION_H
 #define ATTNC_DRIVER_SESSION_H
 
-#include "driver/Artifact.h"
+#include "driver/ArtifactBuilder.h"
 #include "driver/Report.h"
 #include "driver/Spec.h"
 

@@ -11,15 +11,15 @@
 //===----------------------------------------------------------------------===//
 #include "driver/Train.h"
 #include "driver/Report.h"
-#include "driver/Artifact.h"
+#include "driver/ArtifactBuilder.h"
 #include "driver/BenchCommon.h"
-#include "driver/ModelConfig.h"
+#include "driver/ModelConfigOf.h"
 #include "driver/ModelSession.h"
 #include "driver/Spec.h"
 
 #include "attnc/abi/TileModel.h"
 #include "runtime/CudaDriver.h"
-#include "runtime/Philox.h"
+#include "runtime/PhiloxDraws.h"
 #include "runtime/train/ArtifactTrain.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/CompiledStep.h"
@@ -47,7 +47,8 @@ train::Forward forwardOf(train::CompiledStep &step) {
 }
 
 /// The options of the runtime's training front door, from attnc train's.
-train::ArtifactTrainOptions artifactTrainOptions(const Prepared &p, const TrainCliOptions &opt) {
+train::ArtifactTrainOptions artifactTrainOptions(const PreparedModel &p,
+                                                 const TrainCliOptions &opt) {
   train::ArtifactTrainOptions to;
   to.precision = p.precision; // resolved: the model's dtype on the CUDA engines
   to.model = opt.model, to.data = opt.data, to.out = opt.out, to.flags = opt.flags;
@@ -65,7 +66,7 @@ train::ArtifactTrainOptions artifactTrainOptions(const Prepared &p, const TrainC
 /// compile -o would write it: for the CPU, or for CUDA on the GPU present
 /// (--target cuda) or on the emulator (--engine cuda-sim, with the same
 /// attention compiled for the CPU).
-int buildTrainingArtifact(Prepared &p, const TrainCliOptions &opt, Artifact &artifact) {
+int buildTrainingArtifact(PreparedModel &p, const TrainCliOptions &opt, Artifact &artifact) {
   ArtifactOptions ao;
   const bool sim = opt.engine == "cuda-sim";
   ao.target = opt.target == "cuda" || sim ? "cuda" : "cpu";
@@ -102,7 +103,7 @@ int buildTrainingArtifact(Prepared &p, const TrainCliOptions &opt, Artifact &art
 
 /// --grad-check: finite differences of the whole model on the first batch,
 /// on the compiled step (the CPU's, or the CUDA step under cuda-sim).
-int gradCheck(const Prepared &p, const Artifact &artifact, const train::DataSource &data,
+int gradCheck(const PreparedModel &p, const Artifact &artifact, const train::DataSource &data,
               const TrainCliOptions &opt) {
   Expected<train::ArtifactModel> loaded =
       train::loadArtifactModel(artifact, artifactTrainOptions(p, opt));
@@ -142,7 +143,7 @@ int gradCheck(const Prepared &p, const Artifact &artifact, const train::DataSour
 
 int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csvPath,
                  const std::string &svgPath) {
-  Prepared p;
+  PreparedModel p;
   if (int rc = prepare("bench", opt, p, Pin::None))
     return rc;
   train::ParameterStore store(p.config, opt.seed);
@@ -228,7 +229,7 @@ int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csv
 }
 
 int runTrain(const TrainCliOptions &options) {
-  Prepared p;
+  PreparedModel p;
   const bool check = options.gradCheck > 0;
   if (int rc = prepare("train", options, p, check ? Pin::None : Pin::ReadWrite,
                        /*compileKernels=*/false))
@@ -270,7 +271,7 @@ int runTrain(const TrainCliOptions &options) {
 }
 
 int runEval(const TrainCliOptions &opt) {
-  Prepared p;
+  PreparedModel p;
   if (int rc = prepare("eval", opt, p))
     return rc;
   Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);
@@ -306,7 +307,7 @@ struct Trained {
   std::unique_ptr<train::CompiledStep> step;
 };
 
-int loadTrained(const char *cmd, const TrainCliOptions &opt, Prepared &p, Trained &t) {
+int loadTrained(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Trained &t) {
   if (int rc = prepare(cmd, opt, p))
     return rc;
   Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.out, p.specHash);
@@ -327,7 +328,7 @@ int loadTrained(const char *cmd, const TrainCliOptions &opt, Prepared &p, Traine
 } // namespace
 
 int captureAttentionInputs(const char *cmd, const TrainCliOptions &opt, CapturedAttention &out) {
-  Prepared p;
+  PreparedModel p;
   if (int rc = prepare(cmd, opt, p))
     return rc;
   Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.out, p.specHash);
@@ -365,7 +366,7 @@ int captureAttentionInputs(const char *cmd, const TrainCliOptions &opt, Captured
 }
 
 int runGenerate(const TrainCliOptions &opt) {
-  Prepared p;
+  PreparedModel p;
   Trained model;
   if (int rc = loadTrained("generate", opt, p, model))
     return rc;
@@ -421,7 +422,7 @@ int runGenerate(const TrainCliOptions &opt) {
 }
 
 int runFill(const TrainCliOptions &opt) {
-  Prepared p;
+  PreparedModel p;
   Trained model;
   if (int rc = loadTrained("fill", opt, p, model))
     return rc;

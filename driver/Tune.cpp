@@ -16,7 +16,7 @@
 #include "driver/Report.h"
 #include "driver/BenchCommon.h"
 #include "driver/Compile.h"
-#include "driver/ModelConfig.h"
+#include "driver/ModelConfigOf.h"
 #include "driver/Run.h"
 
 #include "codegen/TuneSpace.h"
@@ -25,7 +25,7 @@
 #include "passes/Passes.h"
 #include "runtime/HostCompiler.h"
 #include "runtime/NvrtcCompiler.h"
-#include "runtime/Philox.h"
+#include "runtime/PhiloxDraws.h"
 #include "runtime/tune/TuningDb.h"
 
 #include "mlir/IR/Builders.h"

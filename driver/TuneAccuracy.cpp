@@ -18,7 +18,7 @@
 #include "driver/Train.h"
 
 #include "passes/Passes.h"
-#include "runtime/Philox.h"
+#include "runtime/PhiloxDraws.h"
 #include "runtime/tune/TuningDb.h"
 
 #include "mlir/IR/Builders.h"

@@ -12,7 +12,7 @@
 #include "driver/BenchCommon.h"
 #include "driver/Report.h"
 #include "driver/Compile.h"
-#include "driver/ModelConfig.h"
+#include "driver/ModelConfigOf.h"
 #include "driver/Run.h"
 #include "driver/ModelGraph.h"
 #include "driver/Tune.h"

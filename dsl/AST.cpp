@@ -1,6 +1,6 @@
 //===- AST.cpp - AST helpers and the --emit=ast dumper --------------------===//
 #include "dsl/AST.h"
-#include "dsl/TrainSettings.h"
+#include "dsl/TrainBlock.h"
 
 namespace attnc::ast {
 

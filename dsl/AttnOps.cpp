@@ -1,6 +1,6 @@
 //===- AttnOps.cpp - core attn ops and their verifiers (AttnOps.td) ---------===//
 #include "dsl/AttnDetail.h"
-#include "dsl/TrainSettings.h"
+#include "dsl/TrainBlock.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"

@@ -108,7 +108,7 @@ def Attn_ModelOp : Attn_Op<"model", [Symbol, SingleBlock, NoTerminator]> {
     `train`, when present, holds the model's recommended training settings
     (the spec's `train { ... }` block): `lr`, `weight_decay` and `clip` as
     f64, `warmup`, `batch`, `steps` and `eval_every` as i64, each optional and
-    range-checked (dsl/TrainSettings.h). attnc train uses them where its
+    range-checked (dsl/TrainBlock.h). attnc train uses them where its
     flags say nothing; the runtime reads them from the artifact's manifest.
 
     ```mlir

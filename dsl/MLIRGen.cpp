@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "dsl/MLIRGen.h"
-#include "dsl/TrainSettings.h"
+#include "dsl/TrainBlock.h"
 #include "dsl/AttnDialect.h"
 #include "dsl/Sema.h"
 

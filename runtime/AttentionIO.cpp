@@ -1,7 +1,7 @@
 //===- AttentionIO.cpp - Inputs and outputs of one attention op -----------===//
 #include "runtime/AttentionIO.h"
 
-#include "runtime/Philox.h"
+#include "runtime/PhiloxDraws.h"
 
 #include <algorithm>
 #include <cmath>

@@ -28,7 +28,7 @@ struct AttentionSignature {
   /// Shared QK (LSH and its dense fallback): no 'k' input, no 'dk' output.
   bool sharedQk = false;
   /// LSH: the rotations' shape [rounds, Dh, buckets/2] and the seed they
-  /// are drawn from (runtime/Philox.h) when 'lsh_rotations' is not given.
+  /// are drawn from (runtime/PhiloxDraws.h) when 'lsh_rotations' is not given.
   int64_t lshRounds = 0, lshBuckets = 0;
   uint64_t lshSeed = 0;
 };

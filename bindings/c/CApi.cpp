@@ -18,7 +18,7 @@
 #include "runtime/KernelCache.h"
 #include "runtime/KernelHeaders.h"
 #include "runtime/NvrtcCompiler.h"
-#include "runtime/Philox.h"
+#include "runtime/PhiloxDraws.h"
 
 #include <cmath>
 #include <cstring>
@@ -144,7 +144,7 @@ void scatter(const View &v) {
 
 /// What attnc_forward and attnc_backward share: the checked inputs as an
 /// AttentionCall, and the views behind it.
-struct Prepared {
+struct PreparedCall {
   AttentionCall call;
   View q, k, v, lengths, out, lse;
   std::vector<View> params;
@@ -174,7 +174,8 @@ attnc_error *checkCallFits(const attnc_variant &var, const attnc_call &c, int64_
   return nullptr;
 }
 
-attnc_error *prepare(const attnc_variant &var, const attnc_call &c, bool backward, Prepared &p) {
+attnc_error *prepare(const attnc_variant &var, const attnc_call &c, bool backward,
+                     PreparedCall &p) {
   if (attnc_error *e = checkCall(c))
     return e;
   if (!var.cpu)
@@ -549,7 +550,7 @@ attnc_error *attnc_forward(const attnc_variant *v, const attnc_call *c) {
       return fail("attnc_forward: variant or call is NULL");
     if (v->cuda)
       return cudaForward(*v, *c);
-    Prepared p;
+    PreparedCall p;
     if (attnc_error *e = prepare(*v, *c, /*backward=*/false, p))
       return e;
     if (Status s = v->cpu->call(p.call); !s)
@@ -570,7 +571,7 @@ attnc_error *attnc_backward(const attnc_variant *v, const attnc_call *c) {
       return cudaBackward(*v, *c);
     if (!v->cpu->backwardDesc())
       return fail("'" + v->name + "' was compiled without its backward (options.backward = 1)");
-    Prepared p;
+    PreparedCall p;
     if (attnc_error *e = prepare(*v, *c, /*backward=*/true, p))
       return e;
     const bool copies = c->allow_copies != 0;

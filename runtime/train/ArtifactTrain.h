@@ -6,7 +6,7 @@
 // configuration), bound to a parameter store with the artifact's attention
 // kernels, and trained by the training loop. `attnc-rt train DIR` opens the
 // artifact from a directory; `attnc train SPEC` builds the same artifact in
-// memory (driver/Artifact.h) and calls the same function. No MLIR here.
+// memory (driver/ArtifactBuilder.h) and calls the same function. No MLIR here.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_RUNTIME_TRAIN_ARTIFACTTRAIN_H

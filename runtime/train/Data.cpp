@@ -1,6 +1,6 @@
 //===- Data.cpp - Training data: bytes, the duplication task, MLM ---------===//
 //
-// Randomness: Philox4x32-10 (runtime/Philox.h) with key = the run's seed and
+// Randomness: Philox4x32-10 (runtime/PhiloxDraws.h) with key = the run's seed and
 // counter = (step low, step high, stream, index), one stream per purpose so
 // the draws of different purposes never share a counter:
 //
@@ -17,7 +17,7 @@
 #include "runtime/train/Data.h"
 
 #include "runtime/FileSystem.h"
-#include "runtime/Philox.h"
+#include "runtime/PhiloxDraws.h"
 
 #include <algorithm>
 #include <cassert>

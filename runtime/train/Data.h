@@ -2,7 +2,7 @@
 //
 // Deterministic batches: batch `step` of a run with seed `seed` is the same
 // on every machine and after a resume, whatever came before (counter-based
-// randomness, runtime/Philox.h, stream per purpose). Tokens are int32.
+// randomness, runtime/PhiloxDraws.h, stream per purpose). Tokens are int32.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_RUNTIME_TRAIN_DATA_H

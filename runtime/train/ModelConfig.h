@@ -2,7 +2,7 @@
 //
 // What the training runtime knows of a spec's model (docs/training.md):
 // its dimensions, layer kind, feed-forward block, objective and attention
-// variant. The driver derives it from the spec (driver/ModelConfig.h), an
+// variant. The driver derives it from the spec (driver/ModelConfigOf.h), an
 // artifact carries it as JSON (ModelConfigJson.h); the parameter store
 // (Parameters.h) allocates and initialises the weights it implies.
 //

@@ -1,7 +1,7 @@
 //===- Parameters.cpp - A model's named weights, gradients and constants --===//
 #include "runtime/train/Parameters.h"
 
-#include "runtime/Philox.h"
+#include "runtime/PhiloxDraws.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 #include "runtime/train/Plot.h"
 
 #include "runtime/FileSystem.h"
-#include "runtime/Philox.h"
+#include "runtime/PhiloxDraws.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/DataParallel.h"
 

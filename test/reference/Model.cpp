@@ -1,7 +1,7 @@
 //===- Model.cpp - The whole-model reference: a hand-assembled step -------===//
 #include "test/reference/Model.h"
 
-#include "runtime/Philox.h"
+#include "runtime/PhiloxDraws.h"
 
 #include <cmath>
 #include <cstring>

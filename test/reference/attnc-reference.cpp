@@ -33,7 +33,7 @@ namespace {
 
 /// --check-reversible: the backward from rebuilt inputs against the one from
 /// stored inputs, and the activation plans for 2, 6 and 12 layers.
-int checkReversible(Prepared &p, const train::DataSource &data, const TrainCliOptions &opt) {
+int checkReversible(PreparedModel &p, const train::DataSource &data, const TrainCliOptions &opt) {
   if (!p.config.reversible)
     return commandError("train", "--check-reversible needs a model with reversible layers");
   train::ModelConfig stored = p.config;
@@ -74,7 +74,7 @@ int checkReversible(Prepared &p, const train::DataSource &data, const TrainCliOp
 }
 
 /// --compare-engines: the runtime's and the compiled step on one batch.
-int compareEngines(Prepared &p, const train::DataSource &data, const TrainCliOptions &opt) {
+int compareEngines(PreparedModel &p, const train::DataSource &data, const TrainCliOptions &opt) {
   train::ParameterStore store(p.config, opt.seed);
   train::Model model(store, attentionOf(p));
   StepPlan plan;
@@ -146,7 +146,7 @@ int main(int argc, char **argv) {
       ->check(CLI::IsMember({"compiled", "cuda-sim"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  Prepared p;
+  PreparedModel p;
   if (int rc = prepare("train", opt, p, Pin::None))
     return rc;
   Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);

@@ -1,5 +1,5 @@
 //===- PhiloxTest.cpp - The counter-based generator behind LSH rotations --===//
-#include "runtime/Philox.h"
+#include "runtime/PhiloxDraws.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 // the forward, the backward's recomputation, the CPU and the GPU all draw
 // the same numbers. No includes and host/device functions, so the CUDA
 // kernel headers (NVRTC), the CPU kernel headers and the runtime share it.
-// runtime/Philox.h builds the LSH rotations and the residual dropout masks
+// runtime/PhiloxDraws.h builds the LSH rotations and the residual dropout masks
 // on it; attentionKeep() is the attention dropout mask of the kernels.
 //
 //===----------------------------------------------------------------------===//

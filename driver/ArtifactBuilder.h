@@ -1,4 +1,4 @@
-//===- Artifact.h - A resolved spec compiled into an artifact ---*- C++ -*-===//
+//===- ArtifactBuilder.h - A resolved spec compiled into an artifact -*- C++ -*- ===//
 //
 // The one place an artifact is assembled: the attention kernels of each
 // model (the kernel pipeline, emitted for the target), each model's
@@ -9,8 +9,8 @@
 // DIR` makes, so both commands train the same thing.
 //
 //===----------------------------------------------------------------------===//
-#ifndef ATTNC_DRIVER_ARTIFACT_H
-#define ATTNC_DRIVER_ARTIFACT_H
+#ifndef ATTNC_DRIVER_ARTIFACTBUILDER_H
+#define ATTNC_DRIVER_ARTIFACTBUILDER_H
 
 #include "driver/Compile.h"
 
@@ -70,4 +70,4 @@ int writeArtifact(const std::string &dir, const Artifact &artifact);
 
 } // namespace attnc::driver
 
-#endif // ATTNC_DRIVER_ARTIFACT_H
+#endif // ATTNC_DRIVER_ARTIFACTBUILDER_H

@@ -1,5 +1,5 @@
-//===- ModelConfig.cpp - A spec model as the training runtime's config ----===//
-#include "driver/ModelConfig.h"
+//===- ModelConfigOf.cpp - A spec model as the training runtime's config --===//
+#include "driver/ModelConfigOf.h"
 
 #include <iomanip>
 #include <random>

@@ -1,4 +1,4 @@
-//===- TrainSettings.h - The settings a model's train block may hold -*- C++ -*-===//
+//===- TrainSettingTable.h - The settings a model's train block may hold -*- C++ -*- ===//
 //
 // A spec's model may recommend how to train it (`train { lr 2e-3; warmup
 // 30; batch 8; steps 300 }`, docs/language.md). This table is the one
@@ -8,8 +8,8 @@
 // compiler and the runtime accept the same values. No includes.
 //
 //===----------------------------------------------------------------------===//
-#ifndef ATTNC_ABI_TRAINSETTINGS_H
-#define ATTNC_ABI_TRAINSETTINGS_H
+#ifndef ATTNC_ABI_TRAINSETTINGTABLE_H
+#define ATTNC_ABI_TRAINSETTINGTABLE_H
 
 namespace attnc {
 
@@ -52,4 +52,4 @@ inline bool trainSettingValid(const TrainSettingInfo &info, double value) {
 
 } // namespace attnc
 
-#endif // ATTNC_ABI_TRAINSETTINGS_H
+#endif // ATTNC_ABI_TRAINSETTINGTABLE_H

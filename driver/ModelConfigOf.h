@@ -1,6 +1,6 @@
-//===- ModelConfig.h - A spec model as the training runtime's config -*- C++ -*-===//
-#ifndef ATTNC_DRIVER_MODELCONFIG_H
-#define ATTNC_DRIVER_MODELCONFIG_H
+//===- ModelConfigOf.h - A spec model as the training runtime's config -*- C++ -*- ===//
+#ifndef ATTNC_DRIVER_MODELCONFIGOF_H
+#define ATTNC_DRIVER_MODELCONFIGOF_H
 
 #include "dsl/AttnDialect.h"
 #include "runtime/train/Data.h"
@@ -35,4 +35,4 @@ train::Batch syntheticBatch(const train::ModelConfig &config, int B);
 
 } // namespace attnc::driver
 
-#endif // ATTNC_DRIVER_MODELCONFIG_H
+#endif // ATTNC_DRIVER_MODELCONFIGOF_H

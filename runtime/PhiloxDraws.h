@@ -1,4 +1,4 @@
-//===- Philox.h - Counter-based random numbers (Philox4x32-10) --*- C++ -*-===//
+//===- PhiloxDraws.h - Counter-based random numbers (Philox4x32-10) -*- C++ -*- ===//
 //
 // The generator behind everything random that must replay exactly: LSH
 // rotations (drawn the same on every target and on recomputation), and
@@ -14,8 +14,8 @@
 // docs/kernels.md so outside implementations can reproduce it.
 //
 //===----------------------------------------------------------------------===//
-#ifndef ATTNC_RUNTIME_PHILOX_H
-#define ATTNC_RUNTIME_PHILOX_H
+#ifndef ATTNC_RUNTIME_PHILOXDRAWS_H
+#define ATTNC_RUNTIME_PHILOXDRAWS_H
 
 #include "attnc/abi/Philox.h"
 
@@ -52,4 +52,4 @@ template <class Vec> void lshRotations(uint64_t seed, uint32_t stream, Vec &out)
 
 } // namespace attnc::philox
 
-#endif // ATTNC_RUNTIME_PHILOX_H
+#endif // ATTNC_RUNTIME_PHILOXDRAWS_H

@@ -1,19 +1,19 @@
-//===- TrainSettings.h - What a model's train block may say -----*- C++ -*-===//
+//===- TrainBlock.h - What a model's train block may say --------*- C++ -*-===//
 //
 // The front end's messages about a model's `train { ... }` block, over the
-// one table of its settings (attnc/abi/TrainSettings.h): the parser and
+// one table of its settings (attnc/abi/TrainSettingTable.h): the parser and
 // the attn.model verifier say the same. No MLIR: the front end builds
 // without it.
 //
 //===----------------------------------------------------------------------===//
-#ifndef ATTNC_DSL_TRAINSETTINGS_H
-#define ATTNC_DSL_TRAINSETTINGS_H
+#ifndef ATTNC_DSL_TRAINBLOCK_H
+#define ATTNC_DSL_TRAINBLOCK_H
 
 #include <cstddef>
 #include <cstdio>
 #include <string>
 
-#include "attnc/abi/TrainSettings.h"
+#include "attnc/abi/TrainSettingTable.h"
 
 namespace attnc {
 
@@ -48,4 +48,4 @@ inline std::string checkTrainSetting(const TrainSettingInfo &info, double value)
 
 } // namespace attnc
 
-#endif // ATTNC_DSL_TRAINSETTINGS_H
+#endif // ATTNC_DSL_TRAINBLOCK_H

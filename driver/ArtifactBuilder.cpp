@@ -1,7 +1,7 @@
-//===- Artifact.cpp - A resolved spec compiled into an artifact -----------===//
-#include "driver/Artifact.h"
+//===- ArtifactBuilder.cpp - A resolved spec compiled into an artifact ----===//
+#include "driver/ArtifactBuilder.h"
 #include "driver/Report.h"
-#include "driver/ModelConfig.h"
+#include "driver/ModelConfigOf.h"
 #include "driver/ModelGraph.h"
 
 #include "attnc/abi/model_step_env.h"
