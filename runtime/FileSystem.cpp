@@ -149,6 +149,20 @@ std::string tempRoot() {
   return t && *t ? std::string(t) : std::string("/tmp");
 }
 
+std::string cacheFolder() {
+  auto env = [](const char *name) -> const char * {
+    const char *v = std::getenv(name);
+    return v && *v ? v : nullptr;
+  };
+  if (const char *d = env("ATTNC_CACHE_DIR"))
+    return d;
+  if (const char *x = env("XDG_CACHE_HOME"))
+    return std::string(x) + "/attnc";
+  if (const char *h = env("HOME"))
+    return std::string(h) + "/.cache/attnc";
+  return "";
+}
+
 Expected<TempDir> TempDir::create(const std::string &prefix, const std::string &parent) {
   std::string base = parent.empty() ? tempRoot() : parent;
   std::string tmpl = base + "/" + prefix + "XXXXXX";

@@ -41,6 +41,11 @@ Status createDirectories(const std::string &path);
 /// "$TMPDIR" when set and non-empty, else "/tmp".
 std::string tempRoot();
 
+/// attnc's one cache folder rule: $ATTNC_CACHE_DIR, else
+/// $XDG_CACHE_HOME/attnc, else $HOME/.cache/attnc (the kernel cache lives
+/// there, and the tuning database's tuning.json); empty when none is set.
+std::string cacheFolder();
+
 /// A fresh private directory (mkdtemp) removed with its contents when the
 /// object dies, unless keep() was called.
 class TempDir {

@@ -237,15 +237,7 @@ Expected<std::vector<std::string>> KernelCache::unpackBlobs(std::string_view pay
 // KernelCache
 //===----------------------------------------------------------------------===//
 
-std::string KernelCache::defaultDirectory() {
-  if (const char *d = envOrNull("ATTNC_CACHE_DIR"))
-    return d;
-  if (const char *x = envOrNull("XDG_CACHE_HOME"))
-    return std::string(x) + "/attnc";
-  if (const char *h = envOrNull("HOME"))
-    return std::string(h) + "/.cache/attnc";
-  return "";
-}
+std::string KernelCache::defaultDirectory() { return fs::cacheFolder(); }
 
 KernelCache &KernelCache::processDefault() {
   static KernelCache cache([] {

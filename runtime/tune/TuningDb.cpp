@@ -531,15 +531,8 @@ Expected<TuningDb> TuningDb::open(const std::string &path) {
 std::string TuningDb::defaultPath() {
   if (const char *p = envOrNull("ATTNC_TUNING_DB"))
     return p;
-  // KernelCache::defaultDirectory(), repeated so this file needs no more of
-  // the runtime than Error, FileSystem and Version.
-  if (const char *d = envOrNull("ATTNC_CACHE_DIR"))
-    return std::string(d) + "/tuning.json";
-  if (const char *x = envOrNull("XDG_CACHE_HOME"))
-    return std::string(x) + "/attnc/tuning.json";
-  if (const char *h = envOrNull("HOME"))
-    return std::string(h) + "/.cache/attnc/tuning.json";
-  return "";
+  const std::string folder = fs::cacheFolder(); // the kernel cache's too
+  return folder.empty() ? "" : folder + "/tuning.json";
 }
 
 std::string TuningDb::projectPath(const std::string &dir) {

@@ -34,14 +34,7 @@ attnc_tensor tensor(std::vector<float> &data, std::vector<int64_t> shape) {
   return attnc::test::contiguousTensor(data.data(), ATTNC_F32, ATTNC_CPU, shape);
 }
 
-std::vector<float> randn(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<float> v(n);
-  for (float &x : v)
-    x = nd(rng);
-  return v;
-}
+using attnc::test::randn;
 
 /// Causal softmax attention in double: out, and (with dout) dq, dk, dv.
 /// `bias[h]` is added to every score as slope · (key − query) when given.

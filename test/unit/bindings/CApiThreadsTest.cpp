@@ -49,14 +49,7 @@ attnc_variant *compile(const std::string &spec, Error &err, const char *target =
   return v;
 }
 
-std::vector<float> randn(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<float> v(n);
-  for (float &x : v)
-    x = nd(rng);
-  return v;
-}
+using attnc::test::randn;
 
 /// One forward and backward: its inputs (from `seed`) and all it wrote.
 struct CallResult {

@@ -12,6 +12,7 @@
 #include "runtime/Error.h"
 #include "runtime/FileSystem.h"
 #include "runtime/KernelCache.h"
+#include "test/unit/support/ScopedEnv.h"
 
 #include <gtest/gtest.h>
 
@@ -84,29 +85,7 @@ inline bool contains(const std::string &haystack, const std::string &needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
-/// Sets an environment variable for one scope.
-class ScopedEnv {
-public:
-  ScopedEnv(const char *name, const char *value) : name_(name) {
-    if (const char *old = std::getenv(name))
-      old_ = old;
-    had_ = std::getenv(name) != nullptr;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      ::setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
-  }
-
-private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using test::ScopedEnv;
 
 /// A kernel in the single-struct-parameter style of docs/kernels.md, with
 /// 1 KiB of static shared memory.

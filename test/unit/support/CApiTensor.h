@@ -5,6 +5,7 @@
 #include "attnc/attnc.h"
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
 namespace attnc::test {
@@ -21,6 +22,16 @@ inline attnc_tensor contiguousTensor(void *data, attnc_dtype dtype, attnc_device
     stride *= shape[size_t(d)];
   }
   return t;
+}
+
+/// `n` draws of N(0, 1) from `seed`: the tests' inputs.
+inline std::vector<float> randn(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = nd(rng);
+  return v;
 }
 
 } // namespace attnc::test

@@ -1,5 +1,6 @@
 //===- TuningDbTest.cpp - The tuning database of `attnc tune` -------------===//
 #include "runtime/tune/TuningDb.h"
+#include "test/unit/support/ScopedEnv.h"
 
 #include "runtime/CudaDriver.h"
 #include "runtime/FileSystem.h"
@@ -88,29 +89,7 @@ TuningDb openOk(const std::string &path) {
 
 void tick() { std::this_thread::sleep_for(std::chrono::milliseconds(3)); }
 
-/// Sets an environment variable for a scope.
-class ScopedEnv {
-public:
-  ScopedEnv(const char *name, const char *value) : name_(name) {
-    if (const char *old = std::getenv(name))
-      old_ = old, had_ = true;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      ::setenv(name_, old_.c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
-private:
-  const char *name_;
-  std::string old_;
-  bool had_ = false;
-};
+using attnc::test::ScopedEnv;
 
 } // namespace
 
