@@ -7,6 +7,12 @@
 
 namespace attnc::driver {
 
+// The dialect's activation attribute carries the kernels' encoding.
+static_assert(int(attn::Activation::gelu) == int(act::Kind::Gelu) &&
+                  int(attn::Activation::relu) == int(act::Kind::Relu) &&
+                  int(attn::Activation::silu) == int(act::Kind::Silu),
+              "Attn_Activation and attnc::act::Kind disagree");
+
 train::ModelConfig modelConfigOf(attn::ModelOp model, attn::LayerOp layer,
                                  attn::VariantOp variant) {
   train::ModelConfig c;
@@ -15,9 +21,7 @@ train::ModelConfig modelConfigOf(attn::ModelOp model, attn::LayerOp layer,
   c.reversible = layer.getReversible();
   c.ffn = layer.getFfnAct().has_value(); // no ffn clause: attention-only layers
   if (auto act = layer.getFfnAct())
-    c.act = *act == attn::Activation::relu   ? train::Activation::Relu
-            : *act == attn::Activation::silu ? train::Activation::Silu
-                                             : train::Activation::Gelu;
+    c.act = ::attnc::act::Kind(int(*act));
   if (auto chunk = layer.getFfnChunk())
     c.ffnChunk = int(*chunk);
   c.objective = model.getObjective() == attn::Objective::mlm         ? train::Objective::Mlm

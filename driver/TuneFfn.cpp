@@ -35,10 +35,7 @@ namespace attnc::driver {
 /// layer kind; the bucket is the sequence length (the batch is attnc
 /// train's, unknown to the database key).
 tune::KernelKey ffnKey(const train::ModelConfig &c) {
-  const char *act = c.act == train::Activation::Relu   ? "relu"
-                    : c.act == train::Activation::Silu ? "silu"
-                                                       : "gelu";
-  return tune::ffnKey(c.dModel, c.dff, act, c.reversible, c.seq);
+  return tune::ffnKey(c.dModel, c.dff, act::kindName(c.act), c.reversible, c.seq);
 }
 
 FfnBench::FfnBench(attn::ModelOp model, int batch, int repeats)

@@ -56,17 +56,7 @@ const char *objectiveName(Objective o) {
   return "causal_lm";
 }
 
-const char *activationName(Activation a) {
-  switch (a) {
-  case Activation::Gelu:
-    return "gelu";
-  case Activation::Relu:
-    return "relu";
-  case Activation::Silu:
-    return "silu";
-  }
-  return "gelu";
-}
+const char *activationName(Activation a) { return act::kindName(a); }
 
 const AttentionDecl *Spec::findAttention(const std::string &name) const {
   for (const AttentionDecl &a : attentions)

@@ -7,6 +7,7 @@
 #ifndef ATTNC_DSL_AST_H
 #define ATTNC_DSL_AST_H
 
+#include "attnc/abi/Activations.h"
 #include "dsl/Diagnostics.h"
 
 #include <cstdint>
@@ -112,7 +113,7 @@ struct AttentionDecl {
 
 enum class DType { F32, F16, BF16 };
 enum class Objective { CausalLM, MLM, Duplicate };
-enum class Activation { Gelu, Relu, Silu };
+using Activation = ::attnc::act::Kind; // Gelu, Relu, Silu
 const char *dtypeName(DType d);
 const char *objectiveName(Objective o);
 const char *activationName(Activation a);

@@ -134,18 +134,7 @@ DeviceTensor view(const char *name, const DeviceArray &a, std::vector<int64_t> s
 /// the CPU kernels' own projection (the same loops as the CPU target),
 /// compiled by the host compiler like any CPU kernel: the runtime reaches
 /// kernel code only through the JIT, never by including it.
-constexpr const char *kHostProjectionSource = R"(#include "attnc/lowrank.h"
-extern "C" int attnc_host_lowrank_project_fwd(
-    const float *x, const float *e, float *xp, const int *lengths, int B, int H, int N, int D,
-    int kProj, int Nmax, int perHead) {
-  return attnc::cpu::lowrank_project_fwd(x, e, xp, lengths, B, H, N, D, kProj, Nmax, perHead != 0);
-}
-extern "C" int attnc_host_lowrank_project_bwd(
-    const float *x, const float *e, const float *dxp, float *dx, float *de, const int *lengths,
-    int B, int H, int N, int D, int kProj, int Nmax, int perHead) {
-  return attnc::cpu::lowrank_project_bwd(x, e, dxp, dx, de, lengths, B, H, N, D, kProj, Nmax,
-                                         perHead != 0);
-}
+constexpr const char *kHostProjectionSource = R"(#include "attnc/entries/host_lowrank.h"
 )";
 
 /// Offsets of parts of `bytes` laid out one after the other, each 256-byte
@@ -178,13 +167,7 @@ std::vector<size_t> lshWorkspaceParts(int64_t B, int64_t H, int64_t N, int64_t D
 }
 
 /// The kernels of attnc/device_support.cuh, as a module's source.
-constexpr const char *kSupportSource = R"(#include "attnc/device_support.cuh"
-extern "C" __global__ void __launch_bounds__(attnc::kStridedGemmThreads)
-attnc_strided_gemm(attnc::StridedGemmArgs a) { attnc::strided_gemm(a); }
-extern "C" __global__ void attnc_convert_f32_f16(attnc::ConvertArgs a) { attnc::convert<float, __half>(a); }
-extern "C" __global__ void attnc_convert_f16_f32(attnc::ConvertArgs a) { attnc::convert<__half, float>(a); }
-extern "C" __global__ void attnc_convert_f32_bf16(attnc::ConvertArgs a) { attnc::convert<float, __nv_bfloat16>(a); }
-extern "C" __global__ void attnc_convert_bf16_f32(attnc::ConvertArgs a) { attnc::convert<__nv_bfloat16, float>(a); }
+constexpr const char *kSupportSource = R"(#include "attnc/entries/device_support.cuh"
 )";
 } // namespace
 

@@ -10,14 +10,16 @@
 #ifndef ATTNC_RUNTIME_TRAIN_MODELCONFIG_H
 #define ATTNC_RUNTIME_TRAIN_MODELCONFIG_H
 
+#include "attnc/abi/Activations.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace attnc::train {
 
-/// The feed-forward block's activation.
-enum class Activation { Relu, Gelu, Silu };
+/// The feed-forward block's activation (the kernels' encoding).
+using Activation = ::attnc::act::Kind;
 
 enum class Objective { CausalLm, Mlm, Duplicate };
 

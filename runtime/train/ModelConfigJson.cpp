@@ -9,9 +9,6 @@ using nlohmann::json;
 
 namespace {
 
-const char *activationName(Activation a) {
-  return a == Activation::Relu ? "relu" : a == Activation::Silu ? "silu" : "gelu";
-}
 const char *objectiveName(Objective o) {
   return o == Objective::Mlm ? "mlm" : o == Objective::Duplicate ? "duplicate" : "causal_lm";
 }
@@ -31,7 +28,7 @@ std::string modelConfigToJson(const ModelConfig &c) {
             {"layers", c.layers},
             {"reversible", c.reversible},
             {"ffn", c.ffn},
-            {"activation", activationName(c.act)},
+            {"activation", act::kindName(c.act)},
             {"ffn_chunk", c.ffnChunk},
             {"objective", objectiveName(c.objective)},
             {"shared_qk", c.sharedQk},

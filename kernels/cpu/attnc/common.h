@@ -23,6 +23,7 @@
 #define ATTNC_CPU_COMMON_H
 
 #include "attnc/abi/KernelArgs.h"
+#include "attnc/abi/Qualifiers.h"
 #include "attnc/abi/SharedQk.h"
 #include "attnc/common/mask.h"
 
@@ -54,16 +55,10 @@
 #endif
 #endif
 
-#ifndef ATTNC_HD
-#define ATTNC_HD inline
-#endif
-
 #if defined(__GNUC__) || defined(__clang__)
 #define ATTNC_RESTRICT __restrict__
-#define ATTNC_ALWAYS_INLINE inline __attribute__((always_inline))
 #else
 #define ATTNC_RESTRICT
-#define ATTNC_ALWAYS_INLINE inline
 #endif
 
 // Everything in attnc::cpu has hidden visibility: the kernel headers are
@@ -149,7 +144,7 @@ inline void zeroFloats(float *p, std::size_t n) {
 /// [-87.3, 88]; exactly 0 below -87.33 (also for -inf); inputs above 88 are
 /// clamped to 88. Callers never pass NaN (masked entries are replaced by a
 /// finite value first).
-ATTNC_ALWAYS_INLINE float expf_fast(float x) {
+ATTNC_FORCE_INLINE float expf_fast(float x) {
   constexpr float kLo = -87.33654f, kHi = 88.0f;
   float xc = std::max(kLo, x); // NaN-free order: max(lo, x)
   xc = std::min(kHi, xc);
@@ -181,7 +176,7 @@ ATTNC_ALWAYS_INLINE float expf_fast(float x) {
 
 /// Σ_d a[d]·b[d] over a compile-time length, lane-split, fixed order.
 template <int N>
-ATTNC_ALWAYS_INLINE float dotN(const float *ATTNC_RESTRICT a, const float *ATTNC_RESTRICT b) {
+ATTNC_FORCE_INLINE float dotN(const float *ATTNC_RESTRICT a, const float *ATTNC_RESTRICT b) {
   float s[kLanes];
   for (int l = 0; l < kLanes; ++l)
     s[l] = 0.0f;
@@ -198,7 +193,7 @@ ATTNC_ALWAYS_INLINE float dotN(const float *ATTNC_RESTRICT a, const float *ATTNC
 }
 
 /// x[0..n) *= c.
-ATTNC_ALWAYS_INLINE void scaleRow(float *ATTNC_RESTRICT x, int n, float c) {
+ATTNC_FORCE_INLINE void scaleRow(float *ATTNC_RESTRICT x, int n, float c) {
   for (int j = 0; j < n; ++j)
     x[j] *= c;
 }
@@ -209,8 +204,8 @@ ATTNC_ALWAYS_INLINE void scaleRow(float *ATTNC_RESTRICT x, int n, float c) {
 
 /// dst[ROWS][COLS] = src rows [0, n) (row stride ld), rows [n, ROWS) zeroed.
 template <int ROWS, int COLS>
-ATTNC_ALWAYS_INLINE void copyRowsPadded(float *ATTNC_RESTRICT dst, const float *ATTNC_RESTRICT src,
-                                        int n, std::size_t ld) {
+ATTNC_FORCE_INLINE void copyRowsPadded(float *ATTNC_RESTRICT dst, const float *ATTNC_RESTRICT src,
+                                       int n, std::size_t ld) {
   for (int r = 0; r < n; ++r)
     std::memcpy(dst + static_cast<std::size_t>(r) * COLS, src + r * ld, COLS * sizeof(float));
   if (n < ROWS)
@@ -220,8 +215,8 @@ ATTNC_ALWAYS_INLINE void copyRowsPadded(float *ATTNC_RESTRICT dst, const float *
 /// dst[COLS][ROWS] = transpose of src rows [0, n) (each COLS long, row stride
 /// ld); dst columns [n, ROWS) zeroed.
 template <int ROWS, int COLS>
-ATTNC_ALWAYS_INLINE void transposePadded(float *ATTNC_RESTRICT dst, const float *ATTNC_RESTRICT src,
-                                         int n, std::size_t ld) {
+ATTNC_FORCE_INLINE void transposePadded(float *ATTNC_RESTRICT dst, const float *ATTNC_RESTRICT src,
+                                        int n, std::size_t ld) {
   constexpr int TB = 16; // cache-friendly blocks
   for (int r0 = 0; r0 < n; r0 += TB) {
     const int r1 = std::min(n, r0 + TB);
@@ -252,18 +247,18 @@ constexpr int kVecWidth = 4;
 #endif
 typedef float VFloat __attribute__((vector_size(kVecWidth * sizeof(float))));
 
-ATTNC_ALWAYS_INLINE VFloat vload(const float *p) {
+ATTNC_FORCE_INLINE VFloat vload(const float *p) {
   VFloat v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-ATTNC_ALWAYS_INLINE void vstore(float *p, VFloat v) { std::memcpy(p, &v, sizeof(v)); }
+ATTNC_FORCE_INLINE void vstore(float *p, VFloat v) { std::memcpy(p, &v, sizeof(v)); }
 
 /// C[MR][NV·W] (+)= A[MR][K]·B[K][NV·W]; A(r, kk) = A[r·ars + kk·acs].
 template <int MR, int NV, bool ACC>
-ATTNC_ALWAYS_INLINE void microVec(int K, const float *ATTNC_RESTRICT A, std::ptrdiff_t ars,
-                                  std::ptrdiff_t acs, const float *ATTNC_RESTRICT B,
-                                  std::ptrdiff_t ldb, float *ATTNC_RESTRICT C, std::ptrdiff_t ldc) {
+ATTNC_FORCE_INLINE void microVec(int K, const float *ATTNC_RESTRICT A, std::ptrdiff_t ars,
+                                 std::ptrdiff_t acs, const float *ATTNC_RESTRICT B,
+                                 std::ptrdiff_t ldb, float *ATTNC_RESTRICT C, std::ptrdiff_t ldc) {
   constexpr int W = kVecWidth;
   VFloat acc[MR][NV];
   for (int r = 0; r < MR; ++r)
@@ -288,10 +283,10 @@ constexpr int kMicroVecs = 2;
 
 /// Scalar micro-kernel: C[MR][ncols] (+)= A[MR][K]·B[K][ncols] (column tails).
 template <int MR, bool ACC>
-ATTNC_ALWAYS_INLINE void microScalar(int K, int ncols, const float *ATTNC_RESTRICT A,
-                                     std::ptrdiff_t ars, std::ptrdiff_t acs,
-                                     const float *ATTNC_RESTRICT B, std::ptrdiff_t ldb,
-                                     float *ATTNC_RESTRICT C, std::ptrdiff_t ldc) {
+ATTNC_FORCE_INLINE void microScalar(int K, int ncols, const float *ATTNC_RESTRICT A,
+                                    std::ptrdiff_t ars, std::ptrdiff_t acs,
+                                    const float *ATTNC_RESTRICT B, std::ptrdiff_t ldb,
+                                    float *ATTNC_RESTRICT C, std::ptrdiff_t ldc) {
   for (int r = 0; r < MR; ++r)
     for (int c = 0; c < ncols; ++c) {
       float acc = ACC ? C[r * ldc + c] : 0.0f;
@@ -303,10 +298,9 @@ ATTNC_ALWAYS_INLINE void microScalar(int K, int ncols, const float *ATTNC_RESTRI
 
 /// One panel of MR rows over all N columns.
 template <int MR, bool ACC>
-ATTNC_ALWAYS_INLINE void gemmPanel(int N, int K, const float *ATTNC_RESTRICT A, std::ptrdiff_t ars,
-                                   std::ptrdiff_t acs, const float *ATTNC_RESTRICT B,
-                                   std::ptrdiff_t ldb, float *ATTNC_RESTRICT C,
-                                   std::ptrdiff_t ldc) {
+ATTNC_FORCE_INLINE void gemmPanel(int N, int K, const float *ATTNC_RESTRICT A, std::ptrdiff_t ars,
+                                  std::ptrdiff_t acs, const float *ATTNC_RESTRICT B,
+                                  std::ptrdiff_t ldb, float *ATTNC_RESTRICT C, std::ptrdiff_t ldc) {
   constexpr int W = kVecWidth;
   int j = 0;
   for (; j + kMicroVecs * W <= N; j += kMicroVecs * W)
@@ -323,9 +317,9 @@ ATTNC_ALWAYS_INLINE void gemmPanel(int N, int K, const float *ATTNC_RESTRICT A, 
 /// does not depend on the caller's threading. Inlined so that compile-time
 /// sizes (tile shapes) propagate.
 template <bool ACC>
-ATTNC_ALWAYS_INLINE void gemm(int M, int N, int K, const float *ATTNC_RESTRICT A,
-                              std::ptrdiff_t ars, std::ptrdiff_t acs, const float *ATTNC_RESTRICT B,
-                              std::ptrdiff_t ldb, float *ATTNC_RESTRICT C, std::ptrdiff_t ldc) {
+ATTNC_FORCE_INLINE void gemm(int M, int N, int K, const float *ATTNC_RESTRICT A, std::ptrdiff_t ars,
+                             std::ptrdiff_t acs, const float *ATTNC_RESTRICT B, std::ptrdiff_t ldb,
+                             float *ATTNC_RESTRICT C, std::ptrdiff_t ldc) {
   constexpr int MR = kMicroRows;
   int i = 0;
   for (; i + MR <= M; i += MR)

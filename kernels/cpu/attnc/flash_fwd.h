@@ -58,9 +58,9 @@ inline void dropoutTile(float *St, const AttnFwdArgs &a, int bh, int q0, int kv0
 /// BQ queries of the block: row[i] = kept ? score(scale·raw[i]) : -inf, and
 /// the running column maxima mt[i] = max(mt[i], row[i]). Vectorises over i.
 template <int BQ, class Variant>
-ATTNC_ALWAYS_INLINE void scoreKeyRow(float *ATTNC_RESTRICT row, float *ATTNC_RESTRICT mt,
-                                     float scale, int b, int h, int q0, int kv, bool keyOk,
-                                     bool needMask, const float *params, int H) {
+ATTNC_FORCE_INLINE void scoreKeyRow(float *ATTNC_RESTRICT row, float *ATTNC_RESTRICT mt,
+                                    float scale, int b, int h, int q0, int kv, bool keyOk,
+                                    bool needMask, const float *params, int H) {
   if (!needMask) {
     for (int i = 0; i < BQ; ++i) {
       float s = scale * row[i];

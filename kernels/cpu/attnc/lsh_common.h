@@ -165,8 +165,8 @@ inline bool allocCommon(Common &c, const AttnLshArgs &a, int chunk, std::size_t 
 /// j < n. The rows are scattered (sorted by bucket): prefetch a few ahead so
 /// that several cache misses are in flight.
 template <int D>
-ATTNC_ALWAYS_INLINE void gatherRows(float *ATTNC_RESTRICT dst, const float *ATTNC_RESTRICT src,
-                                    const int *pos, int n) {
+ATTNC_FORCE_INLINE void gatherRows(float *ATTNC_RESTRICT dst, const float *ATTNC_RESTRICT src,
+                                   const int *pos, int n) {
 #if defined(__GNUC__) || defined(__clang__)
   constexpr int kAhead = 8;
   constexpr int kLines = (D * int(sizeof(float)) + 63) / 64;
@@ -190,7 +190,7 @@ ATTNC_ALWAYS_INLINE void gatherRows(float *ATTNC_RESTRICT dst, const float *ATTN
 }
 
 /// Prefetches (for writing) the rows pos[0..n) of a [N][D] slice.
-template <int D> ATTNC_ALWAYS_INLINE void prefetchRows(float *base, const int *pos, int n) {
+template <int D> ATTNC_FORCE_INLINE void prefetchRows(float *base, const int *pos, int n) {
 #if defined(__GNUC__) || defined(__clang__)
   constexpr int kLines = (D * int(sizeof(float)) + 63) / 64;
   for (int j = 0; j < n; ++j)
@@ -204,8 +204,8 @@ template <int D> ATTNC_ALWAYS_INLINE void prefetchRows(float *base, const int *p
 
 /// Keys of gathered rows in place: row j /= den[pos[j]] (pad rows are 0).
 template <int D>
-ATTNC_ALWAYS_INLINE void normaliseRows(float *ATTNC_RESTRICT rows, const float *den, const int *pos,
-                                       int n) {
+ATTNC_FORCE_INLINE void normaliseRows(float *ATTNC_RESTRICT rows, const float *den, const int *pos,
+                                      int n) {
   for (int j = 0; j < n; ++j)
     if (pos[j] >= 0) {
       float *ATTNC_RESTRICT r = rows + std::size_t(j) * D;
@@ -217,7 +217,7 @@ ATTNC_ALWAYS_INLINE void normaliseRows(float *ATTNC_RESTRICT rows, const float *
 
 /// The window of chunk c: slots [w0, w0 + nw).
 template <int CHUNK, int BEFORE, int AFTER>
-ATTNC_ALWAYS_INLINE void windowOf(int c, int C, int &w0, int &nw) {
+ATTNC_FORCE_INLINE void windowOf(int c, int C, int &w0, int &nw) {
   const int c0 = std::max(0, c - BEFORE), c1 = std::min(C - 1, c + AFTER);
   w0 = c0 * CHUNK;
   nw = (c1 - c0 + 1) * CHUNK;

@@ -27,10 +27,10 @@ namespace model {
 // Activations (kernels/abi/attnc/abi/Activations.h) through the kernels' branch-free
 // expf_fast, so the row loops vectorise.
 struct FastExp {
-  ATTNC_ALWAYS_INLINE float operator()(float x) const { return cpu::expf_fast(x); }
+  ATTNC_FORCE_INLINE float operator()(float x) const { return cpu::expf_fast(x); }
 };
-ATTNC_ALWAYS_INLINE float activation(int kind, float x) { return act::apply(kind, x, FastExp()); }
-ATTNC_ALWAYS_INLINE float activationGrad(int kind, float x) {
+ATTNC_FORCE_INLINE float activation(int kind, float x) { return act::apply(kind, x, FastExp()); }
+ATTNC_FORCE_INLINE float activationGrad(int kind, float x) {
   return act::derivative(kind, x, FastExp());
 }
 

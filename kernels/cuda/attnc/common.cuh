@@ -16,10 +16,8 @@
 #include "attnc/abi/SharedQk.h"
 #include "attnc/abi/TileModel.h"
 
-/// Variant hooks and small helpers: always inlined into the kernel.
-#define ATTNC_HD __device__ __forceinline__
-
-#include "attnc/common/mask.h" // after ATTNC_HD: its functions are device code
+#include "attnc/abi/Qualifiers.h"
+#include "attnc/common/mask.h"
 
 /// The SM version being compiled for (e.g. 800), 0 in a host pass.
 #ifdef __CUDA_ARCH__

@@ -29,10 +29,8 @@
 #ifdef ATTNC_CUDA_SIMT_EMULATOR_H
 /// Under the emulator a block's shared storage is the emulator's.
 #define ATTNC_STEP_SHARED(Type, name) Type &name = ::emu::shared<Type>()
-#define ATTNC_STEP_FN inline
 #else
 #define ATTNC_STEP_SHARED(Type, name) __shared__ Type name
-#define ATTNC_STEP_FN __device__ __forceinline__
 #endif
 
 namespace attnc {
@@ -43,7 +41,7 @@ constexpr int kMaxWarps = 32;
 
 /// Σ v over the block, the same value in every thread. Lane sums go down
 /// a butterfly, lane 0's is the warp's, warps add in order.
-template <class T> ATTNC_STEP_FN T blockSum(T v, T *red) {
+template <class T> ATTNC_HD T blockSum(T v, T *red) {
   for (int o = 16; o > 0; o >>= 1)
     v += __shfl_xor_sync(0xffffffffu, v, o);
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
@@ -57,7 +55,7 @@ template <class T> ATTNC_STEP_FN T blockSum(T v, T *red) {
   return s;
 }
 
-template <class T> ATTNC_STEP_FN T blockMax(T v, T *red) {
+template <class T> ATTNC_HD T blockMax(T v, T *red) {
   for (int o = 16; o > 0; o >>= 1) {
     T u = __shfl_xor_sync(0xffffffffu, v, o);
     v = u > v ? u : v;
@@ -75,17 +73,15 @@ template <class T> ATTNC_STEP_FN T blockMax(T v, T *red) {
 
 // Activations (kernels/abi/attnc/abi/Activations.h, the CPU step's formulas) with expf.
 struct DeviceExp {
-  ATTNC_STEP_FN float operator()(float x) const { return expf(x); }
+  ATTNC_HD float operator()(float x) const { return expf(x); }
 };
-ATTNC_STEP_FN float activation(int kind, float x) { return act::apply(kind, x, DeviceExp()); }
-ATTNC_STEP_FN float activationGrad(int kind, float x) {
-  return act::derivative(kind, x, DeviceExp());
-}
+ATTNC_HD float activation(int kind, float x) { return act::apply(kind, x, DeviceExp()); }
+ATTNC_HD float activationGrad(int kind, float x) { return act::derivative(kind, x, DeviceExp()); }
 
 /// y = (x − mean)·rstd·gamma + beta over one row of C, two passes (mean,
 /// then the centred variance). Every thread calls it.
-ATTNC_STEP_FN void layerNormRow(const float *x, const float *gamma, const float *beta, float *y,
-                                float *mean, float *rstd, int C, float eps, float *red) {
+ATTNC_HD void layerNormRow(const float *x, const float *gamma, const float *beta, float *y,
+                           float *mean, float *rstd, int C, float eps, float *red) {
   float s = 0;
   for (int c = threadIdx.x; c < C; c += blockDim.x)
     s += x[c];
@@ -101,8 +97,8 @@ ATTNC_STEP_FN void layerNormRow(const float *x, const float *gamma, const float 
 }
 
 /// dx of a layer norm over one row of C.
-ATTNC_STEP_FN void layerNormGradRow(const float *dy, const float *x, const float *gamma, float mean,
-                                    float rstd, float *dx, int C, float *red) {
+ATTNC_HD void layerNormGradRow(const float *dy, const float *x, const float *gamma, float mean,
+                               float rstd, float *dx, int C, float *red) {
   float sg = 0, sgx = 0;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     const float g = dy[c] * gamma[c];
@@ -114,14 +110,14 @@ ATTNC_STEP_FN void layerNormGradRow(const float *dy, const float *x, const float
 }
 
 /// The residual dropout of element `index` (the CPU step's mask).
-ATTNC_STEP_FN float dropout(float x, const attnc_kargs &a, unsigned stream,
-                            unsigned long long index, float p, float keepScale) {
+ATTNC_HD float dropout(float x, const attnc_kargs &a, unsigned stream, unsigned long long index,
+                       float p, float keepScale) {
   if (!a.flag)
     return x;
   return philox::dropoutUniform(a.seed, stream, a.step, index) < p ? 0.0f : x * keepScale;
 }
 
-ATTNC_STEP_FN long long globalThread() { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }
+ATTNC_HD long long globalThread() { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }
 
 } // namespace step
 } // namespace attnc
@@ -143,7 +139,7 @@ constexpr int kRowSegment = 256;
 struct RowSegment {
   long long c, index, r0, r1;
 };
-ATTNC_STEP_FN bool rowSegment(long long R, long long C, RowSegment &seg) {
+ATTNC_HD bool rowSegment(long long R, long long C, RowSegment &seg) {
   const long long tiles = (C + kColumnTile - 1) / kColumnTile, s = blockIdx.x / tiles;
   seg.c = (blockIdx.x % tiles) * kColumnTile + threadIdx.x;
   seg.index = s;

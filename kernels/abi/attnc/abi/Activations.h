@@ -2,31 +2,38 @@
 //
 // One definition of gelu (tanh form), relu and silu and their derivatives
 // for the CPU step (model_step.h, with its vectorisable expf_fast) and the
-// CUDA step (model_step.cuh, with expf): each passes its exp. No includes,
-// so NVRTC, the host compiler and the SIMT emulator all read it.
+// CUDA step (model_step.cuh, with expf): each passes its exp. No host
+// headers, so NVRTC, the host compiler and the SIMT emulator all read it.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_ABI_ACTIVATIONS_H
 #define ATTNC_ABI_ACTIVATIONS_H
 
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-#define ATTNC_ACTIVATION_FN __device__ __forceinline__
-#elif defined(__GNUC__)
-#define ATTNC_ACTIVATION_FN inline __attribute__((always_inline))
-#else
-#define ATTNC_ACTIVATION_FN inline
-#endif
+#include "attnc/abi/Qualifiers.h"
 
 namespace attnc {
 namespace act {
 
+/// The one encoding of the FFN activation: the front end's AST, the model
+/// config, the tuning keys and the kernels' `kind` argument (an int in the
+/// generated code) all use it; the dialect's Attn_Activation attribute has
+/// the same values (static_asserts in driver/ModelConfigOf.cpp).
+enum class Kind : int { Gelu = 0, Relu = 1, Silu = 2 };
+
+#if !defined(__CUDACC_RTC__)
+/// The spec's and the JSON files' name of `k`.
+inline const char *kindName(Kind k) {
+  return k == Kind::Relu ? "relu" : k == Kind::Silu ? "silu" : "gelu";
+}
+#endif
+
 /// tanh(u) = 1 − 2 / (e^{2u} + 1): branch-free, so row loops vectorise.
-template <class Exp> ATTNC_ACTIVATION_FN float tanhVia(float u, Exp exp) {
+template <class Exp> ATTNC_FORCE_INLINE float tanhVia(float u, Exp exp) {
   return 1.0f - 2.0f / (exp(2.0f * u) + 1.0f);
 }
 
-/// `kind`: 0 gelu (tanh form), 1 relu, 2 silu (Attn_Activation's order).
-template <class Exp> ATTNC_ACTIVATION_FN float apply(int kind, float x, Exp exp) {
+/// `kind`: a Kind as an int (gelu is the tanh form).
+template <class Exp> ATTNC_FORCE_INLINE float apply(int kind, float x, Exp exp) {
   if (kind == 1)
     return x > 0 ? x : 0.0f;
   if (kind == 2)
@@ -36,7 +43,7 @@ template <class Exp> ATTNC_ACTIVATION_FN float apply(int kind, float x, Exp exp)
 }
 
 /// d apply(kind, x) / dx.
-template <class Exp> ATTNC_ACTIVATION_FN float derivative(int kind, float x, Exp exp) {
+template <class Exp> ATTNC_FORCE_INLINE float derivative(int kind, float x, Exp exp) {
   if (kind == 1)
     return x > 0 ? 1.0f : 0.0f;
   if (kind == 2) {

@@ -37,12 +37,6 @@
 
 #include "attnc/abi/TileModel.h" // the grid helpers
 
-#if defined(__CUDACC__)
-#define ATTNC_LSH_TILE_FN __host__ __device__ constexpr
-#else
-#define ATTNC_LSH_TILE_FN constexpr
-#endif
-
 namespace attnc::tile {
 
 /// Largest num_buckets the hash kernel handles (its histogram is in shared
@@ -60,34 +54,36 @@ struct LshTile {
   int blockQ, blockKv, warps;
 };
 
-ATTNC_LSH_TILE_FN int lshMax(int a, int b) { return a > b ? a : b; }
-ATTNC_LSH_TILE_FN int lshMin(int a, int b) { return a < b ? a : b; }
+ATTNC_HOST_DEVICE constexpr int lshMax(int a, int b) { return a > b ? a : b; }
+ATTNC_HOST_DEVICE constexpr int lshMin(int a, int b) { return a < b ? a : b; }
 
 /// Sorted slots per (batch, head, round): N rounded up to whole chunks.
-ATTNC_LSH_TILE_FN int lshPaddedLength(int n, int chunk) { return (n + chunk - 1) / chunk * chunk; }
+ATTNC_HOST_DEVICE constexpr int lshPaddedLength(int n, int chunk) {
+  return (n + chunk - 1) / chunk * chunk;
+}
 
-ATTNC_LSH_TILE_FN int lshHashSmemBytes() { return 4 * kLshMaxBuckets; }
-ATTNC_LSH_TILE_FN int lshFwdSmemBytes(int blockQ, int blockKv, int headDim) {
+ATTNC_HOST_DEVICE constexpr int lshHashSmemBytes() { return 4 * kLshMaxBuckets; }
+ATTNC_HOST_DEVICE constexpr int lshFwdSmemBytes(int blockQ, int blockKv, int headDim) {
   return 4 * (blockQ * (headDim + 1) + blockKv * (headDim + 1) + blockQ * (blockKv + 1) + blockQ +
               blockKv);
 }
-ATTNC_LSH_TILE_FN int lshBwdDqSmemBytes(int blockQ, int blockKv, int headDim) {
+ATTNC_HOST_DEVICE constexpr int lshBwdDqSmemBytes(int blockQ, int blockKv, int headDim) {
   return 4 * (2 * blockQ * (headDim + 1) + 2 * blockKv * (headDim + 1) + blockQ * (blockKv + 1) +
               3 * blockQ + blockKv);
 }
-ATTNC_LSH_TILE_FN int lshBwdDkdvSmemBytes(int blockQ, int blockKv, int headDim) {
+ATTNC_HOST_DEVICE constexpr int lshBwdDkdvSmemBytes(int blockQ, int blockKv, int headDim) {
   return 4 * (2 * blockKv * (headDim + 1) + 2 * blockQ * (headDim + 1) +
               2 * blockKv * (blockQ + 1) + 4 * blockQ + blockKv);
 }
 /// The largest static shared memory of the seven kernels.
-ATTNC_LSH_TILE_FN int lshSmemBytes(const LshTile &t, int headDim) {
+ATTNC_HOST_DEVICE constexpr int lshSmemBytes(const LshTile &t, int headDim) {
   return lshMax(lshMax(lshHashSmemBytes(), lshFwdSmemBytes(t.blockQ, t.blockKv, headDim)),
                 lshMax(lshBwdDqSmemBytes(t.blockQ, t.blockKv, headDim),
                        lshBwdDkdvSmemBytes(t.blockQ, t.blockKv, headDim)));
 }
 
 /// Shape constraints of the kernel templates (static_asserted there too).
-ATTNC_LSH_TILE_FN bool lshValidTile(const LshTile &t, int chunk, int headDim) {
+ATTNC_HOST_DEVICE constexpr bool lshValidTile(const LshTile &t, int chunk, int headDim) {
   const int threads = t.warps * 32;
   return chunk >= 1 && headDim >= 1 && t.warps >= 1 && threads <= 1024 && t.blockQ >= 1 &&
          t.blockKv >= 1 && chunk % t.blockQ == 0 && chunk % t.blockKv == 0 &&
@@ -102,7 +98,7 @@ ATTNC_LSH_TILE_FN bool lshValidTile(const LshTile &t, int chunk, int headDim) {
 /// tiles under 4 rows, odd chunks end at 1 x 1 tiles with one warp).
 /// Checked to compile without spills for sm_75/80/90 by
 /// test/unit/kernels/CudaLshTest.cpp.
-ATTNC_LSH_TILE_FN LshTile lshDefaultTile(int chunk, int headDim) {
+ATTNC_HOST_DEVICE constexpr LshTile lshDefaultTile(int chunk, int headDim) {
   for (int t = 64; t > 1; t /= 2) {
     const LshTile c{t, t, lshMin(4, t)};
     if (lshValidTile(c, chunk, headDim))
@@ -119,21 +115,26 @@ struct LshGrid {
   long long x;
   int y;
 };
-ATTNC_LSH_TILE_FN LshGrid lshFlatGrid(long long tiles, long long rows) {
+ATTNC_HOST_DEVICE constexpr LshGrid lshFlatGrid(long long tiles, long long rows) {
   return {gridBlocks(tiles, rows), 1};
 }
-ATTNC_LSH_TILE_FN LshGrid lshHashGrid(int bh, int rounds) { return lshFlatGrid(rounds, bh); }
-ATTNC_LSH_TILE_FN LshGrid lshFwdGrid(const LshTile &t, int n, int chunk, int bh, int rounds) {
+ATTNC_HOST_DEVICE constexpr LshGrid lshHashGrid(int bh, int rounds) {
+  return lshFlatGrid(rounds, bh);
+}
+ATTNC_HOST_DEVICE constexpr LshGrid lshFwdGrid(const LshTile &t, int n, int chunk, int bh,
+                                               int rounds) {
   return lshFlatGrid(gridTiles(lshPaddedLength(n, chunk), t.blockQ), (long long)bh * rounds);
 }
-ATTNC_LSH_TILE_FN LshGrid lshBwdDqGrid(const LshTile &t, int n, int chunk, int bh, int rounds) {
+ATTNC_HOST_DEVICE constexpr LshGrid lshBwdDqGrid(const LshTile &t, int n, int chunk, int bh,
+                                                 int rounds) {
   return lshFlatGrid(gridTiles(lshPaddedLength(n, chunk), t.blockQ), (long long)bh * rounds);
 }
-ATTNC_LSH_TILE_FN LshGrid lshBwdDkdvGrid(const LshTile &t, int n, int chunk, int bh, int rounds) {
+ATTNC_HOST_DEVICE constexpr LshGrid lshBwdDkdvGrid(const LshTile &t, int n, int chunk, int bh,
+                                                   int rounds) {
   return lshFlatGrid(gridTiles(lshPaddedLength(n, chunk), t.blockKv), (long long)bh * rounds);
 }
 /// lsh_combine, lsh_bwd_preprocess and lsh_bwd_combine.
-ATTNC_LSH_TILE_FN LshGrid lshRowGrid(int n, int bh) {
+ATTNC_HOST_DEVICE constexpr LshGrid lshRowGrid(int n, int bh) {
   return lshFlatGrid(gridTiles(n, kLshRowsPerBlock), bh);
 }
 

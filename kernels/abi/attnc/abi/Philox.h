@@ -3,7 +3,7 @@
 // Philox4x32-10 (Salmon et al., SC'11): a value depends only on (key,
 // counter), never on what was drawn before or on which thread draws it, so
 // the forward, the backward's recomputation, the CPU and the GPU all draw
-// the same numbers. No includes and host/device functions, so the CUDA
+// the same numbers. No host headers and host/device functions, so the CUDA
 // kernel headers (NVRTC), the CPU kernel headers and the runtime share it.
 // runtime/PhiloxDraws.h builds the LSH rotations and the residual dropout masks
 // on it; attentionKeep() is the attention dropout mask of the kernels.
@@ -12,11 +12,7 @@
 #ifndef ATTNC_ABI_PHILOX_H
 #define ATTNC_ABI_PHILOX_H
 
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-#define ATTNC_PHILOX_FN __host__ __device__ inline
-#else
-#define ATTNC_PHILOX_FN inline
-#endif
+#include "attnc/abi/Qualifiers.h"
 
 namespace attnc {
 namespace philox {
@@ -26,7 +22,7 @@ struct Counter {
 };
 
 /// Philox4x32 with 10 rounds; key = (seed low, seed high).
-ATTNC_PHILOX_FN Counter philox4x32(Counter ctr, unsigned long long seed) {
+ATTNC_HOST_DEVICE inline Counter philox4x32(Counter ctr, unsigned long long seed) {
   unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)(seed >> 32);
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
   // Rolled on the GPU: the attention kernels call this per score inside
@@ -49,7 +45,7 @@ ATTNC_PHILOX_FN Counter philox4x32(Counter ctr, unsigned long long seed) {
 /// Word k (0..3) of a counter, chosen by selects: an indexed read with a
 /// run-time k would put the counter in local memory (a stack frame) on
 /// the GPU.
-ATTNC_PHILOX_FN unsigned int word(const Counter &c, unsigned int k) {
+ATTNC_HOST_DEVICE inline unsigned int word(const Counter &c, unsigned int k) {
   const unsigned int lo = (k & 1) ? c.w[1] : c.w[0], hi = (k & 1) ? c.w[3] : c.w[2];
   return (k & 2) ? hi : lo;
 }
@@ -59,8 +55,8 @@ ATTNC_PHILOX_FN unsigned int word(const Counter &c, unsigned int k) {
 /// training step and the layer), with drop probability p. Counter =
 /// (j / 4, i, bh, offset), key = seed ^ "attndrop"; output word j % 4 times
 /// 2^-32 against p.
-ATTNC_PHILOX_FN bool attentionKeep(unsigned long long seed, unsigned int offset, int bh, int i,
-                                   int j, float p) {
+ATTNC_HOST_DEVICE inline bool attentionKeep(unsigned long long seed, unsigned int offset, int bh,
+                                            int i, int j, float p) {
   Counter c = {{(unsigned int)j >> 2, (unsigned int)i, (unsigned int)bh, offset}};
   Counter r = philox4x32(c, seed ^ 0x6174746e64726f70ull);
   return float(word(r, (unsigned int)j & 3u)) * 2.3283064365386963e-10f >= p;
@@ -68,8 +64,8 @@ ATTNC_PHILOX_FN bool attentionKeep(unsigned long long seed, unsigned int offset,
 
 /// The attention dropout factor of (row, i, j): 0 where attentionKeep
 /// drops it, else 1 / (1 − p), the rescaling of the kept probabilities.
-ATTNC_PHILOX_FN float attentionDropoutScale(unsigned long long seed, unsigned int offset, int row,
-                                            int i, int j, float p) {
+ATTNC_HOST_DEVICE inline float attentionDropoutScale(unsigned long long seed, unsigned int offset,
+                                                     int row, int i, int j, float p) {
   return attentionKeep(seed, offset, row, i, j, p) ? 1.0f / (1.0f - p) : 0.0f;
 }
 
@@ -77,8 +73,8 @@ ATTNC_PHILOX_FN float attentionDropoutScale(unsigned long long seed, unsigned in
 /// step, index): counter = (index / 4, step, stream, 0x64726f70 "drop"),
 /// output word index % 4, times 2^-32. The tag word keeps these counters
 /// apart from the LSH rotations' (whose fourth word is 0).
-ATTNC_PHILOX_FN float dropoutUniform(unsigned long long seed, unsigned int stream,
-                                     unsigned int step, unsigned long long index) {
+ATTNC_HOST_DEVICE inline float dropoutUniform(unsigned long long seed, unsigned int stream,
+                                              unsigned int step, unsigned long long index) {
   Counter c = {{(unsigned int)(index >> 2), step, stream, 0x64726f70u}};
   Counter r = philox4x32(c, seed);
   return float(double(word(r, (unsigned int)(index & 3))) / 4294967296.0);

@@ -46,11 +46,7 @@
 #ifndef ATTNC_ABI_TILEMODEL_H
 #define ATTNC_ABI_TILEMODEL_H
 
-#if defined(__CUDACC__)
-#define ATTNC_TILE_FN __host__ __device__ constexpr
-#else
-#define ATTNC_TILE_FN constexpr
-#endif
+#include "attnc/abi/Qualifiers.h"
 
 namespace attnc::tile {
 
@@ -64,32 +60,34 @@ constexpr int kMaxThreads = 1024;
 /// gridDim.x goes to 2^31 - 1 (sm_30 and later).
 constexpr long long kMaxGridX = 2147483647LL;
 /// The blocks of a (tiles x rows) grid; callers check it against kMaxGridX.
-ATTNC_TILE_FN long long gridBlocks(long long tiles, long long rows) { return tiles * rows; }
+ATTNC_HOST_DEVICE constexpr long long gridBlocks(long long tiles, long long rows) {
+  return tiles * rows;
+}
 /// Block `block`'s tile and row in a grid of `tiles` tiles per row.
 struct GridBlock {
   int tile, row;
 };
-ATTNC_TILE_FN GridBlock gridBlock(unsigned block, int tiles) {
+ATTNC_HOST_DEVICE constexpr GridBlock gridBlock(unsigned block, int tiles) {
   return GridBlock{int(block % unsigned(tiles)), int(block / unsigned(tiles))};
 }
 /// Tiles of `rowsPerTile` over `n` rows, at least 1 (so an empty slice
 /// still has a block that returns early and the division is defined).
-ATTNC_TILE_FN int gridTiles(long long n, int rowsPerTile) {
+ATTNC_HOST_DEVICE constexpr int gridTiles(long long n, int rowsPerTile) {
   return n <= 0 ? 1 : int((n + rowsPerTile - 1) / rowsPerTile);
 }
 
 /// Blocks of the fused dense kernels for bh = B * H: the forward,
 /// backward preprocess and dQ tile the queries, dK/dV the keys.
-ATTNC_TILE_FN long long queryTileBlocks(long long nq, int blockQ, long long bh) {
+ATTNC_HOST_DEVICE constexpr long long queryTileBlocks(long long nq, int blockQ, long long bh) {
   return gridBlocks(gridTiles(nq, blockQ), bh);
 }
-ATTNC_TILE_FN long long keyTileBlocks(long long nk, int blockKv, long long bh) {
+ATTNC_HOST_DEVICE constexpr long long keyTileBlocks(long long nk, int blockKv, long long bh) {
   return gridBlocks(gridTiles(nk, blockKv), bh);
 }
 
 /// The head dims the CUDA dense and low-rank kernels are built for.
 constexpr int kCudaHeadDims[] = {32, 64, 80, 96, 128, 256};
-ATTNC_TILE_FN bool cudaHeadDimSupported(long long headDim) {
+ATTNC_HOST_DEVICE constexpr bool cudaHeadDimSupported(long long headDim) {
   for (int d : kCudaHeadDims)
     if (d == headDim)
       return true;
@@ -106,7 +104,7 @@ constexpr int kRowPadBytes = 16;
 /// register), so it gets less: fp32, D = 256, 64 x 64 spills on sm_90.
 constexpr int kAccFloatBudget = 160;
 constexpr int kAccFloatBudgetFp32 = 144;
-ATTNC_TILE_FN int accFloatBudget(int elemBytes, bool backward = true) {
+ATTNC_HOST_DEVICE constexpr int accFloatBudget(int elemBytes, bool backward = true) {
   (void)backward;
   return elemBytes == 4 ? kAccFloatBudgetFp32 : kAccFloatBudget;
 }
@@ -123,7 +121,7 @@ constexpr int kStagedChunkBudget = 8;
 constexpr int kOldestSm = 70;
 
 /// Largest dynamic + static shared memory one block may opt in to, in bytes.
-ATTNC_TILE_FN int smemLimitBytes(int sm) {
+ATTNC_HOST_DEVICE constexpr int smemLimitBytes(int sm) {
   return sm >= 120              ? 99 * 1024  // consumer Blackwell
          : sm >= 90             ? 227 * 1024 // H100/H200, B200
          : sm == 80 || sm == 87 ? 163 * 1024 // A100, Orin
@@ -133,11 +131,13 @@ ATTNC_TILE_FN int smemLimitBytes(int sm) {
                                 : 48 * 1024;
 }
 
-ATTNC_TILE_FN int maxInt(int a, int b) { return a > b ? a : b; }
-ATTNC_TILE_FN int ceilDiv(int a, int b) { return (a + b - 1) / b; }
+ATTNC_HOST_DEVICE constexpr int maxInt(int a, int b) { return a > b ? a : b; }
+ATTNC_HOST_DEVICE constexpr int ceilDiv(int a, int b) { return (a + b - 1) / b; }
 
 /// Bytes of one shared-memory row of `cols` elements.
-ATTNC_TILE_FN int rowBytes(int cols, int elemBytes) { return cols * elemBytes + kRowPadBytes; }
+ATTNC_HOST_DEVICE constexpr int rowBytes(int cols, int elemBytes) {
+  return cols * elemBytes + kRowPadBytes;
+}
 
 /// Forward kernel: byte offsets into dynamic shared memory.
 struct FwdSmem {
@@ -147,7 +147,8 @@ struct FwdSmem {
   int total;
 };
 
-ATTNC_TILE_FN FwdSmem fwdSmem(int blockQ, int blockKv, int headDim, int stages, int elemBytes) {
+ATTNC_HOST_DEVICE constexpr FwdSmem fwdSmem(int blockQ, int blockKv, int headDim, int stages,
+                                            int elemBytes) {
   const int row = rowBytes(headDim, elemBytes);
   const int stage = 2 * blockKv * row;
   return FwdSmem{0, blockQ * row, stage, blockQ * row + maxInt(stages, 1) * stage};
@@ -167,8 +168,8 @@ struct BwdSmem {
   int total;
 };
 
-ATTNC_TILE_FN BwdSmem bwdSmem(int fixedRows, int streamRows, int headDim, int stages, int elemBytes,
-                              int scoreTiles, bool statsStream) {
+ATTNC_HOST_DEVICE constexpr BwdSmem bwdSmem(int fixedRows, int streamRows, int headDim, int stages,
+                                            int elemBytes, int scoreTiles, bool statsStream) {
   const int row = rowBytes(headDim, elemBytes);
   const int nst = maxInt(stages, 1);
   const int fixed = 2 * fixedRows * row;
@@ -186,36 +187,42 @@ ATTNC_TILE_FN BwdSmem bwdSmem(int fixedRows, int streamRows, int headDim, int st
                  slotY, slot + nst * slotStride};
 }
 
-ATTNC_TILE_FN BwdSmem bwdDkdvSmem(int blockQ, int blockKv, int headDim, int stages, int elemBytes) {
+ATTNC_HOST_DEVICE constexpr BwdSmem bwdDkdvSmem(int blockQ, int blockKv, int headDim, int stages,
+                                                int elemBytes) {
   return bwdSmem(blockKv, blockQ, headDim, stages, elemBytes, 2, true);
 }
-ATTNC_TILE_FN BwdSmem bwdDqSmem(int blockQ, int blockKv, int headDim, int stages, int elemBytes) {
+ATTNC_HOST_DEVICE constexpr BwdSmem bwdDqSmem(int blockQ, int blockKv, int headDim, int stages,
+                                              int elemBytes) {
   return bwdSmem(blockQ, blockKv, headDim, stages, elemBytes, 1, false);
 }
 
 /// Dynamic shared memory of attnc_fwd_*.
-ATTNC_TILE_FN int fwdSmemBytes(int blockQ, int blockKv, int headDim, int stages, int elemBytes) {
+ATTNC_HOST_DEVICE constexpr int fwdSmemBytes(int blockQ, int blockKv, int headDim, int stages,
+                                             int elemBytes) {
   return fwdSmem(blockQ, blockKv, headDim, stages, elemBytes).total;
 }
 /// Dynamic shared memory of attnc_bwd_dkdv_*.
-ATTNC_TILE_FN int bwdDkdvSmemBytes(int blockQ, int blockKv, int headDim, int stages,
-                                   int elemBytes) {
+ATTNC_HOST_DEVICE constexpr int bwdDkdvSmemBytes(int blockQ, int blockKv, int headDim, int stages,
+                                                 int elemBytes) {
   return bwdDkdvSmem(blockQ, blockKv, headDim, stages, elemBytes).total;
 }
 /// Dynamic shared memory of attnc_bwd_dq_*.
-ATTNC_TILE_FN int bwdDqSmemBytes(int blockQ, int blockKv, int headDim, int stages, int elemBytes) {
+ATTNC_HOST_DEVICE constexpr int bwdDqSmemBytes(int blockQ, int blockKv, int headDim, int stages,
+                                               int elemBytes) {
   return bwdDqSmem(blockQ, blockKv, headDim, stages, elemBytes).total;
 }
 /// The larger of the two: enough for either backward kernel (preprocess and
 /// dparams use none).
-ATTNC_TILE_FN int bwdSmemBytes(int blockQ, int blockKv, int headDim, int stages, int elemBytes) {
+ATTNC_HOST_DEVICE constexpr int bwdSmemBytes(int blockQ, int blockKv, int headDim, int stages,
+                                             int elemBytes) {
   return maxInt(bwdDkdvSmemBytes(blockQ, blockKv, headDim, stages, elemBytes),
                 bwdDqSmemBytes(blockQ, blockKv, headDim, stages, elemBytes));
 }
 
 /// Floats of AttnBwdArgs::dparams_partial: one partial sum per parameter,
 /// (batch, head) and dK/dV block, laid out [P][B*H][ceil(Nk/blockKv)].
-ATTNC_TILE_FN long long bwd_workspace_floats(int B, int H, int Nq, int Nk, int P, int blockKv) {
+ATTNC_HOST_DEVICE constexpr long long bwd_workspace_floats(int B, int H, int Nq, int Nk, int P,
+                                                           int blockKv) {
   (void)Nq;
   return static_cast<long long>(P) * B * H * ceilDiv(Nk, blockKv);
 }
@@ -229,14 +236,14 @@ struct TileConfig {
 
 /// Warps along the non-fixed dimension of a backward kernel whose CTA keeps
 /// `fixedRows` rows (0 when the shape is invalid).
-ATTNC_TILE_FN int bwdSplit(int fixedRows, int warps) {
+ATTNC_HOST_DEVICE constexpr int bwdSplit(int fixedRows, int warps) {
   return fixedRows % kRowsPerWarp == 0 && fixedRows > 0 && warps % (fixedRows / kRowsPerWarp) == 0
              ? warps / (fixedRows / kRowsPerWarp)
              : 0;
 }
 
 /// Shape constraints of the kernel templates (static_asserted there too).
-ATTNC_TILE_FN bool validTile(const TileConfig &c, int headDim, bool backward) {
+ATTNC_HOST_DEVICE constexpr bool validTile(const TileConfig &c, int headDim, bool backward) {
   if (headDim % 16 != 0 || headDim <= 0 || c.warps <= 0 || c.warps * 32 > kMaxThreads ||
       c.blockQ % 16 != 0 || c.blockKv % 16 != 0 || c.blockQ <= 0 || c.blockKv <= 0)
     return false;
@@ -249,7 +256,7 @@ ATTNC_TILE_FN bool validTile(const TileConfig &c, int headDim, bool backward) {
 }
 
 /// Accumulator floats per thread (see the file comment).
-ATTNC_TILE_FN int accFloats(const TileConfig &c, int headDim, bool backward) {
+ATTNC_HOST_DEVICE constexpr int accFloats(const TileConfig &c, int headDim, bool backward) {
   if (!backward)
     return (c.blockKv + headDim) / 2;
   const int wnKv = bwdSplit(c.blockKv, c.warps);
@@ -265,7 +272,7 @@ ATTNC_TILE_FN int accFloats(const TileConfig &c, int headDim, bool backward) {
 /// forward's are BLOCK_KV / 8 and D / 8 (even for every valid tile); the
 /// backward's warps split the non-fixed dimension (flash_bwd.cuh,
 /// BwdTraits: kNT1, kNT3).
-ATTNC_TILE_FN bool evenWarpTiles(const TileConfig &c, int headDim, bool backward) {
+ATTNC_HOST_DEVICE constexpr bool evenWarpTiles(const TileConfig &c, int headDim, bool backward) {
   if (!backward)
     return (c.blockKv / 8) % 2 == 0 && (headDim / 8) % 2 == 0;
   const int wnKv = bwdSplit(c.blockKv, c.warps); // dK/dV: fixed keys
@@ -277,7 +284,8 @@ ATTNC_TILE_FN bool evenWarpTiles(const TileConfig &c, int headDim, bool backward
 }
 
 /// Dynamic shared memory a config needs (the larger bwd kernel for backward).
-ATTNC_TILE_FN int smemBytes(const TileConfig &c, int headDim, int elemBytes, bool backward) {
+ATTNC_HOST_DEVICE constexpr int smemBytes(const TileConfig &c, int headDim, int elemBytes,
+                                          bool backward) {
   return backward ? bwdSmemBytes(c.blockQ, c.blockKv, headDim, c.stages, elemBytes)
                   : fwdSmemBytes(c.blockQ, c.blockKv, headDim, c.stages, elemBytes);
 }
@@ -286,15 +294,15 @@ ATTNC_TILE_FN int smemBytes(const TileConfig &c, int headDim, int elemBytes, boo
 /// arch's shared memory.
 /// ... within `smemLimit` bytes of shared memory (a device's own opt-in
 /// limit, which the runtime reads from the driver).
-ATTNC_TILE_FN bool tileFitsWithin(const TileConfig &c, int elemBytes, int headDim, int sm,
-                                  bool backward, int smemLimit) {
+ATTNC_HOST_DEVICE constexpr bool tileFitsWithin(const TileConfig &c, int elemBytes, int headDim,
+                                                int sm, bool backward, int smemLimit) {
   return validTile(c, headDim, backward) &&
          accFloats(c, headDim, backward) <= accFloatBudget(elemBytes, backward) &&
          smemBytes(c, headDim, elemBytes, backward) <= smemLimit &&
          (sm >= 80 || c.stages <= 1); // no cp.async before Ampere
 }
-ATTNC_TILE_FN bool tileFits(const TileConfig &c, int elemBytes, int headDim, int sm,
-                            bool backward) {
+ATTNC_HOST_DEVICE constexpr bool tileFits(const TileConfig &c, int elemBytes, int headDim, int sm,
+                                          bool backward) {
   return tileFitsWithin(c, elemBytes, headDim, sm, backward, smemLimitBytes(sm));
 }
 
@@ -303,14 +311,14 @@ ATTNC_TILE_FN bool tileFits(const TileConfig &c, int elemBytes, int headDim, int
 constexpr int kNumFwdCandidates = 13;
 constexpr int kNumBwdCandidates = 8;
 
-ATTNC_TILE_FN TileConfig fwdCandidate(int i) {
+ATTNC_HOST_DEVICE constexpr TileConfig fwdCandidate(int i) {
   constexpr TileConfig c[kNumFwdCandidates] = {
       {128, 128, 8, 2}, {128, 64, 8, 2}, {128, 128, 8, 1}, {128, 64, 8, 1}, {64, 64, 4, 2},
       {64, 64, 4, 1},   {64, 32, 4, 2},  {64, 32, 4, 1},   {32, 64, 2, 1},  {32, 32, 2, 2},
       {32, 32, 2, 1},   {16, 32, 1, 1},  {16, 16, 1, 1}};
   return c[i];
 }
-ATTNC_TILE_FN TileConfig bwdCandidate(int i) {
+ATTNC_HOST_DEVICE constexpr TileConfig bwdCandidate(int i) {
   constexpr TileConfig c[kNumBwdCandidates] = {{64, 64, 8, 2}, {64, 64, 8, 1}, {32, 32, 4, 2},
                                                {32, 32, 4, 1}, {64, 64, 8, 0}, {32, 32, 4, 0},
                                                {16, 16, 2, 1}, {16, 16, 2, 0}};
@@ -321,8 +329,8 @@ ATTNC_TILE_FN TileConfig bwdCandidate(int i) {
 /// and SM version (75, 80, 86, 89, 90...): the first candidate that fits.
 /// Every supported combination has one (test/unit/kernels/CudaKernelsTest.cpp); the
 /// smallest candidate is returned otherwise.
-ATTNC_TILE_FN TileConfig defaultTileWithin(int elemBytes, int headDim, int sm, bool backward,
-                                           int smemLimit) {
+ATTNC_HOST_DEVICE constexpr TileConfig defaultTileWithin(int elemBytes, int headDim, int sm,
+                                                         bool backward, int smemLimit) {
   const int n = backward ? kNumBwdCandidates : kNumFwdCandidates;
   for (int i = 0; i < n; ++i) {
     const TileConfig c = backward ? bwdCandidate(i) : fwdCandidate(i);
@@ -331,7 +339,8 @@ ATTNC_TILE_FN TileConfig defaultTileWithin(int elemBytes, int headDim, int sm, b
   }
   return backward ? bwdCandidate(n - 1) : fwdCandidate(n - 1);
 }
-ATTNC_TILE_FN TileConfig defaultTile(int elemBytes, int headDim, int sm, bool backward) {
+ATTNC_HOST_DEVICE constexpr TileConfig defaultTile(int elemBytes, int headDim, int sm,
+                                                   bool backward) {
   return defaultTileWithin(elemBytes, headDim, sm, backward, smemLimitBytes(sm));
 }
 

@@ -13,26 +13,22 @@
 //
 // Element-level masks (Variant::keep, the causal diagonal) stay in the
 // families' score loops, which evaluate them on their own tile layouts.
-// Host and device code: a CUDA family header defines ATTNC_HD before it
-// includes this one; the CPU family gets plain inline functions.
+// Host and device code: ATTNC_HD (attnc/abi/Qualifiers.h) makes them device
+// functions under NVRTC and plain inline functions on the host.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_COMMON_MASK_H
 #define ATTNC_COMMON_MASK_H
 
-#ifdef ATTNC_HD
-#define ATTNC_MASK_FN ATTNC_HD
-#else
-#define ATTNC_MASK_FN inline
-#endif
+#include "attnc/abi/Qualifiers.h"
 
 namespace attnc {
 namespace mask {
 
-ATTNC_MASK_FN int clampInt(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
+ATTNC_HD int clampInt(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
 
 /// End of the keys batch element `b` may attend to.
-template <class V> ATTNC_MASK_FN int keyEnd(const int *lengths, int b, int Nk) {
+template <class V> ATTNC_HD int keyEnd(const int *lengths, int b, int Nk) {
   if constexpr (V::kKeyPadding) {
     if (lengths != nullptr)
       return clampInt(lengths[b], 0, Nk);
@@ -42,7 +38,7 @@ template <class V> ATTNC_MASK_FN int keyEnd(const int *lengths, int b, int Nk) {
 
 /// Keys [begin, end) that query rows [q0, q0 + rows) may keep, of the
 /// keys before `kvEnd`.
-template <class V> ATTNC_MASK_FN void keyRange(int q0, int rows, int kvEnd, int &begin, int &end) {
+template <class V> ATTNC_HD void keyRange(int q0, int rows, int kvEnd, int &begin, int &end) {
   begin = 0;
   end = kvEnd;
   if constexpr (V::kCausal)
@@ -57,7 +53,7 @@ template <class V> ATTNC_MASK_FN void keyRange(int q0, int rows, int kvEnd, int 
 
 /// Query rows [begin, end) of the Nq that may keep a key of [k0, k0 + rows);
 /// empty when rows is 0.
-template <class V> ATTNC_MASK_FN void queryRange(int k0, int rows, int Nq, int &begin, int &end) {
+template <class V> ATTNC_HD void queryRange(int k0, int rows, int Nq, int &begin, int &end) {
   begin = 0;
   end = rows > 0 ? Nq : 0;
   if constexpr (V::kCausal)

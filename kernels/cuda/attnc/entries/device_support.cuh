@@ -1,0 +1,29 @@
+//===- device_support.cuh - Entry points of the device support module ------===//
+//
+// The strided GEMM and the dtype conversions of attnc/device_support.cuh as
+// `extern "C"` kernels: the runtime compiles this file alone with NVRTC as
+// one module per device (runtime/CudaAttention.cpp).
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_CUDA_ENTRIES_DEVICE_SUPPORT_CUH
+#define ATTNC_CUDA_ENTRIES_DEVICE_SUPPORT_CUH
+
+#include "attnc/device_support.cuh"
+extern "C" __global__ void __launch_bounds__(attnc::kStridedGemmThreads)
+    attnc_strided_gemm(attnc::StridedGemmArgs a) {
+  attnc::strided_gemm(a);
+}
+extern "C" __global__ void attnc_convert_f32_f16(attnc::ConvertArgs a) {
+  attnc::convert<float, __half>(a);
+}
+extern "C" __global__ void attnc_convert_f16_f32(attnc::ConvertArgs a) {
+  attnc::convert<__half, float>(a);
+}
+extern "C" __global__ void attnc_convert_f32_bf16(attnc::ConvertArgs a) {
+  attnc::convert<float, __nv_bfloat16>(a);
+}
+extern "C" __global__ void attnc_convert_bf16_f32(attnc::ConvertArgs a) {
+  attnc::convert<__nv_bfloat16, float>(a);
+}
+
+#endif // ATTNC_CUDA_ENTRIES_DEVICE_SUPPORT_CUH
