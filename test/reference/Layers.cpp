@@ -3,33 +3,33 @@
 // Implementation notes (see Layers.h for the interface):
 //
 // Determinism. Every reduction has an order fixed by the shapes: per-row
-// sums run over the row in index order (in double); column sums over rows
-// (bias, layer-norm gain/shift gradients) use fixed blocks of kRowBlock rows,
-// each summed in row order, then the block partials in block order; the
+// sums run over the row in index order (in double); the linear maps' and the
+// feed-forward block's parameter gradients sum over all rows in order (in
+// double); the layer-norm gain/shift gradients use fixed blocks of kRowBlock
+// rows, each summed in row order, then the block partials in block order; the
 // embedding backward walks, for every table row, the rows that use it in
 // order. OpenMP only decides which thread does which fixed piece, so results
 // are bit-identical across runs and OMP_NUM_THREADS.
 //
-// GEMMs: the training runtime's loop GEMM (runtime/train/Gemm.{h,cpp}, with
-// its optional CBLAS path for the CBLAS test build), the one a compiled step
-// calls, so reference and compiled step round their products alike.
+// Independent of the system under test: the linear maps and the feed-forward
+// block are plain loops that multiply and sum in double and round to float
+// once per output; nothing here calls the runtime's GEMM or the kernels'
+// polynomial exp.
 //
 // Activations: ReLU (gradient 0 at 0), GELU in its tanh approximation
 // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (GPT-2 / BERT style; the exact
-// erf form differs by < 1e-3), SiLU x·σ(x). tanh and σ go through a
-// polynomial expf on vector types (expFast below), so they vectorise and cost less than the
-// GEMMs; a few ulp from libm, deterministic.
+// erf form differs by < 1e-3), SiLU x·σ(x), with std::tanh and std::exp in
+// double.
 //
 //===----------------------------------------------------------------------===//
 #include "test/reference/Layers.h"
-
-#include "runtime/train/Gemm.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -41,100 +41,97 @@ namespace {
 using std::int64_t;
 using std::size_t;
 
+/// Rows per block of the layer norm's column sums.
+constexpr int64_t kRowBlock = 128;
+
 //===----------------------------------------------------------------------===//
-// Activations.
+// Activations and GEMMs, in double.
 //===----------------------------------------------------------------------===//
 
-constexpr float kGeluC = 0.7978845608028654f; // √(2/π)
-constexpr float kGeluA = 0.044715f;
+constexpr double kGeluC = 0.7978845608028654; // √(2/π)
+constexpr double kGeluA = 0.044715;
 
-typedef float v4 __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
-
-inline v4 splat(float c) { return v4{c, c, c, c}; }
-
-/// e^x on 4 lanes (SSE width: no ABI change without AVX): Cephes' polynomial with the 1.5·2^23
-/// rounding trick (the scheme of kernels/cpu/attnc/common.h's expf_fast), a few ulp.
-/// Written on vector types because the scalar form does not vectorise
-/// without -fno-trapping-math, and libm's tanhf/expf calls cost more than
-/// the FFN's GEMMs. Inputs clamp to [−87.3, 88]; below, 0.
-inline v4 expFast(v4 x) {
-  const v4 lo = splat(-87.33654f), hi = splat(88.0f), magic = splat(12582912.0f);
-  v4 xc = x < lo ? lo : x;
-  xc = xc > hi ? hi : xc;
-  const v4 t = xc * 1.44269504088896341f + magic;
-  const v4 fx = t - magic;
-  const v4i n = (v4i)t - 0x4B400000;
-  v4 r = xc - fx * 0.693359375f;
-  r = r + fx * 2.12194440e-4f;
-  const v4 z = r * r;
-  v4 y = splat(1.9875691500e-4f);
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * z + r + 1.0f;
-  const v4 p2 = (v4)((n + 127) << 23);
-  return x < lo ? splat(0.0f) : y * p2;
-}
-
-/// tanh(u) = 1 − 2/(e^{2u} + 1): exact limits ±1, absolute error ~1e-7.
-inline v4 tanhFast(v4 u) { return 1.0f - 2.0f / (expFast(2.0f * u) + 1.0f); }
-inline v4 sigmoidFast(v4 x) { return 1.0f / (1.0f + expFast(-x)); }
-
-inline v4 gelu(v4 x) { return 0.5f * x * (1.0f + tanhFast(kGeluC * (x + kGeluA * x * x * x))); }
-inline v4 geluGrad(v4 x) {
-  v4 t = tanhFast(kGeluC * (x + kGeluA * x * x * x));
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * x * x);
-}
-inline v4 silu(v4 x) { return x * sigmoidFast(x); }
-inline v4 siluGrad(v4 x) {
-  v4 s = sigmoidFast(x);
-  return s * (1.0f + x * (1.0f - s));
-}
-inline v4 relu(v4 x) { return x > 0.0f ? x : splat(0.0f); }
-inline v4 reluGrad(v4 x) { return x > 0.0f ? splat(1.0f) : splat(0.0f); }
-
-/// out[i] = f(in[i]) (mul: out[i] *= f(in[i])) 4 lanes at a time; the tail
-/// goes through the same vector code (zero-padded), so every element gets
-/// the same arithmetic wherever it sits.
-template <bool Mul, class F> void mapLanes(F f, const float *in, float *out, int64_t n) {
-  int64_t blocks = (n + 3) / 4;
-#pragma omp parallel for schedule(static) if (n > 16384)
-  for (int64_t b = 0; b < blocks; ++b) {
-    int64_t i = b * 4, m = std::min<int64_t>(4, n - i);
-    v4 x{}, o{};
-    std::memcpy(&x, in + i, sizeof(float) * m);
-    if (Mul)
-      std::memcpy(&o, out + i, sizeof(float) * m);
-    v4 y = Mul ? o * f(x) : f(x);
-    std::memcpy(out + i, &y, sizeof(float) * m);
-  }
-}
-
-/// out[i] = act(in[i]) (in == out allowed).
-void applyAct(Activation a, const float *in, float *out, int64_t n) {
+double actValue(Activation a, double x) {
   switch (a) {
   case Activation::Relu:
-    return mapLanes<false>([](v4 x) { return relu(x); }, in, out, n);
+    return x > 0 ? x : 0.0;
   case Activation::Gelu:
-    return mapLanes<false>([](v4 x) { return gelu(x); }, in, out, n);
+    return 0.5 * x * (1.0 + std::tanh(kGeluC * (x + kGeluA * x * x * x)));
   case Activation::Silu:
-    return mapLanes<false>([](v4 x) { return silu(x); }, in, out, n);
+    return x / (1.0 + std::exp(-x));
   }
+  return 0.0;
 }
 
-/// g[i] *= act'(pre[i]).
-void mulActGrad(Activation a, const float *pre, float *g, int64_t n) {
+/// d act(x) / dx (ReLU: 0 at 0).
+double actSlope(Activation a, double x) {
   switch (a) {
   case Activation::Relu:
-    return mapLanes<true>([](v4 x) { return reluGrad(x); }, pre, g, n);
-  case Activation::Gelu:
-    return mapLanes<true>([](v4 x) { return geluGrad(x); }, pre, g, n);
-  case Activation::Silu:
-    return mapLanes<true>([](v4 x) { return siluGrad(x); }, pre, g, n);
+    return x > 0 ? 1.0 : 0.0;
+  case Activation::Gelu: {
+    const double t = std::tanh(kGeluC * (x + kGeluA * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kGeluC * (1.0 + 3.0 * kGeluA * x * x);
   }
+  case Activation::Silu: {
+    const double s = 1.0 / (1.0 + std::exp(-x));
+    return s * (1.0 + x * (1.0 - s));
+  }
+  }
+  return 0.0;
+}
+
+/// y[r, o] = Σ_i x[r, i]·w[i, o] (+ b[o]), every product and sum in double.
+template <class X, class W>
+void matmulRows(const X *x, const W *w, const float *b, double *y, int64_t rows, int in, int out) {
+#pragma omp parallel for schedule(static) if (rows * in * out > 65536)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int o = 0; o < out; ++o) {
+      double sum = b ? double(b[o]) : 0.0;
+      for (int i = 0; i < in; ++i)
+        sum += double(x[r * in + i]) * double(w[int64_t(i) * out + o]);
+      y[r * out + o] = sum;
+    }
+}
+
+/// dx[r, i] = Σ_o dy[r, o]·w[i, o], in double.
+template <class G>
+void matmulRowsByTransposed(const G *dy, const float *w, double *dx, int64_t rows, int in,
+                            int out) {
+#pragma omp parallel for schedule(static) if (rows * in * out > 65536)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int i = 0; i < in; ++i) {
+      double sum = 0;
+      for (int o = 0; o < out; ++o)
+        sum += double(dy[r * out + o]) * double(w[int64_t(i) * out + o]);
+      dx[r * in + i] = sum;
+    }
+}
+
+/// dw[i, o] += Σ_r x[r, i]·dy[r, o] (rows in order) and db[o] += Σ_r dy[r, o],
+/// in double (dw, db: [in·out] and [out] double sums).
+template <class X, class G>
+void addOuterSums(const X *x, const G *dy, double *dw, double *db, int64_t rows, int in, int out) {
+#pragma omp parallel for schedule(static) if (rows * in * out > 65536)
+  for (int i = 0; i < in; ++i)
+    for (int o = 0; o < out; ++o) {
+      double sum = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        sum += double(x[r * in + i]) * double(dy[r * out + o]);
+      dw[int64_t(i) * out + o] += sum;
+    }
+  if (db)
+    for (int o = 0; o < out; ++o) {
+      double sum = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        sum += double(dy[r * out + o]);
+      db[o] += sum;
+    }
+}
+
+/// dst[j] = float(src[j]) (or dst[j] = float(dst[j] + src[j]) with `add`).
+void storeRounded(const double *src, float *dst, int64_t n, bool add) {
+  for (int64_t j = 0; j < n; ++j)
+    dst[j] = add ? float(double(dst[j]) + src[j]) : float(src[j]);
 }
 
 } // namespace
@@ -294,8 +291,9 @@ void linearForward(const float *x, const float *w, const float *b, float *y, int
                    int out, bool accumulate) {
   if (rows <= 0 || out <= 0)
     return;
-  gemmNN(x, w, y, rows, in, out, accumulate);
-  addBias(y, b, rows, out);
+  std::vector<double> sum(size_t(rows) * size_t(out));
+  matmulRows(x, w, b, sum.data(), rows, in, out);
+  storeRounded(sum.data(), y, rows * out, accumulate);
 }
 
 void linearBackward(const float *dy, const float *x, const float *w, float *dx, float *dw,
@@ -303,15 +301,20 @@ void linearBackward(const float *dy, const float *x, const float *w, float *dx, 
   if (rows <= 0)
     return;
   if (dx && in > 0) {
+    std::vector<double> g(size_t(rows) * size_t(in), 0.0);
     if (out > 0)
-      gemmNT(dy, w, dx, rows, in, out, accumulateDx);
-    else if (!accumulateDx)
-      std::fill(dx, dx + rows * in, 0.0f);
+      matmulRowsByTransposed(dy, w, g.data(), rows, in, out);
+    storeRounded(g.data(), dx, rows * in, accumulateDx);
   }
-  if (dw && in > 0 && out > 0)
-    gemmTN(x, dy, dw, rows, in, out);
-  if (db)
-    columnSums(dy, rows, out, db);
+  if ((dw && in > 0 && out > 0) || db) {
+    std::vector<double> gw(size_t(std::max(in, 0)) * size_t(std::max(out, 0)), 0.0),
+        gb(size_t(std::max(out, 0)), 0.0);
+    addOuterSums(x, dy, gw.data(), gb.data(), rows, dw ? in : 0, out);
+    if (dw)
+      storeRounded(gw.data(), dw, int64_t(gw.size()), true);
+    if (db)
+      storeRounded(gb.data(), db, out, true);
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -323,17 +326,16 @@ void ffnForward(const float *x, const float *w1, const float *b1, const float *w
                 bool accumulate) {
   if (rows <= 0 || dim <= 0)
     return;
-  int64_t ch = chunk <= 0 ? rows : std::min<int64_t>(chunk, rows);
-  // Always the loop GEMM: its per-row arithmetic is independent of the number
-  // of rows in the call, so chunking does not change a bit.
-  PackedB p1 = packB(w1, dff, 1, dim, dff);
-  PackedB p2 = packB(w2, dim, 1, dff, dim);
-  std::unique_ptr<float[]> h(new float[size_t(ch) * size_t(std::max(dff, 1))]);
+  const int64_t ch = chunk <= 0 ? rows : std::min<int64_t>(chunk, rows);
+  // Each row's arithmetic is its own, so chunking does not change a bit.
+  std::vector<double> h(size_t(ch) * size_t(std::max(dff, 1))), out(size_t(ch) * size_t(dim));
   for (int64_t r0 = 0; r0 < rows; r0 += ch) {
-    int64_t n = std::min(ch, rows - r0);
-    gemmPacked(x + r0 * dim, dim, n, p1, h.get(), dff, b1, false);
-    applyAct(act, h.get(), h.get(), n * dff);
-    gemmPacked(h.get(), dff, n, p2, y + r0 * dim, dim, b2, accumulate);
+    const int64_t n = std::min(ch, rows - r0);
+    matmulRows(x + r0 * dim, w1, b1, h.data(), n, dim, dff);
+    for (int64_t j = 0; j < n * dff; ++j)
+      h[size_t(j)] = actValue(act, h[size_t(j)]);
+    matmulRows(h.data(), w2, b2, out.data(), n, dff, dim);
+    storeRounded(out.data(), y + r0 * dim, n * dim, accumulate);
   }
 }
 
@@ -342,24 +344,40 @@ void ffnBackward(const float *dy, const float *x, const float *w1, const float *
                  int dff, int chunk, Activation act, bool accumulateDx) {
   if (rows <= 0 || dim <= 0)
     return;
-  int64_t ch = chunk <= 0 ? rows : std::min<int64_t>(chunk, rows);
-  PackedB p1 = packB(w1, dff, 1, dim, dff);
-  size_t buf = size_t(ch) * size_t(std::max(dff, 1));
-  std::unique_ptr<float[]> pre(new float[buf]), a(new float[buf]), da(new float[buf]);
+  const int64_t ch = chunk <= 0 ? rows : std::min<int64_t>(chunk, rows);
+  const size_t buf = size_t(ch) * size_t(std::max(dff, 1));
+  std::vector<double> pre(buf), a(buf), da(buf), g(size_t(ch) * size_t(dim));
+  // The parameter gradients are summed over every row in double and rounded
+  // once, so the chunk size does not change them either.
+  std::vector<double> gw1(size_t(dim) * size_t(dff), 0.0), gb1(size_t(dff), 0.0),
+      gw2(size_t(dff) * size_t(dim), 0.0), gb2(size_t(dim), 0.0);
   for (int64_t r0 = 0; r0 < rows; r0 += ch) {
-    int64_t n = std::min(ch, rows - r0);
+    const int64_t n = std::min(ch, rows - r0), nh = n * dff;
     const float *xc = x + r0 * dim, *dyc = dy + r0 * dim;
-    // Recompute the chunk's intermediate exactly as the forward did.
-    gemmPacked(xc, dim, n, p1, pre.get(), dff, b1, false);
-    int64_t nh = n * dff;
-    float *pp = pre.get(), *ap = a.get(), *dp = da.get();
-    applyAct(act, pp, ap, nh);
+    // Recompute the chunk's intermediate as the forward did.
+    matmulRows(xc, w1, b1, pre.data(), n, dim, dff);
+    for (int64_t j = 0; j < nh; ++j)
+      a[size_t(j)] = actValue(act, pre[size_t(j)]);
     // y = a·w2 + b2: da = dy·w2ᵀ, dw2 += aᵀ·dy, db2 += Σ dy.
-    linearBackward(dyc, ap, w2, dp, dw2, db2, n, dff, dim, false);
-    mulActGrad(act, pp, dp, nh);
+    matmulRowsByTransposed(dyc, w2, da.data(), n, dff, dim);
+    addOuterSums(a.data(), dyc, gw2.data(), gb2.data(), n, dff, dim);
+    for (int64_t j = 0; j < nh; ++j)
+      da[size_t(j)] *= actSlope(act, pre[size_t(j)]);
     // pre = x·w1 + b1: dx = dpre·w1ᵀ, dw1 += xᵀ·dpre, db1 += Σ dpre.
-    linearBackward(dp, xc, w1, dx ? dx + r0 * dim : nullptr, dw1, db1, n, dim, dff, accumulateDx);
+    addOuterSums(xc, da.data(), gw1.data(), gb1.data(), n, dim, dff);
+    if (dx) {
+      matmulRowsByTransposed(da.data(), w1, g.data(), n, dim, dff);
+      storeRounded(g.data(), dx + r0 * dim, n * dim, accumulateDx);
+    }
   }
+  if (dw1)
+    storeRounded(gw1.data(), dw1, int64_t(gw1.size()), true);
+  if (db1)
+    storeRounded(gb1.data(), db1, dff, true);
+  if (dw2)
+    storeRounded(gw2.data(), dw2, int64_t(gw2.size()), true);
+  if (db2)
+    storeRounded(gb2.data(), db2, dim, true);
 }
 
 } // namespace attnc::train

@@ -4,8 +4,9 @@
 // generated attention kernels: embeddings, layer norm, linear maps, the
 // chunked feed-forward block (the loss is runtime/train/CrossEntropy.h).
 // The hand-assembled reference model (Model.h) strings them together; the
-// tests hold the compiled step to it. Its GEMMs are the training runtime's
-// (runtime/train/Gemm.h). All tensors are
+// tests hold the compiled step to it. Its linear maps and feed-forward
+// blocks multiply and sum in double (plain loops, std::exp), sharing no GEMM
+// or exp with the system under test. All tensors are
 // contiguous row-major float arrays; `rows` is the number of token rows
 // (B·S). Conventions:
 //   - backward functions *accumulate* into parameter gradients (d_w += ...)
