@@ -49,71 +49,7 @@ namespace {
 
 /// The unfused baseline and a SGEMM peak probe, compiled like generated
 /// kernels (same compiler, flags and BLAS).
-const char *kBaselineSource = R"(
-#include "attnc/unfused.h"
-#include <cblas.h>
-#include <chrono>
-#include <vector>
-namespace {
-struct Dense {
-  static constexpr bool kCausal = false, kKeyPadding = false, kHasScoreMod = false, kHasMask = false;
-  static constexpr int kNumParams = 0;
-  static constexpr bool kHasMaxBack = false, kHasMaxAhead = false;
-  static constexpr bool kDropout = false;
-  static constexpr int kMaxBack = 0, kMaxAhead = 0;
-  static inline float score(float s, int, int, int, int, const float *, int) { return s; }
-  static inline float score_grad(float, int, int, int, int, const float *, int, float *) { return 1.0f; }
-  static inline bool keep(int, int, int, int, const float *, int) { return true; }
-};
-}
-extern "C" int bench_unfused_fwd(const attnc::AttnFwdArgs *a, int headDim) {
-  switch (headDim) {
-  case 32: return attnc::cpu::unfused_fwd<32, Dense>(*a);
-  case 64: return attnc::cpu::unfused_fwd<64, Dense>(*a);
-  case 128: return attnc::cpu::unfused_fwd<128, Dense>(*a);
-  default: return 2;
-  }
-}
-// Peak FP32 rate: independent FMA chains on full-width vectors, one chain
-// set per OpenMP thread (what the kernels could reach at best).
-#if defined(__AVX512F__)
-typedef float vfloat __attribute__((vector_size(64)));
-#elif defined(__AVX__)
-typedef float vfloat __attribute__((vector_size(32)));
-#else
-typedef float vfloat __attribute__((vector_size(16)));
-#endif
-extern "C" double bench_fma_gflops(long iters) {
-  double total = 0;
-  auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel reduction(+ : total)
-  {
-    vfloat acc[12], a, b;
-    for (int i = 0; i < 12; ++i) acc[i] = acc[i] - acc[i] + float(i);
-    a = a - a + 0.999999f;
-    b = b - b + 1e-7f;
-    for (long it = 0; it < iters; ++it)
-      for (int i = 0; i < 12; ++i)
-        acc[i] = acc[i] * a + b;
-    float sink = 0;
-    for (int i = 0; i < 12; ++i) sink += acc[i][0];
-    total += 2.0 * 12 * (sizeof(vfloat) / 4) * double(iters) + (sink == 12345.f ? 1 : 0);
-  }
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return total / s / 1e9;
-}
-extern "C" double bench_sgemm_gflops(int n, int repeats) {
-  std::vector<float> a(size_t(n) * n, 1.0f), b(size_t(n) * n, 0.5f), c(size_t(n) * n);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
-  double best = 0;
-  for (int r = 0; r < repeats; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, 2.0 * n * n * double(n) / s / 1e9);
-  }
-  return best;
-}
+const char *kBaselineSource = R"(#include "attnc/bench/unfused_baseline.h"
 )";
 
 struct Row {
@@ -126,62 +62,28 @@ struct Row {
 };
 
 /// A log-log plot of forward time against N, one line per kernel.
-void writeSvg(const std::string &path, const std::vector<Row> &rows,
-              const std::vector<int> &ranks) {
-  const double W = 640, Hh = 400, L = 70, R = 160, T = 30, Bm = 50;
-  double tmin = 1e30, tmax = 0;
-  auto consider = [&](double t) {
-    if (!std::isnan(t) && t > 0)
-      tmin = std::min(tmin, t), tmax = std::max(tmax, t);
+Status writeSvg(const std::string &path, const std::vector<Row> &rows,
+                const std::vector<int> &ranks) {
+  plot::LinePlot plot;
+  plot.title = "attnc bench: forward time vs sequence length";
+  plot.xLabel = "sequence length N";
+  plot.yLabel = "forward time (ms)";
+  plot.xScale = plot::Scale::Log, plot.yScale = plot::Scale::Log;
+  plot.legendOutside = true;
+  auto line = [&](const std::string &name, int color, auto get) {
+    plot::Series s{name, {}, {}, plot::paletteColor(color), 2.0};
+    for (const Row &r : rows)
+      s.x.push_back(r.n), s.y.push_back(get(r));
+    plot.series.push_back(std::move(s));
   };
-  for (const Row &r : rows) {
-    consider(r.denseFwd);
-    consider(r.unfusedFwd);
-    for (double t : r.lrFwd)
-      consider(t);
-  }
-  if (rows.empty() || tmax <= 0)
-    return;
-  double nmin = rows.front().n, nmax = rows.back().n;
-  auto x = [&](double n) {
-    return L + (nmax > nmin ? std::log(n / nmin) / std::log(nmax / nmin) : 0.5) * (W - L - R);
-  };
-  auto y = [&](double t) {
-    return T + (1 - std::log(t / tmin) / std::log(std::max(tmax / tmin, 1.0001))) * (Hh - T - Bm);
-  };
-  std::ofstream os(path);
-  os << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << Hh
-     << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
-        "fill='white'/>\n"
-     << "<text x='" << L
-     << "' y='18'>attnc bench: forward time (ms, log) vs sequence length (log)</text>\n"
-     << "<line x1='" << L << "' y1='" << Hh - Bm << "' x2='" << W - R << "' y2='" << Hh - Bm
-     << "' stroke='black'/>\n<line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='"
-     << Hh - Bm << "' stroke='black'/>\n";
   for (const Row &r : rows)
-    os << "<text x='" << x(r.n) - 14 << "' y='" << Hh - Bm + 16 << "'>" << r.n << "</text>\n";
-  for (double t : {tmin, std::sqrt(tmin * tmax), tmax})
-    os << "<text x='4' y='" << y(t) + 4 << "'>" << fmt(t, t < 10 ? 2 : 0) << "</text>\n";
-  const char *colors[] = {"#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"};
-  auto line = [&](const std::string &label, int ci, auto get) {
-    std::string pts;
-    for (const Row &r : rows) {
-      double t = get(r);
-      if (!std::isnan(t))
-        pts += fmt(x(r.n), 1) + "," + fmt(y(t), 1) + " ";
-    }
-    if (pts.empty())
-      return;
-    os << "<polyline fill='none' stroke-width='2' stroke='" << colors[ci % 6] << "' points='" << pts
-       << "'/>\n<text x='" << W - R + 10 << "' y='" << T + 18 * ci + 10 << "' fill='"
-       << colors[ci % 6] << "'>" << label << "</text>\n";
-  };
+    plot.xTicks.push_back(r.n);
   line("dense (fused)", 0, [](const Row &r) { return r.denseFwd; });
-  line("unfused", 1, [](const Row &r) { return r.unfusedFwd; });
+  line("unfused", 7, [](const Row &r) { return r.unfusedFwd; });
   for (size_t i = 0; i < ranks.size(); ++i)
-    line("low-rank k=" + std::to_string(ranks[i]), int(2 + i),
+    line("low-rank k=" + std::to_string(ranks[i]), int(1 + i),
          [i](const Row &r) { return r.lrFwd[i]; });
-  os << "</svg>\n";
+  return plot::writeLinePlot(path, plot);
 }
 
 } // namespace
@@ -472,7 +374,10 @@ int runBench(const BenchOptions &opt) {
       put("fwd", r.lshFwd[i], f);
       put("fwd+bwd", r.lshFwdBwd[i], 3.5 * f);
     }
-  writeSvg(opt.svg, rows, opt.ranks);
+  if (Status s = writeSvg(opt.svg, rows, opt.ranks); !s) {
+    diagnostics() << "attnc bench: error: " << s.error() << "\n";
+    return kExitInput;
+  }
   results() << "\nwrote " << opt.csv << " and " << opt.svg << "\n";
   if (opt.sweepTokens > 0)
     return runLshSweep(*module, opt);

@@ -56,46 +56,7 @@ namespace {
 /// The paper's baseline: all B·H score matrices at once (B·H·Nq·Nk floats,
 /// allocated per call like a framework's bmm output), then a row softmax
 /// (key padding from lengths; no score modifier or mask), then P·V.
-const char *kMaterialisedSource = R"(
-#include "attnc/unfused.h"
-#include <algorithm>
-#include <cmath>
-extern "C" int bench_materialised_fwd(const attnc::AttnFwdArgs *a, int D) {
-  using namespace attnc::cpu;
-  const int H = a->H, Nq = a->Nq, Nk = a->Nk;
-  const std::size_t bhs = std::size_t(a->B) * H, sq = std::size_t(Nq) * D,
-                    sk = std::size_t(Nk) * D, ss = std::size_t(Nq) * Nk;
-  AlignedBuffer S(bhs * ss), scratch(std::size_t(D) * Nk);
-  if (!S.ok() || !scratch.ok())
-    return kErrAlloc;
-  const float *q = static_cast<const float *>(a->q), *k = static_cast<const float *>(a->k),
-              *v = static_cast<const float *>(a->v);
-  float *o = static_cast<float *>(a->out);
-  for (std::size_t bh = 0; bh < bhs; ++bh)
-    detail::unfusedGemm(false, true, Nq, Nk, D, a->scale, q + bh * sq, D, k + bh * sk, D,
-                        S.data() + bh * ss, Nk, scratch.data());
-  const long long rows = static_cast<long long>(bhs) * Nq;
-#pragma omp parallel for schedule(static)
-  for (long long r = 0; r < rows; ++r) {
-    const int b = static_cast<int>(r / (static_cast<long long>(H) * Nq));
-    const int lim = a->lengths ? std::min(std::max(a->lengths[b], 0), Nk) : Nk;
-    float *row = S.data() + std::size_t(r) * Nk;
-    zeroFloats(row + lim, std::size_t(Nk - lim));
-    float mx = kNegInf;
-    for (int j = 0; j < lim; ++j)
-      mx = std::max(mx, row[j]);
-    double sum = 0;
-    for (int j = 0; j < lim; ++j)
-      sum += (row[j] = expf_fast(row[j] - mx));
-    if (lim > 0)
-      scaleRow(row, lim, static_cast<float>(1.0 / sum));
-    a->lse[r] = lim > 0 ? mx + static_cast<float>(std::log(sum)) : kNegInf;
-  }
-  for (std::size_t bh = 0; bh < bhs; ++bh)
-    detail::unfusedGemm(false, false, Nq, D, Nk, 1.0f, S.data() + bh * ss, Nk, v + bh * sk, D,
-                        o + bh * sq, D, scratch.data());
-  return kOk;
-}
+const char *kMaterialisedSource = R"(#include "attnc/bench/materialised.h"
 )";
 using MaterialisedFn = int(const AttnFwdArgs *, int);
 
@@ -618,23 +579,32 @@ int runLinformerTable(const BenchOptions &opt) {
 
   // Time saved against N: measured (vs unfused solid, vs fused dotted) and
   // the paper's (dashed), one colour per k.
-  std::vector<PlotLine> lines;
+  plot::LinePlot plot;
+  plot.title = "Linformer time saved: standard / Linformer forward time vs N";
+  plot.xLabel = "sequence length N";
+  plot.yLabel = "time saved (x)";
+  plot.xScale = plot::Scale::Log;
+  plot.yFromZero = true;
+  plot.legendOutside = true;
+  plot.xTicks.assign(lengths.begin(), lengths.end());
   for (size_t i = 0; i < ranks.size(); ++i) {
-    std::string k = "k=" + std::to_string(ranks[i]);
-    PlotLine unf{k + " vs std-unfused", {}, int(i), ""},
-        fus{k + " vs std-fused", {}, int(i), "2,3"}, paper{k + " paper (V100)", {}, int(i), "8,4"};
+    const std::string k = "k=" + std::to_string(ranks[i]), color = plot::paletteColor(int(i));
+    plot::Series unf{k + " vs std-unfused", {}, {}, color, 2.0},
+        fus{k + " vs std-fused", {}, {}, color, 2.0, 1.0, false, "2,3"},
+        paper{k + " paper (V100)", {}, {}, color, 2.0, 1.0, false, "8,4"};
     for (const TableRow &r : rows) {
       if (r.k != ranks[i] || r.linformer.skipped == "k > N")
         continue;
-      unf.points.push_back({r.n, r.unfused.ms / r.linformer.ms});
-      fus.points.push_back({r.n, r.fused.ms / r.linformer.ms});
-      paper.points.push_back({r.n, paperRatio(r.n, r.k, false)});
+      for (plot::Series *s : {&unf, &fus, &paper})
+        s->x.push_back(r.n);
+      unf.y.push_back(r.unfused.ms / r.linformer.ms);
+      fus.y.push_back(r.fused.ms / r.linformer.ms);
+      paper.y.push_back(paperRatio(r.n, r.k, false));
     }
-    lines.insert(lines.end(), {unf, fus, paper});
+    plot.series.insert(plot.series.end(), {unf, fus, paper});
   }
-  if (!writeLinePlot(svgPath, "Linformer time saved: standard / Linformer forward time vs N",
-                     std::vector<double>(lengths.begin(), lengths.end()), lines))
-    return fail("cannot write '" + svgPath + "'");
+  if (Status s = plot::writeLinePlot(svgPath, plot); !s)
+    return fail(s.error());
   results() << "\nwrote " << csvPath << " and " << svgPath << "\n";
   return kExitOk;
 }

@@ -157,39 +157,29 @@ int runLshSweep(ModuleOp module, const BenchOptions &opt) {
           << usPerToken(ms[i][c]) << "\n";
 
   // Time per token against N (log x), one line per kernel.
-  const double W = 640, Hh = 400, L = 70, R = 150, Tm = 30, Bm = 50;
-  double ymax = 0;
-  for (auto &row : ms)
-    for (double t : row)
-      ymax = std::max(ymax, usPerToken(t));
-  auto x = [&](double n) {
-    return L + std::log(n / lengths.front()) / std::log(double(lengths.back()) / lengths.front()) *
-                   (W - L - R);
-  };
-  auto y = [&](double us) { return Tm + (1 - us / (ymax * 1.05)) * (Hh - Tm - Bm); };
-  std::ofstream svg(opt.sweepSvg);
-  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << Hh
-      << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
-         "fill='white'/>\n"
-      << "<text x='" << L << "' y='18'>LSH vs dense: forward time per token (us) at B*N = " << T
-      << " tokens</text>\n<line x1='" << L << "' y1='" << Hh - Bm << "' x2='" << W - R << "' y2='"
-      << Hh - Bm << "' stroke='black'/>\n<line x1='" << L << "' y1='" << Tm << "' x2='" << L
-      << "' y2='" << Hh - Bm << "' stroke='black'/>\n";
-  for (int n : lengths)
-    svg << "<text x='" << x(n) - 14 << "' y='" << Hh - Bm + 16 << "'>" << n << "</text>\n";
-  for (double us : {0.0, ymax / 2, ymax})
-    svg << "<text x='4' y='" << y(us) + 4 << "'>" << fmt(us, 2) << "</text>\n";
-  const char *colors[] = {"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
+  plot::LinePlot plot;
+  plot.title = "LSH vs dense: forward time per token at B*N = " + std::to_string(T) + " tokens";
+  plot.xLabel = "sequence length N";
+  plot.yLabel = "time per token (us)";
+  plot.xScale = plot::Scale::Log;
+  plot.yFromZero = true;
+  plot.legendOutside = true;
+  plot.xTicks.assign(lengths.begin(), lengths.end());
   for (size_t c = 0; c < ms.front().size(); ++c) {
-    svg << "<polyline fill='none' stroke-width='2' stroke='" << colors[c % 6] << "' points='";
+    plot::Series s{c == 0 ? std::string("dense")
+                          : "LSH " + std::to_string(lsh[c - 1].rounds) + " rounds",
+                   {},
+                   {},
+                   plot::paletteColor(int(c)),
+                   2.0};
     for (size_t i = 0; i < lengths.size(); ++i)
-      svg << fmt(x(lengths[i]), 1) << "," << fmt(y(usPerToken(ms[i][c])), 1) << " ";
-    svg << "'/>\n<text x='" << W - R + 10 << "' y='" << Tm + 18 * c + 10 << "' fill='"
-        << colors[c % 6] << "'>"
-        << (c == 0 ? std::string("dense") : "LSH " + std::to_string(lsh[c - 1].rounds) + " rounds")
-        << "</text>\n";
+      s.x.push_back(lengths[i]), s.y.push_back(usPerToken(ms[i][c]));
+    plot.series.push_back(std::move(s));
   }
-  svg << "</svg>\n";
+  if (Status s = plot::writeLinePlot(opt.sweepSvg, plot); !s) {
+    diagnostics() << "attnc bench: error: " << s.error() << "\n";
+    return kExitInput;
+  }
   results() << "wrote " << opt.sweepCsv << " and " << opt.sweepSvg << "\n";
   return kExitOk;
 }

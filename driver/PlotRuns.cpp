@@ -4,7 +4,7 @@
 #include "driver/Spec.h"
 
 #include "runtime/FileSystem.h"
-#include "runtime/train/Plot.h"
+#include "runtime/Plot.h"
 
 #include <cmath>
 #include <ostream>
@@ -58,15 +58,13 @@ int runPlot(const PlotCliOptions &opt) {
                                     " are given");
   if (opt.what != "held-out" && opt.what != "training" && opt.what != "both")
     return commandError("plot", "--what " + opt.what + ": expected held-out, training or both");
-  static const char *colors[] = {"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e",
-                                 "#9467bd", "#8c564b", "#e377c2", "#17becf"};
-  train::LinePlot plot;
+  plot::LinePlot plot;
   plot.title = opt.title.empty() ? "attnc runs" : opt.title;
   plot.xLabel = "step";
   plot.yLabel = "loss (nats per predicted byte)";
   for (size_t i = 0; i < opt.runs.size(); ++i) {
     const std::string label = opt.labels.empty() ? baseName(opt.runs[i]) : opt.labels[i];
-    const std::string color = colors[i % (sizeof colors / sizeof *colors)];
+    const std::string color = plot::paletteColor(int(i));
     if (opt.what != "held-out") {
       auto log = readLog(opt.runs[i] + "/train.csv");
       if (!log)
@@ -75,7 +73,7 @@ int runPlot(const PlotCliOptions &opt) {
         s += 1; // a step's loss belongs to the state after it
       const int window = std::max(1, int(log->second.size() / 50)) * 2 + 1;
       plot.series.push_back({label + (opt.what == "both" ? " (training, smoothed)" : ""),
-                             log->first, train::movingAverage(log->second, window), color,
+                             log->first, plot::movingAverage(log->second, window), color,
                              opt.what == "both" ? 1.2 : 2.0, opt.what == "both" ? 0.5 : 1.0,
                              false});
     }
@@ -91,7 +89,7 @@ int runPlot(const PlotCliOptions &opt) {
                   << int64_t(log->first.back()) << "\n";
     }
   }
-  if (Status s = train::writeLinePlot(opt.output, plot); !s)
+  if (Status s = plot::writeLinePlot(opt.output, plot); !s)
     return commandError("plot", s.error());
   results() << "wrote " << opt.output << "\n";
   return kExitOk;

@@ -222,8 +222,14 @@ int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csv
   }
   results() << "  (activations: the planned arena)\n";
   if (!svgPath.empty())
-    bench::writeBarPlot(svgPath, "training step of " + p.name + " (ms, median)", names,
-                        {{"ms/step", ms, 1}});
+    if (Status s = plot::writeBarChart(svgPath, {"training step of " + p.name + " (ms, median)",
+                                                 "ms per step",
+                                                 names,
+                                                 {{"ms/step", ms, plot::paletteColor(1)}}});
+        !s) {
+      diagnostics() << "attnc train: error: " << s.error() << "\n";
+      return kExitInput;
+    }
   results() << "wrote " << csvPath << (svgPath.empty() ? "" : " and " + svgPath) << "\n";
   return kExitOk;
 }

@@ -452,7 +452,8 @@ int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::
   std::ofstream csv(csvPath);
   csv << "model,kernel,heuristic,heuristic_ms,tuned,tuned_ms,speedup,spread\n";
   std::vector<std::string> categories;
-  bench::BarSeries heur{"heuristic", {}, 1}, tuned{"tuned", {}, 2};
+  plot::BarSeries heur{"heuristic", {}, plot::paletteColor(1)},
+      tuned{"tuned", {}, plot::paletteColor(2)};
   for (const Row &r : rows) {
     auto pad = [](const std::string &t, size_t w) {
       return t + std::string(t.size() < w ? w - t.size() : 1, ' ');
@@ -472,9 +473,10 @@ int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::
   }
   if (!csv)
     return fail("cannot write " + csvPath);
-  if (!bench::writeBarPlot(svgPath, "tuned vs heuristic (ms, lower is better)", categories,
-                           {heur, tuned}))
-    return fail("cannot write " + svgPath);
+  if (Status s = plot::writeBarChart(
+          svgPath, {"tuned vs heuristic (ms, lower is better)", "ms", categories, {heur, tuned}});
+      !s)
+    return fail(s.error());
   results() << "wrote " << csvPath << " and " << svgPath << "\n";
   return kExitOk;
 }

@@ -1,6 +1,6 @@
 //===- Trainer.cpp - The training loop of attnc train ---------------------===//
 #include "runtime/train/Trainer.h"
-#include "runtime/train/Plot.h"
+#include "runtime/Plot.h"
 
 #include "runtime/FileSystem.h"
 #include "runtime/PhiloxDraws.h"
@@ -235,30 +235,30 @@ std::string keptRows(const std::string &path, const char *header, int64_t start,
 
 Status writeTrainingPlot(const std::string &path, const std::string &title,
                          const std::vector<double> &losses, const std::vector<EvalPoint> &evals) {
-  LinePlot plot;
+  plot::LinePlot plot;
   plot.title = title;
   plot.xLabel = "step";
   plot.yLabel = "loss (nats per predicted byte)";
   std::vector<double> steps(losses.size());
   for (size_t i = 0; i < steps.size(); ++i)
     steps[i] = double(i + 1); // the loss of step i is the state after i+1 updates' data
-  PlotSeries raw{"", steps, losses, "#1f77b4", 1.0, 0.25, false};
+  plot::Series raw{"", steps, losses, "#1f77b4", 1.0, 0.25, false};
   // About 2 % of the run per side, so the trend shows through the noise.
   const int window = std::max(1, int(losses.size() / 50)) * 2 + 1;
-  PlotSeries smooth{"training (moving average of " + std::to_string(window) + " steps)",
-                    steps,
-                    movingAverage(losses, window),
-                    "#1f77b4",
-                    2.0,
-                    1.0,
-                    false};
-  PlotSeries held{"held-out", {}, {}, "#d62728", 2.0, 1.0, true};
+  plot::Series smooth{"training (moving average of " + std::to_string(window) + " steps)",
+                      steps,
+                      plot::movingAverage(losses, window),
+                      "#1f77b4",
+                      2.0,
+                      1.0,
+                      false};
+  plot::Series held{"held-out", {}, {}, "#d62728", 2.0, 1.0, true};
   for (const EvalPoint &e : evals)
     held.x.push_back(double(e.step)), held.y.push_back(e.loss);
   plot.series = {raw, smooth};
   if (!evals.empty())
     plot.series.push_back(held);
-  return writeLinePlot(path, plot);
+  return plot::writeLinePlot(path, plot);
 }
 
 Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, const TrainOptions &opt,
