@@ -200,6 +200,7 @@ int runAttention(const RunOptions &opt) {
       a.kernel = opt.op.rfind("attention:", 0) == 0 ? opt.op.substr(10) : opt.op;
     a.inputs = opt.inputs, a.weights = opt.weights, a.grad = opt.grad, a.output = opt.output;
     a.target = opt.target, a.seed = opt.seed;
+    a.log = &diagnostics();
     Status s = runArtifactAttention(a);
     if (s)
       return kExitOk;
@@ -260,7 +261,9 @@ int runAttention(const RunOptions &opt) {
                             float(p.getValue().convertToDouble()), p.getLearned()});
     }
   Expected<std::unique_ptr<AttentionIO>> loaded =
-      loadAttentionIO(opt.inputs, opt.weights, opt.grad, sig, opt.seed);
+      loadAttentionIO(opt.inputs, opt.weights, opt.grad, sig, opt.seed, [](const std::string &m) {
+        diagnostics() << "attnc: warning: " << m << "\n";
+      });
   if (!loaded)
     return fail(loaded.error());
   AttentionIO &io = **loaded;

@@ -8,7 +8,6 @@
 #include "runtime/KernelCache.h"
 
 #include <chrono>
-#include <iostream>
 
 namespace attnc {
 
@@ -91,7 +90,9 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
 
   const AttentionSignature sig = signatureOf(*fwd);
   Expected<std::unique_ptr<AttentionIO>> io =
-      loadAttentionIO(opt.inputs, opt.weights, opt.grad, sig, opt.seed);
+      loadAttentionIO(opt.inputs, opt.weights, opt.grad, sig, opt.seed, [&](const std::string &m) {
+        streamOrNull(opt.log) << "attnc: warning: " << m << "\n";
+      });
   if (!io)
     return io.takeError();
   if ((*io)->D != fwd->headDim)
@@ -128,7 +129,7 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
     if (!kernels)
       return kernels.takeError();
     for (const std::string &line : kernels->retiled())
-      std::cerr << "attnc: re-tiled for " << kernels->device() << ": " << line << "\n";
+      streamOrNull(opt.log) << "attnc: re-tiled for " << kernels->device() << ": " << line << "\n";
     auto t1 = std::chrono::steady_clock::now();
     result = kernels->run((*io)->inputs);
     timing = std::string(emulate ? "on the SIMT emulator" : "on the GPU") + ": loaded in " +
@@ -154,8 +155,8 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
     return result.takeError();
   if (Status s = writeAttentionOutputs(opt.output, std::move(*result), **io, sig); !s)
     return s;
-  std::cerr << "attnc: " << fwd->name << " from " << opt.dir << ": " << timing << "; wrote "
-            << opt.output << "\n";
+  streamOrNull(opt.log) << "attnc: " << fwd->name << " from " << opt.dir << ": " << timing
+                        << "; wrote " << opt.output << "\n";
   return {};
 }
 

@@ -13,6 +13,7 @@
 #include "runtime/Manifest.h"
 
 #include <map>
+#include <ostream>
 #include <string>
 
 namespace attnc {
@@ -45,10 +46,13 @@ struct ArtifactRunOptions {
   /// driver JITs (so a newer GPU runs the Volta kernels); on the emulator,
   /// emulated as it. Empty: the GPU's arch, or on cuda-sim the artifact's.
   std::string asArch;
+  /// Where the result line, re-tiling notes and input warnings go (null:
+  /// nowhere; the tools pass stderr).
+  std::ostream *log = nullptr;
 };
 
 /// Runs one attention op of an artifact on safetensors inputs and writes the
-/// outputs; a progress/result line goes to stderr.
+/// outputs; a result line goes to options.log.
 Status runArtifactAttention(const ArtifactRunOptions &options);
 
 } // namespace attnc

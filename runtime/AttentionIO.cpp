@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iostream>
 
 namespace attnc {
 
@@ -65,9 +64,11 @@ st::Tensor randomProjection(uint64_t seed, const std::string &name, std::vector<
   return st::Tensor::f32(std::move(shape), v);
 }
 
-Expected<std::unique_ptr<AttentionIO>>
-loadAttentionIO(const std::string &inputsPath, const std::string &weightsPath,
-                const std::string &gradPath, const AttentionSignature &sig, uint64_t seed) {
+Expected<std::unique_ptr<AttentionIO>> loadAttentionIO(const std::string &inputsPath,
+                                                       const std::string &weightsPath,
+                                                       const std::string &gradPath,
+                                                       const AttentionSignature &sig, uint64_t seed,
+                                                       const WarningHandler &warn) {
   auto io = std::make_unique<AttentionIO>();
   std::string err;
   if (!st::read(inputsPath, io->in, err))
@@ -95,9 +96,8 @@ loadAttentionIO(const std::string &inputsPath, const std::string &weightsPath,
   in.q = &q, in.k = find(io->in, "k"), in.v = find(io->in, "v");
   if (sig.sharedQk) {
     if (in.k)
-      std::cerr << "attnc: warning: '" << sig.name
-                << "' shares QK (its keys are the normalised queries); the 'k' input is "
-                   "ignored\n";
+      warn("'" + sig.name +
+           "' shares QK (its keys are the normalised queries); the 'k' input is ignored");
     in.k = &q;
   }
   if (const st::Tensor *lengths = find(io->in, "lengths")) {
@@ -111,8 +111,7 @@ loadAttentionIO(const std::string &inputsPath, const std::string &weightsPath,
     if (sig.keyPadding)
       in.lengths = lengths;
     else
-      std::cerr << "attnc: warning: '" << sig.name
-                << "' has no 'mask padding'; the 'lengths' input is ignored\n";
+      warn("'" + sig.name + "' has no 'mask padding'; the 'lengths' input is ignored");
   }
   if (!weightsPath.empty() && !st::read(weightsPath, io->weights, err))
     return makeError(err);

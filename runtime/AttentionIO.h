@@ -49,9 +49,13 @@ struct AttentionIO {
 st::Tensor randomProjection(uint64_t seed, const std::string &name, std::vector<int64_t> shape);
 
 /// Reads `inputsPath` (and `weightsPath`, `gradPath` when not empty).
-Expected<std::unique_ptr<AttentionIO>>
-loadAttentionIO(const std::string &inputsPath, const std::string &weightsPath,
-                const std::string &gradPath, const AttentionSignature &signature, uint64_t seed);
+/// Inputs the op ignores (k of a shared-QK op, lengths without key padding)
+/// are reported to `warn`.
+Expected<std::unique_ptr<AttentionIO>> loadAttentionIO(const std::string &inputsPath,
+                                                       const std::string &weightsPath,
+                                                       const std::string &gradPath,
+                                                       const AttentionSignature &signature,
+                                                       uint64_t seed, const WarningHandler &warn);
 
 /// Writes out, lse and (after a backward) dq, dk, dv, dE, dF and
 /// d<param> [H] for every learned parameter, atomically. Shared-QK variants

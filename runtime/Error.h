@@ -17,6 +17,7 @@
 
 #include <cassert>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <variant>
@@ -96,6 +97,11 @@ using WarningHandler = std::function<void(const std::string &)>;
 
 /// Writes "attnc: warning: MESSAGE" to stderr.
 void printWarning(const std::string &message);
+
+/// `*stream`, or a stream that drops what it is given when `stream` is
+/// null: how the runtime writes the progress and notes a caller asked for
+/// (options' `log`), without ever choosing stderr itself.
+std::ostream &streamOrNull(std::ostream *stream);
 
 } // namespace attnc
 

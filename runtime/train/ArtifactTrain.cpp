@@ -17,7 +17,6 @@
 #include "runtime/train/Trainer.h"
 
 #include <cmath>
-#include <iostream>
 #include <memory>
 #include <optional>
 #include <sys/resource.h>
@@ -235,8 +234,8 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
           return fn.takeError();
         deviceAttention = std::move(*fn);
         attentionTraffic = [shared] { return shared->kernelDevice().traffic(); };
-        std::cerr << tool << ": cuda-sim: attention runs the CUDA kernels (" << cf->dtype
-                  << ") on the step's buffers\n";
+        streamOrNull(opt.log) << tool << ": cuda-sim: attention runs the CUDA kernels ("
+                              << cf->dtype << ") on the step's buffers\n";
       }
     }
   }
@@ -253,7 +252,7 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
     if (!k)
       return k.takeError();
     for (const std::string &line : k->retiled())
-      std::cerr << tool << ": re-tiled for " << k->device() << ": " << line << "\n";
+      streamOrNull(opt.log) << tool << ": re-tiled for " << k->device() << ": " << line << "\n";
     auto shared = std::make_shared<CudaAttention>(std::move(*k));
     attention = [shared](const AttentionInputs &in) { return shared->run(in); };
     // The kernels read and write the step's buffers in place.
@@ -264,7 +263,7 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
       deviceAttention = std::move(*fn);
       attentionTraffic = [shared] { return shared->kernelDevice().traffic(); };
     }
-    std::cerr << tool << ": on " << dev->describe() << "\n";
+    streamOrNull(opt.log) << tool << ": on " << dev->describe() << "\n";
   } else {
     Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
     if (!dirs)
@@ -308,11 +307,12 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
   desc.gradArgs = mm->gradArgs;
   out.engine = !gpu ? StepEngine::Cpu : sim ? StepEngine::CudaSim : StepEngine::Cuda;
   if (out.engine == StepEngine::Cuda)
-    std::cerr << tool << ": the CUDA step (" << mm->stepSymbol << ") on the GPU, GEMMs in "
-              << out.precision << "\n";
+    streamOrNull(opt.log) << tool << ": the CUDA step (" << mm->stepSymbol
+                          << ") on the GPU, GEMMs in " << out.precision << "\n";
   else if (out.engine == StepEngine::CudaSim)
-    std::cerr << tool << ": cuda-sim: the CUDA step's kernels (" << mm->stepSymbol
-              << ") run on the SIMT emulator, GEMM inputs rounded as " << out.precision << "\n";
+    streamOrNull(opt.log) << tool << ": cuda-sim: the CUDA step's kernels (" << mm->stepSymbol
+                          << ") run on the SIMT emulator, GEMM inputs rounded as " << out.precision
+                          << "\n";
   out.store = std::make_unique<ParameterStore>(out.config, opt.seed);
   StepPrecision precision;
   precision.gemm = out.precision, precision.initialLossScale = opt.lossScale;
@@ -332,7 +332,7 @@ namespace {
 /// otherwise, each rank's OpenMP regions (the step's GEMMs and kernels) get
 /// cores / ranks-on-this-machine threads instead of all the cores each
 /// (2 ranks x 2 threads on 2 cores ran at 0.3x the speed of 2 x 1).
-void shareCoresBetweenRanks(dist::Communicator &comm, const std::string &tool) {
+void shareCoresBetweenRanks(dist::Communicator &comm, const std::string &tool, std::ostream &log) {
 #ifdef _OPENMP
   if (comm.size() == 1 || std::getenv("OMP_NUM_THREADS"))
     return;
@@ -343,10 +343,10 @@ void shareCoresBetweenRanks(dist::Communicator &comm, const std::string &tool) {
   const int threads = std::max(1, cores / local);
   omp_set_num_threads(threads);
   if (comm.rank() == 0)
-    std::cerr << tool << ": " << local << " ranks on this machine's " << cores
-              << " cores: " << threads << " OpenMP thread(s) each (OMP_NUM_THREADS overrides)\n";
+    log << tool << ": " << local << " ranks on this machine's " << cores << " cores: " << threads
+        << " OpenMP thread(s) each (OMP_NUM_THREADS overrides)\n";
 #else
-  (void)comm, (void)tool;
+  (void)comm, (void)tool, (void)log;
 #endif
 }
 
@@ -380,12 +380,12 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
   const DataSource *data = opt.opened ? opt.opened : &*own;
   // Flags, else the model's recommended settings, else attnc's defaults.
   const TrainSettings s = opt.flags.orElse(am.recommended).orElse(defaultTrainSettings());
-  std::cerr << opt.tool << ": " << describeTrainSettings(opt.flags, am.recommended, mm.batch)
-            << "\n";
+  streamOrNull(opt.log) << opt.tool << ": "
+                        << describeTrainSettings(opt.flags, am.recommended, mm.batch) << "\n";
   TrainOptions to;
   dist::Communicator &comm = dist::world();
   comm.timeoutSeconds = opt.parallel.rankTimeout;
-  shareCoresBetweenRanks(comm, opt.tool);
+  shareCoresBetweenRanks(comm, opt.tool, streamOrNull(opt.log));
   to.comm = &comm;
   to.microBatches = microBatchesOf(opt);
   to.bucketBytes = int64_t(opt.parallel.bucketKiB) * 1024;
@@ -425,11 +425,12 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
   to.forward.run = [compiled](const Batch &b) { return compiled->infer(b); };
   to.stepState = [compiled] { return compiled->stepState(); };
   to.restoreStepState = [compiled](const std::string &s) { return compiled->restoreStepState(s); };
-  std::cerr << opt.tool << ": " << mm.name
-            << (artifact.dir.empty() ? std::string() : " from " + artifact.dir) << " ("
-            << am.store->numParams() << " parameters; compiled " << (gpu ? "CUDA " : "")
-            << "step, arena " << mm.arenaBytes / 1024 << " KiB) on " << data->describe() << "\n";
-  Expected<TrainSummary> summary = train(*am.store, *data, to, std::cerr);
+  streamOrNull(opt.log) << opt.tool << ": " << mm.name
+                        << (artifact.dir.empty() ? std::string() : " from " + artifact.dir) << " ("
+                        << am.store->numParams() << " parameters; compiled " << (gpu ? "CUDA " : "")
+                        << "step, arena " << mm.arenaBytes / 1024 << " KiB) on " << data->describe()
+                        << "\n";
+  Expected<TrainSummary> summary = train(*am.store, *data, to, streamOrNull(opt.log));
   if (!summary)
     return summary.takeError();
   ArtifactTrainResult r;

@@ -53,8 +53,11 @@ struct ArtifactTrainOptions {
   std::string precision = "auto";
   float lossScale = 0;        ///< fp16: the initial loss scale (0: LossScaler's)
   bool hostOptimizer = false; ///< CUDA artifacts: AdamW on the host, not the device
-  /// What progress lines on stderr begin with ("attnc-rt train: ").
+  /// What progress lines begin with ("attnc-rt train: ").
   std::string tool = "attnc-rt train";
+  /// Where progress lines and notes go (null: nowhere; the tools pass
+  /// stderr).
+  std::ostream *log = nullptr;
   /// The training data already opened for this model (`data` names it);
   /// null: trainArtifact opens `data`.
   const DataSource *opened = nullptr;

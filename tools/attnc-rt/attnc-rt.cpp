@@ -38,6 +38,7 @@ int main(int argc, char **argv) {
   app.set_version_flag("--version", std::string("attnc-rt ") + attnc::attncVersion());
 
   attnc::ArtifactRunOptions opts;
+  opts.log = &std::cerr;
   CLI::App *run = app.add_subcommand("run", "Run one attention op of an artifact directory");
   run->add_option("dir", opts.dir, "artifact directory (attnc compile -o DIR)")->required();
   run->add_option("--kernel", opts.kernel, "forward kernel name (default: the first)");
@@ -57,6 +58,7 @@ int main(int argc, char **argv) {
                   "a GPU compiled to its PTX, which the driver JITs (sm_70 needs a CUDA 12 NVRTC, "
                   "scripts/bootstrap.sh); on cuda-sim emulated as it");
   attnc::train::ArtifactTrainOptions topts;
+  topts.log = &std::cerr;
   CLI::App *train = app.add_subcommand(
       "train", "Train the compiled model of an artifact (attnc compile --target cpu|cuda -o DIR; "
                "a CUDA artifact trains on the GPU)");
