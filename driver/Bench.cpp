@@ -103,7 +103,7 @@ int runBench(const BenchOptions &opt) {
     return runLinformerTable(opt);
   if (!opt.enginesSpec.empty()) {
     TrainCliOptions t;
-    t.spec = opt.enginesSpec, t.model = opt.model, t.batch = opt.batch;
+    t.spec = opt.enginesSpec, t.run.model = opt.model, t.batch = opt.batch;
     return benchEngines(t, opt.repeats, opt.csvGiven ? opt.csv : "attnc-engines.csv",
                         opt.svgGiven ? opt.svg : "attnc-engines.svg");
   }

@@ -35,7 +35,9 @@ namespace {
 /// it, and the checks (--grad-check, --check-reversible) leave it alone.
 /// They are the first layer attn-apply-tuning applies (its run-choices), in
 /// the form runChoicesOf gives.
-std::string runChoicesPath(const TrainCliOptions &opt) { return opt.out + "/kernel-choices.json"; }
+std::string runChoicesPath(const TrainCliOptions &opt) {
+  return opt.run.out + "/kernel-choices.json";
+}
 
 /// The resolved choices of `model` as attn-apply-tuning's run-choices.
 std::vector<std::string> runChoicesOf(attn::ModelOp model) {
@@ -65,7 +67,7 @@ std::vector<std::string> runChoicesOf(attn::ModelOp model) {
 /// error.
 int readRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const PreparedModel &p,
                    std::vector<std::string> &layer) {
-  if (pin == Pin::None || (pin == Pin::ReadWrite && !opt.resume))
+  if (pin == Pin::None || (pin == Pin::ReadWrite && !opt.run.resume))
     return kExitOk;
   const std::string path = runChoicesPath(opt);
   Expected<std::string> text = fs::readFile(path);
@@ -124,7 +126,7 @@ int writeRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const 
   if (pin != Pin::ReadWrite || pinsApplied)
     return kExitOk;
   const std::string path = runChoicesPath(opt);
-  if (opt.resume && fs::readFile(path) && fs::readFile(opt.out + "/latest.json"))
+  if (opt.run.resume && fs::readFile(path) && fs::readFile(opt.run.out + "/latest.json"))
     return kExitOk;
   nlohmann::json j = {{"spec_hash", p.specHash}, {"model", p.name}};
   for (const std::string &e : runChoicesOf(model)) {
@@ -132,7 +134,7 @@ int writeRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const 
     if (e.compare(0, eq, "model") != 0)
       j[e.substr(0, eq)] = std::stoll(e.substr(eq + 1));
   }
-  if (Status st = fs::createDirectories(opt.out); !st)
+  if (Status st = fs::createDirectories(opt.run.out); !st)
     return commandError(cmd, st.error());
   if (Status st = fs::writeFileAtomic(path, j.dump(2) + "\n"); !st)
     return commandError(cmd, st.error());
@@ -149,18 +151,19 @@ int prepare(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Pin p
     if (std::string(cmd) != "train")
       return commandError(cmd, "--target cuda: only attnc train runs on the GPU so far (eval, "
                                "generate and fill run on the CPU: leave --target out)");
-    if (opt.engine == "cuda-sim")
+    if (opt.run.engine == "cuda-sim")
       return commandError(cmd, "--engine cuda-sim emulates the CUDA step on the CPU; it does not "
                                "take --target cuda");
     if (Status driver = cuda::Driver::available(); !driver)
       return commandError(cmd, "--target cuda: " + driver.error() +
                                    " (--engine cuda-sim checks the CUDA step on the CPU)");
-  } else if (opt.precision != "auto" && opt.precision != "f32" && opt.engine != "cuda-sim") {
-    return commandError(cmd, "--precision " + opt.precision +
+  } else if (opt.run.precision != "auto" && opt.run.precision != "f32" &&
+             opt.run.engine != "cuda-sim") {
+    return commandError(cmd, "--precision " + opt.run.precision +
                                  " needs --target cuda or --engine "
                                  "cuda-sim (the CPU step trains in fp32)");
   }
-  p.target = opt.target, p.precision = opt.precision, p.lossScale = opt.lossScale;
+  p.target = opt.target, p.precision = opt.run.precision, p.lossScale = opt.run.lossScale;
   std::string text;
   p.module = loadSpecModule(opt.spec, cmd, p.context, &text);
   if (!p.module)
@@ -172,14 +175,14 @@ int prepare(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Pin p
   for (attn::ModelOp m : p.module->getOps<attn::ModelOp>()) {
     names += (names.empty() ? "" : ", ") + m.getSymName().str();
     ++count;
-    if (m.getSymName() == opt.model || (opt.model.empty() && count == 1))
+    if (m.getSymName() == opt.run.model || (opt.run.model.empty() && count == 1))
       model = m;
   }
-  if (opt.model.empty() && count > 1)
+  if (opt.run.model.empty() && count > 1)
     return commandError(cmd, "the spec has several models (" + names + "); name one with --model");
   if (!model)
     return commandError(cmd, names.empty() ? "'" + opt.spec + "' has no model to train"
-                                           : "no model '" + opt.model + "' in " + opt.spec +
+                                           : "no model '" + opt.run.model + "' in " + opt.spec +
                                                  " (it has: " + names + ")");
   p.name = model.getSymName().str();
   // The run's pinned choices, then the tuning database's CPU tiles, FFN
@@ -202,15 +205,15 @@ int prepare(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Pin p
   // --precision names one (the CPU trains in fp32 either way).
   const std::string dtype = attn::stringifyDType(model.getDtype()).str();
   if (p.precision == "auto")
-    p.precision = p.target == "cpu" && opt.engine != "cuda-sim" ? "f32"
-                  : dtype == "fp32"                             ? "f32"
-                                                                : dtype;
+    p.precision = p.target == "cpu" && opt.run.engine != "cuda-sim" ? "f32"
+                  : dtype == "fp32"                                 ? "f32"
+                                                                    : dtype;
   auto layer = *model.getBody().getOps<attn::LayerOp>().begin();
   auto variant =
       SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
   train::ModelConfig &c = p.config;
   c = modelConfigOf(model, layer, variant);
-  c.dropoutSeed = opt.seed;
+  c.dropoutSeed = opt.run.seed;
   if (c.dModel % c.heads)
     return commandError(cmd, "d_model " + std::to_string(c.dModel) +
                                  " is not a multiple of heads " + std::to_string(c.heads));

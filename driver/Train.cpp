@@ -49,16 +49,11 @@ train::Forward forwardOf(train::CompiledStep &step) {
 /// The options of the runtime's training front door, from attnc train's.
 train::ArtifactTrainOptions artifactTrainOptions(const PreparedModel &p,
                                                  const TrainCliOptions &opt) {
-  train::ArtifactTrainOptions to;
+  train::ArtifactTrainOptions to = opt.run;
+  to.log = &diagnostics();
   to.precision = p.precision; // resolved: the model's dtype on the CUDA engines
-  to.model = opt.model, to.data = opt.data, to.out = opt.out, to.flags = opt.flags;
-  to.seed = opt.seed, to.checkpointEvery = opt.checkpointEvery, to.evalBatches = opt.evalBatches;
-  to.resume = opt.resume, to.stopAfter = opt.stopAfter, to.engine = opt.engine;
-  to.lossScale = opt.lossScale;
   to.hostOptimizer = opt.optimizer == "host";
-  to.hostAttention = opt.hostAttention;
   to.tool = "attnc train";
-  to.parallel = opt.parallel;
   return to;
 }
 
@@ -68,7 +63,7 @@ train::ArtifactTrainOptions artifactTrainOptions(const PreparedModel &p,
 /// attention compiled for the CPU).
 int buildTrainingArtifact(PreparedModel &p, const TrainCliOptions &opt, Artifact &artifact) {
   ArtifactOptions ao;
-  const bool sim = opt.engine == "cuda-sim";
+  const bool sim = opt.run.engine == "cuda-sim";
   ao.target = opt.target == "cuda" || sim ? "cuda" : "cpu";
   if (opt.target == "cuda") {
     Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0);
@@ -87,7 +82,7 @@ int buildTrainingArtifact(PreparedModel &p, const TrainCliOptions &opt, Artifact
   // they exist for the head dim (f32 dense and LSH then on the step's
   // buffers, as attnc-rt train does), else on the CPU kernels.
   ao.hostKernels = sim;
-  ao.deviceKernels = !sim || (!opt.hostAttention &&
+  ao.deviceKernels = !sim || (!opt.run.hostAttention &&
                               attnc::tile::cudaHeadDimSupported(p.config.dModel / p.config.heads));
   std::vector<CompiledModelCounts> counts;
   if (int rc = buildArtifact(*p.module, p.specHash, ao, artifact, &counts))
@@ -111,7 +106,7 @@ int gradCheck(const PreparedModel &p, const Artifact &artifact, const train::Dat
     return commandError("train", loaded.error());
   train::CompiledStep &step = *loaded->step;
   const train::ModelConfig &config = loaded->config;
-  train::Batch b = data.train(opt.seed, 0, opt.batch);
+  train::Batch b = data.train(opt.run.seed, 0, opt.batch);
   if (config.dropout > 0 || config.attentionDropout > 0) { // the masks change the loss
     Expected<double> off = step.run(b, /*training=*/false, 0);
     Expected<double> on = step.run(b, /*training=*/true, 0);
@@ -123,7 +118,7 @@ int gradCheck(const PreparedModel &p, const Artifact &artifact, const train::Dat
   // Step 0's masks: the loss is a function of the weights.
   train::LossFn loss = [&](bool) { return step.run(b, /*training=*/true, 0); };
   Expected<train::GradCheckResult> r =
-      train::gradientCheck(*loaded->store, opt.gradCheck, opt.gradCheckEps, opt.seed, loss);
+      train::gradientCheck(*loaded->store, opt.gradCheck, opt.gradCheckEps, opt.run.seed, loss);
   if (!r)
     return commandError("train", r.error());
   for (const train::GradCheckProbe &pr : r->probes)
@@ -146,7 +141,7 @@ int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csv
   PreparedModel p;
   if (int rc = prepare("bench", opt, p, Pin::None))
     return rc;
-  train::ParameterStore store(p.config, opt.seed);
+  train::ParameterStore store(p.config, opt.run.seed);
   // The compiled step keeping every activation, and (standard layers) with
   // each layer recomputed in the backward.
   struct Engine {
@@ -244,20 +239,22 @@ int runTrain(const TrainCliOptions &options) {
   // block, else attnc's default (the other settings resolve the same way
   // in the runtime, from the artifact's copy of the block).
   TrainCliOptions opt = options;
-  opt.batch = int(
-      *opt.flags.orElse(trainSettingsOf(p.model())).orElse(train::defaultTrainSettings()).batch);
+  opt.batch = int(*opt.run.flags.orElse(trainSettingsOf(p.model()))
+                       .orElse(train::defaultTrainSettings())
+                       .batch);
   // Data parallelism: the batch is the global one, split into
   // micro-batches (one per rank by default) that the step is planned for.
   const int micro = train::microBatchesOf(artifactTrainOptions(p, opt));
   if (opt.batch % micro != 0)
-    return commandError("train", "--batch " + std::to_string(opt.batch) +
-                                     " is the global batch and must divide into " +
-                                     std::to_string(micro) + " micro-batches" +
-                                     (opt.parallel.microBatches ? std::string()
-                                                                : " (one per rank of mpirun -np " +
-                                                                      std::to_string(micro) + ")"));
+    return commandError("train",
+                        "--batch " + std::to_string(opt.batch) +
+                            " is the global batch and must divide into " + std::to_string(micro) +
+                            " micro-batches" +
+                            (opt.run.parallel.microBatches
+                                 ? std::string()
+                                 : " (one per rank of mpirun -np " + std::to_string(micro) + ")"));
   // The data first: a wrong path fails before anything compiles.
-  Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);
+  Expected<train::DataSource> data = train::DataSource::open(opt.run.data, p.config, 0.05);
   if (!data)
     return commandError("train", data.error());
   // The one front door: the same artifact attnc compile -o writes, trained
@@ -272,7 +269,7 @@ int runTrain(const TrainCliOptions &options) {
   Expected<train::ArtifactTrainResult> r = train::trainArtifact(artifact, to);
   if (!r)
     return commandError("train", r.error());
-  train::writeTrainReport(*r, opt.out, results());
+  train::writeTrainReport(*r, opt.run.out, results());
   return kExitOk;
 }
 
@@ -280,11 +277,11 @@ int runEval(const TrainCliOptions &opt) {
   PreparedModel p;
   if (int rc = prepare("eval", opt, p))
     return rc;
-  Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);
+  Expected<train::DataSource> data = train::DataSource::open(opt.run.data, p.config, 0.05);
   if (!data)
     return commandError("eval", data.error());
-  train::ParameterStore model(p.config, opt.seed);
-  Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.out, p.specHash);
+  train::ParameterStore model(p.config, opt.run.seed);
+  Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.run.out, p.specHash);
   if (!ck)
     return commandError("eval", ck.error());
   if (Status s = model.loadWeights(ck->tensors); !s)
@@ -295,7 +292,7 @@ int runEval(const TrainCliOptions &opt) {
   if (!step)
     return commandError("eval", step.error());
   Expected<train::EvalResult> e =
-      train::evaluate(forwardOf(**step), p.config, *data, opt.evalBatches);
+      train::evaluate(forwardOf(**step), p.config, *data, opt.run.evalBatches);
   if (!e)
     return commandError("eval", e.error());
   results() << p.name << " at step " << ck->step << ": loss " << e->loss << " (" << e->bitsPerByte
@@ -316,10 +313,10 @@ struct Trained {
 int loadTrained(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Trained &t) {
   if (int rc = prepare(cmd, opt, p))
     return rc;
-  Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.out, p.specHash);
+  Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.run.out, p.specHash);
   if (!ck)
     return commandError(cmd, ck.error());
-  t.store.emplace(p.config, opt.seed);
+  t.store.emplace(p.config, opt.run.seed);
   if (Status s = t.store->loadWeights(ck->tensors); !s)
     return commandError(cmd, s.error());
   StepPlan plan;
@@ -337,10 +334,10 @@ int captureAttentionInputs(const char *cmd, const TrainCliOptions &opt, Captured
   PreparedModel p;
   if (int rc = prepare(cmd, opt, p))
     return rc;
-  Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.out, p.specHash);
+  Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.run.out, p.specHash);
   if (!ck)
     return commandError(cmd, ck.error());
-  Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);
+  Expected<train::DataSource> data = train::DataSource::open(opt.run.data, p.config, 0.05);
   if (!data)
     return commandError(cmd, data.error());
   bool captured = false;
@@ -355,7 +352,7 @@ int captureAttentionInputs(const char *cmd, const TrainCliOptions &opt, Captured
     }
     return p.kernels->run(in);
   };
-  train::ParameterStore model(p.config, opt.seed);
+  train::ParameterStore model(p.config, opt.run.seed);
   if (Status s = model.loadWeights(ck->tensors); !s)
     return commandError(cmd, s.error());
   // The compiled inference function, its attention captured.
@@ -415,7 +412,7 @@ int runGenerate(const TrainCliOptions &opt) {
       std::vector<double> w(c.vocab);
       for (int v = 0; v < c.vocab; ++v)
         sum += w[v] = std::exp((logits[v] - mx) / opt.temperature);
-      philox::Block rnd = philox::philox4x32({uint32_t(i), 0u, 0x6E4Eu, 0u}, opt.seed);
+      philox::Block rnd = philox::philox4x32({uint32_t(i), 0u, 0x6E4Eu, 0u}, opt.run.seed);
       double u = (double(rnd[0]) + 0.5) / 4294967296.0 * sum;
       for (next = 0; next < c.vocab - 1 && (u -= w[next]) > 0; ++next) {
       }

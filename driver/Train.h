@@ -3,7 +3,7 @@
 #define ATTNC_DRIVER_TRAIN_H
 
 #include "runtime/Safetensors.h"
-#include "runtime/train/TrainSettings.h"
+#include "runtime/train/ArtifactTrain.h"
 
 #include <cstdint>
 #include <string>
@@ -11,35 +11,24 @@
 namespace attnc::driver {
 
 struct TrainCliOptions {
-  std::string spec, model; ///< model: which model of the spec (default: the only one)
-  std::string data, out = "attnc-run";
-  /// attnc train: the settings its flags give (runtime/train/
-  /// TrainSettings.h); the spec's train block and attnc's defaults fill
-  /// the rest. runTrain resolves `batch` from them.
-  train::TrainSettings flags;
+  std::string spec; ///< the .attn file
+  /// What the runtime's training front door takes (runtime/train/
+  /// ArtifactTrain.h), filled by the command line: the model of the spec
+  /// (default: the only one), data, run folder, the flags' training
+  /// settings (the spec's train block and attnc's defaults fill the rest;
+  /// runTrain resolves `batch` from them), seed, checkpoints, resume and
+  /// stop, data parallelism (docs/distributed.md), the engine, the CUDA
+  /// step's attention path, GEMM precision and loss scale. The fields
+  /// below are the commands' own.
+  train::ArtifactTrainOptions run;
   int batch = 8; ///< sequences per step (train) or per evaluation batch
-  uint64_t seed = 0;
-  int64_t checkpointEvery = 50;
-  int evalBatches = 8;
   std::string target = "cpu";
-  bool resume = true;
-  int64_t stopAfter = 0;             ///< > 0: stop (with a checkpoint) after this many steps
-  train::DataParallelFlags parallel; ///< docs/distributed.md
   // Checks instead of training (test aids, documented in docs/training.md):
   int gradCheck = 0; ///< finite-difference probes per parameter tensor
   /// 5e-3: with N(0, 1/fan_in) weights, 1e-2 leaves a truncation error of
   /// 3 % on the embeddings and 1e-3 fp32 round-off of as much (dense_std).
   float gradCheckEps = 5e-3f;
   double gradCheckTol = 2e-2; ///< max relative error
-  /// "compiled" (default): the step the whole-model passes compiled
-  /// (docs/model-compilation.md); "cuda-sim": its CUDA step on the SIMT
-  /// emulator.
-  std::string engine = "compiled";
-  bool hostAttention = false; ///< CUDA steps: attention through the host
-  /// --target cuda: the GEMMs' compute precision (f32, tf32, bf16, fp16; fp16
-  /// with dynamic loss scaling); auto: the model's dtype.
-  std::string precision = "auto";
-  float lossScale = 0; ///< fp16: the initial loss scale (0: 65536)
   /// The CUDA step's AdamW: "device" (default) keeps parameters, gradients
   /// and moments on the device; "host" runs the CPU AdamW on downloaded
   /// gradients each step (the reference the device one is tested against).

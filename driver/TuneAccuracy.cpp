@@ -132,8 +132,8 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
       return kExitInput;
     }
     TrainCliOptions t;
-    t.spec = opt.spec, t.model = model.getSymName().str(), t.data = opt.data;
-    t.out = opt.checkpoint, t.batch = B;
+    t.spec = opt.spec, t.run.model = model.getSymName().str(), t.run.data = opt.data;
+    t.run.out = opt.checkpoint, t.batch = B;
     CapturedAttention got;
     if (int rc = captureAttentionInputs("tune", t, got))
       return rc;

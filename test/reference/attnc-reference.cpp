@@ -38,9 +38,9 @@ int checkReversible(PreparedModel &p, const train::DataSource &data, const Train
     return commandError("train", "--check-reversible needs a model with reversible layers");
   train::ModelConfig stored = p.config;
   stored.storeReversibleInputs = true;
-  train::ParameterStore sa(p.config, opt.seed), sb(stored, opt.seed);
+  train::ParameterStore sa(p.config, opt.run.seed), sb(stored, opt.run.seed);
   train::Model a(sa, attentionOf(p)), b(sb, attentionOf(p));
-  train::Batch batch = data.train(opt.seed, 0, opt.batch);
+  train::Batch batch = data.train(opt.run.seed, 0, opt.batch);
   sa.zeroGrads();
   sb.zeroGrads();
   a.setDropout(true, 0), b.setDropout(true, 0); // the rebuild must replay the masks
@@ -75,14 +75,14 @@ int checkReversible(PreparedModel &p, const train::DataSource &data, const Train
 
 /// --compare-engines: the runtime's and the compiled step on one batch.
 int compareEngines(PreparedModel &p, const train::DataSource &data, const TrainCliOptions &opt) {
-  train::ParameterStore store(p.config, opt.seed);
+  train::ParameterStore store(p.config, opt.run.seed);
   train::Model model(store, attentionOf(p));
   StepPlan plan;
-  plan.batch = opt.batch, plan.recomputeLayers = opt.recomputeLayers, plan.engine = opt.engine;
+  plan.batch = opt.batch, plan.recomputeLayers = opt.recomputeLayers, plan.engine = opt.run.engine;
   Expected<std::unique_ptr<train::CompiledStep>> step = compiledStep(p, store, plan);
   if (!step)
     return commandError("train", step.error());
-  train::Batch batch = data.train(opt.seed, 0, opt.batch);
+  train::Batch batch = data.train(opt.run.seed, 0, opt.batch);
   store.zeroGrads();
   model.setDropout(true, 0);
   Expected<train::StepResult> r = model.run(batch, true);
@@ -117,7 +117,7 @@ int compareEngines(PreparedModel &p, const train::DataSource &data, const TrainC
   double lossDiff = std::abs(*loss - r->meanLoss());
   bool ok = worst <= 1e-3 && lossDiff <= 1e-4 * std::max(1.0, std::abs(r->meanLoss()));
   std::cout << "loss: runtime " << r->meanLoss() << ", "
-            << (opt.engine == "cuda-sim" ? "cuda-sim " : "compiled ") << *loss << "\n"
+            << (opt.run.engine == "cuda-sim" ? "cuda-sim " : "compiled ") << *loss << "\n"
             << "gradients: worst max|difference|/max|gradient| " << worst << " (" << where
             << ") over " << params.size() << " tensors" << (ok ? "" : "  > 1e-3: FAILED") << "\n";
   return ok ? kExitOk : kExitInput;
@@ -135,21 +135,21 @@ int main(int argc, char **argv) {
       "check-reversible", "the reversible backward from rebuilt inputs against stored inputs");
   for (CLI::App *sub : {compare, reversible}) {
     sub->add_option("spec", opt.spec, "the .attn spec file")->required();
-    sub->add_option("--model", opt.model, "which model of the spec (default: the only one)");
-    sub->add_option("--data", opt.data, "synthetic:duplicate or text files")->required();
+    sub->add_option("--model", opt.run.model, "which model of the spec (default: the only one)");
+    sub->add_option("--data", opt.run.data, "synthetic:duplicate or text files")->required();
     sub->add_option("--batch", opt.batch, "sequences in the batch")->capture_default_str();
-    sub->add_option("--seed", opt.seed, "initialisation and data seed")->capture_default_str();
+    sub->add_option("--seed", opt.run.seed, "initialisation and data seed")->capture_default_str();
   }
   compare->add_flag("!--no-recompute", opt.recomputeLayers,
                     "compile the step keeping every standard layer's activations");
-  compare->add_option("--engine", opt.engine, "compiled (the CPU step) or cuda-sim")
+  compare->add_option("--engine", opt.run.engine, "compiled (the CPU step) or cuda-sim")
       ->check(CLI::IsMember({"compiled", "cuda-sim"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   PreparedModel p;
   if (int rc = prepare("train", opt, p, Pin::None))
     return rc;
-  Expected<train::DataSource> data = train::DataSource::open(opt.data, p.config, 0.05);
+  Expected<train::DataSource> data = train::DataSource::open(opt.run.data, p.config, 0.05);
   if (!data)
     return commandError("train", data.error());
   return compare->parsed() ? compareEngines(p, *data, opt) : checkReversible(p, *data, opt);

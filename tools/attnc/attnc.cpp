@@ -186,41 +186,43 @@ int main(int argc, char **argv) {
       app.add_subcommand("eval", "Evaluate the latest checkpoint of a training run");
   for (CLI::App *sub : {trainCmd, evalCmd}) {
     sub->add_option("spec", topts.spec, "the .attn spec file")->required();
-    sub->add_option("--model", topts.model, "which model of the spec (default: the only one)");
-    sub->add_option("--data", topts.data,
+    sub->add_option("--model", topts.run.model, "which model of the spec (default: the only one)");
+    sub->add_option("--data", topts.run.data,
                     "synthetic:duplicate, or text files / directories (':'-separated)")
         ->required();
-    sub->add_option("--out", topts.out, "run directory: checkpoints, train.csv, eval.csv, loss.svg")
+    sub->add_option("--out", topts.run.out,
+                    "run directory: checkpoints, train.csv, eval.csv, loss.svg")
         ->capture_default_str();
     sub->add_option("--batch", topts.batch,
                     sub == trainCmd ? "sequences per step (default: the model's train block, "
                                       "else 8)"
                                     : "sequences per evaluation batch")
         ->check(CLI::Range(1, 1 << 16));
-    sub->add_option("--seed", topts.seed, "seed of the weights and the data order")
+    sub->add_option("--seed", topts.run.seed, "seed of the weights and the data order")
         ->capture_default_str();
-    sub->add_option("--eval-batches", topts.evalBatches, "batches per evaluation")
+    sub->add_option("--eval-batches", topts.run.evalBatches, "batches per evaluation")
         ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
     sub->add_option("--target", topts.target, "where to run")
         ->check(CLI::IsMember({"cpu", "cuda"}))
         ->capture_default_str();
   }
-  attnc::tools::addTrainSettingFlags(trainCmd, topts.flags);
-  attnc::tools::addDataParallelFlags(trainCmd, topts.parallel);
+  attnc::tools::addTrainSettingFlags(trainCmd, topts.run.flags);
+  attnc::tools::addDataParallelFlags(trainCmd, topts.run.parallel);
   trainCmd
-      ->add_option("--precision", topts.precision,
+      ->add_option("--precision", topts.run.precision,
                    "--target cuda: the GEMMs' compute precision (fp32 storage and master "
                    "weights; fp16 with dynamic loss scaling); auto: the model's dtype, "
                    "which the GPU's attention kernels use too")
       ->check(CLI::IsMember({"auto", "f32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
   trainCmd
-      ->add_option("--loss-scale", topts.lossScale,
+      ->add_option("--loss-scale", topts.run.lossScale,
                    "--precision fp16: the initial loss scale (default 65536; halved on "
                    "overflow, doubled after 2000 good steps, at most 2^24)")
       ->check(CLI::PositiveNumber);
-  attnc::tools::addRunFlags(trainCmd, topts.checkpointEvery, topts.resume, topts.stopAfter);
+  attnc::tools::addRunFlags(trainCmd, topts.run.checkpointEvery, topts.run.resume,
+                            topts.run.stopAfter);
   trainCmd
       ->add_option("--grad-check", topts.gradCheck,
                    "instead of training: finite-difference N coordinates of every "
@@ -233,14 +235,14 @@ int main(int argc, char **argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   trainCmd
-      ->add_option("--engine", topts.engine,
+      ->add_option("--engine", topts.run.engine,
                    "compiled: the training step compiled by the whole-model passes (its "
                    "C++ on the CPU, its CUDA step with --target cuda); "
                    "cuda-sim: the compiled CUDA step with its kernels on a SIMT emulator "
                    "on the CPU (slow: checks the generated CUDA without a GPU)")
       ->check(CLI::IsMember({"compiled", "cuda-sim"}))
       ->capture_default_str();
-  trainCmd->add_flag("--host-attention", topts.hostAttention,
+  trainCmd->add_flag("--host-attention", topts.run.hostAttention,
                      "--target cuda / --engine cuda-sim: attention through the host (operands "
                      "downloaded, results uploaded each call) instead of the f32 dense and LSH "
                      "kernels on the step's own buffers");
@@ -261,10 +263,10 @@ int main(int argc, char **argv) {
   CLI::App *fillCmd = app.add_subcommand("fill", "Fill masked bytes with a trained masked model");
   for (CLI::App *sub : {generateCmd, fillCmd}) {
     sub->add_option("spec", topts.spec, "the .attn spec file")->required();
-    sub->add_option("--model", topts.model, "which model of the spec (default: the only one)");
-    sub->add_option("--out", topts.out, "the training run directory (its latest checkpoint)")
+    sub->add_option("--model", topts.run.model, "which model of the spec (default: the only one)");
+    sub->add_option("--out", topts.run.out, "the training run directory (its latest checkpoint)")
         ->capture_default_str();
-    sub->add_option("--seed", topts.seed, "sampling seed")->capture_default_str();
+    sub->add_option("--seed", topts.run.seed, "sampling seed")->capture_default_str();
   }
   generateCmd->add_option("--prompt", topts.prompt, "the text to continue");
   generateCmd->add_option("--bytes", topts.bytes, "bytes to generate")
@@ -357,7 +359,7 @@ int main(int argc, char **argv) {
     return attnc::driver::runBench(bopts);
   if (trainCmd->parsed()) {
     if (trainCmd->count("--batch")) // else the model's train block decides
-      topts.flags.batch = topts.batch;
+      topts.run.flags.batch = topts.batch;
     return attnc::tools::runAsRank([&] { return attnc::driver::runTrain(topts); });
   }
   if (evalCmd->parsed())
