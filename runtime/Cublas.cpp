@@ -1,5 +1,6 @@
 //===- Cublas.cpp - cuBLAS GEMMs loaded at run time -----------------------===//
 #include "runtime/Cublas.h"
+#include "runtime/KernelHeaders.h"
 #include "runtime/NvrtcLibraries.h"
 
 #include <cublas_api.h>
@@ -249,11 +250,8 @@ static std::vector<std::string> toolkitLibraryDirs() {
 }
 
 std::string projectCublas12Dir() {
-#ifdef ATTNC_PROJECT_CUBLAS12_DIR
-  return ATTNC_PROJECT_CUBLAS12_DIR;
-#else
-  return "";
-#endif
+  const std::string root = installRoot();
+  return root.empty() ? "" : root + "/lib/attnc/cublas-cu12";
 }
 
 /// A cuBLAS 12 under `where`: the file itself, or libcublas.so.12 in it or

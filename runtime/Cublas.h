@@ -82,8 +82,10 @@ ColumnMajorGemm mapRowMajorGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t 
 /// them (see the file comment).
 std::vector<std::string> cublasCandidates(int sm);
 
-/// Where `scripts/bootstrap.sh --cublas12` installs cuBLAS 12 (PyPI's
-/// nvidia-cublas-cu12), or "" in a build that does not know its source.
+/// Where a binary looks for cuBLAS 12 beside it:
+/// <installRoot>/lib/attnc/cublas-cu12, which the build tree links to the
+/// .deps/cublas-cu12 that `scripts/bootstrap.sh --cublas12` fills (PyPI's
+/// nvidia-cublas-cu12); "" when the binary cannot tell where it is.
 std::string projectCublas12Dir();
 
 /// A loaded cuBLAS and one handle.

@@ -46,6 +46,11 @@ std::string thisBinary() {
 
 } // namespace
 
+std::string installRoot() {
+  const std::string binary = thisBinary();
+  return binary.empty() ? "" : parentOf(parentOf(binary));
+}
+
 Expected<std::string> kernelHeaderRoot() {
   if (const char *env = std::getenv("ATTNC_KERNEL_INCLUDE"); env && *env) {
     std::string root(env);
@@ -65,7 +70,7 @@ Expected<std::string> kernelHeaderRoot() {
     return makeError("cannot tell where this program is, so its kernel headers cannot be "
                      "found; set ATTNC_KERNEL_INCLUDE to <prefix>/share/attnc/kernels");
   // <dir>/bin/attnc or <build>/test/attnc-tests: <dir>/share/attnc/kernels.
-  const std::string root = parentOf(parentOf(binary)) + "/share/attnc/kernels";
+  const std::string root = installRoot() + "/share/attnc/kernels";
   if (!isFile(root + kMarker))
     return makeError("attnc's kernel headers are not at " + root + " (looked for " + root +
                      kMarker + ", next to " + binary +

@@ -32,6 +32,13 @@ enum class KernelFamily {
   CudaEmulator ///< the host compiler, CUDA kernels on the SIMT emulator
 };
 
+/// The folder above the one holding the binary this code is linked into:
+/// <prefix> of <prefix>/bin/attnc, <build> of <build>/bin/attnc and of
+/// <build>/test/attnc-*-tests. Where a binary finds what ships beside it
+/// (share/attnc/kernels, lib/attnc/nvrtc-cu12, lib/attnc/cublas-cu12); ""
+/// when the binary cannot tell where it is.
+std::string installRoot();
+
 /// The root of the kernel header tree: $ATTNC_KERNEL_INCLUDE when set, else
 /// `share/attnc/kernels` one level above the folder of the binary holding
 /// this code (bin/, or test/ in the build tree). The error names what was

@@ -1,5 +1,6 @@
 //===- NvrtcLibraries.cpp - The NVRTC libraries this machine has ----------===//
 #include "runtime/NvrtcLibraries.h"
+#include "runtime/KernelHeaders.h"
 
 #include <dlfcn.h>
 #include <nvrtc.h>
@@ -155,11 +156,8 @@ Expected<NvrtcLibrary> probeNvrtcLibrary(const std::string &path, const std::str
 }
 
 std::string projectNvrtc12Dir() {
-#ifdef ATTNC_PROJECT_NVRTC12_DIR
-  return ATTNC_PROJECT_NVRTC12_DIR;
-#else
-  return "";
-#endif
+  const std::string root = installRoot();
+  return root.empty() ? "" : root + "/lib/attnc/nvrtc-cu12";
 }
 
 std::vector<NvrtcLibrary> findNvrtcLibraries(std::vector<std::string> *problems) {

@@ -73,7 +73,10 @@ Expected<NvrtcLibrary> probeNvrtcLibrary(const std::string &path, const std::str
 /// line for each candidate that was named but could not be used.
 std::vector<NvrtcLibrary> findNvrtcLibraries(std::vector<std::string> *problems = nullptr);
 
-/// Where scripts/bootstrap.sh installs the CUDA 12 NVRTC.
+/// Where a binary looks for the CUDA 12 NVRTC beside it:
+/// <installRoot>/lib/attnc/nvrtc-cu12, which the build tree links to the
+/// .deps/nvrtc-cu12 that scripts/bootstrap.sh fills ("" when the binary
+/// cannot tell where it is).
 std::string projectNvrtc12Dir();
 
 /// The last CUDA major version whose NVRTC still targets `sm` (11 before
