@@ -21,6 +21,10 @@
 //     kind and dtype: conversions and low-rank projections run as device
 //     kernels (attnc/device_support.cuh) around the entries above.
 //
+// One source per way in: CudaAttention.cpp (compiling, launching, the
+// device entries), CudaAttentionHost.cpp (run), CudaAttentionStep.cpp
+// (attendF32OnDevice), with their shared helpers in CudaAttentionSupport.h.
+//
 // The GPU half has not run on a GPU yet: scripts/device-check.sh is its
 // first test; the emulated half is tested on every build.
 //
