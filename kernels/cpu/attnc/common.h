@@ -408,6 +408,34 @@ inline void setError(int &err, int code) {
   }
 }
 
+/// The kernels' task loop: body(task, workspace) for every task in
+/// [0, tasks), handed out one at a time to the OpenMP threads (dynamic
+/// schedule), each thread with a workspace of its own of `workspaceFloats`
+/// floats. Which thread runs a task never changes what it computes, so
+/// results do not depend on the thread count. Returns 0, or kErrAlloc when
+/// a thread could not get its workspace (its tasks are then skipped).
+template <class Body>
+inline int forEachTask(long long tasks, std::size_t workspaceFloats, Body &&body) {
+  int err = 0;
+#ifdef _OPENMP
+#pragma omp parallel
+#endif
+  {
+    AlignedBuffer ws(workspaceFloats);
+    if (!ws.ok())
+      setError(err, kErrAlloc);
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+    for (long long t = 0; t < tasks; ++t) {
+      if (!ws.ok())
+        continue;
+      body(t, ws.data());
+    }
+  }
+  return err;
+}
+
 } // namespace ATTNC_CPU_NAMESPACE_ATTR
 } // namespace attnc
 

@@ -333,54 +333,25 @@ int flash_bwd(const AttnBwdArgs &a) {
       a.delta[r] = dotN<D>(dout + std::size_t(r) * D, out + std::size_t(r) * D);
   }
 
-  int err = 0;
   // 2. dK, dV.
-  {
-    using L = detail::DkDvLayout<BLOCK_Q, BLOCK_KV, D>;
-    const long long tasks = static_cast<long long>(B) * H * nKB;
-#ifdef _OPENMP
-#pragma omp parallel
-#endif
-    {
-      AlignedBuffer ws(L::kTotal);
-      if (!ws.ok())
-        setError(err, kErrAlloc);
-#ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1)
-#endif
-      for (long long t = 0; t < tasks; ++t) {
-        if (!ws.ok())
-          continue;
+  int err = forEachTask(
+      static_cast<long long>(B) * H * nKB, detail::DkDvLayout<BLOCK_Q, BLOCK_KV, D>::kTotal,
+      [&](long long t, float *ws) {
         const int kb = static_cast<int>(t % nKB);
         const int bh = static_cast<int>(t / nKB);
-        detail::flashBwdDkDvBlock<BLOCK_Q, BLOCK_KV, D, Variant>(a, ws.data(), bh / H, bh % H, kb);
-      }
-    }
-  }
+        detail::flashBwdDkDvBlock<BLOCK_Q, BLOCK_KV, D, Variant>(a, ws, bh / H, bh % H, kb);
+      });
   // 3. dQ and dparams partials.
-  {
-    using L = detail::DqLayout<BLOCK_Q, BLOCK_KV, D>;
-    const long long tasks = static_cast<long long>(B) * H * nQB;
-#ifdef _OPENMP
-#pragma omp parallel
-#endif
-    {
-      AlignedBuffer ws(L::kTotal);
-      if (!ws.ok())
-        setError(err, kErrAlloc);
-#ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1)
-#endif
-      for (long long t = 0; t < tasks; ++t) {
-        if (!ws.ok())
-          continue;
-        const int qb = static_cast<int>(t % nQB);
-        const int bh = static_cast<int>(t / nQB);
-        detail::flashBwdDqBlock<BLOCK_Q, BLOCK_KV, D, Variant>(a, ws.data(), partials, bh / H,
-                                                               bh % H, qb);
-      }
-    }
-  }
+  if (int e = forEachTask(static_cast<long long>(B) * H * nQB,
+                          detail::DqLayout<BLOCK_Q, BLOCK_KV, D>::kTotal,
+                          [&](long long t, float *ws) {
+                            const int qb = static_cast<int>(t % nQB);
+                            const int bh = static_cast<int>(t / nQB);
+                            detail::flashBwdDqBlock<BLOCK_Q, BLOCK_KV, D, Variant>(
+                                a, ws, partials, bh / H, bh % H, qb);
+                          });
+      !err)
+    err = e;
   if (err)
     return err;
   // 4. dparams, reduced in a fixed order (b, then query block).

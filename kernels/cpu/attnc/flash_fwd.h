@@ -225,27 +225,11 @@ int flash_fwd(const AttnFwdArgs &a) {
   using L = detail::FwdLayout<BLOCK_Q, BLOCK_KV, HEAD_DIM>;
   const int nQB = ceilDiv(a.Nq, BLOCK_Q);
   const long long tasks = static_cast<long long>(a.B) * a.H * nQB;
-  int err = 0;
-#ifdef _OPENMP
-#pragma omp parallel
-#endif
-  {
-    AlignedBuffer ws(L::kTotal);
-    if (!ws.ok())
-      setError(err, kErrAlloc);
-#ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1)
-#endif
-    for (long long t = 0; t < tasks; ++t) {
-      if (!ws.ok())
-        continue;
-      const int qb = static_cast<int>(t % nQB);
-      const int bh = static_cast<int>(t / nQB);
-      detail::flashFwdBlock<BLOCK_Q, BLOCK_KV, HEAD_DIM, Variant>(a, ws.data(), bh / a.H, bh % a.H,
-                                                                  qb);
-    }
-  }
-  return err;
+  return forEachTask(tasks, L::kTotal, [&](long long t, float *ws) {
+    const int qb = static_cast<int>(t % nQB);
+    const int bh = static_cast<int>(t / nQB);
+    detail::flashFwdBlock<BLOCK_Q, BLOCK_KV, HEAD_DIM, Variant>(a, ws, bh / a.H, bh % a.H, qb);
+  });
 }
 
 } // namespace ATTNC_CPU_NAMESPACE_ATTR

@@ -146,47 +146,31 @@ inline int lowrank_project_bwd_loops(const float *x, const float *e, const float
   }
   const int groups = perHead ? H : 1;
   const long long tasks = static_cast<long long>(groups) * nJB;
-  int err = 0;
-#ifdef _OPENMP
-#pragma omp parallel
-#endif
-  {
-    AlignedBuffer acc(std::size_t(RB) * kProj);
-    if (!acc.ok())
-      setError(err, kErrAlloc);
-#ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1)
-#endif
-    for (long long t = 0; t < tasks; ++t) {
-      if (!acc.ok())
+  return forEachTask(tasks, std::size_t(RB) * kProj, [&](long long t, float *tmp) {
+    const int jb = static_cast<int>(t % nJB);
+    const int g = static_cast<int>(t / nJB);
+    const int j0 = jb * RB;
+    const int rows = std::min(RB, N - j0);
+    zeroFloats(tmp, std::size_t(rows) * kProj);
+    int maxLive = 0;
+    for (int b = 0; b < B; ++b) {
+      const int live = std::max(0, std::min(rows, detail::projLength(lengths, b, N) - j0));
+      if (live == 0)
         continue;
-      const int jb = static_cast<int>(t % nJB);
-      const int g = static_cast<int>(t / nJB);
-      const int j0 = jb * RB;
-      const int rows = std::min(RB, N - j0);
-      float *tmp = acc.data();
-      zeroFloats(tmp, std::size_t(rows) * kProj);
-      int maxLive = 0;
-      for (int b = 0; b < B; ++b) {
-        const int live = std::max(0, std::min(rows, detail::projLength(lengths, b, N) - j0));
-        if (live == 0)
-          continue;
-        maxLive = std::max(maxLive, live);
-        for (int h = perHead ? g : 0; h < (perHead ? g + 1 : H); ++h) {
-          const std::size_t bh = std::size_t(b) * H + h;
-          gemmRt<true>(live, kProj, D, x + rowOffset(b, h, H, N, j0, D), D, 1,
-                       dxpT.data() + bh * D * kProj, kProj, tmp, kProj);
-        }
-      }
-      float *deb = de + g * eHead + j0;
-      for (int r = 0; r < kProj; ++r) {
-        float *ATTNC_RESTRICT dst = deb + std::size_t(r) * Nmax;
-        for (int j = 0; j < maxLive; ++j)
-          dst[j] += tmp[std::size_t(j) * kProj + r];
+      maxLive = std::max(maxLive, live);
+      for (int h = perHead ? g : 0; h < (perHead ? g + 1 : H); ++h) {
+        const std::size_t bh = std::size_t(b) * H + h;
+        gemmRt<true>(live, kProj, D, x + rowOffset(b, h, H, N, j0, D), D, 1,
+                     dxpT.data() + bh * D * kProj, kProj, tmp, kProj);
       }
     }
-  }
-  return err;
+    float *deb = de + g * eHead + j0;
+    for (int r = 0; r < kProj; ++r) {
+      float *ATTNC_RESTRICT dst = deb + std::size_t(r) * Nmax;
+      for (int j = 0; j < maxLive; ++j)
+        dst[j] += tmp[std::size_t(j) * kProj + r];
+    }
+  });
 }
 
 #ifdef ATTNC_CPU_HAVE_CBLAS
