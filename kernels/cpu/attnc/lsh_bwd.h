@@ -95,20 +95,13 @@ inline void bwdDqChunk(const AttnLshArgs &a, const Common &cm, const float *delt
       float *ATTNC_RESTRICT srow = St + std::size_t(j) * BQ;
       const float *ATTNC_RESTRICT dprow = DPt + std::size_t(j) * BQ;
       const int kj = kpos[j];
-      const bool keyOk = kj >= 0;
       for (int i = 0; i < BQ; ++i) {
         const int qi = qpos[i];
         const float s = scale * srow[i];
-        bool kept = keyOk && lseL[i] != kNegInf; // a finite lse implies qi >= 0
-        if constexpr (Variant::kCausal)
-          kept = kept && kj <= qi;
-        float sm = s;
-        if constexpr (Variant::kHasScoreMod)
-          sm = kept ? Variant::score(s, b, h, qi, kj, params, H) : 0.0f;
-        if constexpr (Variant::kHasMask)
-          kept = kept && Variant::keep(b, h, qi, kj, params, H);
+        const bool kept =
+            lseL[i] != kNegInf && lsh::pairKept<Variant>(qi, kj, kvLim, b, h, params, H);
         const bool self = kj == qi;
-        sm = self ? kLshSelfScore : sm;
+        const float sm = kept ? lsh::pairScore<Variant>(s, qi, kj, b, h, params, H) : 0.0f;
         const float p = expf_fast(kept ? sm - lseL[i] : kNegInf) * wL[i];
         const float z = kept ? lshDropout<Variant>(a, bh, r, qi, kj) : 1.0f;
         const float ds = p * (dprow[i] * z - deltaL[i]);
@@ -231,16 +224,9 @@ inline void bwdDkDvChunk(const AttnLshArgs &a, const Common &cm, const float *de
       for (int j = 0; j < CHUNK; ++j) {
         const int kj = kpos[j];
         const float s = scale * srow[j];
-        bool kept = rowOk && kj >= 0;
-        if constexpr (Variant::kCausal)
-          kept = kept && kj <= qi;
-        float sm = s;
-        if constexpr (Variant::kHasScoreMod)
-          sm = kept ? Variant::score(s, b, h, qi, kj, params, H) : 0.0f;
-        if constexpr (Variant::kHasMask)
-          kept = kept && Variant::keep(b, h, qi, kj, params, H);
+        const bool kept = rowOk && lsh::pairKept<Variant>(qi, kj, kvLim, b, h, params, H);
         const bool self = kj == qi;
-        sm = self ? kLshSelfScore : sm;
+        const float sm = kept ? lsh::pairScore<Variant>(s, qi, kj, b, h, params, H) : 0.0f;
         const float p = expf_fast(kept ? sm - lseI : kNegInf) * wI;
         const float z = kept ? lshDropout<Variant>(a, bh, r, qi, kj) : 1.0f;
         const float ds = p * (dprow[j] * z - deltaI);

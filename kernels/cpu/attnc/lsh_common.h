@@ -10,6 +10,7 @@
 #define ATTNC_CPU_LSH_COMMON_H
 
 #include "common.h"
+#include "attnc/common/lsh_pair.h"
 
 namespace attnc {
 namespace cpu ATTNC_CPU_NAMESPACE_ATTR {

@@ -85,19 +85,11 @@ inline void fwdChunk(const AttnLshArgs &a, const Common &cm, float *mRun, float 
     for (int j = 0; j < nw; ++j) {
       float *ATTNC_RESTRICT row = St + std::size_t(j) * BQ;
       const int kj = kpos[j];
-      const bool keyOk = kj >= 0;
       for (int i = 0; i < BQ; ++i) {
         const int qi = qpos[i];
-        float s = scale * row[i];
-        bool kept = keyOk && qi >= 0;
-        if constexpr (Variant::kCausal)
-          kept = kept && kj <= qi;
-        if constexpr (Variant::kHasScoreMod)
-          s = kept ? Variant::score(s, b, h, qi, kj, params, H) : 0.0f;
-        if constexpr (Variant::kHasMask)
-          kept = kept && Variant::keep(b, h, qi, kj, params, H);
-        s = kj == qi ? kLshSelfScore : s;
-        s = kept ? s : kNegInf;
+        const bool kept = lsh::pairKept<Variant>(qi, kj, kvLim, b, h, params, H);
+        const float s =
+            kept ? lsh::pairScore<Variant>(scale * row[i], qi, kj, b, h, params, H) : kNegInf;
         row[i] = s;
         m[i] = s > m[i] ? s : m[i];
       }

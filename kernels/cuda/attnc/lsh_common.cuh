@@ -10,6 +10,7 @@
 
 #include "attnc/abi/LshTileModel.h"
 #include "attnc/common.cuh"
+#include "attnc/common/lsh_pair.h"
 
 /// Declares `Type &name` bound to the block's static shared memory. The host
 /// emulation of the kernels (test/unit/kernels/CudaLshTest.cpp) overrides it.
@@ -151,29 +152,15 @@ template <class V> ATTNC_HD float lshDropout(const LshCtx &c, int i, int j) {
 }
 
 /// Whether query position i keeps key position j (either -1: a pad slot).
+/// (attnc/common/lsh_pair.h, which the CPU kernels share.)
 template <class V> ATTNC_HD bool lshKept(const LshCtx &c, int i, int j) {
-  if (i < 0 || j < 0)
-    return false;
-  bool k = true;
-  if constexpr (V::kCausal)
-    k = k && j <= i;
-  if constexpr (V::kKeyPadding)
-    k = k && j < c.kvEnd;
-  if constexpr (V::kHasMask)
-    k = k && V::keep(c.b, c.h, i, j, c.params, c.H);
-  return k;
+  return lsh::pairKept<V>(i, j, c.kvEnd, c.b, c.h, c.params, c.H);
 }
 
 /// The score of a kept pair from q_i . k_j: the modified score, or the self
-/// score for j == i.
+/// score for j == i (attnc/common/lsh_pair.h).
 template <class V> ATTNC_HD float lshScore(const LshCtx &c, float qk, int i, int j) {
-  if (j == i)
-    return kLshSelfScore;
-  const float raw = qk * c.scale;
-  if constexpr (V::kHasScoreMod)
-    return V::score(raw, c.b, c.h, i, j, c.params, c.H);
-  else
-    return raw;
+  return lsh::pairScore<V>(qk * c.scale, i, j, c.b, c.h, c.params, c.H);
 }
 
 /// Backward of one pair of round r: p = exp(score - lse_ir) * w_ir with
