@@ -222,7 +222,7 @@ int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csv
                                                  names,
                                                  {{"ms/step", ms, plot::paletteColor(1)}}});
         !s) {
-      diagnostics() << "attnc train: error: " << s.error() << "\n";
+      diagnostics() << "attnc bench: error: " << s.error() << "\n";
       return kExitInput;
     }
   results() << "wrote " << csvPath << (svgPath.empty() ? "" : " and " + svgPath) << "\n";

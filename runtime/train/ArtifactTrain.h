@@ -79,7 +79,8 @@ struct ArtifactModel {
 
 /// Binds the artifact's model (options.model, or the only one) to fresh
 /// parameters from options.seed and compiles its step (host compiler,
-/// NVRTC on a GPU) with its attention kernels. Progress goes to stderr.
+/// NVRTC on a GPU) with its attention kernels. Progress goes to
+/// options.log (nowhere when null).
 /// The micro-batches a run of `options` splits each step into: its own,
 /// else one per rank of dist::world().
 int microBatchesOf(const ArtifactTrainOptions &options);
@@ -106,8 +107,8 @@ struct ArtifactTrainResult {
   int64_t bucketsOverlapped = 0, bucketsSent = 0;
 };
 
-/// Trains the artifact's model; progress goes to stderr, the result back
-/// to the caller to report.
+/// Trains the artifact's model; progress goes to options.log (nowhere when
+/// null), the result back to the caller to report.
 Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
                                             const ArtifactTrainOptions &options);
 /// openArtifact(options.dir), then trainArtifact.

@@ -114,17 +114,19 @@ void addOuterSums(const X *x, const G *dy, double *dw, double *db, int64_t rows,
 #pragma omp parallel for schedule(static) if (rows * in * out > 65536)
   for (int i = 0; i < in; ++i)
     for (int o = 0; o < out; ++o) {
-      double sum = 0;
+      // Row by row onto the running sum: the same additions in the same
+      // order however the rows are split into calls.
+      double sum = dw[int64_t(i) * out + o];
       for (int64_t r = 0; r < rows; ++r)
         sum += double(x[r * in + i]) * double(dy[r * out + o]);
-      dw[int64_t(i) * out + o] += sum;
+      dw[int64_t(i) * out + o] = sum;
     }
   if (db)
     for (int o = 0; o < out; ++o) {
-      double sum = 0;
+      double sum = db[o];
       for (int64_t r = 0; r < rows; ++r)
         sum += double(dy[r * out + o]);
-      db[o] += sum;
+      db[o] = sum;
     }
 }
 
