@@ -10,6 +10,7 @@ import os
 import random
 import subprocess
 import sys
+import zlib
 
 sys.path.insert(0, os.path.dirname(__file__))
 import checkargs  # noqa: E402
@@ -175,7 +176,9 @@ def reference(case, q, k, v, do, E, F, params):
 def run_case(attnc, work, name):
     case = CASES[name]
     spec, B, H, N, D, lengths, lowrank, nmax = case
-    rng = random.Random(hash(name) & 0xffff)
+    # zlib.crc32, not hash(): str hashes are salted per process, which made
+    # every run draw other inputs.
+    rng = random.Random(zlib.crc32(name.encode()) & 0xffff)
     n = B * H * N * D
     q, k, v, do = randn(rng, n), randn(rng, n), randn(rng, n), randn(rng, n)
     os.makedirs(work, exist_ok=True)
