@@ -45,6 +45,7 @@ AttentionSignature signatureOf(const ManifestKernel &fwd) {
 }
 
 Status runArtifactAttention(const ArtifactRunOptions &opt) {
+  std::ostream &progress = streamOrNull(opt.log);
   std::string manifestPath = opt.dir + "/manifest.json";
   Expected<Manifest> manifest = loadManifest(opt.dir);
   if (!manifest)
@@ -90,9 +91,8 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
 
   const AttentionSignature sig = signatureOf(*fwd);
   Expected<std::unique_ptr<AttentionIO>> io =
-      loadAttentionIO(opt.inputs, opt.weights, opt.grad, sig, opt.seed, [&](const std::string &m) {
-        streamOrNull(opt.log) << "attnc: warning: " << m << "\n";
-      });
+      loadAttentionIO(opt.inputs, opt.weights, opt.grad, sig, opt.seed,
+                      [&](const std::string &m) { progress << "attnc: warning: " << m << "\n"; });
   if (!io)
     return io.takeError();
   if ((*io)->D != fwd->headDim)
@@ -129,7 +129,7 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
     if (!kernels)
       return kernels.takeError();
     for (const std::string &line : kernels->retiled())
-      streamOrNull(opt.log) << "attnc: re-tiled for " << kernels->device() << ": " << line << "\n";
+      progress << "attnc: re-tiled for " << kernels->device() << ": " << line << "\n";
     auto t1 = std::chrono::steady_clock::now();
     result = kernels->run((*io)->inputs);
     timing = std::string(emulate ? "on the SIMT emulator" : "on the GPU") + ": loaded in " +
@@ -155,8 +155,8 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
     return result.takeError();
   if (Status s = writeAttentionOutputs(opt.output, std::move(*result), **io, sig); !s)
     return s;
-  streamOrNull(opt.log) << "attnc: " << fwd->name << " from " << opt.dir << ": " << timing
-                        << "; wrote " << opt.output << "\n";
+  progress << "attnc: " << fwd->name << " from " << opt.dir << ": " << timing << "; wrote "
+           << opt.output << "\n";
   return {};
 }
 

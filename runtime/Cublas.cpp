@@ -249,10 +249,7 @@ static std::vector<std::string> toolkitLibraryDirs() {
   return dirs;
 }
 
-std::string projectCublas12Dir() {
-  const std::string root = installRoot();
-  return root.empty() ? "" : root + "/lib/attnc/cublas-cu12";
-}
+std::string projectCublas12Dir() { return besideInstallRoot("lib/attnc/cublas-cu12"); }
 
 /// A cuBLAS 12 under `where`: the file itself, or libcublas.so.12 in it or
 /// in its lib/, lib64/ or the wheel's nvidia/cublas/lib/.

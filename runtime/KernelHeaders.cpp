@@ -44,11 +44,19 @@ std::string thisBinary() {
   return "";
 }
 
+/// <prefix> of <prefix>/bin/attnc (or <build>/test/attnc-*-tests).
+std::string rootOf(const std::string &binary) { return parentOf(parentOf(binary)); }
+
 } // namespace
 
 std::string installRoot() {
   const std::string binary = thisBinary();
-  return binary.empty() ? "" : parentOf(parentOf(binary));
+  return binary.empty() ? "" : rootOf(binary);
+}
+
+std::string besideInstallRoot(const std::string &relative) {
+  const std::string root = installRoot();
+  return root.empty() ? "" : root + "/" + relative;
 }
 
 Expected<std::string> kernelHeaderRoot() {
@@ -70,7 +78,7 @@ Expected<std::string> kernelHeaderRoot() {
     return makeError("cannot tell where this program is, so its kernel headers cannot be "
                      "found; set ATTNC_KERNEL_INCLUDE to <prefix>/share/attnc/kernels");
   // <dir>/bin/attnc or <build>/test/attnc-tests: <dir>/share/attnc/kernels.
-  const std::string root = installRoot() + "/share/attnc/kernels";
+  const std::string root = rootOf(binary) + "/share/attnc/kernels";
   if (!isFile(root + kMarker))
     return makeError("attnc's kernel headers are not at " + root + " (looked for " + root +
                      kMarker + ", next to " + binary +

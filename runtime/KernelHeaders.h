@@ -38,6 +38,8 @@ enum class KernelFamily {
 /// (share/attnc/kernels, lib/attnc/nvrtc-cu12, lib/attnc/cublas-cu12); ""
 /// when the binary cannot tell where it is.
 std::string installRoot();
+/// installRoot() + "/" + relative, or "" when installRoot() is.
+std::string besideInstallRoot(const std::string &relative);
 
 /// The root of the kernel header tree: $ATTNC_KERNEL_INCLUDE when set, else
 /// `share/attnc/kernels` one level above the folder of the binary holding

@@ -155,10 +155,7 @@ Expected<NvrtcLibrary> probeNvrtcLibrary(const std::string &path, const std::str
   return lib;
 }
 
-std::string projectNvrtc12Dir() {
-  const std::string root = installRoot();
-  return root.empty() ? "" : root + "/lib/attnc/nvrtc-cu12";
-}
+std::string projectNvrtc12Dir() { return besideInstallRoot("lib/attnc/nvrtc-cu12"); }
 
 std::vector<NvrtcLibrary> findNvrtcLibraries(std::vector<std::string> *problems) {
   std::vector<NvrtcLibrary> found;

@@ -115,6 +115,7 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
       artifact.dir.empty() ? "the compiled spec's manifest" : artifact.dir + "/manifest.json";
   const Manifest &manifest = artifact.manifest;
   const std::string &tool = opt.tool;
+  std::ostream &progress = streamOrNull(opt.log);
   const bool gpu = manifest.target == "cuda";
   const bool sim = opt.engine == "cuda-sim";
   if (opt.engine != "compiled" && !sim)
@@ -234,8 +235,8 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
           return fn.takeError();
         deviceAttention = std::move(*fn);
         attentionTraffic = [shared] { return shared->kernelDevice().traffic(); };
-        streamOrNull(opt.log) << tool << ": cuda-sim: attention runs the CUDA kernels ("
-                              << cf->dtype << ") on the step's buffers\n";
+        progress << tool << ": cuda-sim: attention runs the CUDA kernels (" << cf->dtype
+                 << ") on the step's buffers\n";
       }
     }
   }
@@ -252,7 +253,7 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
     if (!k)
       return k.takeError();
     for (const std::string &line : k->retiled())
-      streamOrNull(opt.log) << tool << ": re-tiled for " << k->device() << ": " << line << "\n";
+      progress << tool << ": re-tiled for " << k->device() << ": " << line << "\n";
     auto shared = std::make_shared<CudaAttention>(std::move(*k));
     attention = [shared](const AttentionInputs &in) { return shared->run(in); };
     // The kernels read and write the step's buffers in place.
@@ -263,7 +264,7 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
       deviceAttention = std::move(*fn);
       attentionTraffic = [shared] { return shared->kernelDevice().traffic(); };
     }
-    streamOrNull(opt.log) << tool << ": on " << dev->describe() << "\n";
+    progress << tool << ": on " << dev->describe() << "\n";
   } else {
     Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
     if (!dirs)
@@ -307,12 +308,11 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
   desc.gradArgs = mm->gradArgs;
   out.engine = !gpu ? StepEngine::Cpu : sim ? StepEngine::CudaSim : StepEngine::Cuda;
   if (out.engine == StepEngine::Cuda)
-    streamOrNull(opt.log) << tool << ": the CUDA step (" << mm->stepSymbol
-                          << ") on the GPU, GEMMs in " << out.precision << "\n";
+    progress << tool << ": the CUDA step (" << mm->stepSymbol << ") on the GPU, GEMMs in "
+             << out.precision << "\n";
   else if (out.engine == StepEngine::CudaSim)
-    streamOrNull(opt.log) << tool << ": cuda-sim: the CUDA step's kernels (" << mm->stepSymbol
-                          << ") run on the SIMT emulator, GEMM inputs rounded as " << out.precision
-                          << "\n";
+    progress << tool << ": cuda-sim: the CUDA step's kernels (" << mm->stepSymbol
+             << ") run on the SIMT emulator, GEMM inputs rounded as " << out.precision << "\n";
   out.store = std::make_unique<ParameterStore>(out.config, opt.seed);
   StepPrecision precision;
   precision.gemm = out.precision, precision.initialLossScale = opt.lossScale;
@@ -370,6 +370,7 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
     return loaded.takeError();
   ArtifactModel &am = *loaded;
   const ManifestModel &mm = am.manifest;
+  std::ostream &progress = streamOrNull(opt.log);
   std::optional<DataSource> own;
   if (!opt.opened) {
     Expected<DataSource> opened = DataSource::open(opt.data, am.config, 0.05);
@@ -380,12 +381,12 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
   const DataSource *data = opt.opened ? opt.opened : &*own;
   // Flags, else the model's recommended settings, else attnc's defaults.
   const TrainSettings s = opt.flags.orElse(am.recommended).orElse(defaultTrainSettings());
-  streamOrNull(opt.log) << opt.tool << ": "
-                        << describeTrainSettings(opt.flags, am.recommended, mm.batch) << "\n";
+  progress << opt.tool << ": " << describeTrainSettings(opt.flags, am.recommended, mm.batch)
+           << "\n";
   TrainOptions to;
   dist::Communicator &comm = dist::world();
   comm.timeoutSeconds = opt.parallel.rankTimeout;
-  shareCoresBetweenRanks(comm, opt.tool, streamOrNull(opt.log));
+  shareCoresBetweenRanks(comm, opt.tool, progress);
   to.comm = &comm;
   to.microBatches = microBatchesOf(opt);
   to.bucketBytes = int64_t(opt.parallel.bucketKiB) * 1024;
@@ -425,12 +426,11 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
   to.forward.run = [compiled](const Batch &b) { return compiled->infer(b); };
   to.stepState = [compiled] { return compiled->stepState(); };
   to.restoreStepState = [compiled](const std::string &s) { return compiled->restoreStepState(s); };
-  streamOrNull(opt.log) << opt.tool << ": " << mm.name
-                        << (artifact.dir.empty() ? std::string() : " from " + artifact.dir) << " ("
-                        << am.store->numParams() << " parameters; compiled " << (gpu ? "CUDA " : "")
-                        << "step, arena " << mm.arenaBytes / 1024 << " KiB) on " << data->describe()
-                        << "\n";
-  Expected<TrainSummary> summary = train(*am.store, *data, to, streamOrNull(opt.log));
+  progress << opt.tool << ": " << mm.name
+           << (artifact.dir.empty() ? std::string() : " from " + artifact.dir) << " ("
+           << am.store->numParams() << " parameters; compiled " << (gpu ? "CUDA " : "")
+           << "step, arena " << mm.arenaBytes / 1024 << " KiB) on " << data->describe() << "\n";
+  Expected<TrainSummary> summary = train(*am.store, *data, to, progress);
   if (!summary)
     return summary.takeError();
   ArtifactTrainResult r;

@@ -10,24 +10,14 @@
 #include "runtime/tune/TuningDb.h"
 #include "runtime/tune/TuningDbFormat.h"
 
-#include "runtime/CudaDriver.h"
 #include "runtime/FileSystem.h"
-#include "runtime/HostCompiler.h"
-#include "runtime/NvrtcCompiler.h"
-#include "runtime/Version.h"
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
-#include <limits>
-#include <set>
-#include <sstream>
-#include <stdexcept>
-#include <thread>
 
 #include <fcntl.h>
 #include <sys/file.h>
