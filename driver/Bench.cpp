@@ -64,20 +64,18 @@ struct Row {
 /// A log-log plot of forward time against N, one line per kernel.
 Status writeSvg(const std::string &path, const std::vector<Row> &rows,
                 const std::vector<int> &ranks) {
-  plot::LinePlot plot;
-  plot.title = "attnc bench: forward time vs sequence length";
-  plot.xLabel = "sequence length N";
-  plot.yLabel = "forward time (ms)";
-  plot.xScale = plot::Scale::Log, plot.yScale = plot::Scale::Log;
-  plot.legendOutside = true;
+  std::vector<int> lengths;
+  for (const Row &r : rows)
+    lengths.push_back(r.n);
+  plot::LinePlot plot = sequenceLengthPlot("attnc bench: forward time vs sequence length",
+                                           "forward time (ms)", lengths);
+  plot.yScale = plot::Scale::Log;
   auto line = [&](const std::string &name, int color, auto get) {
     plot::Series s{name, {}, {}, plot::paletteColor(color), 2.0};
     for (const Row &r : rows)
       s.x.push_back(r.n), s.y.push_back(get(r));
     plot.series.push_back(std::move(s));
   };
-  for (const Row &r : rows)
-    plot.xTicks.push_back(r.n);
   line("dense (fused)", 0, [](const Row &r) { return r.denseFwd; });
   line("unfused", 7, [](const Row &r) { return r.unfusedFwd; });
   for (size_t i = 0; i < ranks.size(); ++i)

@@ -52,6 +52,22 @@ inline Expected<SharedObject> compileBenchSource(const std::string &programName,
   return compiler.compileAndLoad(programName, source, options);
 }
 
+/// The benches' figure of a quantity against the sequence length N: a log
+/// x axis ticked at `lengths`, a linear y axis from 0 (a caller may make it
+/// logarithmic), the legend beside the frame.
+inline plot::LinePlot sequenceLengthPlot(const std::string &title, const std::string &yLabel,
+                                         const std::vector<int> &lengths) {
+  plot::LinePlot p;
+  p.title = title;
+  p.xLabel = "sequence length N";
+  p.yLabel = yLabel;
+  p.xScale = plot::Scale::Log;
+  p.yFromZero = true;
+  p.legendOutside = true;
+  p.xTicks.assign(lengths.begin(), lengths.end());
+  return p;
+}
+
 } // namespace attnc::driver::bench
 
 #endif // ATTNC_DRIVER_BENCHCOMMON_H

@@ -579,14 +579,8 @@ int runLinformerTable(const BenchOptions &opt) {
 
   // Time saved against N: measured (vs unfused solid, vs fused dotted) and
   // the paper's (dashed), one colour per k.
-  plot::LinePlot plot;
-  plot.title = "Linformer time saved: standard / Linformer forward time vs N";
-  plot.xLabel = "sequence length N";
-  plot.yLabel = "time saved (x)";
-  plot.xScale = plot::Scale::Log;
-  plot.yFromZero = true;
-  plot.legendOutside = true;
-  plot.xTicks.assign(lengths.begin(), lengths.end());
+  plot::LinePlot plot = sequenceLengthPlot(
+      "Linformer time saved: standard / Linformer forward time vs N", "time saved (x)", lengths);
   for (size_t i = 0; i < ranks.size(); ++i) {
     const std::string k = "k=" + std::to_string(ranks[i]), color = plot::paletteColor(int(i));
     plot::Series unf{k + " vs std-unfused", {}, {}, color, 2.0},

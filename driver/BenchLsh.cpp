@@ -157,14 +157,9 @@ int runLshSweep(ModuleOp module, const BenchOptions &opt) {
           << usPerToken(ms[i][c]) << "\n";
 
   // Time per token against N (log x), one line per kernel.
-  plot::LinePlot plot;
-  plot.title = "LSH vs dense: forward time per token at B*N = " + std::to_string(T) + " tokens";
-  plot.xLabel = "sequence length N";
-  plot.yLabel = "time per token (us)";
-  plot.xScale = plot::Scale::Log;
-  plot.yFromZero = true;
-  plot.legendOutside = true;
-  plot.xTicks.assign(lengths.begin(), lengths.end());
+  plot::LinePlot plot = sequenceLengthPlot(
+      "LSH vs dense: forward time per token at B*N = " + std::to_string(T) + " tokens",
+      "time per token (us)", lengths);
   for (size_t c = 0; c < ms.front().size(); ++c) {
     plot::Series s{c == 0 ? std::string("dense")
                           : "LSH " + std::to_string(lsh[c - 1].rounds) + " rounds",

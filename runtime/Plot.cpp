@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 #include <sstream>
 
 namespace attnc::plot {
@@ -119,6 +120,33 @@ struct Axis {
 
 double legendWidth(size_t longestName) { return 40 + 6.6 * double(longestName); }
 
+/// The figure's frame: its size, a white background and the title centred
+/// at titleX.
+void openSvg(std::ostream &os, double width, double height, double titleX,
+             const std::string &title) {
+  os << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height
+     << "' font-family='sans-serif' font-size='12'>\n"
+     << "<rect width='100%' height='100%' fill='white'/>\n"
+     << "<text x='" << titleX << "' y='22' text-anchor='middle' font-size='14'>" << escape(title)
+     << "</text>\n";
+}
+
+/// A horizontal grid line from left to right at height y, labelled `value`
+/// on the left.
+void yGridLine(std::ostream &os, double left, double right, double y, double value) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", y);
+  os << "<line x1='" << left << "' y1='" << buf << "' x2='" << right << "' y2='" << buf
+     << "' stroke='#e4e4e4'/>\n<text x='" << left - 6 << "' y='" << y + 4 << "' text-anchor='end'>"
+     << number(value) << "</text>\n";
+}
+
+/// The y axis's label, turned upright beside the axis, centred at height y.
+void yAxisLabel(std::ostream &os, double y, const std::string &label) {
+  os << "<text transform='translate(16," << y << ") rotate(-90)' text-anchor='middle'>"
+     << escape(label) << "</text>\n";
+}
+
 } // namespace
 
 const char *paletteColor(int index) {
@@ -167,18 +195,10 @@ std::string renderLinePlot(const LinePlot &plot) {
   auto py = [&](double y) { return T + (1 - ya.fraction(y)) * (H - T - B); };
   std::ostringstream os;
   char buf[96];
-  os << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
-     << "' font-family='sans-serif' font-size='12'>\n"
-     << "<rect width='100%' height='100%' fill='white'/>\n"
-     << "<text x='" << (L + W - R) / 2 << "' y='22' text-anchor='middle' font-size='14'>"
-     << escape(plot.title) << "</text>\n";
+  openSvg(os, W, H, (L + W - R) / 2, plot.title);
   // Grid and tick labels.
-  for (double t : ya.ticks(6)) {
-    std::snprintf(buf, sizeof buf, "%.1f", py(t));
-    os << "<line x1='" << L << "' y1='" << buf << "' x2='" << W - R << "' y2='" << buf
-       << "' stroke='#e4e4e4'/>\n<text x='" << L - 6 << "' y='" << py(t) + 4
-       << "' text-anchor='end'>" << number(t) << "</text>\n";
-  }
+  for (double t : ya.ticks(6))
+    yGridLine(os, L, W - R, py(t), t);
   std::vector<double> xticks;
   for (double t : plot.xTicks)
     if (xa.usable(t))
@@ -194,9 +214,8 @@ std::string renderLinePlot(const LinePlot &plot) {
   os << "<rect x='" << L << "' y='" << T << "' width='" << frameW << "' height='" << H - T - B
      << "' fill='none' stroke='black'/>\n"
      << "<text x='" << (L + W - R) / 2 << "' y='" << H - 14 << "' text-anchor='middle'>"
-     << escape(plot.xLabel) << "</text>\n"
-     << "<text transform='translate(16," << (T + H - B) / 2
-     << ") rotate(-90)' text-anchor='middle'>" << escape(plot.yLabel) << "</text>\n";
+     << escape(plot.xLabel) << "</text>\n";
+  yAxisLabel(os, (T + H - B) / 2, plot.yLabel);
   auto dashOf = [](const Series &s) {
     return s.dash.empty() ? std::string() : " stroke-dasharray='" + escape(s.dash) + "'";
   };
@@ -262,17 +281,9 @@ std::string renderBarChart(const BarChart &chart) {
   auto py = [&](double y) { return T + (1 - y / ymax) * (H - T - B); };
   std::ostringstream os;
   char buf[160];
-  os << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
-     << "' font-family='sans-serif' font-size='12'>\n"
-     << "<rect width='100%' height='100%' fill='white'/>\n"
-     << "<text x='" << L + frameW / 2 << "' y='22' text-anchor='middle' font-size='14'>"
-     << escape(chart.title) << "</text>\n";
-  for (double t : niceTicks(0, ymax, 6)) {
-    std::snprintf(buf, sizeof buf, "%.1f", py(t));
-    os << "<line x1='" << L << "' y1='" << buf << "' x2='" << L + frameW << "' y2='" << buf
-       << "' stroke='#e4e4e4'/>\n<text x='" << L - 6 << "' y='" << py(t) + 4
-       << "' text-anchor='end'>" << number(t) << "</text>\n";
-  }
+  openSvg(os, W, H, L + frameW / 2, chart.title);
+  for (double t : niceTicks(0, ymax, 6))
+    yGridLine(os, L, L + frameW, py(t), t);
   const double barW = (groupW - 30) / double(std::max<size_t>(1, chart.series.size()));
   for (size_t c = 0; c < chart.categories.size(); ++c) {
     const double x0 = L + groupW * double(c) + 15;
@@ -288,9 +299,8 @@ std::string renderBarChart(const BarChart &chart) {
        << escape(chart.categories[c]) << "</text>\n";
   }
   os << "<line x1='" << L << "' y1='" << H - B << "' x2='" << L + frameW << "' y2='" << H - B
-     << "' stroke='black'/>\n"
-     << "<text transform='translate(16," << (T + H - B) / 2
-     << ") rotate(-90)' text-anchor='middle'>" << escape(chart.yLabel) << "</text>\n";
+     << "' stroke='black'/>\n";
+  yAxisLabel(os, (T + H - B) / 2, chart.yLabel);
   for (size_t s = 0; s < chart.series.size(); ++s) {
     const double ly = T + 6 + 18 * double(s), lx = L + frameW + 12;
     os << "<rect x='" << lx << "' y='" << ly << "' width='14' height='10' fill='"
