@@ -93,13 +93,10 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   if (Status s = waitAndTime(0, 1, fwd_.name, forwardMs_); !s)
     return s.takeError();
 
-  AttentionOutputs out;
-  Expected<std::vector<float>> o = download(dev, *dOut, nq, dtype_),
-                               l = download(dev, *dLse, size_t(B) * H * Nq, "f32");
-  if (!o || !l)
-    return makeError(!o ? o.error() : l.error());
-  out.out = st::Tensor::f32({B, H, Nq, D}, *o);
-  out.lse = st::Tensor::f32({B, H, Nq}, *l);
+  Expected<AttentionOutputs> forward = downloadForward(dev, *dOut, *dLse, B, H, Nq, D, dtype_);
+  if (!forward)
+    return forward.takeError();
+  AttentionOutputs out = std::move(*forward);
   if (!in.dout)
     return out;
   if (!bwd_)
@@ -204,13 +201,10 @@ Expected<AttentionOutputs> CudaAttention::runLowRankOnDevice(const AttentionInpu
   (void)module_->mark(1);
   if (Status s = waitAndTime(0, 1, fwd_.name, forwardMs_); !s)
     return s.takeError();
-  AttentionOutputs out;
-  Expected<std::vector<float>> o = download(dev, *dOut, size_t(B * H * N * D), "f32"),
-                               l = download(dev, *dLse, size_t(B * H * N), "f32");
-  if (!o || !l)
-    return makeError(!o ? o.error() : l.error());
-  out.out = st::Tensor::f32(s4, *o);
-  out.lse = st::Tensor::f32(s3, *l);
+  Expected<AttentionOutputs> forward = downloadForward(dev, *dOut, *dLse, B, H, N, D, "f32");
+  if (!forward)
+    return forward.takeError();
+  AttentionOutputs out = std::move(*forward);
   if (!in.dout)
     return out;
   if (!bwd_)
@@ -313,13 +307,10 @@ Expected<AttentionOutputs> CudaAttention::runLsh(const AttentionInputs &in) {
   if (in.dout)
     if (Expected<float> ms = module_->elapsedMs(4, 5))
       backwardMs_ = *ms;
-  AttentionOutputs out;
-  Expected<std::vector<float>> o = download(dev, *dOut, nqd, dtype_),
-                               ls = download(dev, *dLse, size_t(B) * H * N, "f32");
-  if (!o || !ls)
-    return makeError(!o ? o.error() : ls.error());
-  out.out = st::Tensor::f32({B, H, N, D}, *o);
-  out.lse = st::Tensor::f32({B, H, N}, *ls);
+  Expected<AttentionOutputs> forward = downloadForward(dev, *dOut, *dLse, B, H, N, D, dtype_);
+  if (!forward)
+    return forward.takeError();
+  AttentionOutputs out = std::move(*forward);
   if (!in.dout)
     return out;
   Expected<std::vector<float>> gq = download(dev, *dDq, nqd, dtype_),

@@ -119,6 +119,21 @@ inline Expected<std::vector<float>> download(KernelDevice &dev, const DeviceArra
   return fromDevice(bytes, dtype);
 }
 
+/// A forward's outputs as host f32 tensors: out [B, H, N, D], held in
+/// `dtype` on the device, and lse [B, H, N], held in f32.
+inline Expected<AttentionOutputs> downloadForward(KernelDevice &dev, const DeviceArray &out,
+                                                  const DeviceArray &lse, int64_t B, int64_t H,
+                                                  int64_t N, int64_t D, const std::string &dtype) {
+  Expected<std::vector<float>> o = download(dev, out, size_t(B * H * N * D), dtype),
+                               l = download(dev, lse, size_t(B * H * N), "f32");
+  if (!o || !l)
+    return makeError(!o ? o.error() : l.error());
+  AttentionOutputs r;
+  r.out = st::Tensor::f32({B, H, N, D}, *o);
+  r.lse = st::Tensor::f32({B, H, N}, *l);
+  return r;
+}
+
 inline std::string shapeStr(const std::vector<int64_t> &s) {
   std::string r = "[";
   for (size_t i = 0; i < s.size(); ++i)

@@ -81,8 +81,9 @@ double actSlope(Activation a, double x) {
 }
 
 /// y[r, o] = Σ_i x[r, i]·w[i, o] (+ b[o]), every product and sum in double.
-template <class X, class W>
-void matmulRows(const X *x, const W *w, const float *b, double *y, int64_t rows, int in, int out) {
+template <class X>
+void matmulRows(const X *x, const float *w, const float *b, double *y, int64_t rows, int in,
+                int out) {
 #pragma omp parallel for schedule(static) if (rows * in * out > 65536)
   for (int64_t r = 0; r < rows; ++r)
     for (int o = 0; o < out; ++o) {
