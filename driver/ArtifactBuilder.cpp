@@ -36,20 +36,21 @@ attn::VariantOp variantOf(attn::ModelOp model, attn::LayerOp &layer) {
 }
 
 /// The error for a selection without models.
-int noModel(const std::string &model) {
+mlir::LogicalResult noModel(const std::string &model) {
   diagnostics() << "attnc: error: "
                 << (model.empty() ? std::string("the spec has no model, so no head dim or dtype to "
                                                 "compile its attention for; use 'attnc run --op "
                                                 "attention:NAME' with inputs")
                                   : "no model '" + model + "' in the spec")
                 << "\n";
-  return kExitInput;
+  return mlir::failure();
 }
 
 } // namespace
 
-int compileModelKernels(ModuleOp resolved, const ArtifactOptions &o, const std::string &target,
-                        CompiledKernels &out, std::string *ir) {
+mlir::LogicalResult compileModelKernels(ModuleOp resolved, const ArtifactOptions &o,
+                                        const std::string &target, CompiledKernels &out,
+                                        std::string *ir) {
   OwningOpRef<ModuleOp> copy(resolved.clone());
   SmallVector<attn::ModelOp> models = selectedModels(*copy, o);
   if (models.empty())
@@ -75,23 +76,24 @@ int compileModelKernels(ModuleOp resolved, const ArtifactOptions &o, const std::
     shape.differentiate = true;
     if (failed(codegen::buildAttentionFunction(*copy, variant,
                                                (model.getSymName() + "_attention").str(), shape)))
-      return kExitInput;
+      return mlir::failure();
   }
-  if (int rc = compileFunctions(*copy, target, o.arch, out))
-    return rc;
+  if (mlir::failed(compileFunctions(*copy, target, o.arch, out)))
+    return mlir::failure();
   if (ir) {
     llvm::raw_string_ostream os(*ir);
     copy->print(os);
     *ir += "\n";
   }
-  return kExitOk;
+  return mlir::success();
 }
 
-int buildArtifact(ModuleOp resolved, const std::string &specHash, const ArtifactOptions &o,
-                  Artifact &out, std::vector<CompiledModelCounts> *counts) {
+mlir::LogicalResult buildArtifact(ModuleOp resolved, const std::string &specHash,
+                                  const ArtifactOptions &o, Artifact &out,
+                                  std::vector<CompiledModelCounts> *counts) {
   if (o.target != "cpu" && o.target != "cuda") {
     diagnostics() << "attnc: error: target '" << o.target << "': artifacts are for cpu or cuda\n";
-    return kExitInput;
+    return mlir::failure();
   }
   const bool cuda = o.target == "cuda";
   SmallVector<attn::ModelOp> models = selectedModels(resolved, o);
@@ -108,16 +110,16 @@ int buildArtifact(ModuleOp resolved, const std::string &specHash, const Artifact
   if (!cuda || o.deviceKernels) {
     CompiledKernels kernels;
     std::string ir;
-    if (int rc = compileModelKernels(resolved, o, o.target, kernels, &ir))
-      return rc;
+    if (mlir::failed(compileModelKernels(resolved, o, o.target, kernels, &ir)))
+      return mlir::failure();
     info.kernels = std::move(kernels.kernels);
     out.files[info.source] = std::move(kernels.source);
     out.files["attn.mlir"] = std::move(ir);
   }
   if (cuda && o.hostKernels) {
     CompiledKernels host;
-    if (int rc = compileModelKernels(resolved, o, "cpu", host, nullptr))
-      return rc;
+    if (mlir::failed(compileModelKernels(resolved, o, "cpu", host, nullptr)))
+      return mlir::failure();
     info.hostSource = "kernels.cpp";
     info.hostKernels = std::move(host.kernels);
     out.files[info.hostSource] = std::move(host.source);
@@ -132,7 +134,7 @@ int buildArtifact(ModuleOp resolved, const std::string &specHash, const Artifact
     graph.batch = o.batch, graph.inferBatch = o.inferBatch;
     graph.emitSource = true, graph.recomputeLayers = o.recomputeLayers;
     if (!compileModelGraph(resolved, model, graph, g))
-      return kExitInput;
+      return mlir::failure();
     attn::LayerOp layer;
     attn::VariantOp variant = variantOf(model, layer);
     const std::string stem = "model_" + model.getSymName().str();
@@ -163,29 +165,29 @@ int buildArtifact(ModuleOp resolved, const std::string &specHash, const Artifact
       counts->push_back({m.name, g.fusedKernels, g.gemms, g.attentionCalls, g.step.cudaSymbol});
     info.models.push_back(std::move(m));
   }
-  return kExitOk;
+  return mlir::success();
 }
 
-int writeArtifact(const std::string &dir, const Artifact &artifact) {
+mlir::LogicalResult writeArtifact(const std::string &dir, const Artifact &artifact) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir)) {
     diagnostics() << "attnc: error: cannot create the artifact directory '" << dir
                   << "': " << (ec ? ec.message() : "not a directory") << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   // The manifest goes last: a directory with a manifest is complete.
   for (const auto &[name, text] : artifact.files)
     if (Status st = fs::writeFileAtomic(dir + "/" + name, text); !st) {
       diagnostics() << "attnc: error: " << st.error() << "\n";
-      return kExitInput;
+      return mlir::failure();
     }
   if (Status st = fs::writeFileAtomic(dir + "/manifest.json", writeManifest(artifact.manifest));
       !st) {
     diagnostics() << "attnc: error: " << st.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
-  return kExitOk;
+  return mlir::success();
 }
 
 } // namespace attnc::driver

@@ -53,20 +53,21 @@ struct CompiledModelCounts {
 /// resolved module, run through the kernel pipeline for `target` (at
 /// options.arch) and emitted. `ir`, when given, receives the lowered
 /// module. Returns an exit code; diagnostics are already printed.
-int compileModelKernels(mlir::ModuleOp resolved, const ArtifactOptions &options,
-                        const std::string &target, CompiledKernels &out, std::string *ir = nullptr);
+mlir::LogicalResult compileModelKernels(mlir::ModuleOp resolved, const ArtifactOptions &options,
+                                        const std::string &target, CompiledKernels &out,
+                                        std::string *ir = nullptr);
 
 /// Compiles `resolved` (a spec module after attn-resolve-pipeline, which
 /// this leaves unchanged) into `out` in memory: manifest and files, no
 /// directory. Returns an exit code; diagnostics are already printed.
-int buildArtifact(mlir::ModuleOp resolved, const std::string &specHash,
-                  const ArtifactOptions &options, Artifact &out,
-                  std::vector<CompiledModelCounts> *counts = nullptr);
+mlir::LogicalResult buildArtifact(mlir::ModuleOp resolved, const std::string &specHash,
+                                  const ArtifactOptions &options, Artifact &out,
+                                  std::vector<CompiledModelCounts> *counts = nullptr);
 
 /// Writes the artifact's files and then its manifest.json into `dir`, each
 /// atomically: a reader never sees a partial file, and a directory with a
 /// manifest is complete. Returns an exit code (the error printed).
-int writeArtifact(const std::string &dir, const Artifact &artifact);
+mlir::LogicalResult writeArtifact(const std::string &dir, const Artifact &artifact);
 
 } // namespace attnc::driver
 

@@ -86,7 +86,7 @@ Status writeSvg(const std::string &path, const std::vector<Row> &rows,
 
 } // namespace
 
-int runBench(const BenchOptions &opt) {
+mlir::LogicalResult runBench(const BenchOptions &opt) {
   // OMP_WAIT_POLICY stays the default: an ACTIVE (always spinning) pool
   // would steal the cores from OpenBLAS's threads in the unfused baseline.
   if (opt.target != "cpu")
@@ -109,7 +109,7 @@ int runBench(const BenchOptions &opt) {
     diagnostics() << "attnc bench: error: --lsh-buckets must be even (the hash is an argmax over "
                      "[xR; -xR]), found "
                   << opt.lshBuckets << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   bool tty = isatty(STDERR_FILENO);
   MLIRContext context;
@@ -133,7 +133,7 @@ int runBench(const BenchOptions &opt) {
   Expected<std::vector<std::string>> cpuDirs = kernelIncludeDirs(KernelFamily::Cpu);
   if (!cpuDirs) {
     diagnostics() << "attnc bench: error: " << cpuDirs.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   hostOptions.includeDirs = *cpuDirs;
   hostOptions.flags = {"-DATTNC_USE_CBLAS", "-lopenblas"};
@@ -141,7 +141,7 @@ int runBench(const BenchOptions &opt) {
       compiler.compileAndLoad("attnc_bench_baseline.cpp", kBaselineSource, hostOptions);
   if (!baseline) {
     diagnostics() << "attnc bench: error: " << baseline.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   auto unfused = baseline->function<int(const AttnFwdArgs *, int)>("bench_unfused_fwd");
   auto sgemm = baseline->function<double(int, int)>("bench_sgemm_gflops");
@@ -152,7 +152,7 @@ int runBench(const BenchOptions &opt) {
                       : !sgemm ? sgemm.error()
                                : fma.error())
                   << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   double sgemmRate = (*sgemm)(1024, 5);
   (*fma)(1 << 20); // warm up the thread pool and the clocks
@@ -175,15 +175,15 @@ int runBench(const BenchOptions &opt) {
   shape.elementType = FloatType::getF32(&context);
   shape.differentiate = opt.backward;
   std::optional<CpuAttention> fused;
-  if (int rc = compileCpuAttention(*module, dense, shape, fused))
-    return rc;
+  if (mlir::failed(compileCpuAttention(*module, dense, shape, fused)))
+    return mlir::failure();
   std::vector<std::optional<CpuAttention>> lowrankKernels(lowrank.size());
   for (size_t i = 0; i < lowrank.size(); ++i)
-    if (int rc = compileCpuAttention(*module, lowrank[i], shape, lowrankKernels[i]))
-      return rc;
+    if (mlir::failed(compileCpuAttention(*module, lowrank[i], shape, lowrankKernels[i])))
+      return mlir::failure();
   std::vector<LshBenchKernel> lsh;
-  if (int rc = compileLshBenchKernels(*module, opt, int(shape.maxSeq), opt.backward, lsh))
-    return rc;
+  if (mlir::failed(compileLshBenchKernels(*module, opt, int(shape.maxSeq), opt.backward, lsh)))
+    return mlir::failure();
   for (int N : opt.lengths) {
     Row row;
     row.n = N;
@@ -203,7 +203,7 @@ int runBench(const BenchOptions &opt) {
     // Each kernel runs once checked; a failing call must not be timed.
     if (Expected<AttentionOutputs> r = fused->run(in); !r) {
       diagnostics() << "attnc bench: error: " << r.error() << "\n";
-      return kExitInput;
+      return mlir::failure();
     }
     row.denseFwd = medianMs(opt.repeats, [&] { (void)fused->run(in); });
     row.denseBytes = io;
@@ -222,7 +222,7 @@ int runBench(const BenchOptions &opt) {
       a.scale = float(1 / std::sqrt(double(D)));
       if (int rc = (*unfused)(&a, D)) {
         diagnostics() << "attnc bench: error: the unfused baseline failed with code " << rc << "\n";
-        return kExitInput;
+        return mlir::failure();
       }
       row.unfusedFwd = medianMs(opt.repeats, [&] { (void)(*unfused)(&a, D); });
       row.unfusedBytes = io + 4.0 * B * H * double(N) * N;
@@ -238,7 +238,7 @@ int runBench(const BenchOptions &opt) {
       li.E = &e, li.F = &f;
       if (Expected<AttentionOutputs> r = lr->run(li); !r) {
         diagnostics() << "attnc bench: error: " << r.error() << "\n";
-        return kExitInput;
+        return mlir::failure();
       }
       row.lrFwd.push_back(medianMs(opt.repeats, [&] { (void)lr->run(li); }));
       row.lrBytes.push_back(io + 2.0 * kr * N * 4 + 2.0 * B * H * kr * D * 4);
@@ -257,7 +257,7 @@ int runBench(const BenchOptions &opt) {
       li.k = &q, li.rotations = &lk.rotations;
       if (Expected<AttentionOutputs> r = lk.kernels->run(li); !r) {
         diagnostics() << "attnc bench: error: " << r.error() << "\n";
-        return kExitInput;
+        return mlir::failure();
       }
       row.lshFwd.push_back(medianMs(opt.repeats, [&] { (void)lk.kernels->run(li); }));
       AttentionInputs lg = li;
@@ -374,12 +374,12 @@ int runBench(const BenchOptions &opt) {
     }
   if (Status s = writeSvg(opt.svg, rows, opt.ranks); !s) {
     diagnostics() << "attnc bench: error: " << s.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   results() << "\nwrote " << opt.csv << " and " << opt.svg << "\n";
   if (opt.sweepTokens > 0)
     return runLshSweep(*module, opt);
-  return kExitOk;
+  return mlir::success();
 }
 
 } // namespace attnc::driver

@@ -2,6 +2,8 @@
 #ifndef ATTNC_DRIVER_BENCH_H
 #define ATTNC_DRIVER_BENCH_H
 
+#include "mlir/Support/LogicalResult.h"
+
 #include <string>
 #include <vector>
 
@@ -48,13 +50,13 @@ struct BenchOptions {
 /// the machine's measured peak, and writes a CSV and an SVG plot; then the
 /// fixed-total-tokens LSH sweep (its own table, CSV and plot). With
 /// --linformer-table, the Linformer table instead (runLinformerTable).
-int runBench(const BenchOptions &options);
+mlir::LogicalResult runBench(const BenchOptions &options);
 
 /// --target cuda / cuda-sim: the dense, causal, low-rank and LSH kernels
 /// for the GPU present (or on the SIMT emulator) at --n x --batch x
 /// --heads x --head-dim in --dtype, timed by the runtime's GPU benchmark
 /// (runtime/tune/AttentionBench.h); a table and --csv.
-int runCudaBench(const BenchOptions &options);
+mlir::LogicalResult runCudaBench(const BenchOptions &options);
 
 } // namespace attnc::driver
 

@@ -28,26 +28,26 @@ using namespace mlir;
 
 namespace attnc::driver {
 
-int runCudaBench(const BenchOptions &opt) {
+mlir::LogicalResult runCudaBench(const BenchOptions &opt) {
   const bool emulate = opt.target == "cuda-sim";
   std::string arch = "sm_80";
   if (!emulate) {
     if (Status d = cuda::Driver::available(); !d) {
       diagnostics() << "attnc bench: error: --target cuda: " << d.error()
                     << " (--target cuda-sim runs the same kernels on the CPU's SIMT emulator)\n";
-      return kExitInput;
+      return mlir::failure();
     }
     Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0);
     if (!dev) {
       diagnostics() << "attnc bench: error: " << dev.error() << "\n";
-      return kExitInput;
+      return mlir::failure();
     }
     arch = dev->arch();
   }
   if (opt.dtype != "f32" && opt.dtype != "f16" && opt.dtype != "bf16") {
     diagnostics() << "attnc bench: error: --dtype: expected f32, f16 or bf16, found '" << opt.dtype
                   << "'\n";
-    return kExitInput;
+    return mlir::failure();
   }
   MLIRContext context;
   registerAttncDialects(context);
@@ -90,13 +90,13 @@ int runCudaBench(const BenchOptions &opt) {
   std::vector<tune::AttentionBenchRow> rows;
   for (attn::VariantOp v : variants) {
     Artifact artifact;
-    if (int rc = emitCudaVariantArtifact(*module, v, shape, arch, artifact))
-      return rc;
+    if (mlir::failed(emitCudaVariantArtifact(*module, v, shape, arch, artifact)))
+      return mlir::failure();
     diagnostics() << "attnc bench: " << v.getSymName().str() << "...\n";
     auto r = tune::benchArtifactAttention(artifact, bo);
     if (!r) {
       diagnostics() << "attnc bench: error: " << v.getSymName().str() << ": " << r.error() << "\n";
-      return kExitInput;
+      return mlir::failure();
     }
     for (tune::AttentionBenchRow &row : *r)
       row.kernel = v.getSymName().str(); // the variant, not the emitted kernel name
@@ -105,10 +105,10 @@ int runCudaBench(const BenchOptions &opt) {
   tune::printBenchTable(results(), rows);
   if (Status s = tune::writeBenchCsv(opt.csv, rows); !s) {
     diagnostics() << "attnc bench: error: " << s.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   diagnostics() << "attnc bench: wrote " << opt.csv << "\n";
-  return kExitOk;
+  return mlir::success();
 }
 
 } // namespace attnc::driver

@@ -299,18 +299,18 @@ std::string paperCell(int n, int k, bool memory) {
 
 } // namespace
 
-int runLinformerTable(const BenchOptions &opt) {
+mlir::LogicalResult runLinformerTable(const BenchOptions &opt) {
   const std::string &specPath = opt.linformerTable;
   auto fail = [](const std::string &msg) {
     diagnostics() << "attnc bench: error: " << msg << "\n";
-    return kExitInput;
+    return mlir::failure();
   };
   MLIRContext context;
   OwningOpRef<ModuleOp> module = loadSpecModule(specPath, "bench", context);
   if (!module)
-    return kExitInput;
+    return mlir::failure();
   if (!resolveAuto(*module, ResolveFor()))
-    return kExitInput;
+    return mlir::failure();
   // The first model whose attention is low-rank.
   attn::ModelOp model;
   attn::LayerOp layer;
@@ -359,16 +359,16 @@ int runLinformerTable(const BenchOptions &opt) {
   shape.elementType = b.getF32Type();
   shape.withLengths = true; // the model passes key-padding lengths
   std::optional<CpuAttention> fused;
-  if (int rc = compileCpuAttention(*module, dense, shape, fused))
-    return rc;
+  if (mlir::failed(compileCpuAttention(*module, dense, shape, fused)))
+    return mlir::failure();
   std::vector<std::optional<CpuAttention>> lowrank(ranks.size());
   for (size_t i = 0; i < ranks.size(); ++i) {
     auto v = llvm::cast<attn::VariantOp>(b.clone(*variant));
     v.setSymName(variant.getSymName().str() + "_k" + std::to_string(ranks[i]));
     v.setLowrankAttr(
         attn::LowRankAttr::get(&context, ranks[i], variant.getLowrankAttr().getShare()));
-    if (int rc = compileCpuAttention(*module, v, shape, lowrank[i]))
-      return rc;
+    if (mlir::failed(compileCpuAttention(*module, v, shape, lowrank[i])))
+      return mlir::failure();
   }
   Expected<SharedObject> baseline =
       compileBenchSource("attnc_bench_materialised.cpp", kMaterialisedSource);
@@ -600,7 +600,7 @@ int runLinformerTable(const BenchOptions &opt) {
   if (Status s = plot::writeLinePlot(svgPath, plot); !s)
     return fail(s.error());
   results() << "\nwrote " << csvPath << " and " << svgPath << "\n";
-  return kExitOk;
+  return mlir::success();
 }
 
 } // namespace attnc::driver

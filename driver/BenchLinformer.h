@@ -15,7 +15,7 @@ namespace attnc::driver {
 /// dense kernel); the plan is checked against the measured peak RSS. Prints
 /// the table beside the paper's numbers, writes a CSV and an SVG plot
 /// (docs/benchmarks.md). Returns an exit code.
-int runLinformerTable(const BenchOptions &opt);
+mlir::LogicalResult runLinformerTable(const BenchOptions &opt);
 
 } // namespace attnc::driver
 

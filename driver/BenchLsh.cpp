@@ -46,8 +46,8 @@ attn::VariantOp lshVariant(OpBuilder &b, const BenchOptions &opt, int rounds, in
 
 } // namespace
 
-int compileLshBenchKernels(ModuleOp module, const BenchOptions &opt, int maxSeq, bool backward,
-                           std::vector<LshBenchKernel> &out) {
+mlir::LogicalResult compileLshBenchKernels(ModuleOp module, const BenchOptions &opt, int maxSeq,
+                                           bool backward, std::vector<LshBenchKernel> &out) {
   OpBuilder b(module.getBody(), module.getBody()->end());
   for (int chunk : opt.lshChunks)
     for (int rounds : opt.lshRounds) {
@@ -57,17 +57,18 @@ int compileLshBenchKernels(ModuleOp module, const BenchOptions &opt, int maxSeq,
       shape.heads = opt.heads, shape.seq = maxSeq, shape.headDim = opt.headDim;
       shape.elementType = b.getF32Type();
       shape.differentiate = backward;
-      if (int rc = compileCpuAttention(module, lshVariant(b, opt, rounds, chunk), shape, k.kernels))
-        return rc;
+      if (mlir::failed(
+              compileCpuAttention(module, lshVariant(b, opt, rounds, chunk), shape, k.kernels)))
+        return mlir::failure();
       std::vector<float> r(size_t(rounds) * opt.headDim * (opt.lshBuckets / 2));
       philox::lshRotations(0, 0, r);
       k.rotations = st::Tensor::f32({rounds, opt.headDim, opt.lshBuckets / 2}, r);
       out.push_back(std::move(k));
     }
-  return kExitOk;
+  return mlir::success();
 }
 
-int runLshSweep(ModuleOp module, const BenchOptions &opt) {
+mlir::LogicalResult runLshSweep(ModuleOp module, const BenchOptions &opt) {
   const int T = opt.sweepTokens, H = opt.heads, D = opt.headDim;
   std::vector<int> lengths;
   for (int n : opt.sweepLengths)
@@ -76,14 +77,14 @@ int runLshSweep(ModuleOp module, const BenchOptions &opt) {
   if (lengths.size() < 2) {
     diagnostics() << "attnc bench: error: the LSH sweep needs at least two lengths dividing " << T
                   << " tokens\n";
-    return kExitInput;
+    return mlir::failure();
   }
   const int chunk = opt.lshChunks.front();
   BenchOptions one = opt;
   one.lshChunks = {chunk};
   std::vector<LshBenchKernel> lsh;
-  if (int rc = compileLshBenchKernels(module, one, lengths.back(), false, lsh))
-    return rc;
+  if (mlir::failed(compileLshBenchKernels(module, one, lengths.back(), false, lsh)))
+    return mlir::failure();
   OpBuilder b(module.getBody(), module.getBody()->end());
   auto dense = b.create<attn::VariantOp>(b.getUnknownLoc(), "sweep_dense", nullptr, nullptr, false,
                                          false, false, nullptr, nullptr, nullptr,
@@ -91,8 +92,8 @@ int runLshSweep(ModuleOp module, const BenchOptions &opt) {
   codegen::AttentionShape shape;
   shape.heads = H, shape.headDim = D, shape.elementType = b.getF32Type();
   std::optional<CpuAttention> denseKernels;
-  if (int rc = compileCpuAttention(module, dense, shape, denseKernels))
-    return rc;
+  if (mlir::failed(compileCpuAttention(module, dense, shape, denseKernels)))
+    return mlir::failure();
 
   bool tty = isatty(STDERR_FILENO);
   std::mt19937 rng(99);
@@ -108,7 +109,7 @@ int runLshSweep(ModuleOp module, const BenchOptions &opt) {
       diagnostics() << "\r  sweep N=" << N << " B=" << B << ": dense        " << std::flush;
     if (Expected<AttentionOutputs> r = denseKernels->run(in); !r) {
       diagnostics() << "attnc bench: error: " << r.error() << "\n";
-      return kExitInput;
+      return mlir::failure();
     }
     row.push_back(medianMs(opt.repeats, [&] { (void)denseKernels->run(in); }));
     for (LshBenchKernel &k : lsh) {
@@ -119,7 +120,7 @@ int runLshSweep(ModuleOp module, const BenchOptions &opt) {
       li.rotations = &k.rotations;
       if (Expected<AttentionOutputs> r = k.kernels->run(li); !r) {
         diagnostics() << "attnc bench: error: " << r.error() << "\n";
-        return kExitInput;
+        return mlir::failure();
       }
       row.push_back(medianMs(opt.repeats, [&] { (void)k.kernels->run(li); }));
     }
@@ -173,10 +174,10 @@ int runLshSweep(ModuleOp module, const BenchOptions &opt) {
   }
   if (Status s = plot::writeLinePlot(opt.sweepSvg, plot); !s) {
     diagnostics() << "attnc bench: error: " << s.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   results() << "wrote " << opt.sweepCsv << " and " << opt.sweepSvg << "\n";
-  return kExitOk;
+  return mlir::success();
 }
 
 } // namespace attnc::driver

@@ -24,12 +24,13 @@ struct LshBenchKernel {
 
 /// Compiles every rounds x chunk configuration of `opt` for head dim D
 /// (forward, and backward when `backward`). Returns an exit code.
-int compileLshBenchKernels(mlir::ModuleOp module, const BenchOptions &opt, int maxSeq,
-                           bool backward, std::vector<LshBenchKernel> &out);
+mlir::LogicalResult compileLshBenchKernels(mlir::ModuleOp module, const BenchOptions &opt,
+                                           int maxSeq, bool backward,
+                                           std::vector<LshBenchKernel> &out);
 
 /// The Reformer paper's sweep: B·N held at opt.sweepTokens while N grows,
 /// dense vs LSH time per token; prints the table, writes CSV and SVG.
-int runLshSweep(mlir::ModuleOp module, const BenchOptions &opt);
+mlir::LogicalResult runLshSweep(mlir::ModuleOp module, const BenchOptions &opt);
 
 } // namespace attnc::driver
 

@@ -30,21 +30,21 @@ using namespace mlir;
 
 namespace attnc::driver {
 
-int compileFunctions(ModuleOp module, const std::string &target, const std::string &arch,
-                     CompiledKernels &out) {
+mlir::LogicalResult compileFunctions(ModuleOp module, const std::string &target,
+                                     const std::string &arch, CompiledKernels &out) {
   PassManager pm(module.getContext());
   KernelPipelineOptions kernel;
   kernel.target = target, kernel.arch = arch;
   populateKernelPipeline(pm, kernel);
   if (failed(pm.run(module)))
-    return kExitInput;
+    return mlir::failure();
   llvm::raw_string_ostream os(out.source);
   if (failed(codegen::emitKernels(
           module, target == "cpu" ? codegen::Target::Cpu : codegen::Target::Cuda, os, out.kernels)))
-    return kExitInput;
+    return mlir::failure();
   if (target == "cuda")
     notePrecisionOnArch(out.kernels, arch, diagnostics());
-  return kExitOk;
+  return mlir::success();
 }
 
 void notePrecisionOnArch(const std::vector<ManifestKernel> &kernels, const std::string &arch,
@@ -74,11 +74,12 @@ void notePrecisionOnArch(const std::vector<ManifestKernel> &kernels, const std::
                 "register-staged copies (no cp.async) and no ldmatrix");
 }
 
-int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std::ostream &os) {
+mlir::LogicalResult checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch,
+                                   std::ostream &os) {
   Expected<GpuArch> gpu = parseGpuArch(arch);
   if (!gpu) {
     diagnostics() << "attnc: error: " << gpu.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   NvrtcCompiler nvrtc(&KernelCache::processDefault());
   NvrtcOptions options;
@@ -86,13 +87,13 @@ int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std
   Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
   if (!dirs) {
     diagnostics() << "attnc: error: " << dirs.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   options.includeDirs = *dirs;
   Expected<Cubin> cubin = nvrtc.compile("attnc_kernels.cu", compiled.source, options);
   if (!cubin) {
     diagnostics() << "attnc: error: " << cubin.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   int limit = attnc::tile::smemLimitBytes(gpu->sm);
   int failures = 0;
@@ -123,19 +124,19 @@ int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std
   if (failures) {
     diagnostics() << "attnc: error: " << failures << " kernel(s) failed the " << arch
                   << " resource check\n";
-    return kExitInput;
+    return mlir::failure();
   }
-  return kExitOk;
+  return mlir::success();
 }
 
 namespace {
-int fail(const std::string &msg) {
+mlir::LogicalResult fail(const std::string &msg) {
   diagnostics() << "attnc: error: " << msg << "\n";
-  return kExitInput;
+  return mlir::failure();
 }
 } // namespace
 
-int runCompile(const CompileCommandOptions &opts) {
+mlir::LogicalResult runCompile(const CompileCommandOptions &opts) {
   std::string err;
   if (!checkArch(opts.arch, err))
     return fail(err);
@@ -145,7 +146,7 @@ int runCompile(const CompileCommandOptions &opts) {
 
   std::optional<ast::Spec> spec = parseSpec(buffer, opts.spec);
   if (!spec)
-    return kExitInput;
+    return mlir::failure();
 
   std::ofstream file;
   std::ostream *os = &results();
@@ -158,12 +159,12 @@ int runCompile(const CompileCommandOptions &opts) {
 
   if (opts.emit == "ast") {
     ast::dump(*spec, *os);
-    return 0;
+    return mlir::success();
   }
   MLIRContext context;
   OwningOpRef<ModuleOp> module = buildSpecModule(context, *spec);
   if (!module)
-    return kExitInput;
+    return mlir::failure();
 
   if (opts.emit == "graph" || opts.emit == "model-cpp" || opts.emit == "model-cuda") {
     // Whole-model compilation: each model's planned training step, with
@@ -172,20 +173,20 @@ int runCompile(const CompileCommandOptions &opts) {
     if (opts.emit == "model-cuda")
       resolve.target = "cuda", resolve.arch = opts.arch;
     if (!resolveAuto(*module, resolve))
-      return kExitInput;
+      return mlir::failure();
     for (attn::ModelOp model : module->getOps<attn::ModelOp>()) {
       ModelGraph g;
       // As attnc train runs it by default: standard layers recomputed.
       ModelGraphOptions graph;
       graph.batch = opts.planBatch, graph.emitSource = true, graph.recomputeLayers = true;
       if (!compileModelGraph(*module, model, graph, g))
-        return kExitInput;
+        return mlir::failure();
       if (opts.emit == "model-cuda")
         *os << g.step.cudaDeviceSource << "\n// ---- host side ----\n" << g.step.cudaHostSource;
       else
         *os << (opts.emit == "graph" ? g.ir + "\n" : g.step.source);
     }
-    return 0;
+    return mlir::success();
   }
 
   if (opts.emit == "cuda" || opts.emit == "cpp" || opts.checkNvrtc ||
@@ -198,40 +199,40 @@ int runCompile(const CompileCommandOptions &opts) {
     resolve.target = target, resolve.arch = opts.arch;
     resolve.report = true;
     if (!resolveAuto(*module, resolve))
-      return kExitInput;
+      return mlir::failure();
     ArtifactOptions ao;
     ao.target = target, ao.arch = opts.arch, ao.batch = opts.planBatch;
     if (!opts.emit.empty() || opts.output.empty()) { // the kernels alone
       CompiledKernels compiled;
-      if (int rc = compileModelKernels(*module, ao, target, compiled))
-        return rc;
+      if (mlir::failed(compileModelKernels(*module, ao, target, compiled)))
+        return mlir::failure();
       if (opts.checkNvrtc) {
         if (target != "cuda")
           return fail("--check-nvrtc needs the cuda target");
-        if (int rc = checkWithNvrtc(compiled, opts.arch, results()))
-          return rc;
-        if (checkModelStepsWithNvrtc(*module, opts.arch, opts.planBatch, results()))
-          return kExitInput;
+        if (mlir::failed(checkWithNvrtc(compiled, opts.arch, results())))
+          return mlir::failure();
+        if (mlir::failed(checkModelStepsWithNvrtc(*module, opts.arch, opts.planBatch, results())))
+          return mlir::failure();
       }
       if (!opts.emit.empty())
         *os << compiled.source;
-      return 0;
+      return mlir::success();
     }
     Artifact artifact;
-    if (int rc = buildArtifact(*module, sha256Hex(buffer), ao, artifact))
-      return rc;
+    if (mlir::failed(buildArtifact(*module, sha256Hex(buffer), ao, artifact)))
+      return mlir::failure();
     const Manifest &info = artifact.manifest;
     if (opts.checkNvrtc) {
       if (target != "cuda")
         return fail("--check-nvrtc needs the cuda target");
       CompiledKernels compiled{artifact.files[info.source], info.kernels};
-      if (int rc = checkWithNvrtc(compiled, opts.arch, results()))
-        return rc;
-      if (checkModelStepsWithNvrtc(*module, opts.arch, opts.planBatch, results()))
-        return kExitInput;
+      if (mlir::failed(checkWithNvrtc(compiled, opts.arch, results())))
+        return mlir::failure();
+      if (mlir::failed(checkModelStepsWithNvrtc(*module, opts.arch, opts.planBatch, results())))
+        return mlir::failure();
     }
-    if (int rc = writeArtifact(opts.output, artifact))
-      return rc;
+    if (mlir::failed(writeArtifact(opts.output, artifact)))
+      return mlir::failure();
     results() << "wrote " << opts.output << "/{manifest.json," << info.source
               << ",attn.mlir}: " << info.kernels.size() << " kernel(s) for " << info.target << " "
               << info.arch << "\n";
@@ -251,7 +252,7 @@ int runCompile(const CompileCommandOptions &opts) {
     }
     reportMemoryPlans(*module, opts.planBatch, results());
     reportCompiledPlans(*module, opts.planBatch, results());
-    return 0;
+    return mlir::success();
   }
 
   if (opts.emit == "lowered" || (opts.emit.empty() && opts.memoryPlan)) {
@@ -259,14 +260,14 @@ int runCompile(const CompileCommandOptions &opts) {
     report.target = opts.target == "cuda" ? "cuda" : "cpu", report.arch = opts.arch;
     report.report = true;
     if (!resolveAuto(*module, report))
-      return kExitInput;
+      return mlir::failure();
   }
   if (!opts.emit.empty()) {
     std::string text;
     llvm::raw_string_ostream rs(text);
     module->print(rs);
     *os << rs.str() << "\n";
-    return 0;
+    return mlir::success();
   }
   results() << opts.spec << ": ok (" << spec->attentions.size() << " attention variant(s), "
             << spec->models.size() << " model(s))\n";
@@ -274,7 +275,7 @@ int runCompile(const CompileCommandOptions &opts) {
     reportMemoryPlans(*module, opts.planBatch, results());
     reportCompiledPlans(*module, opts.planBatch, results());
   }
-  return 0;
+  return mlir::success();
 }
 
 } // namespace attnc::driver

@@ -23,8 +23,8 @@ struct CompiledKernels {
 
 /// Runs the kernel pipeline on `module` (which holds attention functions) and
 /// emits the kernels. Returns an exit code; diagnostics are already printed.
-int compileFunctions(mlir::ModuleOp module, const std::string &target, const std::string &arch,
-                     CompiledKernels &out);
+mlir::LogicalResult compileFunctions(mlir::ModuleOp module, const std::string &target,
+                                     const std::string &arch, CompiledKernels &out);
 
 /// Says on `os` how kernels of the dtypes in `kernels` run on `arch` where
 /// that differs from the newer GPUs: bf16 before sm_80 (no bf16 tensor
@@ -35,7 +35,8 @@ void notePrecisionOnArch(const std::vector<ManifestKernel> &kernels, const std::
 /// Compiles the CUDA source with NVRTC for `arch` and checks every entry
 /// point: it compiles, spills no registers, and its static plus dynamic
 /// shared memory fits the arch. Prints a resource table to `os`.
-int checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch, std::ostream &os);
+mlir::LogicalResult checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch,
+                                   std::ostream &os);
 
 /// `attnc compile`: what its flags ask for.
 struct CompileCommandOptions {
@@ -51,7 +52,7 @@ struct CompileCommandOptions {
 
 /// `attnc compile`: checks the spec, then prints the stage --emit names, or
 /// checks the kernels with NVRTC, or writes the artifact. An exit code.
-int runCompile(const CompileCommandOptions &options);
+mlir::LogicalResult runCompile(const CompileCommandOptions &options);
 
 } // namespace attnc::driver
 

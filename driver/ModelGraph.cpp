@@ -141,12 +141,12 @@ bool compileModelGraph(ModuleOp resolved, attn::ModelOp model, const ModelGraphO
   return true;
 }
 
-int checkModelStepsWithNvrtc(ModuleOp resolved, const std::string &arch, int batch,
-                             std::ostream &os) {
+mlir::LogicalResult checkModelStepsWithNvrtc(ModuleOp resolved, const std::string &arch, int batch,
+                                             std::ostream &os) {
   Expected<GpuArch> gpu = parseGpuArch(arch);
   if (!gpu) {
     diagnostics() << "attnc: error: " << gpu.error() << "\n";
-    return 1;
+    return mlir::failure();
   }
   NvrtcCompiler nvrtc(&KernelCache::processDefault());
   NvrtcOptions options;
@@ -154,7 +154,7 @@ int checkModelStepsWithNvrtc(ModuleOp resolved, const std::string &arch, int bat
   Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
   if (!dirs) {
     diagnostics() << "attnc: error: " << dirs.error() << "\n";
-    return 1;
+    return mlir::failure();
   }
   options.includeDirs = *dirs;
   // The step's kernels use static __shared__ storage only: 48 KiB on every arch.
@@ -165,13 +165,13 @@ int checkModelStepsWithNvrtc(ModuleOp resolved, const std::string &arch, int bat
     ModelGraphOptions o;
     o.batch = batch, o.emitSource = true, o.recomputeLayers = true, o.infer = false;
     if (!compileModelGraph(resolved, model, o, g))
-      return 1;
+      return mlir::failure();
     Expected<Cubin> cubin =
         nvrtc.compile(g.step.cudaSymbol + ".cu", g.step.cudaDeviceSource, options);
     if (!cubin) {
       diagnostics() << "attnc: error: the CUDA step of " << model.getSymName().str() << ": "
                     << cubin.error() << "\n";
-      return 1;
+      return mlir::failure();
     }
     os << "CUDA training step of " << model.getSymName().str() << " (batch " << batch << ", "
        << arch << "): " << cubin->kernels.size() << " kernels\n";
@@ -188,9 +188,9 @@ int checkModelStepsWithNvrtc(ModuleOp resolved, const std::string &arch, int bat
   if (failures) {
     diagnostics() << "attnc: error: " << failures << " training-step kernel(s) failed the " << arch
                   << " resource check\n";
-    return 1;
+    return mlir::failure();
   }
-  return 0;
+  return mlir::success();
 }
 
 void reportCompiledPlans(ModuleOp resolved, int batch, std::ostream &os) {

@@ -63,8 +63,8 @@ bool compileModelGraph(mlir::ModuleOp resolved, attn::ModelOp model,
 /// CUDA step kernels with NVRTC for `arch` and checks every kernel's ptxas
 /// report (no spills, shared memory within the arch's limit). Non-zero on
 /// failure.
-int checkModelStepsWithNvrtc(mlir::ModuleOp resolved, const std::string &arch, int batch,
-                             std::ostream &os);
+mlir::LogicalResult checkModelStepsWithNvrtc(mlir::ModuleOp resolved, const std::string &arch,
+                                             int batch, std::ostream &os);
 
 void reportCompiledPlans(mlir::ModuleOp resolved, int batch, std::ostream &os);
 

@@ -65,14 +65,14 @@ std::vector<std::string> runChoicesOf(attn::ModelOp model) {
 /// (empty when there are none, or they are another spec's or model's, or a
 /// fresh run chooses again). A file that is not a kernel-choices file is an
 /// error.
-int readRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const PreparedModel &p,
-                   std::vector<std::string> &layer) {
+mlir::LogicalResult readRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin,
+                                   const PreparedModel &p, std::vector<std::string> &layer) {
   if (pin == Pin::None || (pin == Pin::ReadWrite && !opt.run.resume))
-    return kExitOk;
+    return mlir::success();
   const std::string path = runChoicesPath(opt);
   Expected<std::string> text = fs::readFile(path);
   if (!text)
-    return kExitOk;
+    return mlir::success();
   nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j["block_q"].is_number_integer() || !j["block_kv"].is_number_integer() ||
       !j["ffn_chunk"].is_number_integer() || !j["spec_hash"].is_string() || !j["model"].is_string())
@@ -81,12 +81,12 @@ int readRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const P
                                  "block_kv and ffn_chunk, and the spec_hash and model it belongs "
                                  "to); remove it to choose again");
   if (j["spec_hash"] != p.specHash || j["model"] != p.name)
-    return kExitOk;
+    return mlir::success();
   layer.push_back("model=" + p.name);
   for (const char *key : {"block_q", "block_kv", "ffn_chunk", "k", "lsh_rounds", "lsh_chunk"})
     if (j.contains(key) && j[key].is_number_integer())
       layer.push_back(std::string(key) + "=" + std::to_string(j[key].get<int64_t>()));
-  return kExitOk;
+  return mlir::success();
 }
 
 /// Says so when the run's pins differ from what the database and the
@@ -121,13 +121,13 @@ void notePinnedChoices(const char *cmd, const TrainCliOptions &opt, attn::ModelO
 /// attnc train: writes the run's choices unless the file already holds
 /// this run's (or another spec's with its checkpoint: loading that fails
 /// with a spec mismatch, and that run keeps its choices).
-int writeRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const PreparedModel &p,
-                    attn::ModelOp model, bool pinsApplied) {
+mlir::LogicalResult writeRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin,
+                                    const PreparedModel &p, attn::ModelOp model, bool pinsApplied) {
   if (pin != Pin::ReadWrite || pinsApplied)
-    return kExitOk;
+    return mlir::success();
   const std::string path = runChoicesPath(opt);
   if (opt.run.resume && fs::readFile(path) && fs::readFile(opt.run.out + "/latest.json"))
-    return kExitOk;
+    return mlir::success();
   nlohmann::json j = {{"spec_hash", p.specHash}, {"model", p.name}};
   for (const std::string &e : runChoicesOf(model)) {
     auto eq = e.find('=');
@@ -138,13 +138,13 @@ int writeRunChoices(const char *cmd, const TrainCliOptions &opt, Pin pin, const 
     return commandError(cmd, st.error());
   if (Status st = fs::writeFileAtomic(path, j.dump(2) + "\n"); !st)
     return commandError(cmd, st.error());
-  return kExitOk;
+  return mlir::success();
 }
 
 } // namespace
 
-int prepare(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Pin pin,
-            bool compileKernels) {
+mlir::LogicalResult prepare(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Pin pin,
+                            bool compileKernels) {
   if (opt.target != "cpu" && opt.target != "cuda")
     return commandError(cmd, "--target " + opt.target + ": targets are cpu and cuda");
   if (opt.target == "cuda") {
@@ -167,7 +167,7 @@ int prepare(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Pin p
   std::string text;
   p.module = loadSpecModule(opt.spec, cmd, p.context, &text);
   if (!p.module)
-    return kExitInput;
+    return mlir::failure();
   p.specHash = sha256Hex(text);
   attn::ModelOp model;
   std::string names;
@@ -192,13 +192,13 @@ int prepare(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Pin p
   // device, the GPU's: the CPU's entries.
   ResolveFor resolve;
   resolve.report = true;
-  if (int rc = readRunChoices(cmd, opt, pin, p, resolve.runChoices))
-    return rc;
+  if (mlir::failed(readRunChoices(cmd, opt, pin, p, resolve.runChoices)))
+    return mlir::failure();
   OwningOpRef<ModuleOp> fresh;
   if (!resolve.runChoices.empty())
     fresh = p.module->clone();
   if (!resolveAuto(*p.module, resolve))
-    return kExitInput;
+    return mlir::failure();
   if (fresh)
     notePinnedChoices(cmd, opt, model, *fresh);
   // The model's dtype is the GPU step's compute precision unless
@@ -217,10 +217,10 @@ int prepare(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Pin p
   if (c.dModel % c.heads)
     return commandError(cmd, "d_model " + std::to_string(c.dModel) +
                                  " is not a multiple of heads " + std::to_string(c.heads));
-  if (int rc = writeRunChoices(cmd, opt, pin, p, model, !resolve.runChoices.empty()))
-    return rc;
+  if (mlir::failed(writeRunChoices(cmd, opt, pin, p, model, !resolve.runChoices.empty())))
+    return mlir::failure();
   if (!compileKernels)
-    return kExitOk;
+    return mlir::success();
   codegen::AttentionShape shape;
   shape.batch = opt.batch, shape.heads = c.heads, shape.seq = c.seq;
   shape.headDim = c.dModel / c.heads, shape.maxSeq = c.seq;
@@ -239,8 +239,9 @@ int prepare(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Pin p
                            : dtype == "bf16" ? Type(bld.getBF16Type())
                                              : Type(bld.getF32Type());
     std::optional<CudaAttention> kernels;
-    if (int rc = compileCudaAttention(*p.module, variant, gpuShape, dev->arch(), false, kernels))
-      return rc;
+    if (mlir::failed(
+            compileCudaAttention(*p.module, variant, gpuShape, dev->arch(), false, kernels)))
+      return mlir::failure();
     p.cudaKernels = std::make_shared<CudaAttention>(std::move(*kernels));
     diagnostics() << "attnc " << cmd << ": on " << dev->describe() << "\n";
   }

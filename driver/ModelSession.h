@@ -58,8 +58,8 @@ enum class Pin { None, Read, ReadWrite };
 /// kernel choices (--out/kernel-choices.json) apply, written into the
 /// module. `compileKernels` false leaves the attention kernels uncompiled
 /// (attnc train compiles the model into an artifact instead).
-int prepare(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Pin pin = Pin::Read,
-            bool compileKernels = true);
+mlir::LogicalResult prepare(const char *cmd, const TrainCliOptions &opt, PreparedModel &p,
+                            Pin pin = Pin::Read, bool compileKernels = true);
 
 /// The prepared attention: the GPU's with --target cuda, else the CPU's.
 train::AttentionFn attentionOf(PreparedModel &p);

@@ -49,7 +49,7 @@ std::string baseName(std::string dir) {
 
 } // namespace
 
-int runPlot(const PlotCliOptions &opt) {
+mlir::LogicalResult runPlot(const PlotCliOptions &opt) {
   if (opt.runs.empty())
     return commandError("plot", "name at least one run directory");
   if (!opt.labels.empty() && opt.labels.size() != opt.runs.size())
@@ -92,7 +92,7 @@ int runPlot(const PlotCliOptions &opt) {
   if (Status s = plot::writeLinePlot(opt.output, plot); !s)
     return commandError("plot", s.error());
   results() << "wrote " << opt.output << "\n";
-  return kExitOk;
+  return mlir::success();
 }
 
 } // namespace attnc::driver

@@ -2,6 +2,8 @@
 #ifndef ATTNC_DRIVER_PLOTRUNS_H
 #define ATTNC_DRIVER_PLOTRUNS_H
 
+#include "mlir/Support/LogicalResult.h"
+
 #include <string>
 #include <vector>
 
@@ -18,7 +20,7 @@ struct PlotCliOptions {
 /// attnc plot: the held-out loss at each evaluation (eval.csv) and/or the
 /// smoothed training loss (train.csv) of several runs in one SVG, so runs
 /// compare at a glance. Returns an exit code; errors name the file.
-int runPlot(const PlotCliOptions &options);
+mlir::LogicalResult runPlot(const PlotCliOptions &options);
 
 } // namespace attnc::driver
 

@@ -45,4 +45,9 @@ mlir::LogicalResult reportDiagnostic(mlir::Diagnostic &d) {
   return mlir::success();
 }
 
+mlir::LogicalResult commandError(const char *cmd, const std::string &msg) {
+  diagnostics() << "attnc " << cmd << ": error: " << msg << "\n";
+  return mlir::failure();
+}
+
 } // namespace attnc::driver

@@ -14,8 +14,10 @@
 #define ATTNC_DRIVER_REPORT_H
 
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/Support/LogicalResult.h"
 
 #include <iosfwd>
+#include <string>
 
 namespace attnc::driver {
 
@@ -58,6 +60,18 @@ inline std::ostream &diagnostics() { return reporter().diagnostics(); }
 /// with reportDiagnosticsOf (Spec.h), which also serves the pass manager's
 /// worker threads.
 mlir::LogicalResult reportDiagnostic(mlir::Diagnostic &d);
+
+/// Reports "attnc <cmd>: error: <msg>" to this thread's diagnostics and
+/// returns failure(): how a command gives up on a user's input.
+mlir::LogicalResult commandError(const char *cmd, const std::string &msg);
+
+/// How a command that did not fail ended: it did all it was asked; all
+/// this machine allows (no GPU to time on; what it did and what is missing
+/// are reported); or it was interrupted and stopped cleanly (training: with
+/// a checkpoint to resume from). The tools map each end, and a failure, to
+/// an exit code; the driver never picks one.
+enum class Outcome { Done, Unavailable, Interrupted };
+using CommandResult = mlir::FailureOr<Outcome>;
 
 } // namespace attnc::driver
 

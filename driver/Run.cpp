@@ -35,9 +35,9 @@ namespace attnc::driver {
 
 namespace {
 
-int fail(const std::string &msg) {
+mlir::LogicalResult fail(const std::string &msg) {
   diagnostics() << "attnc run: error: " << msg << "\n";
-  return kExitInput;
+  return mlir::failure();
 }
 
 } // namespace
@@ -48,54 +48,55 @@ namespace {
 /// and one function, so kernel names and the translation unit hold exactly
 /// this op), the pipeline and the emitter; the forward's and backward's
 /// descriptions for the runtime.
-int emitVariant(ModuleOp module, attn::VariantOp variant, const codegen::AttentionShape &shape,
-                const std::string &target, const std::string &arch, CompiledKernels &compiled,
-                std::optional<KernelDesc> &fwd, std::optional<KernelDesc> &bwd) {
+mlir::LogicalResult emitVariant(ModuleOp module, attn::VariantOp variant,
+                                const codegen::AttentionShape &shape, const std::string &target,
+                                const std::string &arch, CompiledKernels &compiled,
+                                std::optional<KernelDesc> &fwd, std::optional<KernelDesc> &bwd) {
   OwningOpRef<ModuleOp> scratch = ModuleOp::create(module.getLoc());
   OpBuilder b(scratch->getBody(), scratch->getBody()->begin());
   auto copy = llvm::cast<attn::VariantOp>(b.clone(*variant));
   if (failed(codegen::buildAttentionFunction(*scratch, copy, "attention", shape)))
-    return kExitInput;
-  if (int rc = compileFunctions(*scratch, target, arch, compiled))
-    return rc;
+    return mlir::failure();
+  if (mlir::failed(compileFunctions(*scratch, target, arch, compiled)))
+    return mlir::failure();
   for (const ManifestKernel &k : compiled.kernels)
     (k.backward ? bwd : fwd) = k.desc();
   if (!fwd) {
     diagnostics() << "attnc: error: internal: the pipeline produced no forward kernel\n";
-    return kExitInput;
+    return mlir::failure();
   }
   if (!shape.differentiate)
     bwd.reset();
-  return kExitOk;
+  return mlir::success();
 }
 
 } // namespace
 
-int emitCudaVariantArtifact(ModuleOp module, attn::VariantOp variant,
-                            const codegen::AttentionShape &shape, const std::string &arch,
-                            Artifact &out) {
+mlir::LogicalResult emitCudaVariantArtifact(ModuleOp module, attn::VariantOp variant,
+                                            const codegen::AttentionShape &shape,
+                                            const std::string &arch, Artifact &out) {
   CompiledKernels compiled;
   std::optional<KernelDesc> fwd, bwd;
-  if (int rc = emitVariant(module, variant, shape, "cuda", arch, compiled, fwd, bwd))
-    return rc;
+  if (mlir::failed(emitVariant(module, variant, shape, "cuda", arch, compiled, fwd, bwd)))
+    return mlir::failure();
   out.dir = "variant " + variant.getSymName().str();
   out.manifest.target = "cuda", out.manifest.arch = arch, out.manifest.source = "kernels.cu";
   out.manifest.kernels = std::move(compiled.kernels);
   out.files["kernels.cu"] = std::move(compiled.source);
-  return kExitOk;
+  return mlir::success();
 }
 
-int emitCudaAttention(ModuleOp module, attn::VariantOp variant,
-                      const codegen::AttentionShape &shape, const std::string &arch,
-                      std::string &source, std::string &dtype, KernelDesc &fwd) {
+mlir::LogicalResult emitCudaAttention(ModuleOp module, attn::VariantOp variant,
+                                      const codegen::AttentionShape &shape, const std::string &arch,
+                                      std::string &source, std::string &dtype, KernelDesc &fwd) {
   CompiledKernels compiled;
   std::optional<KernelDesc> f, bwd;
   codegen::AttentionShape forwardOnly = shape;
   forwardOnly.differentiate = false;
-  if (int rc = emitVariant(module, variant, forwardOnly, "cuda", arch, compiled, f, bwd))
-    return rc;
+  if (mlir::failed(emitVariant(module, variant, forwardOnly, "cuda", arch, compiled, f, bwd)))
+    return mlir::failure();
   source = std::move(compiled.source), dtype = compiled.kernels.front().dtype, fwd = *f;
-  return kExitOk;
+  return mlir::success();
 }
 
 static HostCompiler &hostCompiler() {
@@ -103,18 +104,19 @@ static HostCompiler &hostCompiler() {
   return compiler;
 }
 
-int compileCudaAttention(ModuleOp module, attn::VariantOp variant,
-                         const codegen::AttentionShape &shape, const std::string &arch,
-                         bool emulate, std::optional<CudaAttention> &out, int ordinal) {
+mlir::LogicalResult compileCudaAttention(ModuleOp module, attn::VariantOp variant,
+                                         const codegen::AttentionShape &shape,
+                                         const std::string &arch, bool emulate,
+                                         std::optional<CudaAttention> &out, int ordinal) {
   CompiledKernels compiled;
   std::optional<KernelDesc> fwd, bwd;
-  if (int rc = emitVariant(module, variant, shape, "cuda", arch, compiled, fwd, bwd))
-    return rc;
+  if (mlir::failed(emitVariant(module, variant, shape, "cuda", arch, compiled, fwd, bwd)))
+    return mlir::failure();
   const std::string dtype = compiled.kernels.front().dtype;
   Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
   if (!dirs) {
     diagnostics() << "attnc: error: " << dirs.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   NvrtcCompiler nvrtc(&KernelCache::processDefault());
   Expected<CudaAttention> kernels =
@@ -124,20 +126,20 @@ int compileCudaAttention(ModuleOp module, attn::VariantOp variant,
                                        /*retile=*/true, /*ptxArch=*/"", ordinal);
   if (!kernels) {
     diagnostics() << "attnc: error: " << kernels.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   out.emplace(std::move(kernels).take());
-  return kExitOk;
+  return mlir::success();
 }
 
-int emitCpuAttention(ModuleOp module, attn::VariantOp variant, const codegen::AttentionShape &shape,
-                     EmittedKernels &out) {
+mlir::LogicalResult emitCpuAttention(ModuleOp module, attn::VariantOp variant,
+                                     const codegen::AttentionShape &shape, EmittedKernels &out) {
   CompiledKernels compiled;
   std::optional<KernelDesc> fwd, bwd;
-  if (int rc = emitVariant(module, variant, shape, "cpu", "sm_80", compiled, fwd, bwd))
-    return rc;
+  if (mlir::failed(emitVariant(module, variant, shape, "cpu", "sm_80", compiled, fwd, bwd)))
+    return mlir::failure();
   out.source = std::move(compiled.source), out.fwd = *fwd, out.bwd = bwd;
-  return kExitOk;
+  return mlir::success();
 }
 
 std::vector<std::string> buildCpuAttentions(const std::vector<EmittedKernels> &emitted, int threads,
@@ -171,27 +173,28 @@ std::vector<std::string> buildCpuAttentions(const std::vector<EmittedKernels> &e
   return errors;
 }
 
-int compileCpuAttention(ModuleOp module, attn::VariantOp variant,
-                        const codegen::AttentionShape &shape, std::optional<CpuAttention> &out) {
+mlir::LogicalResult compileCpuAttention(ModuleOp module, attn::VariantOp variant,
+                                        const codegen::AttentionShape &shape,
+                                        std::optional<CpuAttention> &out) {
   EmittedKernels e;
-  if (int rc = emitCpuAttention(module, variant, shape, e))
-    return rc;
+  if (mlir::failed(emitCpuAttention(module, variant, shape, e)))
+    return mlir::failure();
   Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
   if (!dirs) {
     diagnostics() << "attnc: error: " << dirs.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   Expected<CpuAttention> kernels =
       CpuAttention::compile(e.source, e.fwd, e.bwd, *dirs, hostCompiler());
   if (!kernels) {
     diagnostics() << "attnc: error: " << kernels.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   out.emplace(std::move(kernels).take());
-  return kExitOk;
+  return mlir::success();
 }
 
-int runAttention(const RunOptions &opt) {
+mlir::LogicalResult runAttention(const RunOptions &opt) {
   // An artifact directory runs without the compiler.
   if (std::filesystem::is_directory(opt.spec)) {
     ArtifactRunOptions a;
@@ -202,11 +205,9 @@ int runAttention(const RunOptions &opt) {
     a.target = opt.target, a.seed = opt.seed;
     a.log = &diagnostics();
     Status s = runArtifactAttention(a);
-    if (s)
-      return kExitOk;
-    bool pending = s.error().find("not implemented yet") != std::string::npos;
-    diagnostics() << "attnc run: " << (pending ? "" : "error: ") << s.error() << "\n";
-    return pending ? kExitNotImplemented : kExitInput;
+    if (!s)
+      return commandError("run", s.error());
+    return mlir::success();
   }
   // --- the variant
   std::string name;
@@ -218,7 +219,7 @@ int runAttention(const RunOptions &opt) {
   MLIRContext context;
   OwningOpRef<ModuleOp> module = loadSpecModule(opt.spec, "run", context);
   if (!module)
-    return kExitInput;
+    return mlir::failure();
   SmallVector<attn::VariantOp> variants(module->getOps<attn::VariantOp>());
   attn::VariantOp variant;
   std::string names;
@@ -305,8 +306,8 @@ int runAttention(const RunOptions &opt) {
                   " (attnc compile --check-nvrtc checks the kernels without a GPU), and "
                   "--target cuda-sim runs them on the CPU");
     auto t0 = std::chrono::steady_clock::now();
-    if (int rc = compileCudaAttention(*module, variant, shape, arch, emulate, kernels))
-      return rc;
+    if (mlir::failed(compileCudaAttention(*module, variant, shape, arch, emulate, kernels)))
+      return mlir::failure();
     auto t1 = std::chrono::steady_clock::now();
     Expected<AttentionOutputs> result = kernels->run(io.inputs);
     if (!result)
@@ -320,12 +321,12 @@ int runAttention(const RunOptions &opt) {
                   << kernels->backwardMs() << " ms on "
                   << (emulate ? "the SIMT emulator" : "the GPU") << "; wrote " << opt.output
                   << "\n";
-    return kExitOk;
+    return mlir::success();
   }
   auto t0 = std::chrono::steady_clock::now();
   std::optional<CpuAttention> kernels;
-  if (int rc = compileCpuAttention(*module, variant, shape, kernels))
-    return rc;
+  if (mlir::failed(compileCpuAttention(*module, variant, shape, kernels)))
+    return mlir::failure();
   auto t1 = std::chrono::steady_clock::now();
 
   // --- run and write
@@ -340,7 +341,7 @@ int runAttention(const RunOptions &opt) {
                 << ": kernels " << (kernels->fromCache() ? "from cache" : "compiled") << " in "
                 << int(ms(t0, t1)) << " ms, ran in " << ms(t1, t2) << " ms; wrote " << opt.output
                 << "\n";
-  return kExitOk;
+  return mlir::success();
 }
 
 } // namespace attnc::driver

@@ -2,6 +2,8 @@
 #ifndef ATTNC_DRIVER_RUN_H
 #define ATTNC_DRIVER_RUN_H
 
+#include "mlir/Support/LogicalResult.h"
+
 #include "codegen/AttentionFunction.h"
 #include "runtime/CpuAttention.h"
 #include "runtime/Artifact.h"
@@ -25,13 +27,14 @@ struct RunOptions {
 
 /// `attnc run SPEC --op attention[:NAME] ...` (docs/design.md, Interfaces). Returns an exit
 /// code; every error names the file, the tensor and the expected shape.
-int runAttention(const RunOptions &options);
+mlir::LogicalResult runAttention(const RunOptions &options);
 
 /// Compiles one variant for the CPU at the given shape (building the
 /// attention function, running the kernel pipeline, emitting and compiling
 /// the C++). On failure prints the error and returns an exit code.
-int compileCpuAttention(mlir::ModuleOp module, attn::VariantOp variant,
-                        const codegen::AttentionShape &shape, std::optional<CpuAttention> &out);
+mlir::LogicalResult compileCpuAttention(mlir::ModuleOp module, attn::VariantOp variant,
+                                        const codegen::AttentionShape &shape,
+                                        std::optional<CpuAttention> &out);
 
 /// A variant's emitted kernels (the MLIR half of compileCpuAttention), not
 /// yet through the host compiler.
@@ -40,8 +43,8 @@ struct EmittedKernels {
   KernelDesc fwd;
   std::optional<KernelDesc> bwd;
 };
-int emitCpuAttention(mlir::ModuleOp module, attn::VariantOp variant,
-                     const codegen::AttentionShape &shape, EmittedKernels &out);
+mlir::LogicalResult emitCpuAttention(mlir::ModuleOp module, attn::VariantOp variant,
+                                     const codegen::AttentionShape &shape, EmittedKernels &out);
 
 /// Host-compiles and loads every emitted set on up to `threads` threads
 /// (the kernel cache is shared and locked; each compile is its own
@@ -52,23 +55,24 @@ std::vector<std::string> buildCpuAttentions(const std::vector<EmittedKernels> &e
 
 /// The forward kernel of a variant for CUDA `arch`, emitted (no NVRTC yet):
 /// the translation unit, the element type and the kernel's description.
-int emitCudaAttention(mlir::ModuleOp module, attn::VariantOp variant,
-                      const codegen::AttentionShape &shape, const std::string &arch,
-                      std::string &source, std::string &dtype, KernelDesc &fwd);
+mlir::LogicalResult emitCudaAttention(mlir::ModuleOp module, attn::VariantOp variant,
+                                      const codegen::AttentionShape &shape, const std::string &arch,
+                                      std::string &source, std::string &dtype, KernelDesc &fwd);
 
 /// A variant's CUDA kernels as an in-memory artifact (manifest and source,
 /// what attnc compile would write for it alone), tiled for `arch`.
-int emitCudaVariantArtifact(mlir::ModuleOp module, attn::VariantOp variant,
-                            const codegen::AttentionShape &shape, const std::string &arch,
-                            Artifact &out);
+mlir::LogicalResult emitCudaVariantArtifact(mlir::ModuleOp module, attn::VariantOp variant,
+                                            const codegen::AttentionShape &shape,
+                                            const std::string &arch, Artifact &out);
 
 /// The same for the GPU: NVRTC to CUBIN for `arch` (cached), the kernels'
 /// element type is shape.elementType. `emulate`: the same source on the
 /// SIMT emulator (--target cuda-sim) at the tiles `arch` gets. `ordinal`:
 /// the GPU (-1: the process's, cuda::processDevice).
-int compileCudaAttention(mlir::ModuleOp module, attn::VariantOp variant,
-                         const codegen::AttentionShape &shape, const std::string &arch,
-                         bool emulate, std::optional<CudaAttention> &out, int ordinal = -1);
+mlir::LogicalResult compileCudaAttention(mlir::ModuleOp module, attn::VariantOp variant,
+                                         const codegen::AttentionShape &shape,
+                                         const std::string &arch, bool emulate,
+                                         std::optional<CudaAttention> &out, int ordinal = -1);
 
 } // namespace attnc::driver
 

@@ -76,7 +76,7 @@ Expected<CpuAttention> Session::compileCpu(attn::VariantOp variant,
                                            const codegen::AttentionShape &shape) {
   ScopedReporter call = beginCall();
   std::optional<CpuAttention> kernels;
-  if (compileCpuAttention(module(), variant, shape, kernels) != kExitOk || !kernels)
+  if (mlir::failed(compileCpuAttention(module(), variant, shape, kernels)) || !kernels)
     return failure("compiling '" + variant.getSymName().str() + "' for the CPU failed");
   return std::move(*kernels);
 }
@@ -86,7 +86,8 @@ Expected<CudaAttention> Session::compileCuda(attn::VariantOp variant,
                                              const std::string &arch, bool emulate, int ordinal) {
   ScopedReporter call = beginCall();
   std::optional<CudaAttention> kernels;
-  if (compileCudaAttention(module(), variant, shape, arch, emulate, kernels, ordinal) != kExitOk ||
+  if (mlir::failed(
+          compileCudaAttention(module(), variant, shape, arch, emulate, kernels, ordinal)) ||
       !kernels)
     return failure("compiling '" + variant.getSymName().str() + "' for " +
                    (emulate ? "cuda-sim" : "cuda") + " (" + arch + ") failed");
@@ -96,7 +97,7 @@ Expected<CudaAttention> Session::compileCuda(attn::VariantOp variant,
 Expected<Artifact> Session::artifact(const ArtifactOptions &options) {
   ScopedReporter call = beginCall();
   Artifact out;
-  if (buildArtifact(module(), specHash_, options, out) != kExitOk)
+  if (mlir::failed(buildArtifact(module(), specHash_, options, out)))
     return failure("building the artifact failed");
   return out;
 }

@@ -135,9 +135,4 @@ bool resolveAuto(ModuleOp module, const ResolveFor &what) {
 
 std::string tuningDbPath() { return tune::TuningDb::defaultPath(); }
 
-int commandError(const char *cmd, const std::string &msg) {
-  diagnostics() << "attnc " << cmd << ": error: " << msg << "\n";
-  return kExitInput;
-}
-
 } // namespace attnc::driver

@@ -8,6 +8,7 @@
 #ifndef ATTNC_DRIVER_SPEC_H
 #define ATTNC_DRIVER_SPEC_H
 
+#include "driver/Report.h"
 #include "dsl/AST.h"
 #include "passes/Pipelines.h"
 
@@ -21,13 +22,6 @@
 #include <vector>
 
 namespace attnc::driver {
-
-constexpr int kExitOk = 0;
-constexpr int kExitInput = 1;
-
-/// Reports "attnc <cmd>: error: <msg>" and returns kExitInput.
-int commandError(const char *cmd, const std::string &msg);
-constexpr int kExitNotImplemented = 2;
 
 /// Reads a whole spec file, refusing directories, missing files and files
 /// too large to be a spec (64 MiB); `err` says which.

@@ -61,7 +61,8 @@ train::ArtifactTrainOptions artifactTrainOptions(const PreparedModel &p,
 /// compile -o would write it: for the CPU, or for CUDA on the GPU present
 /// (--target cuda) or on the emulator (--engine cuda-sim, with the same
 /// attention compiled for the CPU).
-int buildTrainingArtifact(PreparedModel &p, const TrainCliOptions &opt, Artifact &artifact) {
+mlir::LogicalResult buildTrainingArtifact(PreparedModel &p, const TrainCliOptions &opt,
+                                          Artifact &artifact) {
   ArtifactOptions ao;
   const bool sim = opt.run.engine == "cuda-sim";
   ao.target = opt.target == "cuda" || sim ? "cuda" : "cpu";
@@ -85,21 +86,21 @@ int buildTrainingArtifact(PreparedModel &p, const TrainCliOptions &opt, Artifact
   ao.deviceKernels = !sim || (!opt.run.hostAttention &&
                               attnc::tile::cudaHeadDimSupported(p.config.dModel / p.config.heads));
   std::vector<CompiledModelCounts> counts;
-  if (int rc = buildArtifact(*p.module, p.specHash, ao, artifact, &counts))
-    return rc;
+  if (mlir::failed(buildArtifact(*p.module, p.specHash, ao, artifact, &counts)))
+    return mlir::failure();
   const ManifestModel &m = artifact.manifest.models.front();
   diagnostics() << "attnc train: compiled step of " << p.name
                 << (ao.recomputeLayers ? " (layers recomputed in the backward)" : "") << ": arena "
                 << m.arenaBytes / 1024 << " KiB, " << counts.front().fusedKernels
                 << " fused row kernels, " << counts.front().gemms << " GEMMs, "
                 << counts.front().attentionCalls << " attention calls\n";
-  return kExitOk;
+  return mlir::success();
 }
 
 /// --grad-check: finite differences of the whole model on the first batch,
 /// on the compiled step (the CPU's, or the CUDA step under cuda-sim).
-int gradCheck(const PreparedModel &p, const Artifact &artifact, const train::DataSource &data,
-              const TrainCliOptions &opt) {
+mlir::LogicalResult gradCheck(const PreparedModel &p, const Artifact &artifact,
+                              const train::DataSource &data, const TrainCliOptions &opt) {
   Expected<train::ArtifactModel> loaded =
       train::loadArtifactModel(artifact, artifactTrainOptions(p, opt));
   if (!loaded)
@@ -131,16 +132,16 @@ int gradCheck(const PreparedModel &p, const Artifact &artifact, const train::Dat
             << " probes, worst relative error " << r->worst << " (" << r->worstParam
             << "), tolerance " << opt.gradCheckTol << "; " << r->nonSmooth
             << " probe(s) skipped where the loss jumps (LSH buckets, ReLU)\n";
-  return ok ? kExitOk : kExitInput;
+  return mlir::success(ok);
 }
 
 } // namespace
 
-int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csvPath,
-                 const std::string &svgPath) {
+mlir::LogicalResult benchEngines(const TrainCliOptions &opt, int repeats,
+                                 const std::string &csvPath, const std::string &svgPath) {
   PreparedModel p;
-  if (int rc = prepare("bench", opt, p, Pin::None))
-    return rc;
+  if (mlir::failed(prepare("bench", opt, p, Pin::None)))
+    return mlir::failure();
   train::ParameterStore store(p.config, opt.run.seed);
   // The compiled step keeping every activation, and (standard layers) with
   // each layer recomputed in the backward.
@@ -223,18 +224,18 @@ int benchEngines(const TrainCliOptions &opt, int repeats, const std::string &csv
                                                  {{"ms/step", ms, plot::paletteColor(1)}}});
         !s) {
       diagnostics() << "attnc bench: error: " << s.error() << "\n";
-      return kExitInput;
+      return mlir::failure();
     }
   results() << "wrote " << csvPath << (svgPath.empty() ? "" : " and " + svgPath) << "\n";
-  return kExitOk;
+  return mlir::success();
 }
 
-int runTrain(const TrainCliOptions &options) {
+CommandResult runTrain(const TrainCliOptions &options) {
   PreparedModel p;
   const bool check = options.gradCheck > 0;
-  if (int rc = prepare("train", options, p, check ? Pin::None : Pin::ReadWrite,
-                       /*compileKernels=*/false))
-    return rc;
+  if (mlir::failed(prepare("train", options, p, check ? Pin::None : Pin::ReadWrite,
+                           /*compileKernels=*/false)))
+    return mlir::failure();
   // The batch the step is planned for: --batch, else the model's train
   // block, else attnc's default (the other settings resolve the same way
   // in the runtime, from the artifact's copy of the block).
@@ -260,45 +261,65 @@ int runTrain(const TrainCliOptions &options) {
   // The one front door: the same artifact attnc compile -o writes, trained
   // by the runtime call attnc-rt train makes.
   Artifact artifact;
-  if (int rc = buildTrainingArtifact(p, opt, artifact))
-    return rc;
-  if (check)
-    return gradCheck(p, artifact, *data, opt);
+  if (mlir::failed(buildTrainingArtifact(p, opt, artifact)))
+    return mlir::failure();
+  if (check) {
+    if (mlir::failed(gradCheck(p, artifact, *data, opt)))
+      return mlir::failure();
+    return Outcome::Done;
+  }
   train::ArtifactTrainOptions to = artifactTrainOptions(p, opt);
   to.opened = &*data;
   Expected<train::ArtifactTrainResult> r = train::trainArtifact(artifact, to);
   if (!r)
     return commandError("train", r.error());
   train::writeTrainReport(*r, opt.run.out, results());
-  return kExitOk;
+  return r->summary.interrupted ? Outcome::Interrupted : Outcome::Done;
 }
 
-int runEval(const TrainCliOptions &opt) {
+mlir::LogicalResult runEval(const TrainCliOptions &opt) {
   PreparedModel p;
-  if (int rc = prepare("eval", opt, p))
-    return rc;
-  Expected<train::DataSource> data = train::DataSource::open(opt.run.data, p.config, 0.05);
-  if (!data)
-    return commandError("eval", data.error());
-  train::ParameterStore model(p.config, opt.run.seed);
+  if (mlir::failed(prepare("eval", opt, p)))
+    return mlir::failure();
   Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.run.out, p.specHash);
   if (!ck)
     return commandError("eval", ck.error());
+  // The run's own batch, evaluation size and data, unless the command line
+  // names them: so eval repeats training's final evaluation.
+  const train::RecordedRun recorded = train::recordedRun(ck->state);
+  const int batch = opt.batchGiven || !recorded.batch ? opt.batch : *recorded.batch;
+  const int evalBatches =
+      opt.evalBatchesGiven || !recorded.evalBatches ? opt.run.evalBatches : *recorded.evalBatches;
+  const std::string dataSpec = !opt.run.data.empty() ? opt.run.data : recorded.data.value_or("");
+  if (dataSpec.empty())
+    return commandError("eval", "--data is needed: the checkpoint in '" + opt.run.out +
+                                    "' does not record its run's data (an older attnc wrote it)");
+  auto source = [](bool given, bool known) {
+    return given ? "given" : known ? "the run's" : "default";
+  };
+  diagnostics() << "attnc eval: batch " << batch << " ("
+                << source(opt.batchGiven, recorded.batch.has_value()) << "), " << evalBatches
+                << " batches (" << source(opt.evalBatchesGiven, recorded.evalBatches.has_value())
+                << "), data " << dataSpec << " (" << (opt.run.data.empty() ? "the run's" : "given")
+                << ")\n";
+  Expected<train::DataSource> data = train::DataSource::open(dataSpec, p.config, 0.05);
+  if (!data)
+    return commandError("eval", data.error());
+  train::ParameterStore model(p.config, opt.run.seed);
   if (Status s = model.loadWeights(ck->tensors); !s)
     return commandError("eval", s.error());
   StepPlan plan;
-  plan.inferBatch = opt.batch;
+  plan.inferBatch = batch;
   Expected<std::unique_ptr<train::CompiledStep>> step = compiledStep(p, model, plan);
   if (!step)
     return commandError("eval", step.error());
-  Expected<train::EvalResult> e =
-      train::evaluate(forwardOf(**step), p.config, *data, opt.run.evalBatches);
+  Expected<train::EvalResult> e = train::evaluate(forwardOf(**step), p.config, *data, evalBatches);
   if (!e)
     return commandError("eval", e.error());
   results() << p.name << " at step " << ck->step << ": loss " << e->loss << " (" << e->bitsPerByte
             << " bits/byte), accuracy " << e->accuracy << " over " << e->positions
             << " positions\n";
-  return kExitOk;
+  return mlir::success();
 }
 
 namespace {
@@ -310,9 +331,10 @@ struct Trained {
   std::unique_ptr<train::CompiledStep> step;
 };
 
-int loadTrained(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Trained &t) {
-  if (int rc = prepare(cmd, opt, p))
-    return rc;
+mlir::LogicalResult loadTrained(const char *cmd, const TrainCliOptions &opt, PreparedModel &p,
+                                Trained &t) {
+  if (mlir::failed(prepare(cmd, opt, p)))
+    return mlir::failure();
   Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.run.out, p.specHash);
   if (!ck)
     return commandError(cmd, ck.error());
@@ -325,15 +347,16 @@ int loadTrained(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, T
   if (!step)
     return commandError(cmd, step.error());
   t.step = std::move(*step);
-  return kExitOk;
+  return mlir::success();
 }
 
 } // namespace
 
-int captureAttentionInputs(const char *cmd, const TrainCliOptions &opt, CapturedAttention &out) {
+mlir::LogicalResult captureAttentionInputs(const char *cmd, const TrainCliOptions &opt,
+                                           CapturedAttention &out) {
   PreparedModel p;
-  if (int rc = prepare(cmd, opt, p))
-    return rc;
+  if (mlir::failed(prepare(cmd, opt, p)))
+    return mlir::failure();
   Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.run.out, p.specHash);
   if (!ck)
     return commandError(cmd, ck.error());
@@ -365,14 +388,16 @@ int captureAttentionInputs(const char *cmd, const TrainCliOptions &opt, Captured
   if (Expected<const float *> r = (*step)->infer(data->eval(0, opt.batch)); !r)
     return commandError(cmd, r.error());
   out.step = ck->step;
-  return captured ? kExitOk : commandError(cmd, "the model called no attention");
+  if (!captured)
+    return commandError(cmd, "the model called no attention");
+  return mlir::success();
 }
 
-int runGenerate(const TrainCliOptions &opt) {
+mlir::LogicalResult runGenerate(const TrainCliOptions &opt) {
   PreparedModel p;
   Trained model;
-  if (int rc = loadTrained("generate", opt, p, model))
-    return rc;
+  if (mlir::failed(loadTrained("generate", opt, p, model)))
+    return mlir::failure();
   const train::ModelConfig &c = p.config;
   if (c.objective != train::Objective::CausalLm)
     return commandError("generate", "'" + p.name +
@@ -421,14 +446,14 @@ int runGenerate(const TrainCliOptions &opt) {
     results() << char(next) << std::flush;
   }
   results() << "\n";
-  return kExitOk;
+  return mlir::success();
 }
 
-int runFill(const TrainCliOptions &opt) {
+mlir::LogicalResult runFill(const TrainCliOptions &opt) {
   PreparedModel p;
   Trained model;
-  if (int rc = loadTrained("fill", opt, p, model))
-    return rc;
+  if (mlir::failed(loadTrained("fill", opt, p, model)))
+    return mlir::failure();
   const train::ModelConfig &c = p.config;
   if (c.objective != train::Objective::Mlm)
     return commandError("fill", "'" + p.name +
@@ -466,7 +491,7 @@ int runFill(const TrainCliOptions &opt) {
       out[i] = char(best);
     }
   results() << out << "\n";
-  return kExitOk;
+  return mlir::success();
 }
 
 } // namespace attnc::driver

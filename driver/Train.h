@@ -2,6 +2,8 @@
 #ifndef ATTNC_DRIVER_TRAIN_H
 #define ATTNC_DRIVER_TRAIN_H
 
+#include "driver/Report.h"
+
 #include "runtime/Safetensors.h"
 #include "runtime/train/ArtifactTrain.h"
 
@@ -22,6 +24,9 @@ struct TrainCliOptions {
   /// below are the commands' own.
   train::ArtifactTrainOptions run;
   int batch = 8; ///< sequences per step (train) or per evaluation batch
+  /// eval: --batch and --eval-batches were given; else the run's own, as
+  /// its checkpoint records them (so are the data, when --data is empty).
+  bool batchGiven = false, evalBatchesGiven = false;
   std::string target = "cpu";
   // Checks instead of training (test aids, documented in docs/training.md):
   int gradCheck = 0; ///< finite-difference probes per parameter tensor
@@ -45,19 +50,20 @@ struct TrainCliOptions {
 
 /// attnc train: compiles the model's attention kernels, trains, writes
 /// checkpoints, train.csv and loss.svg under --out, prints a report.
-int runTrain(const TrainCliOptions &options);
+/// Interrupted (options.run.stop): the run stopped early with a checkpoint.
+CommandResult runTrain(const TrainCliOptions &options);
 /// attnc bench --engines SPEC: one training step of the model on the
 /// runtime engine and on the compiled one, interleaved, `repeats` times;
 /// prints the medians and memory, appends a CSV row and draws a bar chart.
-int benchEngines(const TrainCliOptions &options, int repeats, const std::string &csvPath,
-                 const std::string &svgPath);
+mlir::LogicalResult benchEngines(const TrainCliOptions &options, int repeats,
+                                 const std::string &csvPath, const std::string &svgPath);
 /// attnc eval: the objective's metric of --out's latest checkpoint.
-int runEval(const TrainCliOptions &options);
+mlir::LogicalResult runEval(const TrainCliOptions &options);
 /// attnc generate: continue --prompt by --bytes bytes with a causal model.
-int runGenerate(const TrainCliOptions &options);
+mlir::LogicalResult runGenerate(const TrainCliOptions &options);
 /// attnc fill: replace the --mask-char bytes of --text with a masked model's
 /// predictions.
-int runFill(const TrainCliOptions &options);
+mlir::LogicalResult runFill(const TrainCliOptions &options);
 
 /// Layer 0's attention inputs, as its kernel receives them, of the model of
 /// `opt.spec` with the weights of --out's latest checkpoint, on evaluation
@@ -68,7 +74,8 @@ struct CapturedAttention {
   bool hasLengths = false, hasParams = false;
   int64_t step = 0; ///< the checkpoint's
 };
-int captureAttentionInputs(const char *cmd, const TrainCliOptions &opt, CapturedAttention &out);
+mlir::LogicalResult captureAttentionInputs(const char *cmd, const TrainCliOptions &opt,
+                                           CapturedAttention &out);
 
 } // namespace attnc::driver
 

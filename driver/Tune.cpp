@@ -44,14 +44,14 @@ using namespace mlir;
 
 namespace attnc::driver {
 
-int tuneFail(const std::string &msg) {
+mlir::LogicalResult tuneFail(const std::string &msg) {
   diagnostics() << "attnc tune: error: " << msg << "\n";
-  return kExitInput;
+  return mlir::failure();
 }
 
 namespace {
 
-int fail(const std::string &msg) { return tuneFail(msg); }
+mlir::LogicalResult fail(const std::string &msg) { return tuneFail(msg); }
 
 std::string dbPath(const std::string &given) {
   return given.empty() ? tune::TuningDb::defaultPath() : given;
@@ -139,7 +139,7 @@ public:
         continue;
       variant_.setTileAttr(attn::TileAttr::get(module_.getContext(), c.blockQ, c.blockKv, 1, 1));
       EmittedKernels e;
-      if (emitCpuAttention(module_, variant_, shape_, e)) {
+      if (mlir::failed(emitCpuAttention(module_, variant_, shape_, e))) {
         errors_[key] = "the pipeline rejected the tile";
         continue;
       }
@@ -167,7 +167,7 @@ public:
     auto &slot = kernels_[key];
     if (!slot) {
       variant_.setTileAttr(attn::TileAttr::get(module_.getContext(), c.blockQ, c.blockKv, 1, 1));
-      if (compileCpuAttention(module_, variant_, shape_, slot))
+      if (mlir::failed(compileCpuAttention(module_, variant_, shape_, slot)))
         return nullptr;
     }
     return &*slot;
@@ -195,20 +195,20 @@ attn::VariantOp variantOf(attn::ModelOp model) {
 
 } // namespace
 
-int runTune(const TuneOptions &opt) {
+CommandResult runTune(const TuneOptions &opt) {
   const std::string path = dbPath(opt.db);
   if (opt.show) {
     Expected<tune::TuningDb> db = tune::TuningDb::open(path);
     if (!db)
       return fail(db.error());
     results() << db->show();
-    return kExitOk;
+    return Outcome::Done;
   }
   MLIRContext context;
   std::set<std::string> autoFfn;
   OwningOpRef<ModuleOp> module = loadResolvedSpec(opt.spec, "tune", context, autoFfn);
   if (!module)
-    return kExitInput;
+    return mlir::failure();
   if (opt.target == "cuda")
     return tuneCuda(*module, opt, path);
   if (opt.target != "cpu")
@@ -217,11 +217,11 @@ int runTune(const TuneOptions &opt) {
     double budgetLeft = opt.budget;
     for (attn::ModelOp model : module->getOps<attn::ModelOp>())
       if (opt.model.empty() || model.getSymName() == opt.model)
-        if (int rc = tuneAccuracy(*module, model, variantOf(model), opt, path,
-                                  tune::hostToolchain(), budgetLeft))
-          return rc;
+        if (mlir::failed(tuneAccuracy(*module, model, variantOf(model), opt, path,
+                                      tune::hostToolchain(), budgetLeft)))
+          return mlir::failure();
     results() << "tuning database: " << path << "\n";
-    return kExitOk;
+    return Outcome::Done;
   }
   Expected<tune::TuningDb> db = tune::TuningDb::open(path);
   if (!db)
@@ -345,7 +345,7 @@ int runTune(const TuneOptions &opt) {
       return a ? timeTile(*a) : -1.0;
     });
     if (!pick)
-      return kExitInput;
+      return mlir::failure();
     const size_t best = pick->best;
     const std::vector<double> &med = pick->med, &spread = pick->spread;
     std::string cfg = tune::canonicalConfig(tune::configText(finalists[best]));
@@ -363,21 +363,22 @@ int runTune(const TuneOptions &opt) {
   for (attn::ModelOp model : module->getOps<attn::ModelOp>())
     if ((opt.model.empty() || model.getSymName() == opt.model) &&
         autoFfn.count(model.getSymName().str()) && !outOfBudget) {
-      if (int rc = tuneFfnChunk(*module, model, opt, path, tune::hostToolchain(), budgetLeft))
-        return rc;
+      if (mlir::failed(tuneFfnChunk(*module, model, opt, path, tune::hostToolchain(), budgetLeft)))
+        return mlir::failure();
       ++tuned;
     }
   results() << "tuning database: " << path << " (" << tuned << " kernel(s) chosen, "
             << bench::fmt(elapsed(), 1) << " s)\n";
-  return kExitOk;
+  return Outcome::Done;
 }
 
-int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::string &svgPath) {
+mlir::LogicalResult compareTuned(const TuneOptions &opt, const std::string &csvPath,
+                                 const std::string &svgPath) {
   MLIRContext context;
   std::set<std::string> autoFfn;
   OwningOpRef<ModuleOp> module = loadResolvedSpec(opt.spec, "bench", context, autoFfn);
   if (!module)
-    return kExitInput;
+    return mlir::failure();
   const std::string path = dbPath(opt.db);
   Expected<tune::TuningDb> db = tune::TuningDb::open(path);
   if (!db)
@@ -419,7 +420,7 @@ int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::
               CpuAttention *a = tb.compile(configs[i]);
               return a ? tb.time(*a) : -1.0;
             }))
-          return kExitInput;
+          return mlir::failure();
       }
       rows.push_back(row);
     }
@@ -432,8 +433,8 @@ int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::
       } else {
         row.tuned = e->config;
         const int chunks[2] = {ffn.config().ffnChunk, *tune::parseFfnChunkConfig(e->config)};
-        if (int rc = ffn.compile(*module))
-          return rc;
+        if (mlir::failed(ffn.compile(*module)))
+          return mlir::failure();
         if (!measure(row, [&](size_t i) { return ffn.time(chunks[i]); }))
           return fail(name + ": the training step failed");
       }
@@ -443,7 +444,7 @@ int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::
   if (rows.empty()) {
     results() << "no tunable kernel in " << opt.spec
               << " (a model whose attention leaves its tile auto, or an FFN chunk left auto)\n";
-    return kExitOk;
+    return mlir::success();
   }
   results() << "tuned vs heuristic configs from " << path << " (batch " << opt.batch
             << ", median of " << opt.repeats << ", heuristic and tuned re-timed interleaved)\n";
@@ -478,7 +479,7 @@ int compareTuned(const TuneOptions &opt, const std::string &csvPath, const std::
       !s)
     return fail(s.error());
   results() << "wrote " << csvPath << " and " << svgPath << "\n";
-  return kExitOk;
+  return mlir::success();
 }
 
 } // namespace attnc::driver

@@ -2,6 +2,7 @@
 #ifndef ATTNC_DRIVER_TUNE_H
 #define ATTNC_DRIVER_TUNE_H
 
+#include "driver/Report.h"
 #include "dsl/AttnDialect.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -48,22 +49,23 @@ struct TuneOptions {
 /// attnc tune: measures the CPU attention kernels' tile candidates for each
 /// model of the spec, re-times the best few interleaved, and records the
 /// choice in the tuning database. With --show, lists the database.
-int runTune(const TuneOptions &options);
+CommandResult runTune(const TuneOptions &options);
 
 /// attnc tune --max-error for one model: times and measures the error of
 /// each k (low-rank) or rounds x chunk (LSH) candidate, prints the
 /// error-time frontier, compares with exact attention, and records the
 /// choice. `budgetLeft` (seconds) is decreased by the time spent.
-int tuneAccuracy(mlir::ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
-                 const TuneOptions &options, const std::string &dbPath,
-                 const std::string &toolchain, double &budgetLeft);
+mlir::LogicalResult tuneAccuracy(mlir::ModuleOp module, attn::ModelOp model,
+                                 attn::VariantOp variant, const TuneOptions &options,
+                                 const std::string &dbPath, const std::string &toolchain,
+                                 double &budgetLeft);
 
 /// What `variant`'s attention takes besides q, k, v (for
 /// tune::RandomAttentionInputs).
 tune::AttentionExtras attentionExtras(attn::VariantOp variant);
 
 /// Prints "attnc tune: error: MSG"; returns the input-error exit code.
-int tuneFail(const std::string &msg);
+mlir::LogicalResult tuneFail(const std::string &msg);
 
 using tune::chooseAmongFinalists;
 using tune::Finalists;
@@ -75,7 +77,7 @@ class FfnBench {
 public:
   FfnBench(attn::ModelOp model, int batch, int repeats);
   /// Compiles the attention; an exit code (errors printed).
-  int compile(mlir::ModuleOp module);
+  mlir::LogicalResult compile(mlir::ModuleOp module);
   const train::ModelConfig &config() const { return cfg_; }
   /// Median ms of forward + backward with `chunk` rows (0: all), or < 0
   /// when the step fails.
@@ -97,19 +99,21 @@ tune::KernelKey ffnKey(const train::ModelConfig &config);
 /// attnc tune for the FFN row chunk of one model whose spec left it `auto`
 /// (chunking never changes the result): one layer's training step timed
 /// per chunk, the interleaved final round, the choice in `db`.
-int tuneFfnChunk(mlir::ModuleOp module, attn::ModelOp model, const TuneOptions &options,
-                 const std::string &dbPath, const std::string &toolchain, double &budgetLeft);
+mlir::LogicalResult tuneFfnChunk(mlir::ModuleOp module, attn::ModelOp model,
+                                 const TuneOptions &options, const std::string &dbPath,
+                                 const std::string &toolchain, double &budgetLeft);
 
 /// attnc tune --target cuda: the forward tile space for --arch, compiled
 /// with NVRTC on --jobs threads and filtered by ptxas's report, then timed
 /// on the GPU when there is one (exit 2 when there is not).
-int tuneCuda(mlir::ModuleOp module, const TuneOptions &options, const std::string &dbPath);
+CommandResult tuneCuda(mlir::ModuleOp module, const TuneOptions &options,
+                       const std::string &dbPath);
 
 /// attnc bench --tuned: every kernel of the spec's models that has a tuning
 /// entry, timed with the heuristic config and with the tuned one
 /// (interleaved, three rounds); a table, a CSV and an SVG bar chart.
-int compareTuned(const TuneOptions &options, const std::string &csvPath,
-                 const std::string &svgPath);
+mlir::LogicalResult compareTuned(const TuneOptions &options, const std::string &csvPath,
+                                 const std::string &svgPath);
 
 } // namespace attnc::driver
 

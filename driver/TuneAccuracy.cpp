@@ -102,16 +102,16 @@ struct Candidate {
 
 } // namespace
 
-int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
-                 const TuneOptions &opt, const std::string &dbPath, const std::string &toolchain,
-                 double &elapsedBudget) {
+mlir::LogicalResult tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
+                                 const TuneOptions &opt, const std::string &dbPath,
+                                 const std::string &toolchain, double &elapsedBudget) {
   MLIRContext *ctx = module.getContext();
   const std::string name = model.getSymName().str();
   auto lr = variant.getLowrankAttr();
   auto lsh = variant.getLshAttr();
   if (!lr && !lsh) {
     results() << name << ": exact attention; no accuracy-for-time trade to tune\n";
-    return kExitOk;
+    return mlir::success();
   }
   const int H = int(model.getHeads()), D = int(model.getDModel() / model.getHeads());
   const int N = int(model.getSeq()), B = opt.batch;
@@ -125,18 +125,18 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
     if (lr) {
       diagnostics() << "attnc tune: error: --checkpoint calibrates LSH rounds and chunk; a "
                        "low-rank checkpoint's E and F fix k (calibrate k without --checkpoint)\n";
-      return kExitInput;
+      return mlir::failure();
     }
     if (opt.data.empty()) {
       diagnostics() << "attnc tune: error: --checkpoint needs --data (what the run trained on)\n";
-      return kExitInput;
+      return mlir::failure();
     }
     TrainCliOptions t;
     t.spec = opt.spec, t.run.model = model.getSymName().str(), t.run.data = opt.data;
     t.run.out = opt.checkpoint, t.batch = B;
     CapturedAttention got;
-    if (int rc = captureAttentionInputs("tune", t, got))
-      return rc;
+    if (mlir::failed(captureAttentionInputs("tune", t, got)))
+      return mlir::failure();
     cal.q = got.q, cal.k = got.k, cal.v = got.v;
     if (got.hasParams)
       cal.params = got.params;
@@ -181,14 +181,14 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
   else
     setAttr(attn::LshAttr::get(ctx, lsh.getBuckets(), 1, N, lsh.getBefore(), lsh.getAfter(),
                                lsh.getSeed(), true));
-  int rc = compileCpuAttention(module, variant, shape, exactKernel);
+  LogicalResult compiled = compileCpuAttention(module, variant, shape, exactKernel);
   setAttr(original);
-  if (rc)
-    return rc;
+  if (failed(compiled))
+    return failure();
   Expected<AttentionOutputs> exactOut = exactKernel->run(in);
   if (!exactOut) {
     diagnostics() << "attnc tune: error: exact attention: " << exactOut.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   const std::vector<float> exact = exactOut->out.asF32();
   const double exactMs = timeIt(*exactKernel);
@@ -242,7 +242,7 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
   Expected<tune::TuningDb> db = tune::TuningDb::open(dbPath);
   if (!db) {
     diagnostics() << "attnc tune: error: " << db.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   // The key says what was traded and for which budget: another budget is
   // another choice.
@@ -262,7 +262,7 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
     candidateInputs(c.attr, in, E, F, rotations);
     std::optional<CpuAttention> kernel;
     setAttr(c.attr);
-    rc = compileCpuAttention(module, variant, shape, kernel);
+    (void)compileCpuAttention(module, variant, shape, kernel); // a failure leaves it empty
     setAttr(original);
     Expected<AttentionOutputs> out =
         kernel ? kernel->run(in) : Expected<AttentionOutputs>(makeError("did not compile"));
@@ -277,7 +277,7 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
     }
     if (Status s = db->recordMeasurement(device, key, toolchain, m); !s) {
       diagnostics() << "attnc tune: error: " << s.error() << "\n";
-      return kExitInput;
+      return mlir::failure();
     }
     ++done;
     diagnostics() << "  " << name << ": " << done << "/" << cands.size() << " " << c.config
@@ -333,10 +333,10 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
   if (best) {
     std::optional<CpuAttention> chosen;
     setAttr(best->attr);
-    rc = compileCpuAttention(module, variant, shape, chosen);
+    compiled = compileCpuAttention(module, variant, shape, chosen);
     setAttr(original);
-    if (rc)
-      return rc;
+    if (failed(compiled))
+      return failure();
     std::vector<int> lengths;
     for (int n = 256; n < N; n *= 2)
       lengths.push_back(n);
@@ -373,9 +373,9 @@ int tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
   }
   if (Status s = db->save(); !s) {
     diagnostics() << "attnc tune: error: " << s.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
-  return kExitOk;
+  return mlir::success();
 }
 
 } // namespace attnc::driver

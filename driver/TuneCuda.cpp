@@ -41,7 +41,7 @@ namespace attnc::driver {
 
 namespace {
 
-int fail(const std::string &msg) { return tuneFail(msg); }
+mlir::LogicalResult fail(const std::string &msg) { return tuneFail(msg); }
 
 /// One forward tile candidate through emission and NVRTC.
 struct CudaCandidate {
@@ -53,7 +53,7 @@ struct CudaCandidate {
 
 } // namespace
 
-int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath) {
+CommandResult tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath) {
   Expected<GpuArch> gpu = parseGpuArch(opt.arch);
   if (!gpu || gpu->sm < 70)
     return fail("--arch must be sm_70 or newer, found '" + opt.arch + "'");
@@ -117,7 +117,8 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
       cand.tile = c;
       variant.setTileAttr(
           attn::TileAttr::get(module.getContext(), c.blockQ, c.blockKv, c.warps, c.stages));
-      if (emitCudaAttention(module, variant, shape, opt.arch, cand.source, cand.dtype, cand.fwd))
+      if (mlir::failed(emitCudaAttention(module, variant, shape, opt.arch, cand.source, cand.dtype,
+                                         cand.fwd)))
         cand.reason = "attn-tile rejected it (its error above)";
       cands.push_back(std::move(cand));
     }
@@ -265,10 +266,10 @@ int tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath)
   if (!driver) {
     diagnostics() << "attnc tune: no GPU to time on here (" << driver.error() << "); " << ready
                   << " forward config(s) compiled and passed ptxas's check, rerun on a GPU\n";
-    return kExitNotImplemented;
+    return Outcome::Unavailable;
   }
   results() << "tuning database: " << dbPath << "\n";
-  return kExitOk;
+  return Outcome::Done;
 }
 
 } // namespace attnc::driver

@@ -46,17 +46,17 @@ FfnBench::FfnBench(attn::ModelOp model, int batch, int repeats)
   cfg_.layers = 1; // every layer's FFN is the same; one layer is the unit
 }
 
-int FfnBench::compile(ModuleOp module) {
+mlir::LogicalResult FfnBench::compile(ModuleOp module) {
   codegen::AttentionShape shape;
   shape.batch = batch_, shape.heads = cfg_.heads, shape.seq = cfg_.seq;
   shape.headDim = cfg_.dModel / cfg_.heads, shape.maxSeq = cfg_.seq;
   shape.elementType = FloatType::getF32(module.getContext());
   shape.withLengths = true, shape.differentiate = true;
-  if (int rc = compileCpuAttention(module, variant_, shape, attention_))
-    return rc;
+  if (mlir::failed(compileCpuAttention(module, variant_, shape, attention_)))
+    return mlir::failure();
   module_ = module;
   data_ = syntheticBatch(cfg_, batch_);
-  return kExitOk;
+  return mlir::success();
 }
 
 double FfnBench::time(int chunk) {
@@ -79,12 +79,13 @@ double FfnBench::time(int chunk) {
   return ok ? ms : -1.0;
 }
 
-int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
-                 const std::string &dbPath, const std::string &toolchain, double &budgetLeft) {
+mlir::LogicalResult tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
+                                 const std::string &dbPath, const std::string &toolchain,
+                                 double &budgetLeft) {
   const std::string name = model.getSymName().str();
   FfnBench ffn(model, opt.batch, opt.repeats);
-  if (int rc = ffn.compile(module))
-    return rc;
+  if (mlir::failed(ffn.compile(module)))
+    return mlir::failure();
   const train::ModelConfig &cfg = ffn.config();
   const int B = opt.batch, heuristic = cfg.ffnChunk;
   const int64_t rows = int64_t(B) * cfg.seq;
@@ -98,7 +99,7 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
   Expected<tune::TuningDb> db = tune::TuningDb::open(dbPath);
   if (!db) {
     diagnostics() << "attnc tune: error: " << db.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   db->setAutosave(std::chrono::milliseconds(0));
   const tune::DeviceKey device = tune::cpuDevice();
@@ -127,7 +128,7 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
       timed.push_back({m.medianMs, chunk});
     if (Status s = db->recordMeasurement(device, key, toolchain, m); !s) {
       diagnostics() << "attnc tune: error: " << s.error() << "\n";
-      return kExitInput;
+      return mlir::failure();
     }
     ++done;
     if (tty) { // the live line: done/total, best so far, ETA
@@ -144,7 +145,7 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
     budgetLeft -= spent();
     results() << name << " ffn: " << done << " of " << candidates.size()
               << " chunks measured when the --budget ran out; rerun to continue\n";
-    return kExitOk;
+    return mlir::success();
   }
   std::sort(timed.begin(), timed.end());
   std::vector<int> finalists = {heuristic};
@@ -156,14 +157,14 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
   budgetLeft -= spent();
   if (!pick) {
     diagnostics() << "attnc tune: error: " << name << ": the training step failed\n";
-    return kExitInput;
+    return mlir::failure();
   }
   const size_t best = pick->best;
   db->choose(device, key, toolchain, tune::ffnChunkConfig(finalists[best]), pick->med[best],
              pick->spread[best]);
   if (Status s = db->save(); !s) {
     diagnostics() << "attnc tune: error: " << s.error() << "\n";
-    return kExitInput;
+    return mlir::failure();
   }
   results() << name << " ffn (" << key.shapeBucket << ", " << rows
             << " rows): " << tune::ffnChunkConfig(finalists[best]) << " "
@@ -172,7 +173,7 @@ int tuneFfnChunk(ModuleOp module, attn::ModelOp model, const TuneOptions &opt,
             << tune::ffnChunkConfig(heuristic) << " " << bench::fmt(pick->med[0], 3) << " ms ("
             << bench::fmt(pick->med[0] / pick->med[best]) << "x)"
             << (best == 0 ? ", kept: no chunk beat it beyond the noise" : "") << "\n";
-  return kExitOk;
+  return mlir::success();
 }
 
 } // namespace attnc::driver

@@ -401,7 +401,7 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
                      {"host optimizer", opt.hostOptimizer ? "yes" : "no"}};
   to.seed = opt.seed, to.evalEvery = *s.evalEvery, to.evalBatches = opt.evalBatches;
   to.checkpointEvery = opt.checkpointEvery, to.specHash = artifact.manifest.specHash;
-  to.resume = opt.resume, to.stopAfter = opt.stopAfter;
+  to.resume = opt.resume, to.stopAfter = opt.stopAfter, to.stop = opt.stop;
   to.adam.lr = float(*s.lr), to.adam.weightDecay = float(*s.weightDecay);
   to.adam.clipNorm = float(*s.clip), to.adam.warmupSteps = *s.warmup;
   const ModelConfig &c = am.config;
@@ -455,6 +455,11 @@ void writeTrainReport(const ArtifactTrainResult &r, const std::string &outDir, s
   if (s.lastStep == s.firstStep) {
     os << r.model << ": " << outDir << " is already at step " << s.lastStep
        << "; nothing to train (held-out loss " << e.loss << ", accuracy " << e.accuracy << ")\n";
+    return;
+  }
+  if (s.interrupted) {
+    os << "interrupted: " << r.model << " stopped after step " << s.lastStep
+       << " with a checkpoint in " << outDir << "; run the same command to resume\n";
     return;
   }
   rusage usage{};

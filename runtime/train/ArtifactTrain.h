@@ -18,6 +18,7 @@
 #include "runtime/train/Trainer.h"
 #include "runtime/train/TrainSettings.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <ostream>
@@ -38,6 +39,9 @@ struct ArtifactTrainOptions {
   int evalBatches = 8;
   bool resume = true;
   int64_t stopAfter = 0; ///< > 0: stop (with a checkpoint) after this many steps
+  /// Becomes true to end the run after the step in progress, with a
+  /// checkpoint (TrainOptions::stop); the tools set it on SIGINT/SIGTERM.
+  const std::atomic<bool> *stop = nullptr;
   DataParallelFlags parallel;
   /// "compiled": the artifact's step where it was compiled for (CPU, or a
   /// GPU for a CUDA artifact); "cuda-sim": a CUDA artifact's step with its

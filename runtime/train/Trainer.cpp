@@ -96,6 +96,40 @@ std::string DataSource::describe() const {
          std::to_string(corpus_->heldOutBytes()) + " held out";
 }
 
+std::string absoluteDataPaths(const std::string &data) {
+  if (data.rfind("synthetic:", 0) == 0)
+    return data;
+  std::string out;
+  std::stringstream parts(data);
+  for (std::string part; std::getline(parts, part, ':');) {
+    std::error_code ec;
+    std::filesystem::path p =
+        part.empty() ? std::filesystem::path() : std::filesystem::absolute(part, ec);
+    out += (out.empty() ? "" : ":") + (ec || part.empty() ? part : p.lexically_normal().string());
+  }
+  return out;
+}
+
+RecordedRun recordedRun(const nlohmann::json &state) {
+  RecordedRun r;
+  if (!state.is_object())
+    return r;
+  auto integer = [](const nlohmann::json &o, const char *key) -> std::optional<int> {
+    if (o.is_object() && o.contains(key) && o[key].is_number_integer() && o[key].get<int>() > 0)
+      return o[key].get<int>();
+    return std::nullopt;
+  };
+  if (state.contains("config"))
+    r.batch = integer(state["config"], "batch");
+  if (state.contains("run")) {
+    const nlohmann::json &run = state["run"];
+    r.evalBatches = integer(run, "eval_batches");
+    if (run.is_object() && run.contains("data") && run["data"].is_string())
+      r.data = run["data"].get<std::string>();
+  }
+  return r;
+}
+
 Expected<EvalResult> evaluate(const Forward &forward, const ModelConfig &config,
                               const DataSource &data, int batches) {
   EvalResult r;
@@ -284,6 +318,11 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
                            {"warmup", opt.adam.warmupSteps},
                            {"weight_decay", double(opt.adam.weightDecay)},
                            {"clip", double(opt.adam.clipNorm)}};
+  // What attnc eval reuses unless told otherwise (resuming compares none
+  // of it): the evaluation's batches and the data, its file paths made
+  // absolute so the run evaluates from any folder.
+  const nlohmann::json runRecord = {{"eval_batches", opt.evalBatches},
+                                    {"data", absoluteDataPaths(opt.data)}};
   // Data parallelism: the micro-batches decide the arithmetic (and so the
   // checkpoint's continuation); one micro-batch is the single-process step.
   dist::Communicator &comm = opt.comm ? *opt.comm : dist::world();
@@ -388,7 +427,7 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
     ck.specHash = opt.specHash;
     model.saveWeights(ck.tensors);
     adam.saveState(ck.tensors);
-    ck.state = {{"config", config}, {"steps", opt.steps}};
+    ck.state = {{"config", config}, {"steps", opt.steps}, {"run", runRecord}};
     if (opt.stepState)
       if (std::string s = opt.stepState(); !s.empty())
         ck.state["step_state"] = nlohmann::json::parse(s);
@@ -436,6 +475,7 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
   const bool tty = writer && opt.progress && isatty(STDERR_FILENO);
   const auto t0 = Clock::now();
   const double tokensPerStep = double(opt.batch) * model.config().seq;
+  int64_t stoppedAt = end;
   for (int64_t step = start; step < end; ++step) {
     auto s0 = Clock::now();
     Batch b = data.train(opt.seed, step, opt.batch);
@@ -474,6 +514,7 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
     sum.losses.push_back(loss);
     csv << step << "," << loss << "," << learningRate(adamCfg, step) << "," << gradNorm << ","
         << tokensPerStep / secs << "," << elapsed << "\n";
+    csv.flush(); // a row per step as it ends: tail -f follows, a killed run keeps its rows
     if (tty) {
       double perStep = elapsed / double(step - start + 1);
       std::ios::fmtflags flags = log.flags();
@@ -498,6 +539,11 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
       csv.flush(); // the log reaches the checkpoint's step before the checkpoint exists
       if (Status s = save(step + 1); !s)
         return s.takeError();
+    }
+    if (opt.stop && opt.stop->load() && step + 1 < end) {
+      sum.interrupted = true;
+      stoppedAt = step + 1;
+      break;
     }
   }
   if (tty)
@@ -524,7 +570,7 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
     log.flags(flags);
     log.precision(precision);
   }
-  sum.lastStep = std::max(start, end);
+  sum.lastStep = std::max(start, stoppedAt);
   sum.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   sum.tokensPerSecond =
       sum.seconds > 0 ? tokensPerStep * double(sum.lastStep - start) / sum.seconds : 0;
@@ -534,7 +580,7 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
       return s.takeError();
   if (Status s = syncHost(); !s)
     return s.takeError();
-  if (!writer) // rank 0 evaluates and draws
+  if (!writer || sum.interrupted) // rank 0 evaluates and draws; an interrupt is in a hurry
     return sum;
   Expected<EvalResult> e = evaluate(opt.forward, model.config(), data, opt.evalBatches);
   if (!e)

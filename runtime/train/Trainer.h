@@ -17,6 +17,9 @@
 #include "runtime/train/CrossEntropy.h"
 #include "runtime/train/Parameters.h"
 
+#include <nlohmann/json.hpp>
+
+#include <atomic>
 #include <functional>
 #include <iosfwd>
 #include <optional>
@@ -81,8 +84,12 @@ struct TrainOptions {
   bool resume = true;    ///< continue from outDir's latest checkpoint
   int64_t stopAfter = 0; ///< > 0: stop after this many steps (checkpointed); the
                          ///< schedule still spans `steps`
-  bool progress = true;  ///< live line when stderr is a terminal
-  std::string title;     ///< loss.svg's title: the model, its attention and the data
+  /// When it becomes true (a signal handler sets it), the run ends after
+  /// the step in progress as --stop-after would: a checkpoint, then
+  /// TrainSummary::interrupted, without the final evaluation.
+  const std::atomic<bool> *stop = nullptr;
+  bool progress = true; ///< live line when stderr is a terminal
+  std::string title;    ///< loss.svg's title: the model, its attention and the data
   /// The training step's forward and backward (mean loss; gradients in the
   /// model's buffers, which the trainer zeroes first): a compiled
   /// whole-model step (CompiledStep::run). Required unless `resident`.
@@ -143,6 +150,7 @@ struct TrainSummary {
   /// eval.csv), in step order, and the one with the lowest loss.
   std::vector<EvalPoint> evals;
   EvalPoint bestEval;
+  bool interrupted = false; ///< TrainOptions::stop ended the run early
 };
 
 /// Loads the data the options name for the model's objective.
@@ -161,6 +169,19 @@ private:
   std::optional<ByteCorpus> corpus_;
   bool duplicate_ = false;
 };
+
+/// `data` (TrainOptions::data) with each file path made absolute;
+/// synthetic data as it is.
+std::string absoluteDataPaths(const std::string &data);
+
+/// What a training run's checkpoint records for attnc eval: the batch, the
+/// batches per evaluation and the data (absolute paths). What a checkpoint
+/// lacks (one an older attnc wrote) stays unset.
+struct RecordedRun {
+  std::optional<int> batch, evalBatches;
+  std::optional<std::string> data;
+};
+RecordedRun recordedRun(const nlohmann::json &checkpointState);
 
 /// The objective's metrics over `batches` evaluation batches of
 /// forward.batch sequences: the softmax cross-entropy and argmax accuracy

@@ -18,6 +18,7 @@
 #include "driver/ModelSession.h"
 #include "driver/Spec.h"
 #include "test/reference/Model.h"
+#include "tools/ExitCodes.h"
 
 #include "runtime/train/Trainer.h"
 
@@ -33,7 +34,8 @@ namespace {
 
 /// --check-reversible: the backward from rebuilt inputs against the one from
 /// stored inputs, and the activation plans for 2, 6 and 12 layers.
-int checkReversible(PreparedModel &p, const train::DataSource &data, const TrainCliOptions &opt) {
+mlir::LogicalResult checkReversible(PreparedModel &p, const train::DataSource &data,
+                                    const TrainCliOptions &opt) {
   if (!p.config.reversible)
     return commandError("train", "--check-reversible needs a model with reversible layers");
   train::ModelConfig stored = p.config;
@@ -70,11 +72,12 @@ int checkReversible(PreparedModel &p, const train::DataSource &data, const Train
               << train::Model::activationPlanOf(c, opt.batch).keptBytes << " bytes, storing inputs "
               << train::Model::activationPlanOf(s, opt.batch).keptBytes << " bytes\n";
   }
-  return ok ? kExitOk : kExitInput;
+  return mlir::success(ok);
 }
 
 /// --compare-engines: the runtime's and the compiled step on one batch.
-int compareEngines(PreparedModel &p, const train::DataSource &data, const TrainCliOptions &opt) {
+mlir::LogicalResult compareEngines(PreparedModel &p, const train::DataSource &data,
+                                   const TrainCliOptions &opt) {
   train::ParameterStore store(p.config, opt.run.seed);
   train::Model model(store, attentionOf(p));
   StepPlan plan;
@@ -120,7 +123,7 @@ int compareEngines(PreparedModel &p, const train::DataSource &data, const TrainC
             << (opt.run.engine == "cuda-sim" ? "cuda-sim " : "compiled ") << *loss << "\n"
             << "gradients: worst max|difference|/max|gradient| " << worst << " (" << where
             << ") over " << params.size() << " tensors" << (ok ? "" : "  > 1e-3: FAILED") << "\n";
-  return ok ? kExitOk : kExitInput;
+  return mlir::success(ok);
 }
 
 } // namespace
@@ -147,10 +150,11 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   PreparedModel p;
-  if (int rc = prepare("train", opt, p, Pin::None))
-    return rc;
+  if (mlir::failed(prepare("train", opt, p, Pin::None)))
+    return tools::kExitInput;
   Expected<train::DataSource> data = train::DataSource::open(opt.run.data, p.config, 0.05);
   if (!data)
-    return commandError("train", data.error());
-  return compare->parsed() ? compareEngines(p, *data, opt) : checkReversible(p, *data, opt);
+    return tools::exitCode(commandError("train", data.error()));
+  return tools::exitCode(compare->parsed() ? compareEngines(p, *data, opt)
+                                           : checkReversible(p, *data, opt));
 }

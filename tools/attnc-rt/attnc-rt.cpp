@@ -14,6 +14,7 @@
 #include "runtime/dist/Nccl.h"
 #include "runtime/train/ArtifactTrain.h"
 #include "runtime/tune/AttentionBench.h"
+#include "tools/Interrupt.h"
 #include "tools/TrainFlags.h"
 
 #include <CLI/CLI.hpp>
@@ -144,11 +145,13 @@ int main(int argc, char **argv) {
     attnc::Status s = attnc::runArtifactAttention(opts);
     if (!s) {
       std::cerr << "attnc-rt run: error: " << s.error() << "\n";
-      return s.error().find("not implemented yet") != std::string::npos ? 2 : 1;
+      return 1;
     }
     return 0;
   }
-  if (train->parsed())
+  if (train->parsed()) {
+    if (attnc::dist::world().size() == 1)
+      topts.stop = attnc::tools::stopOnInterrupt("attnc-rt train");
     return attnc::tools::runAsRank([&] {
       auto r = attnc::train::trainArtifact(topts);
       if (!r) {
@@ -156,8 +159,9 @@ int main(int argc, char **argv) {
         return 1;
       }
       attnc::train::writeTrainReport(*r, topts.out, std::cout);
-      return 0;
+      return r->summary.interrupted ? attnc::tools::interruptedExitCode() : 0;
     });
+  }
   if (bench->parsed()) {
     if (!benchShapes.empty())
       bopts.shapes.clear();

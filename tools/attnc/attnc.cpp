@@ -1,8 +1,8 @@
 //===- attnc.cpp - The attnc command line ---------------------------------===//
 //
 // Flags and help text only: each subcommand fills its driver options and
-// calls the driver (driver/), which does the work. Exit codes: 0 success,
-// 1 a problem with the user's input, 2 a feature that does not exist yet.
+// calls the driver (driver/), which does the work and returns what happened;
+// tools/ExitCodes.h turns that into the exit code.
 //
 //===----------------------------------------------------------------------===//
 #include "driver/Bench.h"
@@ -10,8 +10,9 @@
 #include "driver/PlotRuns.h"
 #include "driver/Run.h"
 #include "driver/Train.h"
-#include "tools/TrainFlags.h"
 #include "driver/Tune.h"
+#include "tools/ExitCodes.h"
+#include "tools/TrainFlags.h"
 #include "runtime/Version.h"
 
 #include <CLI/CLI.hpp>
@@ -19,14 +20,15 @@
 #include <iostream>
 
 namespace {
-using attnc::driver::kExitInput;
+using attnc::tools::exitCode;
+using attnc::tools::kExitInput;
 } // namespace
 
 int main(int argc, char **argv) {
   // First: under mpirun this process is one rank of a data-parallel run.
   if (attnc::Status s = attnc::dist::initialize(&argc, &argv); !s) {
     std::cerr << "attnc: error: " << s.error() << "\n";
-    return 1;
+    return kExitInput;
   }
   CLI::App app{"attnc: a compiler for attention variants (dense, low-rank "
                "Linformer, LSH Reformer, user-defined)"};
@@ -187,22 +189,28 @@ int main(int argc, char **argv) {
   for (CLI::App *sub : {trainCmd, evalCmd}) {
     sub->add_option("spec", topts.spec, "the .attn spec file")->required();
     sub->add_option("--model", topts.run.model, "which model of the spec (default: the only one)");
-    sub->add_option("--data", topts.run.data,
-                    "synthetic:duplicate, or text files / directories (':'-separated)")
-        ->required();
+    CLI::Option *data = sub->add_option(
+        "--data", topts.run.data,
+        sub == trainCmd ? "synthetic:duplicate, or text files / directories (':'-separated)"
+                        : "synthetic:duplicate, or text files / directories (':'-separated) "
+                          "(default: the run's, as its checkpoint records it)");
+    if (sub == trainCmd)
+      data->required();
     sub->add_option("--out", topts.run.out,
                     "run directory: checkpoints, train.csv, eval.csv, loss.svg")
         ->capture_default_str();
     sub->add_option("--batch", topts.batch,
                     sub == trainCmd ? "sequences per step (default: the model's train block, "
                                       "else 8)"
-                                    : "sequences per evaluation batch")
+                                    : "sequences per evaluation batch (default: the "
+                                      "run's batch, as its checkpoint records it)")
         ->check(CLI::Range(1, 1 << 16));
     sub->add_option("--seed", topts.run.seed, "seed of the weights and the data order")
         ->capture_default_str();
-    sub->add_option("--eval-batches", topts.run.evalBatches, "batches per evaluation")
-        ->check(CLI::Range(1, 1 << 20))
-        ->capture_default_str();
+    sub->add_option("--eval-batches", topts.run.evalBatches,
+                    sub == trainCmd ? "batches per evaluation (default 8)"
+                                    : "batches per evaluation (default: the run's, else 8)")
+        ->check(CLI::Range(1, 1 << 20));
     sub->add_option("--target", topts.target, "where to run")
         ->check(CLI::IsMember({"cpu", "cuda"}))
         ->capture_default_str();
@@ -352,30 +360,35 @@ int main(int argc, char **argv) {
   }
 
   if (compile->parsed())
-    return attnc::driver::runCompile(copts);
+    return exitCode(attnc::driver::runCompile(copts));
   if (run->parsed())
-    return attnc::driver::runAttention(ropts);
+    return exitCode(attnc::driver::runAttention(ropts));
   if (bench->parsed())
-    return attnc::driver::runBench(bopts);
+    return exitCode(attnc::driver::runBench(bopts));
   if (trainCmd->parsed()) {
     if (trainCmd->count("--batch")) // else the model's train block decides
       topts.run.flags.batch = topts.batch;
-    return attnc::tools::runAsRank([&] { return attnc::driver::runTrain(topts); });
+    if (attnc::dist::world().size() == 1)
+      topts.run.stop = attnc::tools::stopOnInterrupt("attnc train");
+    return attnc::tools::runAsRank([&] { return exitCode(attnc::driver::runTrain(topts)); });
   }
-  if (evalCmd->parsed())
-    return attnc::driver::runEval(topts);
+  if (evalCmd->parsed()) {
+    topts.batchGiven = evalCmd->count("--batch") > 0;
+    topts.evalBatchesGiven = evalCmd->count("--eval-batches") > 0;
+    return exitCode(attnc::driver::runEval(topts));
+  }
   if (tuneCmd->parsed()) {
     if (tuneOpts.spec.empty() && !tuneOpts.show) {
       std::cerr << "attnc tune: a spec is needed (or --show)\n";
       return kExitInput;
     }
-    return attnc::driver::runTune(tuneOpts);
+    return exitCode(attnc::driver::runTune(tuneOpts));
   }
   if (plotCmd->parsed())
-    return attnc::driver::runPlot(plotOpts);
+    return exitCode(attnc::driver::runPlot(plotOpts));
   if (generateCmd->parsed())
-    return attnc::driver::runGenerate(topts);
+    return exitCode(attnc::driver::runGenerate(topts));
   if (fillCmd->parsed())
-    return attnc::driver::runFill(topts);
+    return exitCode(attnc::driver::runFill(topts));
   return kExitInput;
 }
