@@ -4,6 +4,7 @@
 #include "driver/Compile.h"
 #include "driver/ModelConfigOf.h"
 #include "driver/ModelGraph.h"
+#include "driver/ModelIdentity.h"
 #include "driver/Run.h"
 #include "driver/Spec.h"
 #include "driver/Tune.h"
@@ -11,6 +12,7 @@
 #include "runtime/CudaDriver.h"
 #include "runtime/FileSystem.h"
 #include "runtime/KernelCache.h"
+#include "runtime/train/Checkpoint.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
@@ -80,6 +82,8 @@ mlir::LogicalResult readRunChoices(const char *cmd, const TrainCliOptions &opt, 
                                  " is not a kernel-choices file (an object with integer block_q, "
                                  "block_kv and ffn_chunk, and the spec_hash and model it belongs "
                                  "to); remove it to choose again");
+  // The pins name the model too: a run from before identities carries the
+  // spec text's hash, which the spec's models share.
   if (j["spec_hash"] != p.specHash || j["model"] != p.name)
     return mlir::success();
   layer.push_back("model=" + p.name);
@@ -128,7 +132,7 @@ mlir::LogicalResult writeRunChoices(const char *cmd, const TrainCliOptions &opt,
   const std::string path = runChoicesPath(opt);
   if (opt.run.resume && fs::readFile(path) && fs::readFile(opt.run.out + "/latest.json"))
     return mlir::success();
-  nlohmann::json j = {{"spec_hash", p.specHash}, {"model", p.name}};
+  nlohmann::json j = {{"spec_hash", p.specHash}, {"model", p.name}, {"model_ir", p.modelText}};
   for (const std::string &e : runChoicesOf(model)) {
     auto eq = e.find('=');
     if (e.compare(0, eq, "model") != 0)
@@ -139,6 +143,47 @@ mlir::LogicalResult writeRunChoices(const char *cmd, const TrainCliOptions &opt,
   if (Status st = fs::writeFileAtomic(path, j.dump(2) + "\n"); !st)
     return commandError(cmd, st.error());
   return mlir::success();
+}
+
+/// Sets the model's identity (p.specHash, p.modelText) and checks it
+/// against the run folder's latest checkpoint when the command continues
+/// that run: eval, generate and fill always, train when it resumes. A run
+/// whose checkpoints carry this spec text's hash (attnc before identities)
+/// keeps that hash. A different model is refused with what differs.
+mlir::LogicalResult checkRunIdentity(const char *cmd, const TrainCliOptions &opt, Pin pin,
+                                     attn::ModelOp model, const std::string &textHash,
+                                     PreparedModel &p) {
+  const ModelIdentity id = modelIdentity(model);
+  p.specHash = id.hash, p.modelText = id.text;
+  const bool continues = pin == Pin::Read || (pin == Pin::ReadWrite && opt.run.resume);
+  const std::string runHash = train::latestCheckpointSpecHash(opt.run.out);
+  if (runHash.empty() || runHash == id.hash)
+    return mlir::success();
+  if (runHash == textHash) {
+    p.specHash = textHash;
+    return mlir::success();
+  }
+  if (!continues)
+    return mlir::success();
+  std::string was;
+  if (Expected<std::string> pins = fs::readFile(runChoicesPath(opt))) {
+    nlohmann::json j = nlohmann::json::parse(*pins, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j["spec_hash"] == runHash && j["model_ir"].is_string())
+      was = j["model_ir"].get<std::string>();
+  }
+  const std::string what =
+      was.empty() ? " (its checkpoints predate recorded models, so what changed is unknown)\n"
+                  : ":\n" + identityDifference(was, id.text);
+  const std::string todo = std::string(cmd) == "train"
+                               ? "restore the spec's model, or train it in a new run (another "
+                                 "--out, or --no-resume to start this one again)"
+                               : "restore the spec's model, or name the run it belongs to "
+                                 "with --out";
+  return commandError(cmd, "model " + p.name + " is not the one the run in " + opt.run.out +
+                               " was trained with" + what +
+                               "(comments, formatting, names, tiles, FFN chunks and the train "
+                               "block do not count); " +
+                               todo);
 }
 
 } // namespace
@@ -168,7 +213,6 @@ mlir::LogicalResult prepare(const char *cmd, const TrainCliOptions &opt, Prepare
   p.module = loadSpecModule(opt.spec, cmd, p.context, &text);
   if (!p.module)
     return mlir::failure();
-  p.specHash = sha256Hex(text);
   attn::ModelOp model;
   std::string names;
   int count = 0;
@@ -185,6 +229,8 @@ mlir::LogicalResult prepare(const char *cmd, const TrainCliOptions &opt, Prepare
                                            : "no model '" + opt.run.model + "' in " + opt.spec +
                                                  " (it has: " + names + ")");
   p.name = model.getSymName().str();
+  if (mlir::failed(checkRunIdentity(cmd, opt, pin, model, sha256Hex(text), p)))
+    return mlir::failure();
   // The run's pinned choices, then the tuning database's CPU tiles, FFN
   // chunks and accuracy choices (attn-apply-tuning), then the heuristics.
   // The variant's one tile serves the CPU kernels (which every run

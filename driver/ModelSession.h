@@ -44,7 +44,10 @@ struct PreparedModel {
   std::string target = "cpu", precision = "f32";
   float lossScale = 0;
   train::ModelConfig config;
-  std::string specHash, name;
+  /// The model's identity (driver/ModelIdentity.h), which its run's
+  /// checkpoints and pins carry, and the canonical text it hashes.
+  std::string specHash, modelText, name;
+
   /// The prepared model's op in `module`.
   attn::ModelOp model();
 };

@@ -251,14 +251,16 @@ Status saveCheckpoint(const std::string &dir, const Checkpoint &ckpt, int keep) 
   return {};
 }
 
-Expected<Checkpoint> loadLatestCheckpoint(const std::string &dir,
-                                          const std::string &expectedSpecHash) {
+namespace {
+
+/// The JSON of `dir`'s latest checkpoint (its path in `jpath`), checked:
+/// the format version and the fields every checkpoint has.
+Expected<nlohmann::json> readLatestMeta(const std::string &dir, std::string &jpath) {
   const std::string lpath = join(dir, kLatest);
   std::error_code ec;
   if (!std::filesystem::exists(lpath, ec))
     return makeError("no checkpoint in '" + dir + "' (no " + kLatest + "): nothing to resume");
 
-  std::string jpath;
   nlohmann::json meta;
   try {
     Expected<nlohmann::json> latest = readJson(lpath);
@@ -295,6 +297,18 @@ Expected<Checkpoint> loadLatestCheckpoint(const std::string &dir,
     return makeError("checkpoint file '" + (jpath.empty() ? lpath : jpath) +
                      "' is corrupt: " + e.what());
   }
+  return meta;
+}
+
+} // namespace
+
+Expected<Checkpoint> loadLatestCheckpoint(const std::string &dir,
+                                          const std::string &expectedSpecHash) {
+  std::string jpath;
+  Expected<nlohmann::json> read = readLatestMeta(dir, jpath);
+  if (!read)
+    return read.takeError();
+  nlohmann::json &meta = *read;
 
   Checkpoint out;
   out.step = meta["step"].get<int64_t>();
@@ -324,6 +338,12 @@ Expected<Checkpoint> loadLatestCheckpoint(const std::string &dir,
   if (meta.contains("state"))
     out.state = meta["state"];
   return out;
+}
+
+std::string latestCheckpointSpecHash(const std::string &dir) {
+  std::string jpath;
+  Expected<nlohmann::json> meta = readLatestMeta(dir, jpath);
+  return meta ? (*meta)["spec_hash"].get<std::string>() : std::string();
 }
 
 bool hasCheckpoint(const std::string &dir) {

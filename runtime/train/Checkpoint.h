@@ -46,6 +46,10 @@ Status saveCheckpoint(const std::string &dir, const Checkpoint &ckpt, int keep =
 Expected<Checkpoint> loadLatestCheckpoint(const std::string &dir,
                                           const std::string &expectedSpecHash);
 
+/// The spec hash of `dir`'s latest checkpoint, from its JSON alone (the
+/// tensors are not read); empty when there is none or it cannot be read.
+std::string latestCheckpointSpecHash(const std::string &dir);
+
 /// Whether `dir` has a latest checkpoint (latest.json exists).
 bool hasCheckpoint(const std::string &dir);
 
