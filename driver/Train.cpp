@@ -277,11 +277,26 @@ CommandResult runTrain(const TrainCliOptions &options) {
   return r->summary.interrupted ? Outcome::Interrupted : Outcome::Done;
 }
 
+namespace {
+
+/// The run's latest checkpoint (or, if it is corrupt, the newest intact
+/// one, with a note saying so).
+Expected<train::Checkpoint> latestCheckpoint(const char *cmd, const TrainCliOptions &opt,
+                                             const PreparedModel &p) {
+  Expected<train::Checkpoint> ck = train::loadNewestIntactCheckpoint(opt.run.out, p.specHash);
+  if (ck && !ck->recovered.empty())
+    diagnostics() << "attnc " << cmd << ": note: " << ck->recovered << "\n";
+  return ck;
+}
+
+} // namespace
+
 mlir::LogicalResult runEval(const TrainCliOptions &opt) {
+  const char *cmd = "eval";
   PreparedModel p;
   if (mlir::failed(prepare("eval", opt, p)))
     return mlir::failure();
-  Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.run.out, p.specHash);
+  Expected<train::Checkpoint> ck = latestCheckpoint(cmd, opt, p);
   if (!ck)
     return commandError("eval", ck.error());
   // The run's own batch, evaluation size and data, unless the command line
@@ -335,7 +350,7 @@ mlir::LogicalResult loadTrained(const char *cmd, const TrainCliOptions &opt, Pre
                                 Trained &t) {
   if (mlir::failed(prepare(cmd, opt, p)))
     return mlir::failure();
-  Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.run.out, p.specHash);
+  Expected<train::Checkpoint> ck = latestCheckpoint(cmd, opt, p);
   if (!ck)
     return commandError(cmd, ck.error());
   t.store.emplace(p.config, opt.run.seed);
@@ -357,7 +372,7 @@ mlir::LogicalResult captureAttentionInputs(const char *cmd, const TrainCliOption
   PreparedModel p;
   if (mlir::failed(prepare(cmd, opt, p)))
     return mlir::failure();
-  Expected<train::Checkpoint> ck = train::loadLatestCheckpoint(opt.run.out, p.specHash);
+  Expected<train::Checkpoint> ck = latestCheckpoint(cmd, opt, p);
   if (!ck)
     return commandError(cmd, ck.error());
   Expected<train::DataSource> data = train::DataSource::open(opt.run.data, p.config, 0.05);

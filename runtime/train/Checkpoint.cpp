@@ -253,15 +253,30 @@ Status saveCheckpoint(const std::string &dir, const Checkpoint &ckpt, int keep) 
 
 namespace {
 
-/// The JSON of `dir`'s latest checkpoint (its path in `jpath`), checked:
-/// the format version and the fields every checkpoint has.
+/// Checks a checkpoint's JSON: the format version and the fields every
+/// checkpoint has, with their types.
+Status checkMeta(const nlohmann::json &meta, const std::string &jpath) {
+  if (!meta.contains("format_version") || !meta["format_version"].is_number_integer() ||
+      meta["format_version"].get<int>() != kFormatVersion)
+    return makeError(
+        "checkpoint '" + jpath + "' has an unsupported format_version (" +
+        (meta.contains("format_version") ? meta["format_version"].dump() : std::string("missing")) +
+        "; this build reads " + std::to_string(kFormatVersion) + ")");
+  for (const char *key : {"step", "spec_hash", "tensors", "tensors_sha256"})
+    if (!meta.contains(key))
+      return makeError("checkpoint '" + jpath + "' is corrupt: field \"" + key + "\" is missing");
+  if (!meta["step"].is_number_integer() || !meta["spec_hash"].is_string() ||
+      !meta["tensors"].is_string() || !meta["tensors_sha256"].is_string())
+    return makeError("checkpoint '" + jpath + "' is corrupt: a field has the wrong type");
+  return {};
+}
+
+/// The JSON of `dir`'s latest checkpoint (its path in `jpath`), checked.
 Expected<nlohmann::json> readLatestMeta(const std::string &dir, std::string &jpath) {
   const std::string lpath = join(dir, kLatest);
   std::error_code ec;
   if (!std::filesystem::exists(lpath, ec))
     return makeError("no checkpoint in '" + dir + "' (no " + kLatest + "): nothing to resume");
-
-  nlohmann::json meta;
   try {
     Expected<nlohmann::json> latest = readJson(lpath);
     if (!latest)
@@ -274,49 +289,28 @@ Expected<nlohmann::json> readLatestMeta(const std::string &dir, std::string &jpa
       return makeError("checkpoint file '" + lpath + "' is corrupt: bad checkpoint name '" + jname +
                        "'");
     jpath = join(dir, jname);
-    Expected<nlohmann::json> m = readJson(jpath);
-    if (!m)
-      return makeError("'" + lpath + "' names a checkpoint that cannot be read: " + m.error());
-    meta = std::move(*m);
-    if (!meta.contains("format_version") || !meta["format_version"].is_number_integer() ||
-        meta["format_version"].get<int>() != kFormatVersion)
-      return makeError("checkpoint '" + jpath + "' has an unsupported format_version (" +
-                       (meta.contains("format_version") ? meta["format_version"].dump()
-                                                        : std::string("missing")) +
-                       "; this build reads " + std::to_string(kFormatVersion) + ")");
-    for (const char *key : {"step", "spec_hash", "tensors", "tensors_sha256"})
-      if (!meta.contains(key))
-        return makeError("checkpoint '" + jpath + "' is corrupt: field \"" + key + "\" is missing");
-    if (!meta["step"].is_number_integer() || !meta["spec_hash"].is_string() ||
-        !meta["tensors"].is_string() || !meta["tensors_sha256"].is_string())
-      return makeError("checkpoint '" + jpath + "' is corrupt: a field has the wrong type");
-    if (l.contains("step") && l["step"] != meta["step"])
+    Expected<nlohmann::json> meta = readJson(jpath);
+    if (!meta)
+      return makeError("'" + lpath + "' names a checkpoint that cannot be read: " + meta.error());
+    if (Status ok = checkMeta(*meta, jpath); !ok)
+      return ok.takeError();
+    if (l.contains("step") && l["step"] != (*meta)["step"])
       return makeError("'" + lpath + "' says step " + l["step"].dump() + " but '" + jpath +
-                       "' is step " + meta["step"].dump());
+                       "' is step " + (*meta)["step"].dump());
+    return meta;
   } catch (const std::exception &e) {
     return makeError("checkpoint file '" + (jpath.empty() ? lpath : jpath) +
                      "' is corrupt: " + e.what());
   }
-  return meta;
 }
 
-} // namespace
-
-Expected<Checkpoint> loadLatestCheckpoint(const std::string &dir,
-                                          const std::string &expectedSpecHash) {
-  std::string jpath;
-  Expected<nlohmann::json> read = readLatestMeta(dir, jpath);
-  if (!read)
-    return read.takeError();
-  nlohmann::json &meta = *read;
-
+/// The checkpoint whose checked JSON `meta` is at `jpath`: its tensors,
+/// verified against their recorded SHA-256, and its state.
+Expected<Checkpoint> loadCheckpointAt(const std::string &dir, const std::string &jpath,
+                                      const nlohmann::json &meta) {
   Checkpoint out;
   out.step = meta["step"].get<int64_t>();
   out.specHash = meta["spec_hash"].get<std::string>();
-  if (!expectedSpecHash.empty() && out.specHash != expectedSpecHash)
-    return makeError("checkpoint '" + jpath + "' was written for spec " + out.specHash +
-                     ", this spec is " + expectedSpecHash);
-
   const std::string tname = meta["tensors"].get<std::string>();
   if (!plainName(tname))
     return makeError("checkpoint '" + jpath + "' is corrupt: bad tensors file name '" + tname +
@@ -338,6 +332,57 @@ Expected<Checkpoint> loadLatestCheckpoint(const std::string &dir,
   if (meta.contains("state"))
     out.state = meta["state"];
   return out;
+}
+
+} // namespace
+
+Expected<Checkpoint> loadLatestCheckpoint(const std::string &dir,
+                                          const std::string &expectedSpecHash) {
+  std::string jpath;
+  Expected<nlohmann::json> meta = readLatestMeta(dir, jpath);
+  if (!meta)
+    return meta.takeError();
+  if (!expectedSpecHash.empty() && (*meta)["spec_hash"] != expectedSpecHash)
+    return makeError("checkpoint '" + jpath + "' was written for spec " +
+                     (*meta)["spec_hash"].get<std::string>() + ", this spec is " +
+                     expectedSpecHash);
+  return loadCheckpointAt(dir, jpath, *meta);
+}
+
+Expected<Checkpoint> loadNewestIntactCheckpoint(const std::string &dir,
+                                                const std::string &expectedSpecHash) {
+  Expected<Checkpoint> latest = loadLatestCheckpoint(dir, expectedSpecHash);
+  if (latest || !hasCheckpoint(dir))
+    return latest;
+  std::string jpath;
+  Expected<nlohmann::json> meta = readLatestMeta(dir, jpath);
+  if (meta && !expectedSpecHash.empty() && (*meta)["spec_hash"] != expectedSpecHash)
+    return latest; // another model's run: nothing older is this one's either
+  // The newest older checkpoint that is intact: a torn or damaged latest
+  // one (a disk fault; the writer itself never leaves one) loses its steps,
+  // not the run.
+  std::set<int64_t> steps;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    if (int64_t s = parseStep(it->path().filename().string(), ".json", false); s >= 0)
+      steps.insert(s);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const std::string older = join(dir, jsonName(*it));
+    if (older == jpath)
+      continue;
+    Expected<nlohmann::json> m = readJson(older);
+    if (!m || !checkMeta(*m, older) ||
+        (!expectedSpecHash.empty() && (*m)["spec_hash"] != expectedSpecHash))
+      continue;
+    Expected<Checkpoint> c = loadCheckpointAt(dir, older, *m);
+    if (!c)
+      continue;
+    c->recovered = latest.error() + "; using '" + older + "' (step " + std::to_string(c->step) +
+                   "), the newest intact checkpoint";
+    return c;
+  }
+  return makeError(latest.error() + " (and no older checkpoint in '" + dir + "' is intact)");
 }
 
 std::string latestCheckpointSpecHash(const std::string &dir) {

@@ -33,6 +33,9 @@ struct Checkpoint {
   std::string specHash;
   st::File tensors;     ///< weights and optimizer state
   nlohmann::json state; ///< anything else the trainer needs to resume exactly
+  /// Non-empty when the latest checkpoint could not be loaded and this is
+  /// the newest intact older one: why, and which was loaded instead.
+  std::string recovered;
 };
 
 /// Writes `ckpt` into `dir` (created if missing) atomically and makes it the
@@ -45,6 +48,14 @@ Status saveCheckpoint(const std::string &dir, const Checkpoint &ckpt, int keep =
 /// data does not match its recorded SHA-256, names the file.
 Expected<Checkpoint> loadLatestCheckpoint(const std::string &dir,
                                           const std::string &expectedSpecHash);
+
+/// loadLatestCheckpoint, but when the latest checkpoint is corrupt
+/// (latest.json, its JSON, or tensors that do not match their SHA-256),
+/// the newest intact older one of the same spec, with `recovered` saying
+/// which failed and which was loaded; with none intact, the latest's error.
+/// What training resumes from and the commands evaluate.
+Expected<Checkpoint> loadNewestIntactCheckpoint(const std::string &dir,
+                                                const std::string &expectedSpecHash);
 
 /// The spec hash of `dir`'s latest checkpoint, from its JSON alone (the
 /// tensors are not read); empty when there is none or it cannot be read.

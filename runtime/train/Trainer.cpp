@@ -360,9 +360,11 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
       log << "data parallel on the device: " << *how << "\n";
   }
   if (opt.resume && hasCheckpoint(opt.outDir)) {
-    Expected<Checkpoint> ck = loadLatestCheckpoint(opt.outDir, opt.specHash);
+    Expected<Checkpoint> ck = loadNewestIntactCheckpoint(opt.outDir, opt.specHash);
     if (!ck)
       return ck.takeError();
+    if (writer && !ck->recovered.empty())
+      log << "note: " << ck->recovered << "\n";
     const std::string where = "checkpoint in " + opt.outDir;
     if (!ck->state.is_object() || !ck->state.contains("config") ||
         !ck->state["config"].is_object() || !ck->state.contains("steps") ||

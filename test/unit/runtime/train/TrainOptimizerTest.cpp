@@ -544,6 +544,49 @@ TEST(TrainOptimizerCheckpoint, MissingOrCorruptLatest) {
   EXPECT_NE(l.error().find(d.path() + "/ckpt-1.json"), std::string::npos) << l.error();
 }
 
+TEST(TrainOptimizerCheckpoint, CorruptLatestFallsBackToTheNewestIntact) {
+  fs::TempDir d = tempDir();
+  for (int64_t step : {10, 20, 30})
+    ASSERT_TRUE(saveCheckpoint(d.path(), smallCheckpoint(step), 3));
+  // The newest tensors damaged: the strict loader refuses, the forgiving
+  // one loads step 20 and says which failed and which it used.
+  const std::string newest = d.path() + "/ckpt-30.safetensors";
+  std::string bytes = *fs::readFile(newest);
+  bytes[bytes.size() - 3] ^= 0x01;
+  writeText(newest, bytes);
+  ASSERT_FALSE(loadLatestCheckpoint(d.path(), "spec-aaaa"));
+  Expected<Checkpoint> l = loadNewestIntactCheckpoint(d.path(), "spec-aaaa");
+  ASSERT_TRUE(l) << l.error();
+  EXPECT_EQ(l->step, 20);
+  EXPECT_NE(l->recovered.find(newest), std::string::npos) << l->recovered;
+  EXPECT_NE(l->recovered.find(d.path() + "/ckpt-20.json"), std::string::npos) << l->recovered;
+  // latest.json itself torn: the newest intact JSON (30's tensors are bad).
+  writeText(d.path() + "/latest.json", "{\"checkpoint\": \"ckpt-3");
+  l = loadNewestIntactCheckpoint(d.path(), "");
+  ASSERT_TRUE(l) << l.error();
+  EXPECT_EQ(l->step, 20);
+  EXPECT_NE(l->recovered.find(d.path() + "/latest.json"), std::string::npos) << l->recovered;
+  // Another spec's run is refused, not recovered from.
+  l = loadNewestIntactCheckpoint(d.path(), "spec-bbbb");
+  ASSERT_FALSE(l);
+  // Nothing intact: the latest's error, saying so.
+  sfs::remove(d.path() + "/ckpt-20.safetensors");
+  sfs::remove(d.path() + "/ckpt-10.safetensors");
+  l = loadNewestIntactCheckpoint(d.path(), "");
+  ASSERT_FALSE(l);
+  EXPECT_NE(l.error().find("no older checkpoint"), std::string::npos) << l.error();
+}
+
+TEST(TrainOptimizerCheckpoint, IntactLatestIsNotRecovered) {
+  fs::TempDir d = tempDir();
+  ASSERT_TRUE(saveCheckpoint(d.path(), smallCheckpoint(4)));
+  ASSERT_TRUE(saveCheckpoint(d.path(), smallCheckpoint(8)));
+  Expected<Checkpoint> l = loadNewestIntactCheckpoint(d.path(), "spec-aaaa");
+  ASSERT_TRUE(l) << l.error();
+  EXPECT_EQ(l->step, 8);
+  EXPECT_TRUE(l->recovered.empty()) << l->recovered;
+}
+
 //===--- Crash safety ------------------------------------------------------===//
 
 namespace {
