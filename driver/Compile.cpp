@@ -136,7 +136,16 @@ mlir::LogicalResult fail(const std::string &msg) {
 }
 } // namespace
 
-mlir::LogicalResult runCompile(const CompileCommandOptions &opts) {
+mlir::LogicalResult runCompile(const CompileCommandOptions &given) {
+  CompileCommandOptions opts = given;
+  if (opts.target.empty())
+    opts.target = opts.checkNvrtc ? "cuda" : "cpu";
+  if (opts.target == "cuda-sim") // the emulator runs the CUDA artifact
+    opts.target = "cuda";
+  if (opts.target != "cpu" && opts.target != "cuda")
+    return fail("--target must be cpu, cuda or cuda-sim, found '" + opts.target + "'");
+  if (opts.arch.empty())
+    opts.arch = defaultCudaArch();
   std::string err;
   if (!checkArch(opts.arch, err))
     return fail(err);

@@ -41,8 +41,10 @@ mlir::LogicalResult checkWithNvrtc(const CompiledKernels &compiled, const std::s
 /// `attnc compile`: what its flags ask for.
 struct CompileCommandOptions {
   std::string spec;
-  std::string target = "cuda";
-  std::string arch = "sm_80";
+  /// cpu, cuda or cuda-sim (the same CUDA code, for the emulator); empty:
+  /// cpu, or cuda for --check-nvrtc. --emit cuda/cpp/model-cuda imply theirs.
+  std::string target;
+  std::string arch;   ///< empty: defaultCudaArch()
   std::string emit;   ///< one stage to print instead of an artifact
   std::string output; ///< with emit: the file (default stdout); else the artifact directory
   bool checkNvrtc = false;

@@ -190,8 +190,12 @@ mlir::LogicalResult checkRunIdentity(const char *cmd, const TrainCliOptions &opt
 
 mlir::LogicalResult prepare(const char *cmd, const TrainCliOptions &opt, PreparedModel &p, Pin pin,
                             bool compileKernels) {
+  if (opt.target == "cuda-sim")
+    return commandError(cmd, "--target cuda-sim: only attnc train runs the CUDA step on the "
+                             "emulator; " +
+                                 std::string(cmd) + " runs on the CPU (leave --target out)");
   if (opt.target != "cpu" && opt.target != "cuda")
-    return commandError(cmd, "--target " + opt.target + ": targets are cpu and cuda");
+    return commandError(cmd, "--target " + opt.target + ": targets are cpu, cuda and cuda-sim");
   if (opt.target == "cuda") {
     if (std::string(cmd) != "train")
       return commandError(cmd, "--target cuda: only attnc train runs on the GPU so far (eval, "

@@ -283,21 +283,16 @@ mlir::LogicalResult runAttention(const RunOptions &opt) {
   auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   if (opt.target == "cuda" || opt.target == "cuda-sim") {
     // The GPU: kernels in --dtype (inputs and outputs stay f32 on the host),
-    // NVRTC to CUBIN for --arch, or for the device's own arch when it was
-    // left at its default; the CUDA events time the kernels. cuda-sim: the
-    // same source on the SIMT emulator, at the tiles --arch gets.
+    // NVRTC to CUBIN for --arch (default: the device's own); the CUDA
+    // events time the kernels. cuda-sim: the same source on the SIMT
+    // emulator, at the tiles --arch gets.
     const bool emulate = opt.target == "cuda-sim";
     Builder bld(&context);
     shape.elementType = opt.dtype == "f16"    ? Type(bld.getF16Type())
                         : opt.dtype == "bf16" ? Type(bld.getBF16Type())
                                               : Type(bld.getF32Type());
-    std::string arch = opt.arch;
+    const std::string arch = opt.arch.empty() ? defaultCudaArch() : opt.arch;
     Status driver = emulate ? Status() : cuda::Driver::available();
-    if (!emulate && driver && arch.empty())
-      if (Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0))
-        arch = "sm_" + std::to_string(dev->ccMajor * 10 + dev->ccMinor);
-    if (arch.empty())
-      arch = "sm_80";
     if (Expected<GpuArch> a = parseGpuArch(arch); !a)
       return fail("--arch: " + a.error());
     std::optional<CudaAttention> kernels;

@@ -20,7 +20,7 @@ struct RunOptions {
   std::string op = "attention";
   std::string inputs, weights, grad, output;
   std::string target = "cpu";
-  std::string arch;          ///< --target cuda: "" = the device's own
+  std::string arch;          ///< CUDA targets: "" = defaultCudaArch()
   std::string dtype = "f32"; ///< --target cuda: the kernels' element type
   uint64_t seed = 0;
 };

@@ -1,5 +1,7 @@
 //===- Spec.cpp - Loading and checking a spec -----------------------------===//
 #include "driver/Spec.h"
+
+#include "runtime/CudaDriver.h"
 #include "driver/Report.h"
 
 #include "dsl/MLIRGen.h"
@@ -54,6 +56,13 @@ bool readSpecFile(const std::string &path, std::string &out, std::string &err) {
     return false;
   }
   return true;
+}
+
+std::string defaultCudaArch() {
+  if (cuda::Driver::available())
+    if (Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0))
+      return dev->arch();
+  return "sm_80";
 }
 
 bool checkArch(const std::string &arch, std::string &err) {

@@ -27,6 +27,10 @@ namespace attnc::driver {
 /// too large to be a spec (64 MiB); `err` says which.
 bool readSpecFile(const std::string &path, std::string &out, std::string &err);
 
+/// What an --arch left out means on every command: the GPU present's
+/// architecture, else sm_80.
+std::string defaultCudaArch();
+
 /// Checks `--arch`: sm_70 (Volta, with a CUDA 12 NVRTC) and newer have kernels.
 bool checkArch(const std::string &arch, std::string &err);
 

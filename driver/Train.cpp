@@ -230,7 +230,15 @@ mlir::LogicalResult benchEngines(const TrainCliOptions &opt, int repeats,
   return mlir::success();
 }
 
-CommandResult runTrain(const TrainCliOptions &options) {
+CommandResult runTrain(const TrainCliOptions &given) {
+  TrainCliOptions options = given;
+  if (options.target == "cuda-sim") { // the CUDA step, its kernels on the emulator
+    if (options.run.engine != "compiled" && options.run.engine != "cuda-sim")
+      return commandError("train", "--target cuda-sim runs the compiled CUDA step; it does not "
+                                   "take --engine " +
+                                       options.run.engine);
+    options.target = "cpu", options.run.engine = "cuda-sim";
+  }
   PreparedModel p;
   const bool check = options.gradCheck > 0;
   if (mlir::failed(prepare("train", options, p, check ? Pin::None : Pin::ReadWrite,

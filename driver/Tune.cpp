@@ -195,7 +195,14 @@ attn::VariantOp variantOf(attn::ModelOp model) {
 
 } // namespace
 
-CommandResult runTune(const TuneOptions &opt) {
+CommandResult runTune(const TuneOptions &given) {
+  TuneOptions opt = given;
+  if (opt.arch.empty())
+    opt.arch = defaultCudaArch();
+  if (opt.target == "cuda-sim")
+    return fail("--target cuda-sim: tuning measures speed, which the emulator does not have; "
+                "--target cuda compiles and checks the configs without a GPU and times them "
+                "on one");
   const std::string path = dbPath(opt.db);
   if (opt.show) {
     Expected<tune::TuningDb> db = tune::TuningDb::open(path);
@@ -212,7 +219,7 @@ CommandResult runTune(const TuneOptions &opt) {
   if (opt.target == "cuda")
     return tuneCuda(*module, opt, path);
   if (opt.target != "cpu")
-    return fail("--target must be cpu or cuda, found '" + opt.target + "'");
+    return fail("--target must be cpu, cuda or cuda-sim, found '" + opt.target + "'");
   if (opt.maxError > 0) { // k / LSH rounds against the error budget
     double budgetLeft = opt.budget;
     for (attn::ModelOp model : module->getOps<attn::ModelOp>())

@@ -34,7 +34,7 @@ struct TuneOptions {
   long long maxWorkspaceKib = 0;
   /// CUDA: the architecture whose limits apply, and a shared-memory limit
   /// in bytes overriding the arch's (0: the arch's).
-  std::string arch = "sm_90";
+  std::string arch; ///< empty: defaultCudaArch()
   int smemLimit = 0;
   /// > 0: choose k (low-rank) or LSH rounds and chunk instead of tiles: the
   /// fastest whose relative output error against exact attention is at

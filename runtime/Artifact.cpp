@@ -52,6 +52,11 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
     return manifest.takeError();
   // cuda-sim runs a CUDA artifact's kernels on the SIMT emulator.
   const bool emulate = opt.target == "cuda-sim" && manifest->target == "cuda";
+  if (opt.target != manifest->target && !emulate && manifest->target == "cuda")
+    return makeError(opt.dir + " was compiled for target cuda, not " + opt.target +
+                     "; run it with --target cuda (on a GPU) or --target cuda-sim (on the CPU's "
+                     "SIMT emulator), or recompile with attnc compile --target " +
+                     opt.target);
   if (opt.target != manifest->target && !emulate)
     return makeError(opt.dir + " was compiled for target " + manifest->target + ", not " +
                      opt.target + "; recompile with attnc compile --target " +

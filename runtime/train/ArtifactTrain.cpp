@@ -123,6 +123,11 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
   if (manifest.target != "cpu" && !gpu)
     return makeError(dir + " was compiled for " + manifest.target +
                      "; training runs compiled steps for cpu and cuda");
+  if (!opt.target.empty() && opt.target != manifest.target)
+    return makeError(dir + " was compiled for target " + manifest.target + ", not " + opt.target +
+                     (gpu ? "; train it with --target cuda (on a GPU) or --target cuda-sim (the "
+                            "CUDA step on the CPU's SIMT emulator)"
+                          : "; recompile with attnc compile --target " + opt.target));
   if (sim && !gpu)
     return makeError("--engine cuda-sim runs a CUDA artifact's step on the SIMT emulator; " + dir +
                      " was compiled for the CPU (attnc compile --target cuda plans one)");

@@ -47,6 +47,9 @@ struct ArtifactTrainOptions {
   /// GPU for a CUDA artifact); "cuda-sim": a CUDA artifact's step with its
   /// kernels on the SIMT emulator, on a machine without a GPU.
   std::string engine = "compiled";
+  /// What the command line named: empty, or cpu / cuda, which must be the
+  /// artifact's own target (cuda-sim is `engine` cuda-sim).
+  std::string target;
   /// CUDA steps: attention through the host (operands downloaded, the
   /// kernels run host-in host-out, results uploaded; on cuda-sim the
   /// artifact's CPU kernels), instead of the attention kernels on the

@@ -15,6 +15,7 @@
 #include "runtime/train/ArtifactTrain.h"
 #include "runtime/tune/AttentionBench.h"
 #include "tools/Interrupt.h"
+#include "tools/TargetFlags.h"
 #include "tools/TrainFlags.h"
 
 #include <CLI/CLI.hpp>
@@ -48,16 +49,15 @@ int main(int argc, char **argv) {
   run->add_option("--weights", opts.weights, "safetensors with E, F and per-head parameters");
   run->add_option("--grad", opts.grad, "safetensors with dout: also compute the gradients");
   run->add_option("--output", opts.output, "safetensors to write")->required();
-  run->add_option("--target", opts.target,
-                  "cpu, cuda, or cuda-sim (a CUDA artifact's kernels on the CPU's SIMT emulator)")
-      ->check(CLI::IsMember({"cpu", "cuda", "cuda-sim"}))
-      ->capture_default_str();
+  attnc::tools::addTargetFlag(run, opts.target, "the artifact's attention runs",
+                              "cuda and cuda-sim run a CUDA artifact, cpu a CPU one");
   run->add_option("--seed", opts.seed, "seed of weights the weights file lacks")
       ->capture_default_str();
-  run->add_option("--as-arch", opts.asArch,
-                  "run the kernels as an older arch's (e.g. sm_70): its code path and tiles; on "
-                  "a GPU compiled to its PTX, which the driver JITs (sm_70 needs a CUDA 12 NVRTC, "
-                  "scripts/bootstrap.sh); on cuda-sim emulated as it");
+  run->add_option("--arch,--as-arch", opts.asArch,
+                  "the CUDA architecture whose code path and tiles the kernels take (default: "
+                  "the artifact's); an older one than the GPU's is compiled to "
+                  "its PTX, which the driver JITs (sm_70 needs a CUDA 12 NVRTC, "
+                  "scripts/bootstrap.sh); --as-arch is its former name");
   attnc::train::ArtifactTrainOptions topts;
   topts.log = &std::cerr;
   CLI::App *train = app.add_subcommand(
@@ -92,11 +92,15 @@ int main(int argc, char **argv) {
   attnc::tools::addDataParallelFlags(train, topts.parallel);
   train
       ->add_option("--engine", topts.engine,
-                   "compiled: the artifact's step on its target (a CUDA artifact on the GPU); "
-                   "cuda-sim: a CUDA artifact's step with its kernels on the SIMT emulator (no "
-                   "GPU needed; slow)")
+                   "kept for scripts: cuda-sim is --target cuda-sim; compiled (the default) "
+                   "is the artifact's step on its own target")
       ->check(CLI::IsMember({"compiled", "cuda-sim"}))
       ->capture_default_str();
+  std::string trainTarget;
+  attnc::tools::addTargetFlag(train, trainTarget, "the step runs",
+                              "cuda-sim: a CUDA artifact's step, its kernels on the emulator (no "
+                              "GPU; slow)",
+                              "the artifact's own target");
   train->add_flag("--host-attention", topts.hostAttention,
                   "CUDA steps: attention through the host (operands downloaded and results "
                   "uploaded each call; cuda-sim: on the artifact's CPU kernels) instead of the "
@@ -150,6 +154,10 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (train->parsed()) {
+    if (trainTarget == "cuda-sim")
+      topts.engine = "cuda-sim";
+    else
+      topts.target = trainTarget;
     if (attnc::dist::world().size() == 1)
       topts.stop = attnc::tools::stopOnInterrupt("attnc-rt train");
     return attnc::tools::runAsRank([&] {

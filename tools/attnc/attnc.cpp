@@ -12,6 +12,7 @@
 #include "driver/Train.h"
 #include "driver/Tune.h"
 #include "tools/ExitCodes.h"
+#include "tools/TargetFlags.h"
 #include "tools/TrainFlags.h"
 #include "runtime/Version.h"
 
@@ -39,13 +40,12 @@ int main(int argc, char **argv) {
   attnc::driver::CompileCommandOptions copts;
   CLI::App *compile = app.add_subcommand("compile", "Check a spec and lower it");
   compile->add_option("spec", copts.spec, "the .attn spec file")->required();
-  compile->add_option("--target", copts.target, "code target")
-      ->check(CLI::IsMember({"cuda", "cpu"}))
-      ->capture_default_str();
-  compile
-      ->add_option("--arch", copts.arch,
-                   "CUDA architecture (sm_70 or newer; sm_70 compiles with a CUDA 12 NVRTC)")
-      ->capture_default_str();
+  attnc::tools::addTargetFlag(compile, copts.target, "the artifact's kernels run",
+                              "cuda-sim writes the CUDA artifact, which attnc-rt runs on the "
+                              "emulator; --emit cuda, cpp and model-cuda choose their own",
+                              "cpu, or cuda with --check-nvrtc");
+  attnc::tools::addArchFlag(compile, copts.arch,
+                            "of the CUDA code (sm_70 compiles with a CUDA 12 NVRTC)");
   compile
       ->add_option(
           "--emit", copts.emit,
@@ -75,12 +75,9 @@ int main(int argc, char **argv) {
       "bench", "Time attention side by side: on the CPU dense (fused and unfused), low-rank, "
                "LSH; on a GPU (--target cuda) the same kernel families by CUDA events with "
                "TFLOP/s against its peak; or the Linformer table, training steps, tuned kernels");
-  bench
-      ->add_option("--target", bopts.target,
-                   "where to run: cpu; cuda (the GPU present; exits 1 without one); cuda-sim "
-                   "(the GPU program on the CPU's SIMT emulator: mechanics only, CPU speed)")
-      ->check(CLI::IsMember({"cpu", "cuda", "cuda-sim"}))
-      ->capture_default_str();
+  attnc::tools::addTargetFlag(bench, bopts.target, "the timed kernels run",
+                              "cuda exits 1 without a GPU; cuda-sim times mechanics only, at the "
+                              "CPU's speed");
   bench->add_option("--dtype", bopts.dtype, "--target cuda, cuda-sim: the kernels' element type")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))
       ->capture_default_str();
@@ -168,14 +165,8 @@ int main(int argc, char **argv) {
   run->add_option("--grad", ropts.grad, "safetensors with dout: also compute the gradients");
   run->add_option("--output", ropts.output, "safetensors to write out, lse (and gradients)")
       ->required();
-  run->add_option("--target", ropts.target,
-                  "where to run: cpu; cuda (a GPU); cuda-sim (the CUDA kernels on the CPU's "
-                  "SIMT emulator, at --arch's tiles)")
-      ->check(CLI::IsMember({"cpu", "cuda", "cuda-sim"}))
-      ->capture_default_str();
-  run->add_option("--arch", ropts.arch,
-                  "--target cuda: the architecture (default: the GPU's); cuda-sim: whose tiles "
-                  "(default sm_80)");
+  attnc::tools::addTargetFlag(run, ropts.target, "the attention runs");
+  attnc::tools::addArchFlag(run, ropts.arch, "whose code path and tiles the kernels take");
   run->add_option("--dtype", ropts.dtype, "--target cuda, cuda-sim: the kernels' element type")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))
       ->capture_default_str();
@@ -211,9 +202,11 @@ int main(int argc, char **argv) {
                     sub == trainCmd ? "batches per evaluation (default 8)"
                                     : "batches per evaluation (default: the run's, else 8)")
         ->check(CLI::Range(1, 1 << 20));
-    sub->add_option("--target", topts.target, "where to run")
-        ->check(CLI::IsMember({"cpu", "cuda"}))
-        ->capture_default_str();
+    attnc::tools::addTargetFlag(
+        sub, topts.target, sub == trainCmd ? "the training step runs" : "the model runs",
+        sub == trainCmd ? "cuda-sim: the compiled CUDA step, its kernels on "
+                          "the emulator (checks it without a GPU; slow)"
+                        : "eval runs on the CPU");
   }
   attnc::tools::addTrainSettingFlags(trainCmd, topts.run.flags);
   attnc::tools::addDataParallelFlags(trainCmd, topts.run.parallel);
@@ -244,19 +237,17 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   trainCmd
       ->add_option("--engine", topts.run.engine,
-                   "compiled: the training step compiled by the whole-model passes (its "
-                   "C++ on the CPU, its CUDA step with --target cuda); "
-                   "cuda-sim: the compiled CUDA step with its kernels on a SIMT emulator "
-                   "on the CPU (slow: checks the generated CUDA without a GPU)")
+                   "kept for scripts: cuda-sim is --target cuda-sim; compiled (the default) "
+                   "is the step compiled for --target")
       ->check(CLI::IsMember({"compiled", "cuda-sim"}))
       ->capture_default_str();
   trainCmd->add_flag("--host-attention", topts.run.hostAttention,
-                     "--target cuda / --engine cuda-sim: attention through the host (operands "
+                     "--target cuda / cuda-sim: attention through the host (operands "
                      "downloaded, results uploaded each call) instead of the f32 dense and LSH "
                      "kernels on the step's own buffers");
   trainCmd
       ->add_option("--optimizer", topts.optimizer,
-                   "--target cuda / --engine cuda-sim: device (AdamW on the device, the "
+                   "--target cuda / cuda-sim: device (AdamW on the device, the "
                    "parameters stay there) or host (the CPU AdamW on downloaded "
                    "gradients, parameters uploaded each step)")
       ->check(CLI::IsMember({"device", "host"}))
@@ -294,9 +285,9 @@ int main(int argc, char **argv) {
       "tiles and FFN chunks, or with --max-error low-rank k / LSH rounds by an error budget");
   tuneCmd->add_option("spec", tuneOpts.spec, "the .attn spec file");
   tuneCmd->add_option("--model", tuneOpts.model, "only this model of the spec");
-  tuneCmd->add_option("--target", tuneOpts.target, "where to measure")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
+  attnc::tools::addTargetFlag(tuneCmd, tuneOpts.target, "the kernels are measured",
+                              "cuda without a GPU compiles and checks the configs (exit 2); "
+                              "cuda-sim is refused: the emulator has no speed to measure");
   tuneCmd->add_option("--db", tuneOpts.db,
                       "tuning database (default: $ATTNC_TUNING_DB, else the user cache)");
   tuneCmd
@@ -329,8 +320,7 @@ int main(int argc, char **argv) {
                       "--max-error (LSH): calibrate on this trained run's attention inputs");
   tuneCmd->add_option("--data", tuneOpts.data,
                       "--checkpoint: the data the run was trained on (FILE|synthetic:duplicate)");
-  tuneCmd->add_option("--arch", tuneOpts.arch, "CUDA: the architecture whose limits apply")
-      ->capture_default_str();
+  attnc::tools::addArchFlag(tuneCmd, tuneOpts.arch, "whose limits apply");
   tuneCmd
       ->add_option("--smem-limit", tuneOpts.smemLimit,
                    "CUDA: shared memory per block in bytes (default: the arch's)")
