@@ -20,6 +20,7 @@
 #include "llvm/Support/SHA256.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -96,7 +97,8 @@ mlir::LogicalResult checkWithNvrtc(const CompiledKernels &compiled, const std::s
     return mlir::failure();
   }
   int limit = attnc::tile::smemLimitBytes(gpu->sm);
-  int failures = 0;
+  int failures = 0, checked = 0, mostRegisters = 0, mostSmem = 0;
+  std::string failed;
   // The NVRTC that compiled for this arch (a CUDA 12 one for Volta).
   Expected<const NvrtcLibrary *> lib = chooseNvrtc(gpu->sm, nvrtcLibraries());
   os << "NVRTC " << NvrtcCompiler::versionFor(gpu->sm) << " " << arch << ": "
@@ -119,8 +121,16 @@ mlir::LogicalResult checkWithNvrtc(const CompiledKernels &compiled, const std::s
       os << "  " << (ok ? "ok  " : "FAIL") << " " << entry << ": " << r->registers << " registers, "
          << r->spillStoreBytes << "+" << r->spillLoadBytes << " bytes spilled, " << smem << " of "
          << limit << " bytes shared memory\n";
-      failures += !ok;
+      failures += !ok, ++checked;
+      mostRegisters = std::max(mostRegisters, r->registers), mostSmem = std::max(mostSmem, smem);
+      if (!ok)
+        failed += (failed.empty() ? "" : ", ") + entry;
     }
+  // The verdict last, where a reader of a long table looks.
+  os << arch << ": " << checked - failures << " of " << checked
+     << " attention kernels within limits (at most " << mostRegisters << " registers, " << mostSmem
+     << " of " << limit << " bytes shared memory)" << (failed.empty() ? "" : "; failed: " + failed)
+     << "\n";
   if (failures) {
     diagnostics() << "attnc: error: " << failures << " kernel(s) failed the " << arch
                   << " resource check\n";

@@ -211,8 +211,13 @@ void reportCompiledPlans(ModuleOp resolved, int batch, std::ostream &os) {
         os << "compiled training step of " << model.getSymName().str() << ": failed (see above)\n";
         break;
       }
+      // Which of the plans attnc train runs: recomputation unless told not.
+      const char *which = reversible  ? "; what attnc train runs"
+                          : recompute ? ", each layer recomputed in the backward; what attnc "
+                                        "train runs"
+                                      : "; attnc train --no-recompute";
       os << "compiled training step of " << model.getSymName().str() << " (batch " << batch
-         << (recompute ? ", each layer recomputed in the backward" : "") << "): arena "
+         << which << "): arena "
          << mib(g.arenaBytes) << " (peak live " << mib(g.peakLiveBytes)
          << "), kept for the backward " << mib(g.keptBytes) << "; " << g.fusedKernels
          << " fused row kernels, " << g.gemms << " GEMMs, " << g.attentionCalls

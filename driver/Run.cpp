@@ -14,6 +14,7 @@
 #include "runtime/CudaAttention.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/NvrtcCompiler.h"
+#include "runtime/PhiloxDraws.h"
 #include "runtime/KernelCache.h"
 #include "runtime/Safetensors.h"
 
@@ -203,7 +204,7 @@ mlir::LogicalResult runAttention(const RunOptions &opt) {
       a.kernel = opt.op.rfind("attention:", 0) == 0 ? opt.op.substr(10) : opt.op;
     a.inputs = opt.inputs, a.weights = opt.weights, a.grad = opt.grad, a.output = opt.output;
     a.target = opt.target, a.seed = opt.seed;
-    a.log = &diagnostics();
+    a.log = &diagnostics(), a.tool = "attnc run";
     Status s = runArtifactAttention(a);
     if (!s)
       return commandError("run", s.error());
@@ -336,6 +337,56 @@ mlir::LogicalResult runAttention(const RunOptions &opt) {
                 << ": kernels " << (kernels->fromCache() ? "from cache" : "compiled") << " in "
                 << int(ms(t0, t1)) << " ms, ran in " << ms(t1, t2) << " ms; wrote " << opt.output
                 << "\n";
+  return mlir::success();
+}
+
+} // namespace attnc::driver
+
+namespace attnc::driver {
+
+mlir::LogicalResult writeRandomInputs(const InputsOptions &opt) {
+  if (opt.shape.size() != 4)
+    return commandError("inputs", "--shape takes B,H,N,D (four positive integers)");
+  for (int64_t d : opt.shape)
+    if (d < 1 || d > (int64_t(1) << 24))
+      return commandError("inputs", "--shape: " + std::to_string(d) +
+                                        " is outside [1, 2^24]; B,H,N,D are positive");
+  const int64_t B = opt.shape[0], N = opt.shape[2];
+  const int64_t elements = B * opt.shape[1] * N * opt.shape[3];
+  if (elements > (int64_t(1) << 30))
+    return commandError("inputs", "--shape: " + std::to_string(elements) +
+                                      " elements per tensor is over 2^30 (4 GiB of f32)");
+  // One Philox stream per tensor, so q stays q whatever else is written.
+  auto normal = [&](uint32_t stream) {
+    std::vector<float> v(static_cast<size_t>(elements));
+    for (int64_t i = 0; i < elements; ++i)
+      v[size_t(i)] = philox::normal(opt.seed, stream, uint64_t(i));
+    return st::Tensor::f32(opt.shape, v);
+  };
+  st::File in;
+  in.tensors["q"] = normal(1), in.tensors["k"] = normal(2), in.tensors["v"] = normal(3);
+  if (opt.lengths) {
+    std::vector<int32_t> lengths(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) // uniform in [1, N]
+      lengths[size_t(b)] =
+          int32_t(1 + philox::philox4x32({uint32_t(b), 0u, 4u, 0u}, opt.seed)[0] % uint32_t(N));
+    in.tensors["lengths"] = st::Tensor::i32({B}, lengths);
+  }
+  in.metadata["attnc_inputs_seed"] = std::to_string(opt.seed);
+  std::string err;
+  if (!st::write(opt.output, in, err))
+    return commandError("inputs", err);
+  std::string wrote = opt.output;
+  if (!opt.grad.empty()) {
+    st::File dout;
+    dout.tensors["dout"] = normal(5);
+    if (!st::write(opt.grad, dout, err))
+      return commandError("inputs", err);
+    wrote += " and " + opt.grad;
+  }
+  results() << "wrote " << wrote << ": q, k, v [" << opt.shape[0] << ", " << opt.shape[1] << ", "
+            << N << ", " << opt.shape[3] << "] f32" << (opt.lengths ? ", lengths [B] i32" : "")
+            << (opt.grad.empty() ? "" : ", dout") << " (seed " << opt.seed << ")\n";
   return mlir::success();
 }
 

@@ -29,6 +29,18 @@ struct RunOptions {
 /// code; every error names the file, the tensor and the expected shape.
 mlir::LogicalResult runAttention(const RunOptions &options);
 
+/// `attnc inputs`: random attention inputs for `attnc run` / `attnc-rt run`.
+struct InputsOptions {
+  std::vector<int64_t> shape; ///< B, H, N, D
+  std::string output;         ///< q, k, v [B, H, N, D] f32 (and lengths [B] i32)
+  std::string grad;           ///< non-empty: also dout [B, H, N, D] f32 here
+  bool lengths = false;       ///< key lengths, drawn in [1, N]
+  uint64_t seed = 0;
+};
+/// Writes standard-normal q, k, v (Philox draws of `seed`: the same files
+/// on every machine), and the key lengths and dout when asked.
+mlir::LogicalResult writeRandomInputs(const InputsOptions &options);
+
 /// Compiles one variant for the CPU at the given shape (building the
 /// attention function, running the kernel pipeline, emitting and compiling
 /// the C++). On failure prints the error and returns an exit code.

@@ -27,6 +27,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <ostream>
@@ -239,6 +240,18 @@ CommandResult runTrain(const TrainCliOptions &given) {
                                        options.run.engine);
     options.target = "cpu", options.run.engine = "cuda-sim";
   }
+  // A run that fails before its first checkpoint leaves no pins behind: the
+  // folder's next run chooses afresh.
+  const std::string pinsPath = options.run.out + "/kernel-choices.json";
+  struct DropNewPins {
+    std::string path, out;
+    bool keep;
+    ~DropNewPins() {
+      std::error_code ec;
+      if (!keep && !train::hasCheckpoint(out))
+        std::filesystem::remove(path, ec);
+    }
+  } dropNewPins{pinsPath, options.run.out, std::filesystem::exists(pinsPath)};
   PreparedModel p;
   const bool check = options.gradCheck > 0;
   if (mlir::failed(prepare("train", options, p, check ? Pin::None : Pin::ReadWrite,
@@ -434,6 +447,10 @@ mlir::LogicalResult runGenerate(const TrainCliOptions &opt) {
     t &= 0xff;
   if (tokens.empty())
     tokens.push_back('\n');
+  if (tokens.size() > size_t(c.seq))
+    diagnostics() << "attnc generate: warning: the prompt is " << tokens.size()
+                  << " bytes and the model sees " << c.seq << " at a time: it continues from the "
+                  << "prompt's last " << c.seq << "\n";
   results() << opt.prompt << std::flush;
   for (int i = 0; i < opt.bytes; ++i) {
     // The last `seq` bytes, padded after the end (a causal model never looks

@@ -8,6 +8,8 @@
 #include "runtime/KernelCache.h"
 
 #include <chrono>
+#include <iomanip>
+#include <sstream>
 
 namespace attnc {
 
@@ -96,8 +98,9 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
 
   const AttentionSignature sig = signatureOf(*fwd);
   Expected<std::unique_ptr<AttentionIO>> io =
-      loadAttentionIO(opt.inputs, opt.weights, opt.grad, sig, opt.seed,
-                      [&](const std::string &m) { progress << "attnc: warning: " << m << "\n"; });
+      loadAttentionIO(opt.inputs, opt.weights, opt.grad, sig, opt.seed, [&](const std::string &m) {
+        progress << opt.tool << ": warning: " << m << "\n";
+      });
   if (!io)
     return io.takeError();
   if ((*io)->D != fwd->headDim)
@@ -134,13 +137,15 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
     if (!kernels)
       return kernels.takeError();
     for (const std::string &line : kernels->retiled())
-      progress << "attnc: re-tiled for " << kernels->device() << ": " << line << "\n";
+      progress << opt.tool << ": re-tiled for " << kernels->device() << ": " << line << "\n";
     auto t1 = std::chrono::steady_clock::now();
     result = kernels->run((*io)->inputs);
-    timing = std::string(emulate ? "on the SIMT emulator" : "on the GPU") + ": loaded in " +
-             std::to_string(int(ms(t0, t1))) + " ms; kernels forward " +
-             std::to_string(kernels->forwardMs()) + " ms, backward " +
-             std::to_string(kernels->backwardMs()) + " ms";
+    std::ostringstream t;
+    t << (emulate ? "on the SIMT emulator" : "on the GPU") << ": loaded in " << int(ms(t0, t1))
+      << " ms; kernels forward " << std::setprecision(4) << kernels->forwardMs() << " ms";
+    if (bwdDesc)
+      t << ", backward " << kernels->backwardMs() << " ms";
+    timing = t.str();
   } else {
     Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
     if (!dirs)
@@ -160,7 +165,7 @@ Status runArtifactAttention(const ArtifactRunOptions &opt) {
     return result.takeError();
   if (Status s = writeAttentionOutputs(opt.output, std::move(*result), **io, sig); !s)
     return s;
-  progress << "attnc: " << fwd->name << " from " << opt.dir << ": " << timing << "; wrote "
+  progress << opt.tool << ": " << fwd->name << " from " << opt.dir << ": " << timing << "; wrote "
            << opt.output << "\n";
   return {};
 }

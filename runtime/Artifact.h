@@ -49,6 +49,8 @@ struct ArtifactRunOptions {
   /// Where the result line, re-tiling notes and input warnings go (null:
   /// nowhere; the tools pass stderr).
   std::ostream *log = nullptr;
+  /// What those lines begin with: the command that runs the artifact.
+  std::string tool = "attnc-rt run";
 };
 
 /// Runs one attention op of an artifact on safetensors inputs and writes the

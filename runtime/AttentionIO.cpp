@@ -149,6 +149,7 @@ Expected<std::unique_ptr<AttentionIO>> loadAttentionIO(const std::string &inputs
                                     perHead ? std::vector<int64_t>{H, kRows, nmax}
                                             : std::vector<int64_t>{kRows, nmax});
       E = &io->eStore;
+      io->projectionsDrawn = true;
     }
     const st::Tensor *F = find(io->weights, "F");
     if (shared && F)
@@ -226,6 +227,11 @@ Status writeAttentionOutputs(const std::string &path, AttentionOutputs outputs,
           out.tensors["d" + sig.params[p].name] = st::Tensor::f32(
               {io.H}, std::vector<float>(all.begin() + p * io.H, all.begin() + (p + 1) * io.H));
     }
+  }
+  if (io.projectionsDrawn) {
+    out.tensors["E"] = io.eStore;
+    if (!io.fStore.shape.empty())
+      out.tensors["F"] = io.fStore;
   }
   if (io.rotationsDrawn) {
     out.tensors["lsh_rotations"] = io.rotationStore;

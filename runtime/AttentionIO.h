@@ -38,6 +38,9 @@ struct AttentionIO {
   st::File in, weights, grad;
   st::Tensor eStore, fStore, paramStore, rotationStore;
   bool rotationsDrawn = false; ///< drawn from the seed (written to the output)
+  /// E (and F) drawn from the seed: written to the output, so a run without
+  /// --weights can be repeated with the outputs as its weights.
+  bool projectionsDrawn = false;
   AttentionInputs inputs;
   int64_t B = 0, H = 0, N = 0, D = 0;
   int64_t kRows = 0, nmax = 0; ///< low-rank only

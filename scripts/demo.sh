@@ -92,7 +92,7 @@ echo "=== 4. Whole-model compilation: activation memory of the planned training 
 echo "    (reversible layers: flat; standard layers, each recomputed from its input: grows slowly)"
 for spec in reformer_lm dense_encoder; do
   "$attnc" compile "$root/examples/$spec.attn" --memory-plan 2>/dev/null |
-    grep -A1 "^compiled training step of $spec (batch 1\(, each\|)\)" || true
+    grep -A1 "^compiled training step of $spec (batch 1.*what attnc train runs" || true
 done
 echo
 echo "Plots: $out/fidelity.svg, $out/k-sweep.svg; each run's loss.svg in $out/<model>/"

@@ -491,7 +491,8 @@ void writeTrainReport(const ArtifactTrainResult &r, const std::string &outDir, s
   if (r.bucketsSent > 0)
     os << "gradient exchange on the device: " << r.bucketsOverlapped << " of " << r.bucketsSent
        << " bucket exchanges begun during the backward\n";
-  os << "wrote " << outDir << "/{latest.json,train.csv,loss.svg}\n";
+  os << "wrote " << outDir << "/{latest.json,train.csv,loss.svg} and eval.csv; checkpoint ckpt-"
+     << s.lastStep << ".json with its tensors\n";
 }
 
 } // namespace attnc::train

@@ -478,6 +478,7 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
   const auto t0 = Clock::now();
   const double tokensPerStep = double(opt.batch) * model.config().seq;
   int64_t stoppedAt = end;
+  double lastLogLine = 0; // seconds into the run of the last progress line off a terminal
   for (int64_t step = start; step < end; ++step) {
     auto s0 = Clock::now();
     Batch b = data.train(opt.seed, step, opt.batch);
@@ -517,15 +518,22 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
     csv << step << "," << loss << "," << learningRate(adamCfg, step) << "," << gradNorm << ","
         << tokensPerStep / secs << "," << elapsed << "\n";
     csv.flush(); // a row per step as it ends: tail -f follows, a killed run keeps its rows
-    if (tty) {
+    // A terminal gets a live line; a log file or pipe a line every
+    // kLogEvery seconds, so a long run shows it is alive.
+    constexpr double kLogEvery = 30;
+    const bool logLine = writer && opt.progress && !tty && elapsed - lastLogLine >= kLogEvery;
+    if (tty || logLine) {
       double perStep = elapsed / double(step - start + 1);
       std::ios::fmtflags flags = log.flags();
       std::streamsize precision = log.precision();
-      log << "\rstep " << step + 1 << "/" << opt.steps << "  loss " << std::fixed
+      log << (tty ? "\r" : "") << "step " << step + 1 << "/" << opt.steps << "  loss " << std::fixed
           << std::setprecision(4) << loss << "  " << std::setprecision(0) << tokensPerStep / perStep
-          << " tok/s  ETA " << duration(perStep * double(end - step - 1)) << "      " << std::flush;
+          << " tok/s  ETA " << duration(perStep * double(end - step - 1)) << (tty ? "      " : "\n")
+          << std::flush;
       log.flags(flags);
       log.precision(precision);
+      if (logLine)
+        lastLogLine = elapsed;
     }
     if (writer && opt.evalEvery > 0 && (step + 1) % opt.evalEvery == 0 && step + 1 < end) {
       if (Status s = syncHost(); !s)

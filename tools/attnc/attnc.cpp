@@ -172,6 +172,21 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   run->add_option("--seed", ropts.seed, "seed of weights the weights file lacks")
       ->capture_default_str();
+  attnc::driver::InputsOptions iopts;
+  CLI::App *inputsCmd = app.add_subcommand(
+      "inputs", "Write random inputs for attnc run and attnc-rt run: q, k, v (standard normal, "
+                "f32), and key lengths and dout when asked");
+  inputsCmd->add_option("--shape", iopts.shape, "B,H,N,D: batch, heads, sequence, head dim")
+      ->delimiter(',')
+      ->expected(4)
+      ->required();
+  inputsCmd->add_option("-o,--output", iopts.output, "the safetensors file of q, k, v (--inputs)")
+      ->required();
+  inputsCmd->add_option("--grad", iopts.grad, "also write dout here (for run's --grad)");
+  inputsCmd->add_flag("--lengths", iopts.lengths,
+                      "also key lengths [B] i32, drawn in [1, N] (variable-length batches)");
+  inputsCmd->add_option("--seed", iopts.seed, "the draws' seed (the same files everywhere)")
+      ->capture_default_str();
   attnc::driver::TrainCliOptions topts;
   CLI::App *trainCmd = app.add_subcommand(
       "train", "Train a spec's model: on the CPU in fp32, or with --target cuda on a GPU");
@@ -351,6 +366,8 @@ int main(int argc, char **argv) {
 
   if (compile->parsed())
     return exitCode(attnc::driver::runCompile(copts));
+  if (inputsCmd->parsed())
+    return exitCode(attnc::driver::writeRandomInputs(iopts));
   if (run->parsed())
     return exitCode(attnc::driver::runAttention(ropts));
   if (bench->parsed())
