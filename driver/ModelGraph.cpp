@@ -216,9 +216,8 @@ void reportCompiledPlans(ModuleOp resolved, int batch, std::ostream &os) {
                           : recompute ? ", each layer recomputed in the backward; what attnc "
                                         "train runs"
                                       : "; attnc train --no-recompute";
-      os << "compiled training step of " << model.getSymName().str() << " (batch " << batch
-         << which << "): arena "
-         << mib(g.arenaBytes) << " (peak live " << mib(g.peakLiveBytes)
+      os << "compiled training step of " << model.getSymName().str() << " (batch " << batch << which
+         << "): arena " << mib(g.arenaBytes) << " (peak live " << mib(g.peakLiveBytes)
          << "), kept for the backward " << mib(g.keptBytes) << "; " << g.fusedKernels
          << " fused row kernels, " << g.gemms << " GEMMs, " << g.attentionCalls
          << " attention calls\n";

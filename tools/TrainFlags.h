@@ -49,7 +49,12 @@ inline void addTrainSettingFlags(CLI::App *cmd, train::TrainSettings &flags) {
 
 /// --checkpoint-every, --no-resume and --stop-after: how a run is sliced
 /// and continued.
-inline void addRunFlags(CLI::App *cmd, int64_t &checkpointEvery, bool &resume, int64_t &stopAfter) {
+inline void addRunFlags(CLI::App *cmd, int64_t &checkpointEvery, bool &resume, int64_t &stopAfter,
+                        std::string &initFrom) {
+  cmd->add_option("--init-from", initFrom,
+                  "start a fresh run from another run's weights (its newest intact checkpoint), "
+                  "for the parameters whose names and shapes match; the others keep their "
+                  "initialisation (no optimizer state)");
   cmd->add_option("--checkpoint-every", checkpointEvery,
                   "checkpoint every N steps (and at the end)")
       ->check(CLI::NonNegativeNumber)

@@ -1,5 +1,6 @@
 //===- ArtifactTrain.cpp - Training a compiled model from an artifact -----===//
 #include "runtime/train/ArtifactTrain.h"
+#include "runtime/train/Checkpoint.h"
 
 #include "attnc/abi/model_step_env.h"
 
@@ -361,6 +362,40 @@ int microBatchesOf(const ArtifactTrainOptions &opt) {
   return opt.parallel.microBatches > 0 ? opt.parallel.microBatches : dist::world().size();
 }
 
+namespace {
+
+/// --init-from: the weights of another run's newest intact checkpoint, for
+/// the parameters whose names and shapes match, into a fresh run.
+Status initFromRun(ParameterStore &store, const std::string &model, const ArtifactTrainOptions &opt,
+                   std::ostream &progress) {
+  if (opt.resume && hasCheckpoint(opt.out))
+    return makeError("--init-from starts a fresh run, and " + opt.out +
+                     " already has a checkpoint to resume (--no-resume starts it over, or give "
+                     "another --out)");
+  Expected<Checkpoint> ck = loadNewestIntactCheckpoint(opt.initFrom, "");
+  if (!ck)
+    return makeError("--init-from: " + ck.error());
+  std::vector<std::string> kept;
+  const std::vector<std::string> loaded = store.loadMatchingWeights(ck->tensors, kept);
+  if (loaded.empty())
+    return makeError("--init-from " + opt.initFrom + ": no parameter of " + model +
+                     " has a tensor of the same name and shape in its checkpoint (step " +
+                     std::to_string(ck->step) + ")");
+  progress << opt.tool << ": initialised " << loaded.size() << " of " << loaded.size() + kept.size()
+           << " parameter tensors from " << opt.initFrom << " (step " << ck->step << ")";
+  if (!kept.empty()) {
+    progress << "; kept their initialisation:";
+    for (size_t i = 0; i < kept.size() && i < 8; ++i)
+      progress << " " << kept[i];
+    if (kept.size() > 8)
+      progress << " and " << kept.size() - 8 << " more";
+  }
+  progress << "\n";
+  return {};
+}
+
+} // namespace
+
 Expected<ArtifactTrainResult> trainArtifact(const ArtifactTrainOptions &opt) {
   Expected<Artifact> artifact = openArtifact(opt.dir);
   if (!artifact)
@@ -435,6 +470,9 @@ Expected<ArtifactTrainResult> trainArtifact(const Artifact &artifact,
            << (artifact.dir.empty() ? std::string() : " from " + artifact.dir) << " ("
            << am.store->numParams() << " parameters; compiled " << (gpu ? "CUDA " : "")
            << "step, arena " << mm.arenaBytes / 1024 << " KiB) on " << data->describe() << "\n";
+  if (!opt.initFrom.empty())
+    if (Status s = initFromRun(*am.store, mm.name, opt, progress); !s)
+      return s.takeError();
   Expected<TrainSummary> summary = train(*am.store, *data, to, progress);
   if (!summary)
     return summary.takeError();

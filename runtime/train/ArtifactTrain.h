@@ -39,6 +39,10 @@ struct ArtifactTrainOptions {
   int evalBatches = 8;
   bool resume = true;
   int64_t stopAfter = 0; ///< > 0: stop (with a checkpoint) after this many steps
+  /// A run directory whose newest intact checkpoint's weights start this
+  /// (fresh) run, for the parameters whose names and shapes match; the
+  /// others keep their initialisation. Optimizer state is not carried.
+  std::string initFrom;
   /// Becomes true to end the run after the step in progress, with a
   /// checkpoint (TrainOptions::stop); the tools set it on SIGINT/SIGTERM.
   const std::atomic<bool> *stop = nullptr;

@@ -237,4 +237,21 @@ Status ParameterStore::loadWeights(const st::File &in) {
   return {};
 }
 
+std::vector<std::string> ParameterStore::loadMatchingWeights(const st::File &in,
+                                                             std::vector<std::string> &kept) {
+  std::vector<std::string> loaded;
+  for (auto &p : params_) {
+    auto it = in.tensors.find(p->name);
+    if (it == in.tensors.end() || it->second.dtype != st::DType::F32 ||
+        it->second.shape != p->shape) {
+      kept.push_back(p->name);
+      continue;
+    }
+    std::vector<float> v = it->second.asF32();
+    std::copy(v.begin(), v.end(), p->value.begin());
+    loaded.push_back(p->name);
+  }
+  return loaded;
+}
+
 } // namespace attnc::train

@@ -71,6 +71,10 @@ public:
   /// checked, errors name the tensor).
   void saveWeights(st::File &out) const;
   Status loadWeights(const st::File &in);
+  /// Copies the tensors of `in` whose names and shapes (F32) match a
+  /// parameter's; the other parameters keep their values. Returns the
+  /// names loaded; `kept` gets the others.
+  std::vector<std::string> loadMatchingWeights(const st::File &in, std::vector<std::string> &kept);
   /// A constant input of the model by name, as compiled functions'
   /// arguments name them: "layers.L.attn.lsh_rotations" is layer L's LSH
   /// rotations. Null when the model has no such constant.

@@ -88,7 +88,8 @@ int main(int argc, char **argv) {
   train->add_flag("--host-optimizer", topts.hostOptimizer,
                   "CUDA artifacts: AdamW on the host on downloaded gradients (default: on the "
                   "device, the parameters staying there)");
-  attnc::tools::addRunFlags(train, topts.checkpointEvery, topts.resume, topts.stopAfter);
+  attnc::tools::addRunFlags(train, topts.checkpointEvery, topts.resume, topts.stopAfter,
+                            topts.initFrom);
   attnc::tools::addDataParallelFlags(train, topts.parallel);
   train
       ->add_option("--engine", topts.engine,

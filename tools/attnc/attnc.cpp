@@ -238,7 +238,7 @@ int main(int argc, char **argv) {
                    "overflow, doubled after 2000 good steps, at most 2^24)")
       ->check(CLI::PositiveNumber);
   attnc::tools::addRunFlags(trainCmd, topts.run.checkpointEvery, topts.run.resume,
-                            topts.run.stopAfter);
+                            topts.run.stopAfter, topts.run.initFrom);
   trainCmd
       ->add_option("--grad-check", topts.gradCheck,
                    "instead of training: finite-difference N coordinates of every "
