@@ -25,6 +25,9 @@ ninja -C "$rt" -j "${ATTNC_JOBS:-2}" attnc-rt attnc_capi attnc-runtime-tests
 
 (cd "$build" && ctest --output-on-failure -j2)
 
+# Every command README.md shows, as written (long ones up to a cap).
+"$root/scripts/readme-commands.sh"
+
 # The Python package (bindings/python, docs/pytorch.md): a venv cached in
 # the build tree holds numpy, pytest and torch from PyPI (about 3 GB with
 # torch's CUDA libraries; installed once), `pip install .` reuses build/,
