@@ -21,9 +21,6 @@ namespace attnc::train {
 
 namespace {
 
-/// The seed of the fixed synthetic evaluation stream (never a training step).
-constexpr uint64_t kEvalSeed = 0x5EEDE7A1ull;
-
 std::string duration(double s) {
   char buf[32];
   if (s < 60)
@@ -36,135 +33,6 @@ std::string duration(double s) {
 }
 
 } // namespace
-
-Expected<DataSource> DataSource::open(const std::string &spec, const ModelConfig &model,
-                                      double heldOutFraction) {
-  DataSource d;
-  d.model_ = model;
-  if (spec.rfind("synthetic:", 0) == 0) {
-    if (spec != "synthetic:duplicate")
-      return makeError("unknown synthetic data '" + spec + "'; expected synthetic:duplicate");
-    if (model.objective != Objective::Duplicate)
-      return makeError("synthetic:duplicate is the duplication task's data; this model's "
-                       "objective needs text (--data FILE or DIR)");
-    if (model.seq < 4 || model.seq % 2)
-      return makeError("the duplication task needs an even sequence length >= 4, the model has " +
-                       std::to_string(model.seq));
-    d.duplicate_ = true;
-    return d;
-  }
-  if (model.objective == Objective::Duplicate)
-    return makeError("the duplication task trains on --data synthetic:duplicate, not '" + spec +
-                     "'");
-  if (model.vocab < 256)
-    return makeError("text is read as bytes, so the model needs vocab >= 256; it has " +
-                     std::to_string(model.vocab));
-  Expected<ByteCorpus> corpus =
-      ByteCorpus::load(fs::splitPathList(spec), heldOutFraction, model.seq);
-  if (!corpus)
-    return corpus.takeError();
-  d.corpus_.emplace(std::move(corpus).take());
-  return d;
-}
-
-Batch DataSource::train(uint64_t seed, int64_t step, int B) const {
-  const int S = model_.seq, V = model_.vocab;
-  if (duplicate_)
-    return duplicateBatch(seed, step, B, S, V);
-  if (model_.objective == Objective::Mlm)
-    return corpus_->mlmBatch(seed, step, B, S, /*maskToken=*/V, V);
-  return corpus_->causalBatch(seed, step, B, S);
-}
-
-Batch DataSource::eval(int64_t index, int B) const {
-  const int S = model_.seq, V = model_.vocab;
-  if (duplicate_)
-    return duplicateBatch(kEvalSeed, index, B, S, V);
-  if (model_.objective == Objective::Mlm)
-    return corpus_->heldOutMlmBatch(index, B, S, kEvalSeed, /*maskToken=*/V, V);
-  return corpus_->heldOutCausalBatch(index, B, S);
-}
-
-int64_t DataSource::evalBatchesAvailable(int B) const {
-  return duplicate_ ? INT64_MAX : corpus_->heldOutBatches(B, model_.seq);
-}
-
-std::string DataSource::describe() const {
-  if (duplicate_)
-    return "synthetic duplication task (0 w 0 w)";
-  return std::to_string(corpus_->trainBytes()) + " training bytes, " +
-         std::to_string(corpus_->heldOutBytes()) + " held out";
-}
-
-std::string absoluteDataPaths(const std::string &data) {
-  if (data.rfind("synthetic:", 0) == 0)
-    return data;
-  std::string out;
-  std::stringstream parts(data);
-  for (std::string part; std::getline(parts, part, ':');) {
-    std::error_code ec;
-    std::filesystem::path p =
-        part.empty() ? std::filesystem::path() : std::filesystem::absolute(part, ec);
-    out += (out.empty() ? "" : ":") + (ec || part.empty() ? part : p.lexically_normal().string());
-  }
-  return out;
-}
-
-RecordedRun recordedRun(const nlohmann::json &state) {
-  RecordedRun r;
-  if (!state.is_object())
-    return r;
-  auto integer = [](const nlohmann::json &o, const char *key) -> std::optional<int> {
-    if (o.is_object() && o.contains(key) && o[key].is_number_integer() && o[key].get<int>() > 0)
-      return o[key].get<int>();
-    return std::nullopt;
-  };
-  if (state.contains("config"))
-    r.batch = integer(state["config"], "batch");
-  if (state.contains("run")) {
-    const nlohmann::json &run = state["run"];
-    r.evalBatches = integer(run, "eval_batches");
-    if (run.is_object() && run.contains("data") && run["data"].is_string())
-      r.data = run["data"].get<std::string>();
-  }
-  return r;
-}
-
-Expected<EvalResult> evaluate(const Forward &forward, const ModelConfig &config,
-                              const DataSource &data, int batches) {
-  EvalResult r;
-  if (forward.batch <= 0 || !forward.run)
-    return makeError("evaluation: no forward function");
-  double lossSum = 0;
-  int64_t correct = 0;
-  const int B = forward.batch;
-  int64_t n = std::min<int64_t>(batches, data.evalBatchesAvailable(B));
-  for (int64_t i = 0; i < n; ++i) {
-    Batch b = data.eval(i, B);
-    if (b.B == 0)
-      continue;
-    if (b.B < B) { // the held-out text's last, short batch: padded with
-      // sequences that count nothing (sequences never see each other)
-      b.inputs.resize(size_t(B) * size_t(b.S), 0);
-      b.targets.resize(size_t(B) * size_t(b.S), -1);
-      b.B = B;
-    }
-    Expected<const float *> logits = forward.run(b);
-    if (!logits)
-      return logits.takeError();
-    CrossEntropy ce = softmaxCrossEntropy(*logits, b.targets.data(), nullptr, int64_t(b.B) * b.S,
-                                          config.vocab, 0.0f);
-    lossSum += ce.lossSum;
-    r.positions += ce.count;
-    correct += ce.correct;
-  }
-  if (r.positions) {
-    r.loss = lossSum / double(r.positions);
-    r.bitsPerByte = r.loss / std::log(2.0);
-    r.accuracy = double(correct) / double(r.positions);
-  }
-  return r;
-}
 
 Expected<GradCheckResult> gradientCheck(ParameterStore &model, int probes, float eps, uint64_t seed,
                                         const LossFn &loss, double floor) {
@@ -295,6 +163,87 @@ Status writeTrainingPlot(const std::string &path, const std::string &title,
   return plot::writeLinePlot(path, plot);
 }
 
+namespace {
+
+/// Continues the run of `opt.outDir`'s newest intact checkpoint: checks that
+/// it shares the settings `config` lists (and the micro-batches), loads the
+/// weights, the optimizer and the step's own state. Returns its step.
+Expected<int64_t> resumeFromCheckpoint(ParameterStore &model, AdamW &adam,
+                                       std::vector<ParamRef> &params, const nlohmann::json &config,
+                                       const TrainOptions &opt, bool writer, std::ostream &log) {
+  Expected<Checkpoint> ck = loadNewestIntactCheckpoint(opt.outDir, opt.specHash);
+  if (!ck)
+    return ck.takeError();
+  if (writer && !ck->recovered.empty())
+    log << "note: " << ck->recovered << "\n";
+  const std::string where = "checkpoint in " + opt.outDir;
+  if (!ck->state.is_object() || !ck->state.contains("config") || !ck->state["config"].is_object() ||
+      !ck->state.contains("steps") || !ck->state["steps"].is_number_integer())
+    return makeError(where + ": its state is not an attnc train state (no config/steps)");
+  const nlohmann::json &saved = ck->state["config"];
+  // Micro-batches first, with their own hint (absent from the config: 1).
+  const int savedMicro = saved.value("micro_batches", 1);
+  if (savedMicro != opt.microBatches)
+    return makeError(where + " was trained with " + std::to_string(savedMicro) +
+                     " micro-batch(es) per step, this run has " + std::to_string(opt.microBatches) +
+                     "; resume with --micro-batches " + std::to_string(savedMicro) +
+                     " at a rank count that divides it (the sum's order is the "
+                     "micro-batches', so it then continues exactly)");
+  for (auto &[key, value] : config.items()) {
+    const nlohmann::json &had = saved.value(key, nlohmann::json());
+    if (had != value)
+      return makeError(where + " was trained with " + key + " = " + had.dump() + ", not " +
+                       value.dump() +
+                       "; resume with the same settings (or use a new --out, or "
+                       "--no-resume)");
+  }
+  if (ck->step > opt.steps)
+    return makeError(where + " is at step " + std::to_string(ck->step) + ", beyond --steps " +
+                     std::to_string(opt.steps) + "; pass a larger --steps to continue");
+  if (Status s = model.loadWeights(ck->tensors); !s)
+    return makeError(where + ": " + s.error());
+  if (Status s = adam.loadState(ck->tensors, params); !s)
+    return makeError(where + ": " + s.error());
+  if (adam.stepCount() != ck->step)
+    return makeError(where + ": the optimizer state is at step " +
+                     std::to_string(adam.stepCount()) + " but the checkpoint at step " +
+                     std::to_string(ck->step));
+  if (opt.restoreStepState && ck->state.contains("step_state"))
+    if (Status s = opt.restoreStepState(ck->state["step_state"].dump()); !s)
+      return makeError(where + ": " + s.error());
+  int64_t planned = ck->state["steps"].get<int64_t>();
+  if (writer)
+    log << "resuming from step " << ck->step << " (" << opt.outDir << ")\n";
+  if (planned != opt.steps)
+    log << "note: the learning-rate schedule now spans " << opt.steps << " steps instead of "
+        << planned << ", so this run will not match an uninterrupted one\n";
+  return ck->step;
+}
+
+/// What the ranks waited for: the gradient exchange's time per step after
+/// the backward, against its whole time.
+void reportExchange(std::ostream &log, const DataParallelStep &exchange, bool overlapped) {
+  const DataParallelStep::Timeline &t = exchange.timeline();
+  const double busy = 1e3 * t.busySeconds / double(t.steps),
+               exposed = 1e3 * t.exposedSeconds / double(t.steps);
+  std::ios::fmtflags flags = log.flags();
+  std::streamsize precision = log.precision();
+  log << std::fixed << std::setprecision(2) << "gradient exchange (rank 0): " << busy
+      << " ms per step in " << exchange.buckets() << " bucket"
+      << (exchange.buckets() == 1 ? "" : "s") << ", " << exposed << " ms of it after the backward"
+      << (overlapped
+              ? " (" +
+                    std::to_string(int(std::lround(
+                        100.0 * std::clamp(1.0 - exposed / std::max(busy, 1e-9), 0.0, 1.0)))) +
+                    "% overlapped)"
+              : std::string(" (not overlapped)"))
+      << "\n";
+  log.flags(flags);
+  log.precision(precision);
+}
+
+} // namespace
+
 Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, const TrainOptions &opt,
                              std::ostream &log) {
   using Clock = std::chrono::steady_clock;
@@ -360,55 +309,10 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
       log << "data parallel on the device: " << *how << "\n";
   }
   if (opt.resume && hasCheckpoint(opt.outDir)) {
-    Expected<Checkpoint> ck = loadNewestIntactCheckpoint(opt.outDir, opt.specHash);
-    if (!ck)
-      return ck.takeError();
-    if (writer && !ck->recovered.empty())
-      log << "note: " << ck->recovered << "\n";
-    const std::string where = "checkpoint in " + opt.outDir;
-    if (!ck->state.is_object() || !ck->state.contains("config") ||
-        !ck->state["config"].is_object() || !ck->state.contains("steps") ||
-        !ck->state["steps"].is_number_integer())
-      return makeError(where + ": its state is not an attnc train state (no config/steps)");
-    const nlohmann::json &saved = ck->state["config"];
-    // Micro-batches first, with their own hint (absent from the config: 1).
-    const int savedMicro = saved.value("micro_batches", 1);
-    if (savedMicro != opt.microBatches)
-      return makeError(where + " was trained with " + std::to_string(savedMicro) +
-                       " micro-batch(es) per step, this run has " +
-                       std::to_string(opt.microBatches) + "; resume with --micro-batches " +
-                       std::to_string(savedMicro) +
-                       " at a rank count that divides it (the sum's order is the "
-                       "micro-batches', so it then continues exactly)");
-    for (auto &[key, value] : config.items()) {
-      const nlohmann::json &had = saved.value(key, nlohmann::json());
-      if (had != value)
-        return makeError(where + " was trained with " + key + " = " + had.dump() + ", not " +
-                         value.dump() +
-                         "; resume with the same settings (or use a new --out, or "
-                         "--no-resume)");
-    }
-    if (ck->step > opt.steps)
-      return makeError(where + " is at step " + std::to_string(ck->step) + ", beyond --steps " +
-                       std::to_string(opt.steps) + "; pass a larger --steps to continue");
-    if (Status s = model.loadWeights(ck->tensors); !s)
-      return makeError(where + ": " + s.error());
-    if (Status s = adam.loadState(ck->tensors, params); !s)
-      return makeError(where + ": " + s.error());
-    if (adam.stepCount() != ck->step)
-      return makeError(where + ": the optimizer state is at step " +
-                       std::to_string(adam.stepCount()) + " but the checkpoint at step " +
-                       std::to_string(ck->step));
-    if (opt.restoreStepState && ck->state.contains("step_state"))
-      if (Status s = opt.restoreStepState(ck->state["step_state"].dump()); !s)
-        return makeError(where + ": " + s.error());
-    start = ck->step;
-    int64_t planned = ck->state["steps"].get<int64_t>();
-    if (writer)
-      log << "resuming from step " << start << " (" << opt.outDir << ")\n";
-    if (planned != opt.steps)
-      log << "note: the learning-rate schedule now spans " << opt.steps << " steps instead of "
-          << planned << ", so this run will not match an uninterrupted one\n";
+    Expected<int64_t> resumed = resumeFromCheckpoint(model, adam, params, config, opt, writer, log);
+    if (!resumed)
+      return resumed.takeError();
+    start = *resumed;
   }
   if (opt.resident)
     if (Status s = opt.resident->upload(adam); !s)
@@ -559,27 +463,8 @@ Expected<TrainSummary> train(ParameterStore &model, const DataSource &data, cons
   if (tty)
     log << "\n";
   csv.close();
-  if (parallel && comm.size() > 1 && writer && parallel->timeline().steps > 0) {
-    // What the ranks waited for: the exchange's time after the backward.
-    const DataParallelStep::Timeline &t = parallel->timeline();
-    const double busy = 1e3 * t.busySeconds / double(t.steps),
-                 exposed = 1e3 * t.exposedSeconds / double(t.steps);
-    std::ios::fmtflags flags = log.flags();
-    std::streamsize precision = log.precision();
-    log << std::fixed << std::setprecision(2) << "gradient exchange (rank 0): " << busy
-        << " ms per step in " << parallel->buckets() << " bucket"
-        << (parallel->buckets() == 1 ? "" : "s") << ", " << exposed
-        << " ms of it after the backward"
-        << (parallel->overlaps(opt.gradReady)
-                ? " (" +
-                      std::to_string(int(std::lround(
-                          100.0 * std::clamp(1.0 - exposed / std::max(busy, 1e-9), 0.0, 1.0)))) +
-                      "% overlapped)"
-                : std::string(" (not overlapped)"))
-        << "\n";
-    log.flags(flags);
-    log.precision(precision);
-  }
+  if (parallel && comm.size() > 1 && writer && parallel->timeline().steps > 0)
+    reportExchange(log, *parallel, parallel->overlaps(opt.gradReady));
   sum.lastStep = std::max(start, stoppedAt);
   sum.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   sum.tokensPerSecond =
