@@ -106,6 +106,168 @@ attentionKernels(const std::vector<ManifestKernel> &kernels, const std::string &
   return std::make_pair(fwd, bwd);
 }
 
+/// The artifact's model that `opt` names (or its only one), whose planned
+/// batch the run's batch must be.
+Expected<const ManifestModel *> chooseModel(const Manifest &manifest,
+                                            const ArtifactTrainOptions &opt, const std::string &dir,
+                                            const std::string &manifestPath) {
+  const ManifestModel *mm = nullptr;
+  std::string names;
+  for (const ManifestModel &m : manifest.models) {
+    names += (names.empty() ? "" : ", ") + m.name;
+    if (m.name == opt.model || (opt.model.empty() && !mm))
+      mm = &m;
+  }
+  if (manifest.models.empty())
+    return makeError(manifestPath + " has no compiled model (the spec has none, or the "
+                                    "artifact predates whole-model compilation)");
+  if (!mm || (opt.model.empty() && manifest.models.size() > 1))
+    return makeError(
+        opt.model.empty()
+            ? manifestPath + " has several models (" + names + "); name one with --model"
+            : "no model '" + opt.model + "' in " + manifestPath + " (it has: " + names + ")");
+  // The step runs one micro-batch of the planned batch; a step's global
+  // batch is that times the micro-batches (one per rank by default).
+  const int micro = microBatchesOf(opt);
+  if (opt.flags.batch && *opt.flags.batch != int64_t(mm->batch) * micro)
+    return makeError("--batch " + std::to_string(*opt.flags.batch) + ": " + dir +
+                     " planned the step of " + mm->name + " for batch " +
+                     std::to_string(mm->batch) +
+                     (micro > 1 ? " per micro-batch, so " + std::to_string(micro) +
+                                      " micro-batches make a global batch of " +
+                                      std::to_string(int64_t(mm->batch) * micro)
+                                : std::string()) +
+                     " (attnc compile --plan-batch " +
+                     (*opt.flags.batch % micro == 0 ? std::to_string(*opt.flags.batch / micro)
+                                                    : std::string("N")) +
+                     " plans another)");
+  return mm;
+}
+
+/// The attention a model's step calls: on the host (the CPU kernels, or
+/// the GPU's through host buffers), and on the step's own device buffers
+/// (the GPU's kernels, or the CUDA kernels on the emulator under cuda-sim)
+/// unless --host-attention.
+struct BoundAttention {
+  AttentionFn host;
+  DeviceAttentionFn device;
+  std::function<DeviceTraffic()> traffic;
+};
+
+Expected<BoundAttention>
+bindAttention(const Artifact &artifact, const ManifestModel &mm, const ModelConfig &config,
+              const ArtifactTrainOptions &opt,
+              std::pair<const ManifestKernel *, const ManifestKernel *> kernelPair,
+              const std::string &kernelSource, HostCompiler &compiler,
+              const std::string &manifestPath, std::ostream &progress) {
+  const Manifest &manifest = artifact.manifest;
+  const bool gpu = manifest.target == "cuda", sim = opt.engine == "cuda-sim";
+  const std::string &tool = opt.tool;
+  auto [fwd, bwd] = kernelPair;
+  BoundAttention out;
+  auto cudaPair =
+      attentionKernels(manifest.kernels, mm.attentionFunction, manifestPath + ": model " + mm.name);
+  if (sim && !opt.hostAttention && cudaPair) {
+    // The CUDA attention kernels on the emulator, on the step's buffers.
+    auto [cf, cb] = *cudaPair;
+    Expected<std::string> cudaSource = artifact.file(manifest.source);
+    if (!cudaSource)
+      return cudaSource.takeError();
+    {
+      Expected<CudaAttention> k = CudaAttention::compileEmulated(
+          *cudaSource, manifest.arch, manifest.arch, cf->dtype, cf->desc(), cb->desc(), compiler);
+      if (!k)
+        return k.takeError();
+      {
+        auto shared = std::make_shared<CudaAttention>(std::move(*k));
+        Expected<DeviceAttentionFn> fn = onDevice(shared, config, mm.batch);
+        if (!fn)
+          return fn.takeError();
+        out.device = std::move(*fn);
+        out.traffic = [shared] { return shared->kernelDevice().traffic(); };
+        progress << tool << ": cuda-sim: attention runs the CUDA kernels (" << cf->dtype
+                 << ") on the step's buffers\n";
+      }
+    }
+  }
+  if (gpu && !sim) {
+    Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0);
+    if (!dev)
+      return dev.takeError();
+    Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
+    if (!dirs)
+      return dirs.takeError();
+    NvrtcCompiler nvrtc(&KernelCache::processDefault());
+    Expected<CudaAttention> k = CudaAttention::compile(kernelSource, manifest.arch, fwd->dtype,
+                                                       fwd->desc(), bwd->desc(), *dirs, nvrtc);
+    if (!k)
+      return k.takeError();
+    for (const std::string &line : k->retiled())
+      progress << tool << ": re-tiled for " << k->device() << ": " << line << "\n";
+    auto shared = std::make_shared<CudaAttention>(std::move(*k));
+    out.host = [shared](const AttentionInputs &in) { return shared->run(in); };
+    // The kernels read and write the step's buffers in place.
+    if (!opt.hostAttention) {
+      Expected<DeviceAttentionFn> fn = onDevice(shared, config, mm.batch);
+      if (!fn)
+        return fn.takeError();
+      out.device = std::move(*fn);
+      out.traffic = [shared] { return shared->kernelDevice().traffic(); };
+    }
+    progress << tool << ": on " << dev->describe() << "\n";
+  } else {
+    Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
+    if (!dirs)
+      return dirs.takeError();
+    Expected<CpuAttention> k =
+        CpuAttention::compile(kernelSource, fwd->desc(), bwd->desc(), *dirs, compiler);
+    if (!k)
+      return k.takeError();
+    out.host = callInto(std::move(*k));
+  }
+
+  return out;
+}
+
+/// What the model's compiled step is made of: its inference function's
+/// C++, and for a CUDA artifact the step's host code and kernels, with the
+/// arena sizes and arguments the manifest records.
+Expected<CompiledStepDesc> stepDescOf(const Artifact &artifact, const ManifestModel &mm,
+                                      const std::string &manifestPath) {
+  const bool gpu = artifact.manifest.target == "cuda";
+  if (mm.inferSymbol.empty())
+    return makeError(manifestPath + ": " + mm.name +
+                     " has no inference function for the evaluations (recompile with this attnc)");
+  CompiledStepDesc desc;
+  if (gpu) {
+    Expected<std::string> host = artifact.file(mm.stepSource);
+    Expected<std::string> device = artifact.file(mm.stepKernels);
+    if (mm.stepKernels.empty())
+      return makeError(manifestPath + ": " + mm.name +
+                       " has no step_kernels (recompile with this attnc)");
+    if (!host || !device)
+      return (!host ? host : device).takeError();
+    desc.cudaHostSource = std::move(*host);
+    desc.cudaDeviceSource = std::move(*device);
+    desc.cudaSymbol = mm.stepSymbol;
+  }
+  Expected<std::string> cpuSource = artifact.file(mm.inferSource);
+  if (!cpuSource)
+    return cpuSource.takeError();
+  desc.source = std::move(*cpuSource);
+  desc.inferSymbol = mm.inferSymbol;
+  desc.inferArenaBytes = mm.inferArenaBytes;
+  desc.inferBatch = mm.inferBatch;
+  desc.inferArgs = mm.inferArgs;
+  desc.symbol = mm.stepSymbol;
+  desc.arenaBytes = mm.arenaBytes;
+  desc.keptBytes = mm.keptBytes;
+  desc.batch = mm.batch;
+  desc.args = mm.args;
+  desc.gradArgs = mm.gradArgs;
+  return desc;
+}
+
 } // namespace
 
 Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
@@ -147,37 +309,10 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
   if (!gpu && opt.precision != "f32" && opt.precision != "auto")
     return makeError("--precision " + opt.precision + ": " + dir +
                      " was compiled for the CPU, which trains in fp32");
-  // The model.
-  const ManifestModel *mm = nullptr;
-  std::string names;
-  for (const ManifestModel &m : manifest.models) {
-    names += (names.empty() ? "" : ", ") + m.name;
-    if (m.name == opt.model || (opt.model.empty() && !mm))
-      mm = &m;
-  }
-  if (manifest.models.empty())
-    return makeError(manifestPath + " has no compiled model (the spec has none, or the "
-                                    "artifact predates whole-model compilation)");
-  if (!mm || (opt.model.empty() && manifest.models.size() > 1))
-    return makeError(
-        opt.model.empty()
-            ? manifestPath + " has several models (" + names + "); name one with --model"
-            : "no model '" + opt.model + "' in " + manifestPath + " (it has: " + names + ")");
-  // The step runs one micro-batch of the planned batch; a step's global
-  // batch is that times the micro-batches (one per rank by default).
-  const int micro = microBatchesOf(opt);
-  if (opt.flags.batch && *opt.flags.batch != int64_t(mm->batch) * micro)
-    return makeError("--batch " + std::to_string(*opt.flags.batch) + ": " + dir +
-                     " planned the step of " + mm->name + " for batch " +
-                     std::to_string(mm->batch) +
-                     (micro > 1 ? " per micro-batch, so " + std::to_string(micro) +
-                                      " micro-batches make a global batch of " +
-                                      std::to_string(int64_t(mm->batch) * micro)
-                                : std::string()) +
-                     " (attnc compile --plan-batch " +
-                     (*opt.flags.batch % micro == 0 ? std::to_string(*opt.flags.batch / micro)
-                                                    : std::string("N")) +
-                     " plans another)");
+  Expected<const ManifestModel *> chosen = chooseModel(manifest, opt, dir, manifestPath);
+  if (!chosen)
+    return chosen.takeError();
+  const ManifestModel *mm = *chosen;
   ArtifactModel out;
   out.manifest = *mm;
   Expected<TrainSettings> recommended =
@@ -202,7 +337,6 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
       attentionKernels(kernels, mm->attentionFunction, manifestPath + ": model " + mm->name);
   if (!pair)
     return pair.takeError();
-  auto [fwd, bwd] = *pair;
   // auto: the GEMMs compute in the CUDA attention kernels' dtype (the
   // model's); the CPU in f32.
   out.precision = opt.precision != "auto" ? opt.precision : "f32";
@@ -218,100 +352,18 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
   if (!kernelSource)
     return kernelSource.takeError();
   HostCompiler compiler(&KernelCache::processDefault());
-  AttentionFn attention;
-  DeviceAttentionFn deviceAttention;
-  std::function<DeviceTraffic()> attentionTraffic;
-  auto cudaPair = attentionKernels(manifest.kernels, mm->attentionFunction,
-                                   manifestPath + ": model " + mm->name);
-  if (sim && !opt.hostAttention && cudaPair) {
-    // The CUDA attention kernels on the emulator, on the step's buffers.
-    auto [cf, cb] = *cudaPair;
-    Expected<std::string> cudaSource = artifact.file(manifest.source);
-    if (!cudaSource)
-      return cudaSource.takeError();
-    {
-      Expected<CudaAttention> k = CudaAttention::compileEmulated(
-          *cudaSource, manifest.arch, manifest.arch, cf->dtype, cf->desc(), cb->desc(), compiler);
-      if (!k)
-        return k.takeError();
-      {
-        auto shared = std::make_shared<CudaAttention>(std::move(*k));
-        Expected<DeviceAttentionFn> fn = onDevice(shared, out.config, mm->batch);
-        if (!fn)
-          return fn.takeError();
-        deviceAttention = std::move(*fn);
-        attentionTraffic = [shared] { return shared->kernelDevice().traffic(); };
-        progress << tool << ": cuda-sim: attention runs the CUDA kernels (" << cf->dtype
-                 << ") on the step's buffers\n";
-      }
-    }
-  }
-  if (gpu && !sim) {
-    Expected<cuda::DeviceInfo> dev = cuda::queryDevice(0);
-    if (!dev)
-      return dev.takeError();
-    Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
-    if (!dirs)
-      return dirs.takeError();
-    NvrtcCompiler nvrtc(&KernelCache::processDefault());
-    Expected<CudaAttention> k = CudaAttention::compile(*kernelSource, manifest.arch, fwd->dtype,
-                                                       fwd->desc(), bwd->desc(), *dirs, nvrtc);
-    if (!k)
-      return k.takeError();
-    for (const std::string &line : k->retiled())
-      progress << tool << ": re-tiled for " << k->device() << ": " << line << "\n";
-    auto shared = std::make_shared<CudaAttention>(std::move(*k));
-    attention = [shared](const AttentionInputs &in) { return shared->run(in); };
-    // The kernels read and write the step's buffers in place.
-    if (!opt.hostAttention) {
-      Expected<DeviceAttentionFn> fn = onDevice(shared, out.config, mm->batch);
-      if (!fn)
-        return fn.takeError();
-      deviceAttention = std::move(*fn);
-      attentionTraffic = [shared] { return shared->kernelDevice().traffic(); };
-    }
-    progress << tool << ": on " << dev->describe() << "\n";
-  } else {
-    Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
-    if (!dirs)
-      return dirs.takeError();
-    Expected<CpuAttention> k =
-        CpuAttention::compile(*kernelSource, fwd->desc(), bwd->desc(), *dirs, compiler);
-    if (!k)
-      return k.takeError();
-    attention = callInto(std::move(*k));
-  }
+  Expected<BoundAttention> bound = bindAttention(artifact, *mm, out.config, opt, *pair,
+                                                 *kernelSource, compiler, manifestPath, progress);
+  if (!bound)
+    return bound.takeError();
+  AttentionFn attention = std::move(bound->host);
+  DeviceAttentionFn deviceAttention = std::move(bound->device);
+  std::function<DeviceTraffic()> attentionTraffic = std::move(bound->traffic);
 
-  if (mm->inferSymbol.empty())
-    return makeError(manifestPath + ": " + mm->name +
-                     " has no inference function for the evaluations (recompile with this attnc)");
-  CompiledStepDesc desc;
-  if (gpu) {
-    Expected<std::string> host = artifact.file(mm->stepSource);
-    Expected<std::string> device = artifact.file(mm->stepKernels);
-    if (mm->stepKernels.empty())
-      return makeError(manifestPath + ": " + mm->name +
-                       " has no step_kernels (recompile with this attnc)");
-    if (!host || !device)
-      return (!host ? host : device).takeError();
-    desc.cudaHostSource = std::move(*host);
-    desc.cudaDeviceSource = std::move(*device);
-    desc.cudaSymbol = mm->stepSymbol;
-  }
-  Expected<std::string> cpuSource = artifact.file(mm->inferSource);
-  if (!cpuSource)
-    return cpuSource.takeError();
-  desc.source = std::move(*cpuSource);
-  desc.inferSymbol = mm->inferSymbol;
-  desc.inferArenaBytes = mm->inferArenaBytes;
-  desc.inferBatch = mm->inferBatch;
-  desc.inferArgs = mm->inferArgs;
-  desc.symbol = mm->stepSymbol;
-  desc.arenaBytes = mm->arenaBytes;
-  desc.keptBytes = mm->keptBytes;
-  desc.batch = mm->batch;
-  desc.args = mm->args;
-  desc.gradArgs = mm->gradArgs;
+  Expected<CompiledStepDesc> stepDesc = stepDescOf(artifact, *mm, manifestPath);
+  if (!stepDesc)
+    return stepDesc.takeError();
+  CompiledStepDesc desc = std::move(*stepDesc);
   out.engine = !gpu ? StepEngine::Cpu : sim ? StepEngine::CudaSim : StepEngine::Cuda;
   if (out.engine == StepEngine::Cuda)
     progress << tool << ": the CUDA step (" << mm->stepSymbol << ") on the GPU, GEMMs in "
