@@ -3,7 +3,7 @@
 #include "driver/Report.h"
 #include "driver/ArtifactBuilder.h"
 #include "driver/ModelGraph.h"
-#include "driver/Tune.h"
+#include "driver/tune/Tune.h"
 
 #include "dsl/AttnDialect.h"
 #include "dsl/MLIRGen.h"

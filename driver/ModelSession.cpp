@@ -7,7 +7,7 @@
 #include "driver/ModelIdentity.h"
 #include "driver/Run.h"
 #include "driver/Spec.h"
-#include "driver/Tune.h"
+#include "driver/tune/Tune.h"
 
 #include "runtime/CudaDriver.h"
 #include "runtime/FileSystem.h"

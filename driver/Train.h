@@ -52,11 +52,6 @@ struct TrainCliOptions {
 /// checkpoints, train.csv and loss.svg under --out, prints a report.
 /// Interrupted (options.run.stop): the run stopped early with a checkpoint.
 CommandResult runTrain(const TrainCliOptions &options);
-/// attnc bench --engines SPEC: one training step of the model on the
-/// runtime engine and on the compiled one, interleaved, `repeats` times;
-/// prints the medians and memory, appends a CSV row and draws a bar chart.
-mlir::LogicalResult benchEngines(const TrainCliOptions &options, int repeats,
-                                 const std::string &csvPath, const std::string &svgPath);
 /// attnc eval: the objective's metric of --out's latest checkpoint.
 mlir::LogicalResult runEval(const TrainCliOptions &options);
 /// attnc generate: continue --prompt by --bytes bytes with a causal model.

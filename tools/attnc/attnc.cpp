@@ -5,12 +5,12 @@
 // tools/ExitCodes.h turns that into the exit code.
 //
 //===----------------------------------------------------------------------===//
-#include "driver/Bench.h"
+#include "driver/bench/Bench.h"
 #include "driver/Compile.h"
 #include "driver/PlotRuns.h"
 #include "driver/Run.h"
 #include "driver/Train.h"
-#include "driver/Tune.h"
+#include "driver/tune/Tune.h"
 #include "tools/ExitCodes.h"
 #include "tools/TargetFlags.h"
 #include "tools/TrainFlags.h"

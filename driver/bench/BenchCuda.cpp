@@ -8,7 +8,7 @@
 // the SIMT emulator: the mechanics, at a CPU's speed.
 //
 //===----------------------------------------------------------------------===//
-#include "driver/Bench.h"
+#include "driver/bench/Bench.h"
 #include "driver/Report.h"
 #include "driver/Run.h"
 #include "driver/Spec.h"

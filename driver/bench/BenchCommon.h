@@ -1,6 +1,6 @@
 //===- BenchCommon.h - Helpers shared by the attnc bench modes --*- C++ -*-===//
-#ifndef ATTNC_DRIVER_BENCHCOMMON_H
-#define ATTNC_DRIVER_BENCHCOMMON_H
+#ifndef ATTNC_DRIVER_BENCH_BENCHCOMMON_H
+#define ATTNC_DRIVER_BENCH_BENCHCOMMON_H
 
 #include "runtime/KernelHeaders.h"
 #include "runtime/Plot.h"
@@ -70,4 +70,4 @@ inline plot::LinePlot sequenceLengthPlot(const std::string &title, const std::st
 
 } // namespace attnc::driver::bench
 
-#endif // ATTNC_DRIVER_BENCHCOMMON_H
+#endif // ATTNC_DRIVER_BENCH_BENCHCOMMON_H

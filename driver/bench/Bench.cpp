@@ -8,15 +8,16 @@
 // projections.
 //
 //===----------------------------------------------------------------------===//
-#include "driver/Bench.h"
+#include "driver/bench/Bench.h"
+#include "driver/bench/BenchEngines.h"
 #include "driver/Report.h"
 #include "driver/Train.h"
-#include "driver/BenchCommon.h"
-#include "driver/BenchLinformer.h"
-#include "driver/BenchLsh.h"
+#include "driver/bench/BenchCommon.h"
+#include "driver/bench/BenchLinformer.h"
+#include "driver/bench/BenchLsh.h"
 #include "driver/Compile.h"
 #include "driver/Run.h"
-#include "driver/Tune.h"
+#include "driver/tune/Tune.h"
 
 #include "dsl/AttnDialect.h"
 #include "dsl/MLIRGen.h"

@@ -1,8 +1,8 @@
 //===- BenchLinformer.h - attnc bench --linformer-table ---------*- C++ -*-===//
-#ifndef ATTNC_DRIVER_BENCHLINFORMER_H
-#define ATTNC_DRIVER_BENCHLINFORMER_H
+#ifndef ATTNC_DRIVER_BENCH_BENCHLINFORMER_H
+#define ATTNC_DRIVER_BENCH_BENCHLINFORMER_H
 
-#include "driver/Bench.h"
+#include "driver/bench/Bench.h"
 
 namespace attnc::driver {
 
@@ -19,4 +19,4 @@ mlir::LogicalResult runLinformerTable(const BenchOptions &opt);
 
 } // namespace attnc::driver
 
-#endif // ATTNC_DRIVER_BENCHLINFORMER_H
+#endif // ATTNC_DRIVER_BENCH_BENCHLINFORMER_H

@@ -9,9 +9,9 @@
 // query against its window), hashing not counted.
 //
 //===----------------------------------------------------------------------===//
-#include "driver/BenchLsh.h"
+#include "driver/bench/BenchLsh.h"
 #include "driver/Report.h"
-#include "driver/BenchCommon.h"
+#include "driver/bench/BenchCommon.h"
 #include "driver/Compile.h"
 #include "driver/Run.h"
 

@@ -9,13 +9,13 @@
 // beyond the noise; attnc train then uses the entry.
 //
 //===----------------------------------------------------------------------===//
-#include "driver/BenchCommon.h"
+#include "driver/bench/BenchCommon.h"
 #include "driver/Report.h"
 #include "driver/Compile.h"
 #include "driver/ModelConfigOf.h"
 #include "driver/Run.h"
 #include "driver/ModelGraph.h"
-#include "driver/Tune.h"
+#include "driver/tune/Tune.h"
 
 #include "runtime/KernelCache.h"
 #include "runtime/train/CompiledStep.h"

@@ -1,6 +1,6 @@
 //===- Tune.h - attnc tune: measured tile configs per machine ---*- C++ -*-===//
-#ifndef ATTNC_DRIVER_TUNE_H
-#define ATTNC_DRIVER_TUNE_H
+#ifndef ATTNC_DRIVER_TUNE_TUNE_H
+#define ATTNC_DRIVER_TUNE_TUNE_H
 
 #include "driver/Report.h"
 #include "dsl/AttnDialect.h"
@@ -117,4 +117,4 @@ mlir::LogicalResult compareTuned(const TuneOptions &options, const std::string &
 
 } // namespace attnc::driver
 
-#endif // ATTNC_DRIVER_TUNE_H
+#endif // ATTNC_DRIVER_TUNE_TUNE_H

@@ -10,9 +10,9 @@
 // calibration recipe and why it is what it is.
 //
 //===----------------------------------------------------------------------===//
-#include "driver/Tune.h"
+#include "driver/tune/Tune.h"
 #include "driver/Report.h"
-#include "driver/BenchCommon.h"
+#include "driver/bench/BenchCommon.h"
 #include "driver/Compile.h"
 #include "driver/Run.h"
 #include "driver/Train.h"

@@ -1,8 +1,8 @@
 //===- BenchLsh.h - attnc bench: the LSH columns and sweep ------*- C++ -*-===//
-#ifndef ATTNC_DRIVER_BENCHLSH_H
-#define ATTNC_DRIVER_BENCHLSH_H
+#ifndef ATTNC_DRIVER_BENCH_BENCHLSH_H
+#define ATTNC_DRIVER_BENCH_BENCHLSH_H
 
-#include "driver/Bench.h"
+#include "driver/bench/Bench.h"
 
 #include "runtime/CpuAttention.h"
 
@@ -34,4 +34,4 @@ mlir::LogicalResult runLshSweep(mlir::ModuleOp module, const BenchOptions &opt);
 
 } // namespace attnc::driver
 
-#endif // ATTNC_DRIVER_BENCHLSH_H
+#endif // ATTNC_DRIVER_BENCH_BENCHLSH_H

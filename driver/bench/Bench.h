@@ -1,6 +1,6 @@
 //===- Bench.h - attnc bench: attention kernels side by side ----*- C++ -*-===//
-#ifndef ATTNC_DRIVER_BENCH_H
-#define ATTNC_DRIVER_BENCH_H
+#ifndef ATTNC_DRIVER_BENCH_BENCH_H
+#define ATTNC_DRIVER_BENCH_BENCH_H
 
 #include "mlir/Support/LogicalResult.h"
 
@@ -60,4 +60,4 @@ mlir::LogicalResult runCudaBench(const BenchOptions &options);
 
 } // namespace attnc::driver
 
-#endif // ATTNC_DRIVER_BENCH_H
+#endif // ATTNC_DRIVER_BENCH_BENCH_H

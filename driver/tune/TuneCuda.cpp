@@ -14,11 +14,11 @@
 // one. Without a driver the command lists what it would time and exits 2.
 //
 //===----------------------------------------------------------------------===//
-#include "driver/BenchCommon.h"
+#include "driver/bench/BenchCommon.h"
 #include "driver/Report.h"
 #include "driver/Compile.h"
 #include "driver/Run.h"
-#include "driver/Tune.h"
+#include "driver/tune/Tune.h"
 
 #include "codegen/TuneSpace.h"
 #include "passes/Passes.h"

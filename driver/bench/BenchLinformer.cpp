@@ -19,9 +19,9 @@
 // (docs/benchmarks.md).
 //
 //===----------------------------------------------------------------------===//
-#include "driver/BenchLinformer.h"
+#include "driver/bench/BenchLinformer.h"
 #include "driver/Report.h"
-#include "driver/BenchCommon.h"
+#include "driver/bench/BenchCommon.h"
 #include "driver/Compile.h"
 #include "driver/ModelConfigOf.h"
 #include "driver/Run.h"

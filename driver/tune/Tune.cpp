@@ -12,9 +12,9 @@
 // does not know it).
 //
 //===----------------------------------------------------------------------===//
-#include "driver/Tune.h"
+#include "driver/tune/Tune.h"
 #include "driver/Report.h"
-#include "driver/BenchCommon.h"
+#include "driver/bench/BenchCommon.h"
 #include "driver/Compile.h"
 #include "driver/ModelConfigOf.h"
 #include "driver/Run.h"
