@@ -1,7 +1,7 @@
 //===- TrainBlock.h - What a model's train block may say --------*- C++ -*-===//
 //
 // The front end's messages about a model's `train { ... }` block, over the
-// one table of its settings (attnc/abi/TrainSettingTable.h): the parser and
+// one table of its settings (runtime/train/TrainSettingTable.h): the parser and
 // the attn.model verifier say the same. No MLIR: the front end builds
 // without it.
 //
@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <string>
 
-#include "attnc/abi/TrainSettingTable.h"
+#include "runtime/train/TrainSettingTable.h"
 
 namespace attnc {
 

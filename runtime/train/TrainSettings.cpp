@@ -1,7 +1,7 @@
 //===- TrainSettings.cpp - Training settings from flags, the spec, defaults -===//
 #include "runtime/train/TrainSettings.h"
 
-#include "attnc/abi/TrainSettingTable.h"
+#include "runtime/train/TrainSettingTable.h"
 
 #include <nlohmann/json.hpp>
 
@@ -14,7 +14,7 @@ namespace {
 
 using Field = std::variant<std::optional<double> *, std::optional<int64_t> *>;
 
-/// The field of `s` that keyword `key` names (attnc/abi/TrainSettingTable.h).
+/// The field of `s` that keyword `key` names (runtime/train/TrainSettingTable.h).
 Field field(TrainSettings &s, const std::string &key) {
   if (key == "lr")
     return &s.lr;

@@ -36,7 +36,7 @@ TrainSettings defaultTrainSettings();
 /// "weight_decay", ...); "{}" when empty.
 std::string trainSettingsToJson(const TrainSettings &settings);
 /// Reads that object back, checking each value against the table the
-/// compiler checks (attnc/abi/TrainSettingTable.h); errors name `where`.
+/// compiler checks (runtime/train/TrainSettingTable.h); errors name `where`.
 Expected<TrainSettings> trainSettingsFromJson(const std::string &json, const std::string &where);
 
 /// One line for the log: every resolved setting with its source, e.g.

@@ -2,7 +2,7 @@
 //
 // Each setting comes from the flag, else the spec, else attnc's default;
 // the manifest's JSON copy reads back exactly and is checked against the
-// same table the compiler checks (attnc/abi/TrainSettingTable.h).
+// same table the compiler checks (runtime/train/TrainSettingTable.h).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/train/TrainSettings.h"

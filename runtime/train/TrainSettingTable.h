@@ -8,8 +8,8 @@
 // compiler and the runtime accept the same values. No includes.
 //
 //===----------------------------------------------------------------------===//
-#ifndef ATTNC_ABI_TRAINSETTINGTABLE_H
-#define ATTNC_ABI_TRAINSETTINGTABLE_H
+#ifndef ATTNC_RUNTIME_TRAIN_TRAINSETTINGTABLE_H
+#define ATTNC_RUNTIME_TRAIN_TRAINSETTINGTABLE_H
 
 namespace attnc {
 
@@ -52,4 +52,4 @@ inline bool trainSettingValid(const TrainSettingInfo &info, double value) {
 
 } // namespace attnc
 
-#endif // ATTNC_ABI_TRAINSETTINGTABLE_H
+#endif // ATTNC_RUNTIME_TRAIN_TRAINSETTINGTABLE_H
