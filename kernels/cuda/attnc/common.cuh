@@ -37,6 +37,29 @@ ATTNC_HD float negInf() { return __int_as_float(0xff800000); }
 ATTNC_HD int imin(int a, int b) { return a < b ? a : b; }
 ATTNC_HD int imax(int a, int b) { return a > b ? a : b; }
 
+/// What one block of a flash kernel owns, read from its grid position: a
+/// (batch, head) and a tile of BLOCK rows along a sequence of `n` (queries
+/// for the forward and dQ, keys for dK/dV), and where that batch's keys end
+/// under the variant's mask (its key length, else Nk). The prologue every
+/// flash kernel begins with, written once.
+struct BlockInfo {
+  int bh, b, h; ///< the (batch, head) row of the grid, and its parts
+  int tile;     ///< the tile's index along the sequence
+  int start;    ///< its first row, tile * BLOCK
+  int rows;     ///< its rows inside the sequence (<= 0 for a tile past the end)
+  int kvEnd;    ///< keys at or past it are excluded
+};
+
+template <int BLOCK, class Variant, class Args> ATTNC_HD BlockInfo blockInfo(const Args &a, int n) {
+  const tile::GridBlock blk = tile::gridBlock(blockIdx.x, tile::gridTiles(n, BLOCK));
+  BlockInfo info;
+  info.bh = blk.row, info.b = blk.row / a.H, info.h = blk.row % a.H;
+  info.tile = blk.tile, info.start = blk.tile * BLOCK;
+  info.rows = imin(BLOCK, n - info.start);
+  info.kvEnd = mask::keyEnd<Variant>(a.lengths, info.b, a.Nk);
+  return info;
+}
+
 template <class A, class B> struct IsSame { static constexpr bool value = false; };
 template <class A> struct IsSame<A, A> { static constexpr bool value = true; };
 

@@ -150,10 +150,8 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wm = warp % Tr::kWM, wn = warp / Tr::kWM;
-  const tile::GridBlock blk = tile::gridBlock(blockIdx.x, tile::gridTiles(a.Nk, BLOCK_KV));
-  const int bh = blk.row, b = bh / a.H, h = bh % a.H;
-  const int kv0 = blk.tile * BLOCK_KV;
-  const int kvEnd = mask::keyEnd<Variant>(a.lengths, b, a.Nk);
+  const BlockInfo blk = blockInfo<BLOCK_KV, Variant>(a, a.Nk);
+  const int bh = blk.bh, b = blk.b, h = blk.h, kv0 = blk.start, kvEnd = blk.kvEnd;
   const int kvRows = imax(0, imin(BLOCK_KV, kvEnd - kv0)); // attendable keys
   int mBegin, mEnd; // the query blocks that may keep one of these keys
   queryBlocks<Variant, BLOCK_Q>(kv0, kvRows, a.Nq, mBegin, mEnd);
@@ -332,13 +330,11 @@ __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
 
   const int tid = threadIdx.x, warp = tid / 32;
   const int wm = warp % Tr::kWM, wn = warp / Tr::kWM;
-  const tile::GridBlock blk = tile::gridBlock(blockIdx.x, tile::gridTiles(a.Nq, BLOCK_Q));
-  const int bh = blk.row, b = bh / a.H, h = bh % a.H;
-  const int q0 = blk.tile * BLOCK_Q;
-  if (q0 >= a.Nq)
+  const BlockInfo blk = blockInfo<BLOCK_Q, Variant>(a, a.Nq);
+  const int bh = blk.bh, b = blk.b, h = blk.h, q0 = blk.start;
+  if (blk.rows <= 0)
     return;
-  const int qRows = imin(BLOCK_Q, a.Nq - q0);
-  const int kvEnd = mask::keyEnd<Variant>(a.lengths, b, a.Nk);
+  const int qRows = blk.rows, kvEnd = blk.kvEnd;
   int nFirst, nBlocks; // the key blocks any row of this block may keep
   keyBlocks<Variant, BLOCK_KV>(q0, qRows, kvEnd, nFirst, nBlocks);
 

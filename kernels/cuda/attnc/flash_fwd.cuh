@@ -66,13 +66,11 @@ __device__ void flash_fwd(const AttnFwdArgs &a) {
   constexpr int D = HEAD_DIM, LD = Tr::kLd, NS = BLOCK_KV / 8, NO = D / 8;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const tile::GridBlock blk = tile::gridBlock(blockIdx.x, tile::gridTiles(a.Nq, BLOCK_Q));
-  const int bh = blk.row, b = bh / a.H, h = bh % a.H;
-  const int q0 = blk.tile * BLOCK_Q;
-  if (q0 >= a.Nq)
+  const BlockInfo blk = blockInfo<BLOCK_Q, Variant>(a, a.Nq);
+  const int bh = blk.bh, b = blk.b, h = blk.h, q0 = blk.start;
+  if (blk.rows <= 0)
     return;
-  const int qRows = imin(BLOCK_Q, a.Nq - q0);
-  const int kvEnd = mask::keyEnd<Variant>(a.lengths, b, a.Nk);
+  const int qRows = blk.rows, kvEnd = blk.kvEnd;
   int nFirst, nBlocks; // the key blocks any row of this block may keep
   keyBlocks<Variant, BLOCK_KV>(q0, qRows, kvEnd, nFirst, nBlocks);
 
