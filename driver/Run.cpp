@@ -340,10 +340,6 @@ mlir::LogicalResult runAttention(const RunOptions &opt) {
   return mlir::success();
 }
 
-} // namespace attnc::driver
-
-namespace attnc::driver {
-
 mlir::LogicalResult writeRandomInputs(const InputsOptions &opt) {
   if (opt.shape.size() != 4)
     return commandError("inputs", "--shape takes B,H,N,D (four positive integers)");

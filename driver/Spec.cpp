@@ -98,10 +98,14 @@ std::optional<ast::Spec> parseSpec(const std::string &text, const std::string &w
   return parseAndCheck(text, where, diag);
 }
 
-OwningOpRef<ModuleOp> buildSpecModule(MLIRContext &context, const ast::Spec &spec,
-                                      bool errorsOnly) {
+void prepareContext(MLIRContext &context, bool errorsOnly) {
   registerAttncDialects(context);
   reportDiagnosticsOf(context, errorsOnly);
+}
+
+OwningOpRef<ModuleOp> buildSpecModule(MLIRContext &context, const ast::Spec &spec,
+                                      bool errorsOnly) {
+  prepareContext(context, errorsOnly);
   return mlirGen(context, spec);
 }
 

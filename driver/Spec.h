@@ -42,6 +42,11 @@ bool checkArch(const std::string &arch, std::string &err);
 /// Diagnostics do not dump the operation they are about.
 void reportDiagnosticsOf(mlir::MLIRContext &context, bool errorsOnly = false);
 
+/// Readies `context` for attn modules: registers the dialects and reports
+/// its diagnostics (reportDiagnosticsOf). What buildSpecModule does first,
+/// and what the benches do before building their variants by hand.
+void prepareContext(mlir::MLIRContext &context, bool errorsOnly = false);
+
 /// The front end alone: parses and checks spec `text` (`where` names it in
 /// the located errors, which go to the reporter's diagnostics).
 std::optional<ast::Spec> parseSpec(const std::string &text, const std::string &where);

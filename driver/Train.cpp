@@ -242,8 +242,8 @@ mlir::LogicalResult runEval(const TrainCliOptions &opt) {
   diagnostics() << "attnc eval: batch " << batch << " ("
                 << source(opt.batchGiven, recorded.batch.has_value()) << "), " << evalBatches
                 << " batches (" << source(opt.evalBatchesGiven, recorded.evalBatches.has_value())
-                << "), data " << dataSpec << " (" << (opt.run.data.empty() ? "the run's" : "given")
-                << ")\n";
+                << "), data " << dataSpec << " ("
+                << source(!opt.run.data.empty(), recorded.data.has_value()) << ")\n";
   Expected<train::DataSource> data = train::DataSource::open(dataSpec, p.config, 0.05);
   if (!data)
     return commandError("eval", data.error());

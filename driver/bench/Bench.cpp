@@ -20,7 +20,7 @@
 #include "driver/tune/Tune.h"
 
 #include "dsl/AttnDialect.h"
-#include "dsl/MLIRGen.h"
+#include "driver/Spec.h"
 #include "attnc/abi/KernelArgs.h"
 #include "runtime/KernelHeaders.h"
 #include "runtime/KernelCache.h"
@@ -114,8 +114,7 @@ mlir::LogicalResult runBench(const BenchOptions &opt) {
   }
   bool tty = isatty(STDERR_FILENO);
   MLIRContext context;
-  registerAttncDialects(context);
-  reportDiagnosticsOf(context, /*errorsOnly=*/true);
+  prepareContext(context, /*errorsOnly=*/true);
   OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&context));
   OpBuilder b(module->getBody(), module->getBody()->end());
   auto autoTile = attn::TileAttr::getAuto(&context);

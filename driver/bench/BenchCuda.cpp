@@ -14,7 +14,6 @@
 #include "driver/Spec.h"
 
 #include "dsl/AttnDialect.h"
-#include "dsl/MLIRGen.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/tune/AttentionBench.h"
 
@@ -50,8 +49,7 @@ mlir::LogicalResult runCudaBench(const BenchOptions &opt) {
     return mlir::failure();
   }
   MLIRContext context;
-  registerAttncDialects(context);
-  reportDiagnosticsOf(context, /*errorsOnly=*/true);
+  prepareContext(context, /*errorsOnly=*/true);
   OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&context));
   OpBuilder b(module->getBody(), module->getBody()->end());
   auto autoTile = attn::TileAttr::getAuto(&context);

@@ -44,14 +44,9 @@ using namespace mlir;
 
 namespace attnc::driver {
 
-mlir::LogicalResult tuneFail(const std::string &msg) {
-  diagnostics() << "attnc tune: error: " << msg << "\n";
-  return mlir::failure();
-}
-
 namespace {
 
-mlir::LogicalResult fail(const std::string &msg) { return tuneFail(msg); }
+mlir::LogicalResult fail(const std::string &msg) { return commandError("tune", msg); }
 
 std::string dbPath(const std::string &given) {
   return given.empty() ? tune::TuningDb::defaultPath() : given;

@@ -64,9 +64,6 @@ mlir::LogicalResult tuneAccuracy(mlir::ModuleOp module, attn::ModelOp model,
 /// tune::RandomAttentionInputs).
 tune::AttentionExtras attentionExtras(attn::VariantOp variant);
 
-/// Prints "attnc tune: error: MSG"; returns the input-error exit code.
-mlir::LogicalResult tuneFail(const std::string &msg);
-
 using tune::chooseAmongFinalists;
 using tune::Finalists;
 using tune::RandomAttentionInputs;

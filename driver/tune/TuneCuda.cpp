@@ -41,7 +41,7 @@ namespace attnc::driver {
 
 namespace {
 
-mlir::LogicalResult fail(const std::string &msg) { return tuneFail(msg); }
+mlir::LogicalResult fail(const std::string &msg) { return commandError("tune", msg); }
 
 /// One forward tile candidate through emission and NVRTC.
 struct CudaCandidate {
@@ -128,7 +128,7 @@ CommandResult tuneCuda(ModuleOp module, const TuneOptions &opt, const std::strin
     options.arch = opt.arch;
     Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
     if (!dirs)
-      return tuneFail(dirs.error());
+      return fail(dirs.error());
     options.includeDirs = *dirs;
     std::atomic<size_t> next{0};
     auto worker = [&] {

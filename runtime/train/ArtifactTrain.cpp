@@ -356,10 +356,6 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
                                                  *kernelSource, compiler, manifestPath, progress);
   if (!bound)
     return bound.takeError();
-  AttentionFn attention = std::move(bound->host);
-  DeviceAttentionFn deviceAttention = std::move(bound->device);
-  std::function<DeviceTraffic()> attentionTraffic = std::move(bound->traffic);
-
   Expected<CompiledStepDesc> stepDesc = stepDescOf(artifact, *mm, manifestPath);
   if (!stepDesc)
     return stepDesc.takeError();
@@ -374,13 +370,13 @@ Expected<ArtifactModel> loadArtifactModel(const Artifact &artifact,
   out.store = std::make_unique<ParameterStore>(out.config, opt.seed);
   StepPrecision precision;
   precision.gemm = out.precision, precision.initialLossScale = opt.lossScale;
-  Expected<std::unique_ptr<CompiledStep>> step =
-      CompiledStep::create(std::move(desc), *out.store, attention, compiler, out.engine, precision);
+  Expected<std::unique_ptr<CompiledStep>> step = CompiledStep::create(
+      std::move(desc), *out.store, bound->host, compiler, out.engine, precision);
   if (!step)
     return step.takeError();
   out.step = std::move(*step);
-  if (deviceAttention)
-    out.step->setDeviceAttention(std::move(deviceAttention), std::move(attentionTraffic));
+  if (bound->device)
+    out.step->setDeviceAttention(std::move(bound->device), std::move(bound->traffic));
   return out;
 }
 

@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <sstream>
 
 namespace attnc::train {
 
@@ -82,13 +81,12 @@ std::string DataSource::describe() const {
 std::string absoluteDataPaths(const std::string &data) {
   if (data.rfind("synthetic:", 0) == 0)
     return data;
+  // Split as DataSource::open splits it.
   std::string out;
-  std::stringstream parts(data);
-  for (std::string part; std::getline(parts, part, ':');) {
+  for (const std::string &part : fs::splitPathList(data)) {
     std::error_code ec;
-    std::filesystem::path p =
-        part.empty() ? std::filesystem::path() : std::filesystem::absolute(part, ec);
-    out += (out.empty() ? "" : ":") + (ec || part.empty() ? part : p.lexically_normal().string());
+    const std::filesystem::path p = std::filesystem::absolute(part, ec);
+    out += (out.empty() ? "" : ":") + (ec ? part : p.lexically_normal().string());
   }
   return out;
 }
