@@ -10,6 +10,8 @@
 
 #include "lsh_hash.h"
 
+#include "attnc/common/shared_qk.h"
+
 namespace attnc {
 namespace cpu ATTNC_CPU_NAMESPACE_ATTR {
 
@@ -350,17 +352,12 @@ int lsh_bwd(const AttnLshArgs &a) {
       const float *ATTNC_RESTRICT qr = q + o;
       float *ATTNC_RESTRICT dst = dq + o;
       const float den = cm.den.data()[row];
-      if (den > kSharedQkNormFloor) {
-        float k[D];
-        for (int d = 0; d < D; ++d)
-          k[d] = qr[d] / den;
-        const float kg = dotN<D>(k, g);
-        for (int d = 0; d < D; ++d)
-          dst[d] += (g[d] - k[d] * kg) / den;
-      } else {
-        for (int d = 0; d < D; ++d)
-          dst[d] += g[d] / kSharedQkNormFloor;
-      }
+      float k[D];
+      for (int d = 0; d < D; ++d)
+        k[d] = qr[d] / den;
+      const float kg = dotN<D>(k, g);
+      for (int d = 0; d < D; ++d)
+        dst[d] += sharedqk::queryGradFromKey(g[d], k[d], kg, den);
     }
   }
   return kOk;

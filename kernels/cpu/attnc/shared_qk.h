@@ -17,6 +17,8 @@
 #include "flash_bwd.h"
 #include "flash_fwd.h"
 
+#include "attnc/common/shared_qk.h"
+
 namespace attnc {
 namespace cpu ATTNC_CPU_NAMESPACE_ATTR {
 
@@ -53,17 +55,11 @@ inline void addNormalisationGrad(const float *q, const float *keys, const float 
     const float *k = keys + r * D, *g = dk + r * D;
     float *out = dq + r * D;
     const float n = rowNorm(q + r * D, D);
-    if (n > kSharedQkNormFloor) {
-      float kg = 0.0f;
-      for (int d = 0; d < D; ++d)
-        kg += k[d] * g[d];
-      const float inv = 1.0f / n;
-      for (int d = 0; d < D; ++d)
-        out[d] += (g[d] - k[d] * kg) * inv;
-    } else {
-      for (int d = 0; d < D; ++d)
-        out[d] += g[d] / kSharedQkNormFloor;
-    }
+    float kg = 0.0f;
+    for (int d = 0; d < D; ++d)
+      kg += k[d] * g[d];
+    for (int d = 0; d < D; ++d)
+      out[d] += sharedqk::queryGradFromKey(g[d], k[d], kg, n);
   }
 }
 

@@ -9,6 +9,7 @@
 #define ATTNC_CUDA_LSH_BWD_CUH
 
 #include "attnc/lsh_hash.cuh"
+#include "attnc/common/shared_qk.h"
 
 namespace attnc {
 
@@ -287,16 +288,13 @@ __device__ void lsh_bwd_combine(const AttnLshArgs &a) {
       }
     }
     kdk = warpSum(kdk);
-    const bool big = nrm > kSharedQkNormFloor;
-    const float inv = 1.f / (big ? nrm : kSharedQkNormFloor);
     T *gdq = static_cast<T *>(a.dq) + row * D;
     T *gdv = static_cast<T *>(a.dv) + row * D;
 #pragma unroll
     for (int u = 0; u < DPL; ++u) {
       const int d = lane + 32 * u;
       if (D % 32 == 0 || d < D) {
-        const float proj = big ? dk[u] - key[d] * kdk : dk[u];
-        gdq[d] = Elem<T>::fromFloat(dq[u] + proj * inv);
+        gdq[d] = Elem<T>::fromFloat(dq[u] + sharedqk::queryGradFromKey(dk[u], key[d], kdk, nrm));
         gdv[d] = Elem<T>::fromFloat(dv[u]);
       }
     }

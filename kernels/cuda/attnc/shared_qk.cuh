@@ -16,6 +16,7 @@
 #define ATTNC_CUDA_SHARED_QK_CUH
 
 #include "attnc/common.cuh"
+#include "attnc/common/shared_qk.h"
 
 namespace attnc {
 
@@ -61,8 +62,8 @@ template <int D, int WARPS, class T> ATTNC_HD void shared_qk_fold_dk(const Share
   kg = warpSum(kg);
   for (int d = lane; d < D; d += 32) {
     const float k = Elem<T>::toFloat(x[d]) * inv, gd = Elem<T>::toFloat(g[d]);
-    const float add = n > kSharedQkNormFloor ? (gd - k * kg) * inv : gd / kSharedQkNormFloor;
-    dq[r * D + d] = Elem<T>::fromFloat(Elem<T>::toFloat(dq[r * D + d]) + add);
+    dq[r * D + d] = Elem<T>::fromFloat(Elem<T>::toFloat(dq[r * D + d]) +
+                                       sharedqk::queryGradFromKey(gd, k, kg, n));
   }
 }
 
