@@ -9,7 +9,7 @@
 #ifndef ATTNC_CODEGEN_ATTENTIONFUNCTION_H
 #define ATTNC_CODEGEN_ATTENTIONFUNCTION_H
 
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"

@@ -13,7 +13,7 @@
 #ifndef ATTNC_CODEGEN_MODELSTEPWALKER_H
 #define ATTNC_CODEGEN_MODELSTEPWALKER_H
 
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"

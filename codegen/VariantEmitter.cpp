@@ -1,7 +1,7 @@
 //===- VariantEmitter.cpp - Variant policy structs from IR regions --------===//
 #include "codegen/VariantEmitter.h"
 
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"

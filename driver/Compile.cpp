@@ -5,7 +5,7 @@
 #include "driver/ModelGraph.h"
 #include "driver/tune/Tune.h"
 
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 #include "dsl/MLIRGen.h"
 #include "dsl/Parser.h"
 #include "passes/Pipelines.h"

@@ -2,7 +2,7 @@
 #ifndef ATTNC_DRIVER_MODELCONFIGOF_H
 #define ATTNC_DRIVER_MODELCONFIGOF_H
 
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 #include "runtime/train/Data.h"
 #include "runtime/train/ModelConfig.h"
 #include "runtime/train/TrainSettings.h"

@@ -8,7 +8,7 @@
 #ifndef ATTNC_DRIVER_MODELGRAPH_H
 #define ATTNC_DRIVER_MODELGRAPH_H
 
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 #include "runtime/train/CompiledStep.h"
 
 #include "mlir/IR/BuiltinOps.h"

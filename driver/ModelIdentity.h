@@ -14,7 +14,7 @@
 #ifndef ATTNC_DRIVER_MODELIDENTITY_H
 #define ATTNC_DRIVER_MODELIDENTITY_H
 
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 
 #include <string>
 

@@ -13,7 +13,7 @@
 #define ATTNC_DRIVER_MODELSESSION_H
 
 #include "driver/Train.h"
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 
 #include "runtime/CpuAttention.h"
 #include "runtime/CudaAttention.h"

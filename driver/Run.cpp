@@ -4,7 +4,7 @@
 #include "driver/Compile.h"
 
 #include "codegen/AttentionFunction.h"
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 #include "dsl/MLIRGen.h"
 #include "dsl/Parser.h"
 #include "runtime/KernelHeaders.h"

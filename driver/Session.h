@@ -23,7 +23,7 @@
 #include "driver/Spec.h"
 
 #include "codegen/AttentionFunction.h"
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 #include "runtime/CpuAttention.h"
 #include "runtime/CudaAttention.h"
 #include "runtime/Error.h"

@@ -1,6 +1,6 @@
 //===- AST.cpp - AST helpers and the --emit=ast dumper --------------------===//
 #include "dsl/AST.h"
-#include "dsl/TrainBlock.h"
+#include "dialect/TrainBlock.h"
 
 namespace attnc::ast {
 

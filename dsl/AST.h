@@ -155,7 +155,7 @@ struct TrainDecl {
   SourceLoc loc;
   bool present = false;
   Setting lr, warmup, batch, steps, weightDecay, clip, evalEvery;
-  /// The setting of keyword `key` (dsl/TrainBlock.h), or null.
+  /// The setting of keyword `key` (dialect/TrainBlock.h), or null.
   Setting *setting(const std::string &key);
   const Setting *setting(const std::string &key) const {
     return const_cast<TrainDecl *>(this)->setting(key);

@@ -7,8 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "dsl/MLIRGen.h"
-#include "dsl/TrainBlock.h"
-#include "dsl/AttnDialect.h"
+#include "dialect/TrainBlock.h"
+#include "dialect/AttnDialect.h"
 #include "dsl/Sema.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"

@@ -1,6 +1,6 @@
 //===- Parser.cpp - Recursive-descent parser for .attn specs --------------===//
 #include "dsl/Parser.h"
-#include "dsl/TrainBlock.h"
+#include "dialect/TrainBlock.h"
 #include "dsl/Sema.h"
 
 #include <algorithm>

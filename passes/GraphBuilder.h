@@ -8,7 +8,7 @@
 #ifndef ATTNC_PASSES_GRAPHBUILDER_H
 #define ATTNC_PASSES_GRAPHBUILDER_H
 
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 
 #include "mlir/IR/Builders.h"
 

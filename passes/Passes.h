@@ -2,7 +2,7 @@
 #ifndef ATTNC_PASSES_PASSES_H
 #define ATTNC_PASSES_PASSES_H
 
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"

@@ -13,7 +13,7 @@
 
 #include "codegen/AttentionFunction.h"
 #include "driver/Session.h"
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/MLIRContext.h"

@@ -19,7 +19,7 @@
 #include "driver/Run.h"
 #include "driver/tune/Tune.h"
 
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 #include "driver/Spec.h"
 #include "attnc/abi/KernelArgs.h"
 #include "runtime/KernelHeaders.h"

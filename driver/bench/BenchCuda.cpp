@@ -13,7 +13,7 @@
 #include "driver/Run.h"
 #include "driver/Spec.h"
 
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/tune/AttentionBench.h"
 

@@ -27,7 +27,7 @@
 #include "driver/Run.h"
 
 #include "attnc/abi/KernelArgs.h"
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 #include "passes/Passes.h"
 #include "driver/ModelGraph.h"
 #include "runtime/KernelCache.h"

@@ -15,7 +15,7 @@
 #include "driver/Compile.h"
 #include "driver/Run.h"
 
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 #include "runtime/PhiloxDraws.h"
 
 #include "mlir/IR/Builders.h"

@@ -3,7 +3,7 @@
 #define ATTNC_DRIVER_TUNE_TUNE_H
 
 #include "driver/Report.h"
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 
 #include "mlir/IR/BuiltinOps.h"
 

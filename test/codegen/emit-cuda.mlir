@@ -27,8 +27,7 @@ func.func @f(%q: tensor<?x4x?x64xf32>, %k: tensor<?x4x?x64xf32>, %v: tensor<?x4x
   return %o, %lse : tensor<?x4x?x64xf32>, tensor<?x4x?xf32>
 }
 
-// CHECK: #include "attnc/flash_fwd.cuh"
-// CHECK: #include "attnc/flash_bwd.cuh"
+// CHECK: #include "attnc/attention.cuh"
 // CHECK: ATTNC_HD int attnc_clamp_head(int h, int H)
 // CHECK-LABEL: // attn0_f32_d64: forward, f32, head dim 64, kv direct
 // CHECK: struct Variant_attn0_f32_d64 {
@@ -65,7 +64,7 @@ func.func @f(%q: tensor<?x4x?x64xf32>, %k: tensor<?x4x?x64xf32>, %v: tensor<?x4x
 // CHECK: attnc_bwd_dq_attn_bwd1_f32_d64(attnc::AttnBwdArgs a)
 // CHECK: attnc_bwd_dparams_attn_bwd1_f32_d64(attnc::AttnBwdArgs a)
 
-// CPP: #include "attnc/flash_fwd.h"
+// CPP: #include "attnc/attention.h"
 // CPP: struct Variant_attn0_f32_d64 {
 // CPP: extern "C" int attnc_cpu_fwd_attn0_f32_d64(const attnc::AttnFwdArgs *a) {
 // CPP-NEXT: return attnc::cpu::flash_fwd<64, 64, 64, Variant_attn0_f32_d64>(*a);

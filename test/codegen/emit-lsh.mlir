@@ -18,8 +18,7 @@ attn.variant @lsh attributes {causal, key_padding, lsh = #attn.lsh<buckets = 16,
 }
 attn.variant @short attributes {causal, lsh = #attn.lsh<buckets = 8, rounds = 2, chunk = 64, before = 1, after = 0, seed = 0, dense_fallback = true>, shared_qk, tile = #attn.tile<block_q = auto, block_kv = auto, warps = auto, stages = auto>}
 
-// CHECK: #include "attnc/lsh.cuh"
-// CHECK: #include "attnc/shared_qk.cuh"
+// CHECK: #include "attnc/attention.cuh"
 // CHECK: // lsh0_f16_d64: forward, f16, head dim 64, kv lsh buckets 16 rounds 4 chunk 32 window -1/+0, tile 32x32 warps 4 stages 1
 // CHECK: struct Variant_lsh0_f16_d64 {
 // CHECK-NEXT: static constexpr bool kCausal = true;
@@ -59,8 +58,7 @@ attn.variant @short attributes {causal, lsh = #attn.lsh<buckets = 8, rounds = 2,
 // CHECK: attnc_shared_qk_fold_dk_attn_bwd3_f16_d32(
 // CHECK: attnc_bwd_preprocess_attn_bwd3_f16_d32(
 
-// CPP: #include "attnc/lsh.h"
-// CPP: #include "attnc/shared_qk.h"
+// CPP: #include "attnc/attention.h"
 // CPP: extern "C" int attnc_cpu_lsh_fwd_lsh0_f32_d64(const attnc::AttnLshArgs *a) {
 // CPP-NEXT: return attnc::cpu::lsh_fwd<32, 1, 0, 64, Variant_lsh0_f32_d64>(*a);
 // CPP: extern "C" int attnc_cpu_lsh_bwd_lsh_bwd1_f32_d64(const attnc::AttnLshArgs *a) {

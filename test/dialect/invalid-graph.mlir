@@ -1,6 +1,6 @@
 // RUN: attnc-opt %s -split-input-file -verify-diagnostics
 
-// The whole-model graph ops' verifiers (dsl/AttnGraphOps.td).
+// The whole-model graph ops' verifiers (dialect/AttnGraphOps.td).
 
 func.func @matmul_inner(%a: tensor<4x8xf32>, %b: tensor<4x8xf32>) -> tensor<4x8xf32> {
   // expected-error @below {{inner dimensions differ: 8 vs 4}}

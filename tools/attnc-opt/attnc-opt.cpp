@@ -5,7 +5,7 @@
 // the result.
 //
 //===----------------------------------------------------------------------===//
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
 

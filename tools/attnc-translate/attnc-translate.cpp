@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/KernelEmitter.h"
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"

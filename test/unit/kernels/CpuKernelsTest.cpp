@@ -21,9 +21,7 @@
 // M = Σ p·(|dp| + |Σ p·dp|)·|∂score/∂param| (observed error ≤ 1.2e-6·M).
 //
 //===----------------------------------------------------------------------===//
-#include "attnc/flash_bwd.h"
-#include "attnc/flash_fwd.h"
-#include "attnc/lowrank.h"
+#include "attnc/attention.h"
 #include "attnc/unfused.h"
 
 #include "test/unit/support/DropoutReference.h"

@@ -5,10 +5,10 @@
 // core, LSH and graph ops' verifiers have in common.
 //
 //===----------------------------------------------------------------------===//
-#ifndef ATTNC_DSL_ATTNDETAIL_H
-#define ATTNC_DSL_ATTNDETAIL_H
+#ifndef ATTNC_DIALECT_ATTNDETAIL_H
+#define ATTNC_DIALECT_ATTNDETAIL_H
 
-#include "dsl/AttnDialect.h"
+#include "dialect/AttnDialect.h"
 
 #include "mlir/IR/OpImplementation.h"
 
@@ -62,4 +62,4 @@ template <typename OpTy> mlir::LogicalResult verifyFusedParams(OpTy op) {
 
 } // namespace attnc::attn::dialect_detail
 
-#endif // ATTNC_DSL_ATTNDETAIL_H
+#endif // ATTNC_DIALECT_ATTNDETAIL_H

@@ -2,8 +2,8 @@
 #ifndef ATTNC_ATTN_OPS_TD
 #define ATTNC_ATTN_OPS_TD
 
-include "dsl/AttnDialect.td"
-include "dsl/AttnAttrs.td"
+include "dialect/AttnDialect.td"
+include "dialect/AttnAttrs.td"
 include "mlir/IR/OpAsmInterface.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
@@ -108,7 +108,7 @@ def Attn_ModelOp : Attn_Op<"model", [Symbol, SingleBlock, NoTerminator]> {
     `train`, when present, holds the model's recommended training settings
     (the spec's `train { ... }` block): `lr`, `weight_decay` and `clip` as
     f64, `warmup`, `batch`, `steps` and `eval_every` as i64, each optional and
-    range-checked (dsl/TrainBlock.h). attnc train uses them where its
+    range-checked (dialect/TrainBlock.h). attnc train uses them where its
     flags say nothing; the runtime reads them from the artifact's manifest.
 
     ```mlir
@@ -484,7 +484,7 @@ def Attn_FusedAttentionGradOp : Attn_FusedOpBase<"fused_attention_grad",
   let extraClassDeclaration = commonDecls;
 }
 
-include "dsl/AttnLshOps.td"
-include "dsl/AttnGraphOps.td"
+include "dialect/AttnLshOps.td"
+include "dialect/AttnGraphOps.td"
 
 #endif // ATTNC_ATTN_OPS_TD

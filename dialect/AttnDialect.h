@@ -1,6 +1,6 @@
 //===- AttnDialect.h - The attn dialect -------------------------*- C++ -*-===//
-#ifndef ATTNC_DSL_ATTNDIALECT_H
-#define ATTNC_DSL_ATTNDIALECT_H
+#ifndef ATTNC_DIALECT_ATTNDIALECT_H
+#define ATTNC_DIALECT_ATTNDIALECT_H
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -15,14 +15,14 @@ namespace attnc::attn {
 inline constexpr int64_t kAuto = -1;
 } // namespace attnc::attn
 
-#include "dsl/AttnDialect.h.inc"
-#include "dsl/AttnEnums.h.inc"
+#include "dialect/AttnDialect.h.inc"
+#include "dialect/AttnEnums.h.inc"
 
 #define GET_ATTRDEF_CLASSES
-#include "dsl/AttnAttrs.h.inc"
+#include "dialect/AttnAttrs.h.inc"
 
 #define GET_OP_CLASSES
-#include "dsl/AttnOps.h.inc"
+#include "dialect/AttnOps.h.inc"
 
 namespace attnc::attn {
 /// The per-head parameter declarations of a variant or fused op (or null).
@@ -38,4 +38,4 @@ llvm::StringRef elementTypeName(mlir::Type t);
 bool isRowLocal(mlir::Operation *op);
 } // namespace attnc::attn
 
-#endif // ATTNC_DSL_ATTNDIALECT_H
+#endif // ATTNC_DIALECT_ATTNDIALECT_H

@@ -1,5 +1,5 @@
 //===- AttnAttrs.cpp - attn attributes (AttnAttrs.td) -----------------------===//
-#include "dsl/AttnDetail.h"
+#include "dialect/AttnDetail.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -191,11 +191,11 @@ void HeadParamAttr::print(AsmPrinter &p) const {
 }
 
 #define GET_ATTRDEF_CLASSES
-#include "dsl/AttnAttrs.cpp.inc"
+#include "dialect/AttnAttrs.cpp.inc"
 
 void AttnDialect::registerAttributes() {
   addAttributes<
 #define GET_ATTRDEF_LIST
-#include "dsl/AttnAttrs.cpp.inc"
+#include "dialect/AttnAttrs.cpp.inc"
       >();
 }

@@ -1,5 +1,5 @@
 //===- AttnLshOps.cpp - LSH ops and their verifiers (AttnLshOps.td) ---------===//
-#include "dsl/AttnDetail.h"
+#include "dialect/AttnDetail.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"

@@ -1,13 +1,13 @@
 //===- TrainBlock.h - What a model's train block may say --------*- C++ -*-===//
 //
-// The front end's messages about a model's `train { ... }` block, over the
-// one table of its settings (runtime/train/TrainSettingTable.h): the parser and
-// the attn.model verifier say the same. No MLIR: the front end builds
-// without it.
+// What the parser (dsl/Parser.cpp) and the attn.model verifier both say
+// about a model's `train { ... }` block, over the one table of its settings
+// (runtime/train/TrainSettingTable.h). It lives with the dialect, the lower
+// of its two readers, and has no MLIR: the front end builds without it.
 //
 //===----------------------------------------------------------------------===//
-#ifndef ATTNC_DSL_TRAINBLOCK_H
-#define ATTNC_DSL_TRAINBLOCK_H
+#ifndef ATTNC_DIALECT_TRAINBLOCK_H
+#define ATTNC_DIALECT_TRAINBLOCK_H
 
 #include <cstddef>
 #include <cstdio>
@@ -48,4 +48,4 @@ inline std::string checkTrainSetting(const TrainSettingInfo &info, double value)
 
 } // namespace attnc
 
-#endif // ATTNC_DSL_TRAINBLOCK_H
+#endif // ATTNC_DIALECT_TRAINBLOCK_H

@@ -5,7 +5,7 @@
 // AttnGraphOps.cpp), as CIRCT's dialects have one .cpp per .td.
 //
 //===----------------------------------------------------------------------===//
-#include "dsl/AttnDetail.h"
+#include "dialect/AttnDetail.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -19,14 +19,14 @@ using namespace mlir;
 using namespace attnc::attn;
 using namespace attnc::attn::dialect_detail;
 
-#include "dsl/AttnDialect.cpp.inc"
-#include "dsl/AttnEnums.cpp.inc"
+#include "dialect/AttnDialect.cpp.inc"
+#include "dialect/AttnEnums.cpp.inc"
 
 void AttnDialect::initialize() {
   registerAttributes();
   addOperations<
 #define GET_OP_LIST
-#include "dsl/AttnOps.cpp.inc"
+#include "dialect/AttnOps.cpp.inc"
       >();
 }
 

@@ -1,6 +1,6 @@
 //===- AttnOps.cpp - core attn ops and their verifiers (AttnOps.td) ---------===//
-#include "dsl/AttnDetail.h"
-#include "dsl/TrainBlock.h"
+#include "dialect/AttnDetail.h"
+#include "dialect/TrainBlock.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -525,4 +525,4 @@ LogicalResult FusedAttentionGradOp::verify() {
 }
 
 #define GET_OP_CLASSES
-#include "dsl/AttnOps.cpp.inc"
+#include "dialect/AttnOps.cpp.inc"

@@ -2,7 +2,7 @@
 #ifndef ATTNC_ATTN_ATTRS_TD
 #define ATTNC_ATTN_ATTRS_TD
 
-include "dsl/AttnDialect.td"
+include "dialect/AttnDialect.td"
 include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/EnumAttr.td"
 

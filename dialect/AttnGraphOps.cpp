@@ -1,5 +1,5 @@
 //===- AttnGraphOps.cpp - whole-model graph ops (AttnGraphOps.td) -----------===//
-#include "dsl/AttnDetail.h"
+#include "dialect/AttnDetail.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
