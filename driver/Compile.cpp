@@ -75,6 +75,17 @@ void notePrecisionOnArch(const std::vector<ManifestKernel> &kernels, const std::
                 "register-staged copies (no cp.async) and no ldmatrix");
 }
 
+Expected<Cubin> compileCudaKernels(const CompiledKernels &compiled, const std::string &arch) {
+  NvrtcCompiler nvrtc(&KernelCache::processDefault());
+  NvrtcOptions options;
+  options.arch = arch;
+  Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
+  if (!dirs)
+    return dirs.takeError();
+  options.includeDirs = *dirs;
+  return nvrtc.compile("attnc_kernels.cu", compiled.source, options);
+}
+
 mlir::LogicalResult checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch,
                                    std::ostream &os) {
   Expected<GpuArch> gpu = parseGpuArch(arch);
@@ -82,16 +93,7 @@ mlir::LogicalResult checkWithNvrtc(const CompiledKernels &compiled, const std::s
     diagnostics() << "attnc: error: " << gpu.error() << "\n";
     return mlir::failure();
   }
-  NvrtcCompiler nvrtc(&KernelCache::processDefault());
-  NvrtcOptions options;
-  options.arch = arch;
-  Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
-  if (!dirs) {
-    diagnostics() << "attnc: error: " << dirs.error() << "\n";
-    return mlir::failure();
-  }
-  options.includeDirs = *dirs;
-  Expected<Cubin> cubin = nvrtc.compile("attnc_kernels.cu", compiled.source, options);
+  Expected<Cubin> cubin = compileCudaKernels(compiled, arch);
   if (!cubin) {
     diagnostics() << "attnc: error: " << cubin.error() << "\n";
     return mlir::failure();

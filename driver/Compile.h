@@ -6,6 +6,8 @@
 #include "codegen/KernelEmitter.h"
 #include "driver/Spec.h"
 
+#include "runtime/NvrtcCompiler.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -31,6 +33,10 @@ mlir::LogicalResult compileFunctions(mlir::ModuleOp module, const std::string &t
 /// cores: bf16 storage, fp32 compute), fp16 on Volta (mma.m8n8k4).
 void notePrecisionOnArch(const std::vector<ManifestKernel> &kernels, const std::string &arch,
                          std::ostream &os);
+
+/// The CUDA source compiled by NVRTC for `arch`, with the kernel header
+/// tree on its include path (cached: runtime/NvrtcCompiler.h).
+Expected<Cubin> compileCudaKernels(const CompiledKernels &compiled, const std::string &arch);
 
 /// Compiles the CUDA source with NVRTC for `arch` and checks every entry
 /// point: it compiles, spills no registers, and its static plus dynamic

@@ -58,6 +58,12 @@ install_wheel() {
 nvrtc12="$root/.deps/nvrtc-cu12"
 [ -f "$nvrtc12/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ] || install_wheel "$nvrtc12" "nvidia-cuda-nvrtc-cu12==12.9.86"
 
+# nvdisasm, for attnc perf (the performance model reads the kernels'
+# machine code; docs/perf-model.md): PyPI has only CUDA 13's (about 6 MB),
+# which reads sm_75 and newer.
+sasstools="$root/.deps/sass-tools"
+[ -x "$sasstools/nvidia/cu13/bin/nvdisasm" ] || install_wheel "$sasstools" "nvidia-cuda-nvdisasm==13.5.37"
+
 # cuBLAS 12 (CUDA 13's dropped Volta too): GPU training on a V100 needs it.
 # About 1 GB installed and nothing here runs it, so only on request.
 for arg in "$@"; do

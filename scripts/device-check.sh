@@ -431,6 +431,16 @@ step_5() { # timings beside torch SDPA, then FlexAttention
       bench_rows "$dir/$name.csv" "$name"
     fi
   done
+  # The performance model's predictions (attnc perf, made by device-prepare.sh
+  # for these artifacts and shapes) beside the timings: docs/perf-model.md.
+  if python3 "$root/scripts/device_perf.py" "$dir" "$d/bench" "$dir/model.md" --key="$dir/model-key.txt" \
+    >"$dir/model.log" 2>&1; then
+    row ok "the performance model beside the timings ($([ "$simulate" = 1 ] && echo "emulator: no figures; ")sm_90 model, H100 SXM5 rates): $(cat "$dir/model-key.txt")"
+    { echo "Measured against predicted (attnc perf, sm_90 with the H100 SXM5's rates):"; echo; cat "$dir/model.md"; } >"$dir/model-attach.md"
+    attach "$dir/model-attach.md"
+  else
+    row FAIL "scripts/device_perf.py: $(tail -1 "$dir/model.log")"
+  fi
   if [ "$gpu" != 1 ]; then
     row skip "torch SDPA and FlexAttention beside: no GPU"
     key "${#arts[@]} artifacts run on the SIMT emulator (no figures)"

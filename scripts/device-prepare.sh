@@ -129,6 +129,21 @@ if [ "$tiny" != 1 ]; then
   bench dense_d128 "attention a { }" 4096 128
   bench causal_d128 "attention a { mask causal }" 4096 128
 fi
+# The performance model's predictions for step 5's shapes (the emulator
+# rehearsal's too), beside which device-check.sh prints the timings
+# (scripts/device_perf.py, docs/perf-model.md): sm_90, as the artifacts.
+for spec in "$d"/bench/*.attn; do
+  name=$(basename "$spec" .attn)
+  for shape in 4,16,1024 2,16,4096 1,2,64; do
+    "$attnc" perf "$spec" --arch sm_90 --shape "$shape" --csv "$d/bench/$name.perf-$shape.csv" \
+      >"$d/bench/$name.perf-$shape.log" 2>&1 || {
+      echo "device-prepare: attnc perf $spec --shape $shape failed:" >&2
+      tail -3 "$d/bench/$name.perf-$shape.log" >&2
+      exit 1
+    }
+    rm -f "$d/bench/$name.perf-$shape.log"
+  done
+done
 
 # PyTorch on the GPU (device-check step 7): f32 artifacts that the
 # runtime-only libattnc there loads (attnc_load), checked against float64.

@@ -10,6 +10,7 @@
 #include "driver/PlotRuns.h"
 #include "driver/Run.h"
 #include "driver/Train.h"
+#include "driver/perf/Perf.h"
 #include "driver/tune/Tune.h"
 #include "tools/ExitCodes.h"
 #include "tools/TargetFlags.h"
@@ -151,6 +152,28 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   bench->add_option("--sweep-csv", bopts.sweepCsv, "LSH sweep CSV output")->capture_default_str();
   bench->add_option("--sweep-svg", bopts.sweepSvg, "LSH sweep plot output")->capture_default_str();
+
+  attnc::driver::PerfOptions popts;
+  std::vector<long long> perfShape;
+  CLI::App *perfCmd = app.add_subcommand(
+      "perf", "Predict the CUDA attention kernels' time from their machine code, without a GPU: "
+              "NVRTC's CUBIN, disassembled by nvdisasm, counted per pipe in each kernel's hot "
+              "loop (docs/perf-model.md)");
+  perfCmd->add_option("spec", popts.spec, "the .attn spec file")->required();
+  perfCmd
+      ->add_option("--arch", popts.archs,
+                   "the CUDA architectures to model, comma-separated (sm_75, 80, 86, 89, 90; "
+                   "nvdisasm reads no sm_70)")
+      ->delimiter(',')
+      ->capture_default_str();
+  perfCmd
+      ->add_option("--shape", perfShape,
+                   "B,H,N: batch, heads and sequence length (default 2,16,8192)")
+      ->delimiter(',')
+      ->expected(3);
+  perfCmd->add_option("--csv", popts.csv, "write every kernel's and pass's row to this CSV");
+  perfCmd->add_option("--compare", popts.compare,
+                      "an earlier --csv: print each kernel's predicted time against it, as ratios");
 
   attnc::driver::RunOptions ropts;
   CLI::App *run = app.add_subcommand(
@@ -372,6 +395,11 @@ int main(int argc, char **argv) {
     return exitCode(attnc::driver::runAttention(ropts));
   if (bench->parsed())
     return exitCode(attnc::driver::runBench(bopts));
+  if (perfCmd->parsed()) {
+    if (!perfShape.empty())
+      popts.batch = perfShape[0], popts.heads = perfShape[1], popts.seqLen = perfShape[2];
+    return exitCode(attnc::driver::runPerf(popts));
+  }
   if (trainCmd->parsed()) {
     if (trainCmd->count("--batch")) // else the model's train block decides
       topts.run.flags.batch = topts.batch;

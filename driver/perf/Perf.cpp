@@ -1,0 +1,404 @@
+//===- Perf.cpp - attnc perf: kernels' time, predicted from their SASS ---===//
+#include "driver/perf/Perf.h"
+
+#include "driver/ArtifactBuilder.h"
+#include "driver/Compile.h"
+#include "driver/Report.h"
+#include "driver/Spec.h"
+
+#include "runtime/FileSystem.h"
+#include "runtime/Manifest.h"
+#include "runtime/NvrtcCompiler.h"
+#include "runtime/perf/Disassembler.h"
+#include "runtime/perf/PerfModel.h"
+#include "runtime/perf/Sass.h"
+
+#include "mlir/IR/MLIRContext.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+namespace attnc::driver {
+
+namespace {
+
+/// What an entry point of the dense kernels does (its name says:
+/// codegen/KernelEmitter.cpp), which sets its grid and loop trips.
+enum class Kind { Forward, Preprocess, DkDv, Dq, Other };
+
+Kind kindOf(const std::string &entry) {
+  if (entry.rfind("attnc_fwd_", 0) == 0)
+    return Kind::Forward;
+  if (entry.rfind("attnc_bwd_preprocess_", 0) == 0)
+    return Kind::Preprocess;
+  if (entry.rfind("attnc_bwd_dkdv_", 0) == 0)
+    return Kind::DkDv;
+  if (entry.rfind("attnc_bwd_dq_", 0) == 0)
+    return Kind::Dq;
+  return Kind::Other;
+}
+
+const char *kindName(Kind kind) {
+  switch (kind) {
+  case Kind::Forward:
+    return "fwd";
+  case Kind::Preprocess:
+    return "bwd-preprocess";
+  case Kind::DkDv:
+    return "bwd-dkdv";
+  case Kind::Dq:
+    return "bwd-dq";
+  case Kind::Other:
+    return "other";
+  }
+  return "?";
+}
+
+double elementBytes(const std::string &dtype) { return dtype == "f32" ? 4 : 2; }
+
+/// One kernel's analysis on one arch.
+struct KernelRow {
+  std::string kernel, variant, dtype;
+  int headDim = 0;
+  Kind kind = Kind::Other;
+  int registers = 0, sharedBytes = 0;
+  bool hasLoop = false;
+  perf::PipeCounts counts;
+  /// The loop's counted FLOPs over the ones its tile must do in one
+  /// iteration (0: not checked). Off 1, the loop holds inner loops the
+  /// count runs once, and the row gets no prediction.
+  double work = 0;
+  bool predicted = false;
+  perf::Prediction prediction;
+};
+
+/// FLOPs one CTA must do per iteration of its loop: the forward's two
+/// matrix products, the dK/dV kernel's four (S, dP, dV, dK), dQ's three.
+double tileFlops(const ManifestKernel &k, Kind kind) {
+  const double mnk = 2.0 * double(k.blockQ) * double(k.blockKv) * double(k.headDim);
+  switch (kind) {
+  case Kind::Forward:
+    return 2 * mnk;
+  case Kind::DkDv:
+    return 4 * mnk;
+  case Kind::Dq:
+    return 3 * mnk;
+  default:
+    return 0;
+  }
+}
+
+/// The launch of a dense kernel at the shape: the grid and loop trips of
+/// runtime/CudaAttention.cpp's launches (kernels/abi TileModel.h's
+/// queryTileBlocks / keyTileBlocks), and the DRAM traffic floor.
+perf::LaunchShape launchOf(const ManifestKernel &k, Kind kind, int registers, int sharedBytes,
+                           const PerfOptions &o) {
+  perf::LaunchShape l;
+  const long long bh = o.batch * o.heads, n = o.seqLen;
+  const double qTiles = std::ceil(double(n) / double(k.blockQ));
+  const double kvTiles = std::ceil(double(n) / double(k.blockKv));
+  // A causal block of queries visits the key blocks up to its own: half on
+  // average.
+  auto trips = [&](double tiles) { return k.causal ? (tiles + 1) / 2 : tiles; };
+  const double e = elementBytes(k.dtype), bhnd = double(bh) * n * k.headDim, bhn = double(bh) * n;
+  l.warpsPerBlock = int(k.warps), l.registers = registers, l.sharedBytes = sharedBytes;
+  switch (kind) {
+  case Kind::Forward: // reads q, k, v; writes out and lse
+    l.blocks = (long long)qTiles * bh, l.loopTrips = trips(kvTiles);
+    l.dramBytes = 4 * bhnd * e + 4 * bhn;
+    break;
+  case Kind::Preprocess: // delta = rowsum(dO * O)
+    l.blocks = (long long)qTiles * bh, l.loopTrips = 0, l.sharedBytes = 0;
+    l.dramBytes = 2 * bhnd * e + 4 * bhn;
+    break;
+  case Kind::DkDv: // reads q, k, v, dO, lse, delta; writes dK, dV
+    l.blocks = (long long)kvTiles * bh, l.loopTrips = trips(qTiles);
+    l.dramBytes = 6 * bhnd * e + 8 * bhn;
+    break;
+  case Kind::Dq: // reads q, k, v, dO, lse, delta; writes dQ
+    l.blocks = (long long)qTiles * bh, l.loopTrips = trips(kvTiles);
+    l.dramBytes = 5 * bhnd * e + 8 * bhn;
+    break;
+  case Kind::Other:
+    break;
+  }
+  return l;
+}
+
+/// The shared-memory bytes a kernel launches with (as --check-nvrtc counts
+/// them): static, plus the tile's dynamic memory for the attention loops.
+int launchSharedBytes(const ManifestKernel &k, Kind kind, const KernelResources &r) {
+  bool usesTile = kind == Kind::Forward || kind == Kind::DkDv || kind == Kind::Dq;
+  return r.staticSmemBytes + (usesTile ? int(k.smemBytes) : 0);
+}
+
+/// Every kernel of `compiled` on `arch`, analysed.
+Expected<std::vector<KernelRow>> analyse(const CompiledKernels &compiled, const std::string &arch,
+                                         const perf::ArchRates &rates, const PerfOptions &o) {
+  Expected<Cubin> cubin = compileCudaKernels(compiled, arch);
+  if (!cubin)
+    return cubin.takeError();
+  Expected<std::string> sass = perf::disassemble(cubin->image);
+  if (!sass)
+    return makeError(arch + ": " + sass.error());
+  Expected<std::vector<perf::SassFunction>> functions = perf::parseSass(*sass);
+  if (!functions)
+    return makeError(arch + ": " + functions.error());
+  std::map<std::string, const perf::SassFunction *> byName;
+  for (const perf::SassFunction &f : *functions)
+    byName[f.name] = &f;
+
+  std::vector<KernelRow> rows;
+  for (const ManifestKernel &k : compiled.kernels)
+    for (const std::string &entry : k.entryPoints) {
+      auto f = byName.find(entry);
+      const KernelResources *r = cubin->kernel(entry);
+      if (f == byName.end() || !r)
+        return makeError(arch + ": " + entry + " is missing from the " +
+                         (r ? "disassembly" : "ptxas report"));
+      KernelRow row;
+      row.kernel = entry, row.variant = k.name, row.dtype = k.dtype;
+      row.headDim = int(k.headDim), row.kind = kindOf(entry);
+      row.registers = r->registers;
+      row.sharedBytes = launchSharedBytes(k, row.kind, *r);
+      std::vector<perf::SassLoop> loops = perf::findLoops(*f->second);
+      const perf::SassLoop *hot = perf::hotLoop(*f->second, loops);
+      row.hasLoop = hot != nullptr;
+      row.counts = hot ? perf::countRange(*f->second, hot->first, hot->last)
+                       : perf::countRange(*f->second, 0, f->second->code.size() - 1);
+      if (double need = tileFlops(k, row.kind); need > 0 && hot)
+        row.work = double(k.warps) * (row.counts.tensorFlops + row.counts.simtFlops) / need;
+      // A loop whose arithmetic falls short of its tile's holds inner loops
+      // (the fp32 SIMT kernels do), which the count sees once.
+      const bool counted = row.kind == Kind::Preprocess || (row.work >= 0.9 && row.work <= 1.3);
+      if (row.kind != Kind::Other && counted && (row.kind == Kind::Preprocess || hot)) {
+        perf::LaunchShape launch = launchOf(k, row.kind, row.registers, row.sharedBytes, o);
+        if (row.kind == Kind::Preprocess) // no loop: the whole kernel, once per block
+          launch.loopTrips = 0;
+        row.prediction = perf::predict(rates, row.counts, launch);
+        row.predicted = true;
+      }
+      rows.push_back(std::move(row));
+    }
+  return rows;
+}
+
+/// FLOPs of a pass at the shape, as FlashAttention counts them: 4·B·H·N²·D
+/// for the forward, 2.5 times that for the backward; half when causal.
+double passFlops(const ManifestKernel &k, bool backward, const PerfOptions &o) {
+  double f = 4.0 * o.batch * o.heads * double(o.seqLen) * double(o.seqLen) * double(k.headDim);
+  return f * (backward ? 2.5 : 1) * (k.causal ? 0.5 : 1);
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << v;
+  return os.str();
+}
+
+/// A pass of one fused op: its kernels' predicted times summed.
+struct PassRow {
+  std::string variant, dtype;
+  int headDim = 0;
+  bool backward = false;
+  double seconds = 0, flops = 0;
+  bool complete = true; ///< every kernel of the pass has a prediction
+};
+
+std::vector<PassRow> passesOf(const CompiledKernels &compiled, const std::vector<KernelRow> &rows,
+                              const PerfOptions &o) {
+  std::vector<PassRow> passes;
+  for (const ManifestKernel &k : compiled.kernels) {
+    PassRow p{k.name, k.dtype, int(k.headDim), k.backward, 0, passFlops(k, k.backward, o), true};
+    bool any = false;
+    for (const KernelRow &r : rows)
+      if (r.variant == k.name && r.kind != Kind::Other) {
+        any = true;
+        p.complete = p.complete && r.predicted;
+        p.seconds += r.prediction.seconds;
+      }
+    if (any)
+      passes.push_back(p);
+  }
+  return passes;
+}
+
+const char *kCsvHeader =
+    "arch,kernel,kind,dtype,head_dim,registers,shared_bytes,blocks_per_sm,occupancy_limit,"
+    "loop_instructions,tensor,shared,global,mufu,fma,alu,uniform,shuffle,barrier,control,"
+    "shared_bytes_per_iteration,tensor_flops_per_iteration,stall_cycles,limiter,"
+    "tensor_utilisation,predicted_us,tflops,work";
+
+void writeCsvRows(std::ostream &os, const std::string &arch, const std::vector<KernelRow> &rows,
+                  const std::vector<PassRow> &passes) {
+  using perf::Pipe;
+  for (const KernelRow &r : rows) {
+    const perf::PipeCounts &c = r.counts;
+    os << arch << "," << r.kernel << "," << kindName(r.kind) << "," << r.dtype << "," << r.headDim
+       << "," << r.registers << "," << r.sharedBytes << ","
+       << (r.predicted ? std::to_string(r.prediction.occupancy.blocks) : "") << ","
+       << (r.predicted ? r.prediction.occupancy.limit : "") << "," << c.total << ","
+       << c.of(Pipe::Tensor) << "," << c.of(Pipe::Shared) << "," << c.of(Pipe::Global) << ","
+       << c.of(Pipe::Mufu) << "," << c.of(Pipe::Fma) << "," << c.of(Pipe::Alu) << ","
+       << c.of(Pipe::Uniform) << "," << c.of(Pipe::Shuffle) << "," << c.of(Pipe::Barrier) << ","
+       << c.of(Pipe::Control) << "," << c.sharedBytes << "," << c.tensorFlops << ","
+       << c.stallCycles << "," << (r.predicted ? r.prediction.limiter : "") << ","
+       << (r.predicted ? fixed(r.prediction.tensorUtilisation, 3) : "") << ","
+       << (r.predicted ? fixed(r.prediction.seconds * 1e6, 2) : "") << ",,"
+       << (r.work > 0 ? fixed(r.work, 2) : "") << "\n";
+  }
+  for (const PassRow &p : passes) {
+    if (!p.complete)
+      continue;
+    os << arch << "," << p.variant << "," << (p.backward ? "pass-bwd" : "pass-fwd") << ","
+       << p.dtype << "," << p.headDim << ",,,,,,,,,,,,,,,,,,,,," << fixed(p.seconds * 1e6, 2) << ","
+       << fixed(p.flops / p.seconds / 1e12, 1) << ",\n";
+  }
+}
+
+void printTable(std::ostream &os, const std::string &arch, const perf::ArchRates &rates,
+                const std::vector<KernelRow> &rows, const std::vector<PassRow> &passes,
+                const PerfOptions &o) {
+  using perf::Pipe;
+  const double peak = rates.tensorFlopsClk * rates.sms * rates.clockGhz * 1e9;
+  os << arch << ", modelled as " << rates.gpu << " (" << rates.sms << " SMs, " << rates.clockGhz
+     << " GHz, mma.sync fp16 peak " << fixed(peak / 1e12, 0) << " TFLOP/s): B=" << o.batch
+     << " H=" << o.heads << " N=" << o.seqLen << "\n";
+  os << "  per warp and loop iteration:\n";
+  os << "  " << std::left << std::setw(44) << "kernel" << std::right << std::setw(5) << "regs"
+     << std::setw(8) << "smem KB" << std::setw(6) << "CTAs" << std::setw(7) << "instr"
+     << std::setw(6) << "mma" << std::setw(8) << "smem B" << std::setw(6) << "mufu" << std::setw(6)
+     << "fma" << std::setw(6) << "alu" << std::setw(7) << "stall" << std::setw(6) << "work"
+     << "  " << std::left << std::setw(9) << "limiter" << std::right << std::setw(8) << "tensor"
+     << std::setw(11) << "time us"
+     << "\n";
+  for (const KernelRow &r : rows) {
+    const perf::PipeCounts &c = r.counts;
+    os << "  " << std::left << std::setw(44) << (r.kernel + (r.hasLoop ? "" : " (no loop)"))
+       << std::right << std::setw(5) << r.registers << std::setw(8)
+       << fixed(r.sharedBytes / 1024.0, 1) << std::setw(6)
+       << (r.predicted ? std::to_string(r.prediction.occupancy.blocks) : "-") << std::setw(7)
+       << c.total << std::setw(6) << c.of(Pipe::Tensor) << std::setw(8) << c.sharedBytes
+       << std::setw(6) << c.of(Pipe::Mufu) << std::setw(6) << c.of(Pipe::Fma) << std::setw(6)
+       << c.of(Pipe::Alu) << std::setw(7)
+       << (c.stallCycles < 0 ? std::string("-") : fixed(c.stallCycles, 0)) << std::setw(6)
+       << (r.work > 0 ? fixed(r.work, 2) : std::string("-")) << "  " << std::left << std::setw(9)
+       << (r.predicted ? r.prediction.limiter : "-") << std::right << std::setw(8)
+       << (r.predicted ? fixed(100 * r.prediction.tensorUtilisation, 0) + " %" : "-")
+       << std::setw(11) << (r.predicted ? fixed(r.prediction.seconds * 1e6, 1) : "-") << "\n";
+  }
+  os << "  work: the loop's FLOPs over its tile's; where it is off 1 the loop holds inner loops "
+        "counted once, and the kernel gets no prediction\n";
+  for (const PassRow &p : passes) {
+    if (!p.complete)
+      continue;
+    double tflops = p.flops / p.seconds / 1e12;
+    os << "  " << (p.backward ? "backward " : "forward  ") << p.variant << " " << p.dtype << " d"
+       << p.headDim << ": " << fixed(p.seconds * 1e3, 3) << " ms, " << fixed(tflops, 1)
+       << " TFLOP/s (" << fixed(100 * tflops * 1e12 / peak, 0) << " % of the mma.sync peak)\n";
+  }
+}
+
+/// --compare: an earlier --csv's predicted times beside these, as ratios.
+mlir::LogicalResult printComparison(std::ostream &os, const std::string &path,
+                                    const std::string &current) {
+  Expected<std::string> old = fs::readFile(path);
+  if (!old)
+    return commandError("perf", "--compare " + path + ": " + old.error());
+  auto parse = [](const std::string &text) {
+    std::map<std::string, std::vector<std::string>> rows; // "arch kernel kind" → fields
+    std::istringstream in(text);
+    std::string line;
+    std::getline(in, line); // the header
+    while (std::getline(in, line)) {
+      std::vector<std::string> f;
+      std::stringstream ss(line);
+      std::string field;
+      while (std::getline(ss, field, ','))
+        f.push_back(field);
+      while (f.size() < 28)
+        f.push_back("");
+      rows[f[0] + " " + f[1] + " " + f[2]] = f;
+    }
+    return rows;
+  };
+  if (old->rfind(kCsvHeader, 0) != 0)
+    return commandError("perf", "--compare " + path + " is not a CSV of attnc perf --csv");
+  auto before = parse(*old), after = parse(current);
+  os << "compared with " << path << " (ratio: earlier / now; above 1 is faster now):\n";
+  int matched = 0;
+  for (const auto &[key, now] : after) {
+    auto was = before.find(key);
+    if (was == before.end() || now[25].empty() || was->second[25].empty())
+      continue;
+    ++matched;
+    double tNow = std::stod(now[25]), tWas = std::stod(was->second[25]);
+    os << "  " << std::left << std::setw(56) << key << std::right << " time " << std::setw(10)
+       << was->second[25] << " -> " << std::setw(10) << now[25] << " us  x"
+       << fixed(tNow > 0 ? tWas / tNow : 0, 2);
+    if (!now[9].empty() && !was->second[9].empty())
+      os << "   loop instructions " << was->second[9] << " -> " << now[9];
+    os << "\n";
+  }
+  if (matched == 0)
+    os << "  no kernel of " << path << " is in this run (other spec, archs or names)\n";
+  return mlir::success();
+}
+
+} // namespace
+
+mlir::LogicalResult runPerf(const PerfOptions &o) {
+  if (o.batch < 1 || o.heads < 1 || o.seqLen < 1)
+    return commandError("perf", "--shape needs B, H and N of at least 1");
+  mlir::MLIRContext context;
+  mlir::OwningOpRef<mlir::ModuleOp> module = loadSpecModule(o.spec, "perf", context);
+  if (!module)
+    return mlir::failure();
+  std::ostringstream csv;
+  csv << kCsvHeader << "\n";
+  for (const std::string &arch : o.archs) {
+    std::string err;
+    if (!checkArch(arch, err))
+      return commandError("perf", err);
+    Expected<perf::ArchRates> rates = perf::archRates(arch);
+    if (!rates)
+      return commandError("perf", rates.error());
+    // Before compiling: the nvdisasm PyPI ships (CUDA 13's) reads no Volta.
+    if (rates->sm < 75 && !std::getenv("ATTNC_NVDISASM"))
+      return commandError("perf", arch + ": CUDA 13's nvdisasm, which scripts/bootstrap.sh "
+                                         "installs, reads no sm_70 code; set $ATTNC_NVDISASM to "
+                                         "a CUDA 12 toolkit's nvdisasm to model Volta");
+    // The kernels attnc compile --target cuda --arch ARCH builds, with the
+    // same tiles (the tuning database's for the arch, then the heuristics).
+    mlir::OwningOpRef<mlir::ModuleOp> resolved = module->clone();
+    ResolveFor resolve;
+    resolve.target = "cuda", resolve.arch = arch;
+    if (!resolveAuto(*resolved, resolve))
+      return mlir::failure();
+    ArtifactOptions ao;
+    ao.target = "cuda", ao.arch = arch;
+    CompiledKernels compiled;
+    if (mlir::failed(compileModelKernels(*resolved, ao, "cuda", compiled)))
+      return mlir::failure();
+    Expected<std::vector<KernelRow>> rows = analyse(compiled, arch, *rates, o);
+    if (!rows)
+      return commandError("perf", rows.error());
+    std::vector<PassRow> passes = passesOf(compiled, *rows, o);
+    printTable(results(), arch, *rates, *rows, passes, o);
+    writeCsvRows(csv, arch, *rows, passes);
+  }
+  if (!o.csv.empty()) {
+    if (Status s = fs::writeFileAtomic(o.csv, csv.str()); !s)
+      return commandError("perf", "--csv " + o.csv + ": " + s.error());
+    results() << "wrote " << o.csv << "\n";
+  }
+  if (!o.compare.empty())
+    return printComparison(results(), o.compare, csv.str());
+  return mlir::success();
+}
+
+} // namespace attnc::driver

@@ -1,0 +1,33 @@
+//===- Perf.h - attnc perf: kernels' time, predicted from their SASS -*- C++ -*-===//
+//
+// The performance model's command (docs/perf-model.md): compiles a spec's
+// CUDA attention kernels with NVRTC for each arch, reads their machine code
+// (runtime/perf), and predicts each kernel's time and each pass's TFLOP/s
+// at a shape, naming what limits it. No GPU needed.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_DRIVER_PERF_PERF_H
+#define ATTNC_DRIVER_PERF_PERF_H
+
+#include "mlir/Support/LogicalResult.h"
+
+#include <string>
+#include <vector>
+
+namespace attnc::driver {
+
+struct PerfOptions {
+  std::string spec;
+  std::vector<std::string> archs = {"sm_80", "sm_90"};
+  long long batch = 2, heads = 16, seqLen = 8192;
+  std::string csv;     ///< write every row here
+  std::string compare; ///< an earlier --csv: print the ratios against it
+};
+
+/// attnc perf: a table per arch of the kernels' loop counts by pipe,
+/// resources, predicted time and limiter, then each pass's TFLOP/s.
+mlir::LogicalResult runPerf(const PerfOptions &options);
+
+} // namespace attnc::driver
+
+#endif // ATTNC_DRIVER_PERF_PERF_H
