@@ -185,6 +185,17 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
   const int j0 = kv0 + tile::kRowsPerWarp * wm; // this warp's first key
   const T *sKw = sK + tile::kRowsPerWarp * wm * LD;
   const T *sVw = sV + tile::kRowsPerWarp * wm * LD;
+  // The warp's K and V rows multiply every query block: in registers on
+  // m16n8k16 tensor cores at D = 64 (32 registers; larger D would spill),
+  // loaded once the fixed tiles (the only group in flight) landed.
+  constexpr bool kFixedInRegisters = MmaKindOf<T, NT1>::value == MmaKind::M16n8 && D <= 64;
+  ResidentA<T, D, kFixedInRegisters> kRows, vRows;
+  if constexpr (kFixedInRegisters) {
+    cpAsyncWait<0>();
+    __syncthreads();
+  }
+  kRows.load(sKw, LD);
+  vRows.load(sVw, LD);
   float dK[NT3][4], dV[NT3][4], dpar[NP];
   zeroAcc(dK);
   zeroAcc(dV);
@@ -195,12 +206,12 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
   // Phases 1-2 of step m, given its Q and dO tiles: P^T, G^T to shared.
   auto scoresT = [&](float(&s)[NT1][4], const T *x) {
     zeroAcc(s);
-    Mma::template gemmSS<D, NT1, false>(s, sKw, LD, x + wn * C1 * LD, LD);
+    kRows.template gemm<NT1, false>(s, x + wn * C1 * LD, LD);
   };
   auto gradsT = [&](int m, float(&s)[NT1][4], const T *y, const float *st) {
     float dp[NT1][4];
     zeroAcc(dp);
-    Mma::template gemmSS<D, NT1, false>(dp, sVw, LD, y + wn * C1 * LD, LD);
+    vRows.template gemm<NT1, false>(dp, y + wn * C1 * LD, LD);
     const int i0 = m * BLOCK_Q + wn * C1; // this warp's first query
     const bool mask = Variant::kHasMask || j0 + tile::kRowsPerWarp > kvEnd ||
                       (Variant::kCausal && j0 + tile::kRowsPerWarp - 1 > i0) || i0 + C1 > a.Nq;
@@ -364,6 +375,9 @@ __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
   const T *sdOw = sdO + tile::kRowsPerWarp * wm * LD;
   const float *lse2 = stats + tile::kRowsPerWarp * wm;
   const float *dlt = stats + BLOCK_Q + tile::kRowsPerWarp * wm;
+  // Q and dO stay in shared memory: in registers (as dK/dV keeps K and V)
+  // they cost dQ its second resident block, which the performance model
+  // says loses more than their traffic (docs/perf-model.md).
   float dQ[NT3][4], unused[1];
   zeroAcc(dQ);
 

@@ -272,6 +272,31 @@ template <class T> struct WarpMmaImpl<T, MmaKind::M16n8> {
     }
   }
 
+  /// A (16 x K, shared) into the registers its k-steps take (ldmatrix
+  /// .x4: lanes 0-15 rows 0-15 at k0, lanes 16-31 rows 0-15 at k0 + 8), for
+  /// a warp that multiplies the same rows by many B tiles (the forward's Q).
+  template <int K> static ATTNC_HD void loadA(unsigned (&af)[K / 16][4], const T *a, int lda) {
+    static_assert(K % 16 == 0, "k-steps of 16");
+    const int lane = threadIdx.x % 32;
+    const T *aLane = a + (lane % 16) * lda + (lane / 16) * 8;
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk)
+      ldsmX4(af[kk], aLane + 16 * kk);
+  }
+
+  /// acc += A * B with A in registers (loadA) and B in shared memory:
+  /// gemmSS without A's shared-memory traffic.
+  template <int K, int NT, bool B_KMAJOR>
+  static ATTNC_HD void gemmAS(float (&acc)[NT][4], const unsigned (&af)[K / 16][4], const T *b,
+                              int ldb) {
+    const int lane = threadIdx.x % 32;
+    const T *bX4 = bLane<B_KMAJOR>(b, ldb, lane);
+    const T *bX2 = bLane<B_KMAJOR>(b, ldb, lane & 15);
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk)
+      kStep<NT, B_KMAJOR>(acc, af[kk], bX4, bX2, ldb, 16 * kk);
+  }
+
   /// acc += A * B with A (16 x K) the accumulator tile `p` of a previous
   /// GEMM, rounded to T, and B k-major in shared memory.
   template <int K, int NT>
@@ -500,6 +525,37 @@ template <class T> struct WarpMma {
 };
 
 //===-- Accumulator tiles -------------------------------------------------===//
+
+/// The A operand (16 x K rows of shared memory) of warp GEMMs a kernel runs
+/// many times against other B tiles (the forward's Q; dQ's Q and dO; dK/dV's
+/// K and V). With IN_REGISTERS, and only on m16n8k16 tensor cores, the rows
+/// are loaded into registers once (load) and every gemm reads them there,
+/// which takes their ldmatrix traffic out of the kernel's loop; otherwise
+/// gemm is gemmSS over the same rows. Kernels choose IN_REGISTERS where the
+/// fragments (K / 4 registers) fit beside their accumulators without spills.
+template <class T, int K, bool IN_REGISTERS> struct ResidentA {
+  unsigned frag[IN_REGISTERS ? K / 16 : 1][4];
+  const T *rows = nullptr;
+  int ld = 0;
+
+  /// After the rows landed in shared memory (and a barrier).
+  ATTNC_HD void load(const T *a, int lda) {
+    rows = a, ld = lda;
+    if constexpr (IN_REGISTERS)
+      WarpMmaImpl<T, MmaKind::M16n8>::template loadA<K>(frag, a, lda);
+  }
+
+  /// acc += A * B, B (K x 8NT) in shared memory.
+  template <int NT, bool B_KMAJOR>
+  ATTNC_HD void gemm(float (&acc)[NT][4], const T *b, int ldb) const {
+    if constexpr (IN_REGISTERS) {
+      static_assert(MmaKindOf<T, NT>::value == MmaKind::M16n8, "registers on m16n8k16 only");
+      WarpMmaImpl<T, MmaKind::M16n8>::template gemmAS<K, NT, B_KMAJOR>(acc, frag, b, ldb);
+    } else {
+      WarpMma<T>::template gemmSS<K, NT, B_KMAJOR>(acc, rows, ld, b, ldb);
+    }
+  }
+};
 
 template <int NT> ATTNC_HD void zeroAcc(float (&acc)[NT][4]) {
 #pragma unroll
