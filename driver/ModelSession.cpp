@@ -214,7 +214,7 @@ mlir::LogicalResult prepare(const char *cmd, const TrainCliOptions &opt, Prepare
   }
   p.target = opt.target, p.precision = opt.run.precision, p.lossScale = opt.run.lossScale;
   std::string text;
-  p.module = loadSpecModule(opt.spec, cmd, p.context, &text);
+  p.module = loadSpecModule(opt.spec, cmd, p.context, &text, opt.specText);
   if (!p.module)
     return mlir::failure();
   attn::ModelOp model;

@@ -2,6 +2,8 @@
 #include "driver/Session.h"
 #include "driver/Run.h"
 
+#include <functional>
+
 namespace attnc::driver {
 
 Session::Session() : reporter_(words_, words_), context_(std::make_unique<mlir::MLIRContext>()) {}
@@ -41,6 +43,7 @@ Expected<std::unique_ptr<Session>> Session::fromText(const std::string &text,
     return s->failure("the spec " + (where == "<spec>" ? std::string("text") : where) +
                       " has errors");
   s->specHash_ = sha256Hex(text);
+  s->text_ = text, s->where_ = where;
   return s;
 }
 
@@ -100,6 +103,53 @@ Expected<Artifact> Session::artifact(const ArtifactOptions &options) {
   if (mlir::failed(buildArtifact(module(), specHash_, options, out)))
     return failure("building the artifact failed");
   return out;
+}
+
+namespace {
+
+/// A command's outcome as a value: its failure carries what it said.
+Expected<Outcome> outcomeOf(CommandResult r, const std::function<Error()> &failure) {
+  if (mlir::failed(r))
+    return failure();
+  return *r;
+}
+
+} // namespace
+
+Expected<Outcome> Session::train(TrainCliOptions options) {
+  ScopedReporter call = beginCall();
+  options.spec = where_, options.specText = text_;
+  return outcomeOf(runTrain(options), [&] { return failure("training failed"); });
+}
+
+Status Session::evaluate(TrainCliOptions options) {
+  ScopedReporter call = beginCall();
+  options.spec = where_, options.specText = text_;
+  if (mlir::failed(runEval(options)))
+    return failure("evaluation failed");
+  return {};
+}
+
+Status Session::generate(TrainCliOptions options) {
+  ScopedReporter call = beginCall();
+  options.spec = where_, options.specText = text_;
+  if (mlir::failed(runGenerate(options)))
+    return failure("generation failed");
+  return {};
+}
+
+Status Session::fill(TrainCliOptions options) {
+  ScopedReporter call = beginCall();
+  options.spec = where_, options.specText = text_;
+  if (mlir::failed(runFill(options)))
+    return failure("filling failed");
+  return {};
+}
+
+Expected<Outcome> Session::tune(TuneOptions options) {
+  ScopedReporter call = beginCall();
+  options.spec = where_, options.specText = text_;
+  return outcomeOf(runTune(options), [&] { return failure("tuning failed"); });
 }
 
 } // namespace attnc::driver

@@ -10,9 +10,10 @@
 //
 // A session is one spec in its own MLIR context, used by one thread at a
 // time; sessions on different threads run at once (docs/design.md, "The
-// driver is a library"). The commands (attnc train, tune, bench, ...) are
-// command functions (Train.h, Tune.h, ...) that report to the thread's
-// Reporter (Report.h) and return exit codes.
+// driver is a library"). The model-level commands run on the session's
+// spec too (train, evaluate, generate, fill, tune): what attnc train, eval,
+// generate, fill and tune do, with their report kept in lastWords(). The
+// tools call the same command functions (Train.h, Tune.h) with a path.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_DRIVER_SESSION_H
@@ -21,6 +22,8 @@
 #include "driver/ArtifactBuilder.h"
 #include "driver/Report.h"
 #include "driver/Spec.h"
+#include "driver/Train.h"
+#include "driver/tune/Tune.h"
 
 #include "codegen/AttentionFunction.h"
 #include "dialect/AttnDialect.h"
@@ -70,6 +73,23 @@ public:
   /// The resolved spec as an artifact in memory (buildArtifact).
   Expected<Artifact> artifact(const ArtifactOptions &options);
 
+  // The model-level commands on this session's spec (their options' spec
+  // path is replaced by the session's text). Each loads the spec afresh in
+  // a context of its own, so resolve() does not change what they see.
+
+  /// attnc train: trains (or with gradCheck, checks gradients); Done,
+  /// Interrupted (options.run.stop) or, for a CUDA target without a GPU,
+  /// Unavailable.
+  Expected<Outcome> train(TrainCliOptions options);
+  /// attnc eval: the objective's metric of options.run.out's checkpoint.
+  Status evaluate(TrainCliOptions options);
+  /// attnc generate: continues options.prompt with a causal model.
+  Status generate(TrainCliOptions options);
+  /// attnc fill: replaces the mask characters of options.text.
+  Status fill(TrainCliOptions options);
+  /// attnc tune: measures the spec's tunables into the tuning database.
+  Expected<Outcome> tune(TuneOptions options);
+
 private:
   Session();
   /// Starts a call: forgets the last call's words and reports into the
@@ -82,6 +102,7 @@ private:
   Reporter reporter_;
   std::unique_ptr<mlir::MLIRContext> context_;
   mlir::OwningOpRef<mlir::ModuleOp> module_;
+  std::string text_, where_; ///< the spec's text, and what names it
   std::string specHash_;
 };
 

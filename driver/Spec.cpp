@@ -6,6 +6,7 @@
 
 #include "dsl/MLIRGen.h"
 #include "dsl/Parser.h"
+#include "passes/PassNotes.h"
 #include "runtime/Sha256.h"
 #include "runtime/Version.h"
 #include "runtime/tune/TuningDb.h"
@@ -14,6 +15,7 @@
 
 #include "mlir/Pass/PassManager.h"
 
+#include "llvm/Support/raw_os_ostream.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <filesystem>
@@ -118,9 +120,9 @@ OwningOpRef<ModuleOp> specModule(MLIRContext &context, const std::string &text,
 }
 
 OwningOpRef<ModuleOp> loadSpecModule(const std::string &path, const char *cmd, MLIRContext &context,
-                                     std::string *textOut) {
-  std::string text, err;
-  if (!readSpecFile(path, text, err)) {
+                                     std::string *textOut, const std::string &given) {
+  std::string text = given, err;
+  if (given.empty() && !readSpecFile(path, text, err)) {
     commandError(cmd, err);
     return nullptr;
   }
@@ -143,6 +145,10 @@ bool resolveAuto(ModuleOp module, const ResolveFor &what) {
   options.tuneAccuracy = true;
   PassManager pm(module.getContext());
   populateResolvePipeline(pm, options);
+  // attn-apply-tuning's notes go to the caller's Reporter, not stderr.
+  llvm::raw_os_ostream notes(diagnostics());
+  notes.SetUnbuffered(); // in order with the passes' diagnostics
+  ScopedPassNotes scope(notes);
   return succeeded(pm.run(module));
 }
 

@@ -65,10 +65,12 @@ mlir::OwningOpRef<mlir::ModuleOp> specModule(mlir::MLIRContext &context, const s
 /// (specModule, errors only: the commands that load specs this way show
 /// the passes' errors, not their remarks). Returns null on failure, after reporting `attnc CMD:
 /// error: ...` for an unreadable file. `text`, when given, receives the
-/// file's bytes.
+/// file's bytes. `given` non-empty is the spec's text (a Session's): no
+/// file is read, and `path` only names it in messages.
 mlir::OwningOpRef<mlir::ModuleOp> loadSpecModule(const std::string &path, const char *cmd,
                                                  mlir::MLIRContext &context,
-                                                 std::string *text = nullptr);
+                                                 std::string *text = nullptr,
+                                                 const std::string &given = "");
 
 /// What a spec's `auto` settings are decided for.
 struct ResolveFor {

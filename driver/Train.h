@@ -13,7 +13,8 @@
 namespace attnc::driver {
 
 struct TrainCliOptions {
-  std::string spec; ///< the .attn file
+  std::string spec;     ///< the .attn file
+  std::string specText; ///< the spec's text (a Session's): then `spec` only names it
   /// What the runtime's training front door takes (runtime/train/
   /// ArtifactTrain.h), filled by the command line: the model of the spec
   /// (default: the only one), data, run folder, the flags' training

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
+#include "passes/PassNotes.h"
 
 #include "runtime/NvrtcCompiler.h" // parseGpuArch
 #include "runtime/Sha256.h"
@@ -64,9 +65,10 @@ std::string num(double v) {
 struct ApplyTuningPass : public attnc::impl::ApplyTuningBase<ApplyTuningPass> {
   using ApplyTuningBase::ApplyTuningBase;
 
-  /// The notes go where attnc's other messages go, as attnc has always
+  /// The notes go where the caller sends pass notes (passes/PassNotes.h:
+  /// the driver's Reporter, or attnc-opt's stderr), as attnc has always
   /// printed them ("attnc: ..."), when `report` is on.
-  llvm::raw_ostream &log() { return report ? llvm::errs() : llvm::nulls(); }
+  llvm::raw_ostream &log() { return report ? passNotes() : llvm::nulls(); }
 
   void runOnOperation() override {
     if (target != "cpu" && target != "cuda") {

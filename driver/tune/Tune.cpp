@@ -68,9 +68,10 @@ bool parseConfig(const std::string &cfg, tile::TileConfig &c) {
 /// The spec's module with its tunables resolved; `autoFfn` receives the
 /// models whose FFN chunk the spec left to the tuner (known only before
 /// resolving). Null on failure (errors printed).
-OwningOpRef<ModuleOp> loadResolvedSpec(const std::string &spec, const char *cmd,
-                                       MLIRContext &context, std::set<std::string> &autoFfn) {
-  OwningOpRef<ModuleOp> module = loadSpecModule(spec, cmd, context);
+OwningOpRef<ModuleOp> loadResolvedSpec(const std::string &spec, const std::string &specText,
+                                       const char *cmd, MLIRContext &context,
+                                       std::set<std::string> &autoFfn) {
+  OwningOpRef<ModuleOp> module = loadSpecModule(spec, cmd, context, nullptr, specText);
   if (!module)
     return nullptr;
   autoFfn = modelsWithAutoFfnChunk(*module);
@@ -208,7 +209,7 @@ CommandResult runTune(const TuneOptions &given) {
   }
   MLIRContext context;
   std::set<std::string> autoFfn;
-  OwningOpRef<ModuleOp> module = loadResolvedSpec(opt.spec, "tune", context, autoFfn);
+  OwningOpRef<ModuleOp> module = loadResolvedSpec(opt.spec, opt.specText, "tune", context, autoFfn);
   if (!module)
     return mlir::failure();
   if (opt.target == "cuda")
@@ -378,7 +379,8 @@ mlir::LogicalResult compareTuned(const TuneOptions &opt, const std::string &csvP
                                  const std::string &svgPath) {
   MLIRContext context;
   std::set<std::string> autoFfn;
-  OwningOpRef<ModuleOp> module = loadResolvedSpec(opt.spec, "bench", context, autoFfn);
+  OwningOpRef<ModuleOp> module =
+      loadResolvedSpec(opt.spec, opt.specText, "bench", context, autoFfn);
   if (!module)
     return mlir::failure();
   const std::string path = dbPath(opt.db);

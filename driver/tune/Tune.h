@@ -23,6 +23,7 @@ namespace attnc::driver {
 
 struct TuneOptions {
   std::string spec, model;
+  std::string specText; ///< the spec's text (a Session's): then `spec` only names it
   std::string target = "cpu";
   std::string db;      ///< tuning database; "" = the user's (TuningDb::defaultPath)
   double budget = 120; ///< seconds of measuring per run (a rerun continues)

@@ -132,7 +132,8 @@ mlir::LogicalResult tuneAccuracy(ModuleOp module, attn::ModelOp model, attn::Var
       return mlir::failure();
     }
     TrainCliOptions t;
-    t.spec = opt.spec, t.run.model = model.getSymName().str(), t.run.data = opt.data;
+    t.spec = opt.spec, t.specText = opt.specText, t.run.model = model.getSymName().str(),
+    t.run.data = opt.data;
     t.run.out = opt.checkpoint, t.batch = B;
     CapturedAttention got;
     if (mlir::failed(captureAttentionInputs("tune", t, got)))
