@@ -105,51 +105,51 @@ Expected<Artifact> Session::artifact(const ArtifactOptions &options) {
   return out;
 }
 
-namespace {
-
-/// A command's outcome as a value: its failure carries what it said.
-Expected<Outcome> outcomeOf(CommandResult r, const std::function<Error()> &failure) {
+Expected<Outcome> Session::outcomeOf(const std::function<CommandResult()> &run, const char *what) {
+  ScopedReporter call = beginCall();
+  CommandResult r = run();
   if (mlir::failed(r))
-    return failure();
+    return failure(what);
   return *r;
 }
 
-} // namespace
+Status Session::statusOf(const std::function<mlir::LogicalResult()> &run, const char *what) {
+  Expected<Outcome> r = outcomeOf(
+      [&]() -> CommandResult {
+        if (mlir::failed(run()))
+          return mlir::failure();
+        return Outcome::Done;
+      },
+      what);
+  if (!r)
+    return r.takeError();
+  return {};
+}
+
+TrainCliOptions Session::onThisSpec(TrainCliOptions options) const {
+  options.spec = where_, options.specText = text_;
+  return options;
+}
 
 Expected<Outcome> Session::train(TrainCliOptions options) {
-  ScopedReporter call = beginCall();
-  options.spec = where_, options.specText = text_;
-  return outcomeOf(runTrain(options), [&] { return failure("training failed"); });
+  return outcomeOf([&] { return runTrain(onThisSpec(options)); }, "training failed");
 }
 
 Status Session::evaluate(TrainCliOptions options) {
-  ScopedReporter call = beginCall();
-  options.spec = where_, options.specText = text_;
-  if (mlir::failed(runEval(options)))
-    return failure("evaluation failed");
-  return {};
+  return statusOf([&] { return runEval(onThisSpec(options)); }, "evaluation failed");
 }
 
 Status Session::generate(TrainCliOptions options) {
-  ScopedReporter call = beginCall();
-  options.spec = where_, options.specText = text_;
-  if (mlir::failed(runGenerate(options)))
-    return failure("generation failed");
-  return {};
+  return statusOf([&] { return runGenerate(onThisSpec(options)); }, "generation failed");
 }
 
 Status Session::fill(TrainCliOptions options) {
-  ScopedReporter call = beginCall();
-  options.spec = where_, options.specText = text_;
-  if (mlir::failed(runFill(options)))
-    return failure("filling failed");
-  return {};
+  return statusOf([&] { return runFill(onThisSpec(options)); }, "filling failed");
 }
 
 Expected<Outcome> Session::tune(TuneOptions options) {
-  ScopedReporter call = beginCall();
   options.spec = where_, options.specText = text_;
-  return outcomeOf(runTune(options), [&] { return failure("tuning failed"); });
+  return outcomeOf([&] { return runTune(options); }, "tuning failed");
 }
 
 } // namespace attnc::driver

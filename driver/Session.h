@@ -35,6 +35,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OwningOpRef.h"
 
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -97,6 +98,12 @@ private:
   ScopedReporter beginCall();
   /// `what` failed: the error, with what the compiler said.
   Error failure(const std::string &what) const;
+  /// Runs a command function as one call: its outcome, or the error
+  /// `what` with what the command said.
+  Expected<Outcome> outcomeOf(const std::function<CommandResult()> &run, const char *what);
+  Status statusOf(const std::function<mlir::LogicalResult()> &run, const char *what);
+  /// `options` with the session's spec in place of a path.
+  TrainCliOptions onThisSpec(TrainCliOptions options) const;
 
   std::ostringstream words_;
   Reporter reporter_;
