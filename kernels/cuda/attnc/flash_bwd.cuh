@@ -186,9 +186,13 @@ __device__ void flash_bwd_dkdv(const AttnBwdArgs &a) {
   const T *sKw = sK + tile::kRowsPerWarp * wm * LD;
   const T *sVw = sV + tile::kRowsPerWarp * wm * LD;
   // The warp's K and V rows multiply every query block: in registers on
-  // m16n8k16 tensor cores at D = 64 (32 registers; larger D would spill),
-  // loaded once the fixed tiles (the only group in flight) landed.
-  constexpr bool kFixedInRegisters = MmaKindOf<T, NT1>::value == MmaKind::M16n8 && D <= 64;
+  // m16n8k16 tensor cores (D / 2 registers) where they fit beside the
+  // accumulators within the tile model's budget, with cp.async stages (one
+  // stage stages the next tile through registers: sm_75 at D = 128
+  // spilled), loaded once the fixed tiles (the only group in flight) landed.
+  constexpr bool kFixedInRegisters =
+      MmaKindOf<T, NT1>::value == MmaKind::M16n8 &&
+      (D <= 64 || (STAGES >= 2 && (D + BLOCK_Q) / Tr::kWN + D / 2 <= tile::kAccFloatBudget));
   ResidentA<T, D, kFixedInRegisters> kRows, vRows;
   if constexpr (kFixedInRegisters) {
     cpAsyncWait<0>();
