@@ -106,12 +106,15 @@ __device__ void flash_fwd(const AttnFwdArgs &a) {
   OnlineSoftmax<Layout> softmax;
   softmax.init();
   // On m16n8k16 tensor cores the warp's Q rows stay in registers once
-  // loaded, which takes Q's ldmatrix traffic (a ninth to a fifth of the
-  // loop's shared-memory bytes) off every key block; only where they fit
-  // beside S and O (D/4 + BLOCK_KV/2 + D/2 registers <= 128: D = 64, and
-  // D = 128 with 64-key blocks) so that no tile spills.
+  // loaded (D / 4 registers), which takes Q's ldmatrix traffic (a ninth to a
+  // fifth of the loop's shared-memory bytes) off every key block: where
+  // they fit beside S and O (BLOCK_KV / 2 + D / 2 floats) within 128
+  // registers, or within the tile model's accumulator budget when the loop
+  // has cp.async stages (one stage stages the next tile through registers).
+  constexpr int kQAccRegisters = (BLOCK_KV + D) / 2 + D / 4;
   constexpr bool kQInRegisters =
-      MmaKindOf<T, NS>::value == MmaKind::M16n8 && D / 4 + BLOCK_KV / 2 + D / 2 <= 128;
+      MmaKindOf<T, NS>::value == MmaKind::M16n8 &&
+      (kQAccRegisters <= 128 || (STAGES >= 2 && kQAccRegisters <= tile::kAccFloatBudget));
   ResidentA<T, D, kQInRegisters> q;
   if constexpr (kQInRegisters) {
     cpAsyncWait<STAGES - 1>(); // Q, the oldest group, landed (for this thread)
