@@ -379,20 +379,32 @@ __device__ void flash_bwd_dq(const AttnBwdArgs &a) {
   const T *sdOw = sdO + tile::kRowsPerWarp * wm * LD;
   const float *lse2 = stats + tile::kRowsPerWarp * wm;
   const float *dlt = stats + BLOCK_Q + tile::kRowsPerWarp * wm;
-  // Q and dO stay in shared memory: in registers (as dK/dV keeps K and V)
-  // they cost dQ its second resident block, which the performance model
-  // says loses more than their traffic (docs/perf-model.md).
+  // The warp's Q and dO rows multiply every key block: in registers (D / 2
+  // registers) from D = 128 on, within the tile model's accumulator budget
+  // with cp.async stages. At D = 64 they would cost dQ its second resident
+  // block (118 -> 134 registers), which the performance model says loses
+  // more than their traffic saves (docs/benchmarks.md).
+  constexpr bool kFixedInRegisters = MmaKindOf<T, NT1>::value == MmaKind::M16n8 && D >= 128 &&
+                                     STAGES >= 2 &&
+                                     (D / 2 + BLOCK_KV) / Tr::kWN + D / 2 <= tile::kAccFloatBudget;
+  ResidentA<T, D, kFixedInRegisters> qA, doA;
+  if constexpr (kFixedInRegisters) {
+    cpAsyncWait<0>(); // the fixed tiles, the only group in flight
+    __syncthreads();
+  }
+  qA.load(sQw, LD);
+  doA.load(sdOw, LD);
   float dQ[NT3][4], unused[1];
   zeroAcc(dQ);
 
   auto scores = [&](float(&s)[NT1][4], const T *x) {
     zeroAcc(s);
-    Mma::template gemmSS<D, NT1, false>(s, sQw, LD, x + wn * C1 * LD, LD);
+    qA.template gemm<NT1, false>(s, x + wn * C1 * LD, LD);
   };
   auto grads = [&](int n, float(&s)[NT1][4], const T *y) {
     float dp[NT1][4];
     zeroAcc(dp);
-    Mma::template gemmSS<D, NT1, false>(dp, sdOw, LD, y + wn * C1 * LD, LD);
+    doA.template gemm<NT1, false>(dp, y + wn * C1 * LD, LD);
     const int j0 = n * BLOCK_KV + wn * C1; // this warp's first key
     const bool mask = Variant::kHasMask || j0 + C1 > kvEnd ||
                       (Variant::kCausal && j0 + C1 - 1 > i0) || i0 + tile::kRowsPerWarp > a.Nq;
