@@ -86,6 +86,14 @@ Expected<Cubin> compileCudaKernels(const CompiledKernels &compiled, const std::s
   return nvrtc.compile("attnc_kernels.cu", compiled.source, options);
 }
 
+int launchSharedBytes(const ManifestKernel &k, const std::string &entry, const KernelResources &r) {
+  // Only the attention loops use the tile's dynamic shared memory.
+  bool usesTile = entry.find("_preprocess_") == std::string::npos &&
+                  entry.find("_dparams_") == std::string::npos &&
+                  entry.find("_shared_qk_") == std::string::npos;
+  return r.staticSmemBytes + (usesTile ? int(k.smemBytes) : 0);
+}
+
 mlir::LogicalResult checkWithNvrtc(const CompiledKernels &compiled, const std::string &arch,
                                    std::ostream &os) {
   Expected<GpuArch> gpu = parseGpuArch(arch);
@@ -114,11 +122,7 @@ mlir::LogicalResult checkWithNvrtc(const CompiledKernels &compiled, const std::s
         ++failures;
         continue;
       }
-      // Only the attention loops use the tile's dynamic shared memory.
-      bool usesTile = entry.find("_preprocess_") == std::string::npos &&
-                      entry.find("_dparams_") == std::string::npos &&
-                      entry.find("_shared_qk_") == std::string::npos;
-      int smem = r->staticSmemBytes + (usesTile ? int(k.smemBytes) : 0);
+      int smem = launchSharedBytes(k, entry, *r);
       bool ok = !r->spills() && r->registers <= attnc::tile::kMaxRegsPerThread && smem <= limit;
       os << "  " << (ok ? "ok  " : "FAIL") << " " << entry << ": " << r->registers << " registers, "
          << r->spillStoreBytes << "+" << r->spillLoadBytes << " bytes spilled, " << smem << " of "

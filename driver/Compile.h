@@ -38,6 +38,12 @@ void notePrecisionOnArch(const std::vector<ManifestKernel> &kernels, const std::
 /// tree on its include path (cached: runtime/NvrtcCompiler.h).
 Expected<Cubin> compileCudaKernels(const CompiledKernels &compiled, const std::string &arch);
 
+/// The shared memory entry point `entry` of `k` launches with: its static
+/// shared memory (`r`, ptxas's report) plus the tile's dynamic memory for
+/// the attention loops (not the preprocess, dparams and shared-QK row
+/// kernels).
+int launchSharedBytes(const ManifestKernel &k, const std::string &entry, const KernelResources &r);
+
 /// Compiles the CUDA source with NVRTC for `arch` and checks every entry
 /// point: it compiles, spills no registers, and its static plus dynamic
 /// shared memory fits the arch. Prints a resource table to `os`.

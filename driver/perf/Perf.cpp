@@ -13,8 +13,11 @@
 #include "runtime/perf/PerfModel.h"
 #include "runtime/perf/Sass.h"
 
+#include "attnc/abi/TileModel.h"
+
 #include "mlir/IR/MLIRContext.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -99,41 +102,34 @@ perf::LaunchShape launchOf(const ManifestKernel &k, Kind kind, int registers, in
                            const PerfOptions &o) {
   perf::LaunchShape l;
   const long long bh = o.batch * o.heads, n = o.seqLen;
-  const double qTiles = std::ceil(double(n) / double(k.blockQ));
-  const double kvTiles = std::ceil(double(n) / double(k.blockKv));
+  const int qTiles = tile::gridTiles(n, int(k.blockQ)),
+            kvTiles = tile::gridTiles(n, int(k.blockKv));
   // A causal block of queries visits the key blocks up to its own: half on
   // average.
-  auto trips = [&](double tiles) { return k.causal ? (tiles + 1) / 2 : tiles; };
+  auto trips = [&](int tiles) { return k.causal ? (tiles + 1) / 2.0 : double(tiles); };
   const double e = elementBytes(k.dtype), bhnd = double(bh) * n * k.headDim, bhn = double(bh) * n;
   l.warpsPerBlock = int(k.warps), l.registers = registers, l.sharedBytes = sharedBytes;
   switch (kind) {
   case Kind::Forward: // reads q, k, v; writes out and lse
-    l.blocks = (long long)qTiles * bh, l.loopTrips = trips(kvTiles);
+    l.blocks = tile::queryTileBlocks(n, int(k.blockQ), bh), l.loopTrips = trips(kvTiles);
     l.dramBytes = 4 * bhnd * e + 4 * bhn;
     break;
-  case Kind::Preprocess: // delta = rowsum(dO * O)
-    l.blocks = (long long)qTiles * bh, l.loopTrips = 0, l.sharedBytes = 0;
+  case Kind::Preprocess: // delta = rowsum(dO * O): counted whole, once per block
+    l.blocks = tile::queryTileBlocks(n, int(k.blockQ), bh), l.loopTrips = 0;
     l.dramBytes = 2 * bhnd * e + 4 * bhn;
     break;
   case Kind::DkDv: // reads q, k, v, dO, lse, delta; writes dK, dV
-    l.blocks = (long long)kvTiles * bh, l.loopTrips = trips(qTiles);
+    l.blocks = tile::keyTileBlocks(n, int(k.blockKv), bh), l.loopTrips = trips(qTiles);
     l.dramBytes = 6 * bhnd * e + 8 * bhn;
     break;
   case Kind::Dq: // reads q, k, v, dO, lse, delta; writes dQ
-    l.blocks = (long long)qTiles * bh, l.loopTrips = trips(kvTiles);
+    l.blocks = tile::queryTileBlocks(n, int(k.blockQ), bh), l.loopTrips = trips(kvTiles);
     l.dramBytes = 5 * bhnd * e + 8 * bhn;
     break;
   case Kind::Other:
     break;
   }
   return l;
-}
-
-/// The shared-memory bytes a kernel launches with (as --check-nvrtc counts
-/// them): static, plus the tile's dynamic memory for the attention loops.
-int launchSharedBytes(const ManifestKernel &k, Kind kind, const KernelResources &r) {
-  bool usesTile = kind == Kind::Forward || kind == Kind::DkDv || kind == Kind::Dq;
-  return r.staticSmemBytes + (usesTile ? int(k.smemBytes) : 0);
 }
 
 /// Every kernel of `compiled` on `arch`, analysed.
@@ -164,21 +160,22 @@ Expected<std::vector<KernelRow>> analyse(const CompiledKernels &compiled, const 
       row.kernel = entry, row.variant = k.name, row.dtype = k.dtype;
       row.headDim = int(k.headDim), row.kind = kindOf(entry);
       row.registers = r->registers;
-      row.sharedBytes = launchSharedBytes(k, row.kind, *r);
-      std::vector<perf::SassLoop> loops = perf::findLoops(*f->second);
-      const perf::SassLoop *hot = perf::hotLoop(*f->second, loops);
+      row.sharedBytes = launchSharedBytes(k, entry, *r);
+      const perf::SassFunction &fn = *f->second;
+      // The preprocess is short: counted whole, once per block.
+      const std::vector<perf::SassLoop> loops =
+          row.kind == Kind::Preprocess ? std::vector<perf::SassLoop>() : perf::findLoops(fn);
+      const perf::SassLoop *hot = perf::hotLoop(fn, loops);
       row.hasLoop = hot != nullptr;
-      row.counts = hot ? perf::countRange(*f->second, hot->first, hot->last)
-                       : perf::countRange(*f->second, 0, f->second->code.size() - 1);
+      row.counts = hot ? perf::countRange(fn, hot->first, hot->last)
+                       : perf::countRange(fn, 0, fn.code.size() - 1);
       if (double need = tileFlops(k, row.kind); need > 0 && hot)
         row.work = double(k.warps) * (row.counts.tensorFlops + row.counts.simtFlops) / need;
       // A loop whose arithmetic falls short of its tile's holds inner loops
       // (the fp32 SIMT kernels do), which the count sees once.
       const bool counted = row.kind == Kind::Preprocess || (row.work >= 0.9 && row.work <= 1.3);
-      if (row.kind != Kind::Other && counted && (row.kind == Kind::Preprocess || hot)) {
+      if (row.kind != Kind::Other && counted) {
         perf::LaunchShape launch = launchOf(k, row.kind, row.registers, row.sharedBytes, o);
-        if (row.kind == Kind::Preprocess) // no loop: the whole kernel, once per block
-          launch.loopTrips = 0;
         row.prediction = perf::predict(rates, row.counts, launch);
         row.predicted = true;
       }
@@ -278,7 +275,7 @@ void printTable(std::ostream &os, const std::string &arch, const perf::ArchRates
      << "\n";
   for (const KernelRow &r : rows) {
     const perf::PipeCounts &c = r.counts;
-    os << "  " << std::left << std::setw(44) << (r.kernel + (r.hasLoop ? "" : " (no loop)"))
+    os << "  " << std::left << std::setw(44) << (r.kernel + (r.hasLoop ? "" : " (whole kernel)"))
        << std::right << std::setw(5) << r.registers << std::setw(8)
        << fixed(r.sharedBytes / 1024.0, 1) << std::setw(6)
        << (r.predicted ? std::to_string(r.prediction.occupancy.blocks) : "-") << std::setw(7)
@@ -303,13 +300,28 @@ void printTable(std::ostream &os, const std::string &arch, const perf::ArchRates
   }
 }
 
+/// The columns of kCsvHeader, in order.
+std::vector<std::string> csvColumns() {
+  std::vector<std::string> names;
+  std::stringstream ss(kCsvHeader);
+  std::string name;
+  while (std::getline(ss, name, ','))
+    names.push_back(name);
+  return names;
+}
+
 /// --compare: an earlier --csv's predicted times beside these, as ratios.
 mlir::LogicalResult printComparison(std::ostream &os, const std::string &path,
                                     const std::string &current) {
   Expected<std::string> old = fs::readFile(path);
   if (!old)
     return commandError("perf", "--compare " + path + ": " + old.error());
-  auto parse = [](const std::string &text) {
+  const std::vector<std::string> columns = csvColumns();
+  auto column = [&](const char *name) {
+    return size_t(std::find(columns.begin(), columns.end(), name) - columns.begin());
+  };
+  const size_t timeAt = column("predicted_us"), loopAt = column("loop_instructions");
+  auto parse = [&](const std::string &text) {
     std::map<std::string, std::vector<std::string>> rows; // "arch kernel kind" → fields
     std::istringstream in(text);
     std::string line;
@@ -320,8 +332,8 @@ mlir::LogicalResult printComparison(std::ostream &os, const std::string &path,
       std::string field;
       while (std::getline(ss, field, ','))
         f.push_back(field);
-      while (f.size() < 28)
-        f.push_back("");
+      f.resize(columns.size()); // trailing empty fields
+
       rows[f[0] + " " + f[1] + " " + f[2]] = f;
     }
     return rows;
@@ -333,15 +345,15 @@ mlir::LogicalResult printComparison(std::ostream &os, const std::string &path,
   int matched = 0;
   for (const auto &[key, now] : after) {
     auto was = before.find(key);
-    if (was == before.end() || now[25].empty() || was->second[25].empty())
+    if (was == before.end() || now[timeAt].empty() || was->second[timeAt].empty())
       continue;
     ++matched;
-    double tNow = std::stod(now[25]), tWas = std::stod(was->second[25]);
+    double tNow = std::stod(now[timeAt]), tWas = std::stod(was->second[timeAt]);
     os << "  " << std::left << std::setw(56) << key << std::right << " time " << std::setw(10)
-       << was->second[25] << " -> " << std::setw(10) << now[25] << " us  x"
+       << was->second[timeAt] << " -> " << std::setw(10) << now[timeAt] << " us  x"
        << fixed(tNow > 0 ? tWas / tNow : 0, 2);
-    if (!now[9].empty() && !was->second[9].empty())
-      os << "   loop instructions " << was->second[9] << " -> " << now[9];
+    if (!now[loopAt].empty() && !was->second[loopAt].empty())
+      os << "   loop instructions " << was->second[loopAt] << " -> " << now[loopAt];
     os << "\n";
   }
   if (matched == 0)
