@@ -1,5 +1,6 @@
 //===- KernelEmitter.cpp - CUDA and C++ translation units for kernels -----===//
 #include "codegen/KernelEmitter.h"
+#include "attnc/abi/LshTileModel.h"
 #include "attnc/abi/TileModel.h"
 #include "codegen/VariantEmitter.h"
 
@@ -132,7 +133,23 @@ void emitCudaEntries(const ManifestKernel &k, StringRef variant, StringRef elt, 
     };
     lshEntry("attnc_lsh_hash_", "lsh_hash");
     if (!k.backward) {
-      lshEntry("attnc_lsh_fwd_", "lsh_fwd");
+      // fp16/bf16 with chunks of whole 16-row tiles: the forward on tensor
+      // cores, with its own tile (LshTileModel.h), which the runtime
+      // launches by the same rule.
+      const attnc::tile::LshTile mt =
+          attnc::tile::lshMmaFwdTile(k.lsh->chunk, int(k.headDim), k.dtype == "f32" ? 4 : 2);
+      if (mt.warps > 0) {
+        std::string name = ("attnc_lsh_fwd_" + k.name);
+        os << "extern \"C\" __global__ void __launch_bounds__(" << mt.warps * 32 << ", 1) " << name
+           << "(attnc::AttnLshArgs a) {\n  attnc::lsh_fwd_mma<"
+           << llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}", k.lsh->chunk,
+                            k.lsh->before, k.lsh->after, k.headDim, mt.blockQ, mt.blockKv, mt.warps,
+                            elt, variant)
+           << ">(a);\n}\n";
+        entries.push_back(name);
+      } else {
+        lshEntry("attnc_lsh_fwd_", "lsh_fwd");
+      }
       lshEntry("attnc_lsh_combine_", "lsh_combine");
       return;
     }

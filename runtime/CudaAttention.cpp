@@ -519,21 +519,34 @@ Status CudaAttention::lshOnDevice(const DeviceAttentionArgs &x, bool withBackwar
   if (x.dropout) // training: per round, the backward redraws the masks
     a.dropout = fwd_.dropout, a.dropout_seed = x.dropoutSeed, a.dropout_offset = x.dropoutOffset;
   using attnc::tile::LshGrid;
-  auto launchAll = [&](const KernelDesc &d, const std::vector<LshGrid> &grids) -> Status {
-    if (d.entryPoints.size() != grids.size())
-      return makeError("LSH kernel " + d.name + ": expected " + std::to_string(grids.size()) +
+  // Each launch: its grid, and its warps where they are not the kernel's.
+  struct LshLaunch {
+    LshGrid grid;
+    int warps = 0;
+  };
+  auto launchAll = [&](const KernelDesc &d, const std::vector<LshLaunch> &launches) -> Status {
+    if (d.entryPoints.size() != launches.size())
+      return makeError("LSH kernel " + d.name + ": expected " + std::to_string(launches.size()) +
                        " entry points, found " + std::to_string(d.entryPoints.size()));
-    for (size_t i = 0; i < grids.size(); ++i)
-      if (Status s = launch(d.entryPoints[i], grids[i].x, d.warps, 0, &a, sizeof a); !s)
+    for (size_t i = 0; i < launches.size(); ++i) {
+      const int warps = launches[i].warps > 0 ? launches[i].warps : d.warps;
+      if (Status s = launch(d.entryPoints[i], launches[i].grid.x, warps, 0, &a, sizeof a); !s)
         return s;
+    }
     return {};
   };
-  const attnc::tile::LshTile ft{fwd_.blockQ, fwd_.blockKv, fwd_.warps};
+  // The forward runs on tensor cores with its own tile where the emitter
+  // chose lsh_fwd_mma, by the same rule (LshTileModel.h).
+  const attnc::tile::LshTile mmaTile =
+      attnc::tile::lshMmaFwdTile(l.chunk, int(D), int(elemBytes(dtype_)));
+  const attnc::tile::LshTile ft =
+      mmaTile.warps > 0 ? mmaTile : attnc::tile::LshTile{fwd_.blockQ, fwd_.blockKv, fwd_.warps};
   (void)module_->mark(3);
   // Entry order as emitted: hash, fwd, combine.
-  if (Status s = launchAll(fwd_, {attnc::tile::lshHashGrid(int(bh), R),
-                                  attnc::tile::lshFwdGrid(ft, int(N), l.chunk, int(bh), R),
-                                  attnc::tile::lshRowGrid(int(N), int(bh))});
+  if (Status s =
+          launchAll(fwd_, {{attnc::tile::lshHashGrid(int(bh), R)},
+                           {attnc::tile::lshFwdGrid(ft, int(N), l.chunk, int(bh), R), ft.warps},
+                           {attnc::tile::lshRowGrid(int(N), int(bh))}});
       !s)
     return s;
   (void)module_->mark(4);
@@ -547,11 +560,11 @@ Status CudaAttention::lshOnDevice(const DeviceAttentionArgs &x, bool withBackwar
   a.scale = bwd_->scale;
   const attnc::tile::LshTile bt{bwd_->blockQ, bwd_->blockKv, bwd_->warps};
   // Entry order as emitted: hash (recomputed), preprocess, dq, dkdv, combine.
-  if (Status s = launchAll(*bwd_, {attnc::tile::lshHashGrid(int(bh), R),
-                                   attnc::tile::lshRowGrid(int(N), int(bh)),
-                                   attnc::tile::lshBwdDqGrid(bt, int(N), l.chunk, int(bh), R),
-                                   attnc::tile::lshBwdDkdvGrid(bt, int(N), l.chunk, int(bh), R),
-                                   attnc::tile::lshRowGrid(int(N), int(bh))});
+  if (Status s = launchAll(*bwd_, {{attnc::tile::lshHashGrid(int(bh), R)},
+                                   {attnc::tile::lshRowGrid(int(N), int(bh))},
+                                   {attnc::tile::lshBwdDqGrid(bt, int(N), l.chunk, int(bh), R)},
+                                   {attnc::tile::lshBwdDkdvGrid(bt, int(N), l.chunk, int(bh), R)},
+                                   {attnc::tile::lshRowGrid(int(N), int(bh))}});
       !s)
     return s;
   (void)module_->mark(5);

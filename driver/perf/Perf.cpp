@@ -13,6 +13,7 @@
 #include "runtime/perf/PerfModel.h"
 #include "runtime/perf/Sass.h"
 
+#include "attnc/abi/LshTileModel.h"
 #include "attnc/abi/TileModel.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -29,11 +30,13 @@ namespace attnc::driver {
 
 namespace {
 
-/// What an entry point of the dense kernels does (its name says:
-/// codegen/KernelEmitter.cpp), which sets its grid and loop trips.
-enum class Kind { Forward, Preprocess, DkDv, Dq, Other };
+/// What an entry point of the dense kernels, or the LSH forward, does (its
+/// name says: codegen/KernelEmitter.cpp), which sets its grid and loop trips.
+enum class Kind { Forward, Preprocess, DkDv, Dq, LshForward, Other };
 
 Kind kindOf(const std::string &entry) {
+  if (entry.rfind("attnc_lsh_fwd_", 0) == 0)
+    return Kind::LshForward;
   if (entry.rfind("attnc_fwd_", 0) == 0)
     return Kind::Forward;
   if (entry.rfind("attnc_bwd_preprocess_", 0) == 0)
@@ -55,6 +58,8 @@ const char *kindName(Kind kind) {
     return "bwd-dkdv";
   case Kind::Dq:
     return "bwd-dq";
+  case Kind::LshForward:
+    return "lsh-fwd";
   case Kind::Other:
     return "other";
   }
@@ -79,12 +84,38 @@ struct KernelRow {
   perf::Prediction prediction;
 };
 
+/// The tile an entry point launches with: the op's, except the LSH
+/// forward's on tensor cores (LshTileModel.h lshMmaFwdTile, as the emitter
+/// and runtime/CudaAttention.cpp pick it).
+tile::LshTile launchTile(const ManifestKernel &k, Kind kind) {
+  if (kind == Kind::LshForward && k.lsh) {
+    const tile::LshTile t =
+        tile::lshMmaFwdTile(int(k.lsh->chunk), int(k.headDim), int(elementBytes(k.dtype)));
+    if (t.warps > 0)
+      return t;
+  }
+  return tile::LshTile{int(k.blockQ), int(k.blockKv), int(k.warps)};
+}
+
+/// Key tiles an LSH forward block visits, averaged over the chunks of N
+/// positions (chunks at the ends have shorter windows).
+double lshKeyTrips(const ManifestKernel &k, const tile::LshTile &t, long long n) {
+  const long long chunk = k.lsh->chunk, C = (n + chunk - 1) / chunk;
+  double chunks = 0;
+  for (long long c = 0; c < C; ++c)
+    chunks += double(std::min(C - 1, c + k.lsh->after) - std::max(0LL, c - k.lsh->before) + 1);
+  return chunks / double(C) * double(chunk) / double(t.blockKv);
+}
+
 /// FLOPs one CTA must do per iteration of its loop: the forward's two
-/// matrix products, the dK/dV kernel's four (S, dP, dV, dK), dQ's three.
+/// matrix products (the LSH forward's too), the dK/dV kernel's four (S, dP,
+/// dV, dK), dQ's three.
 double tileFlops(const ManifestKernel &k, Kind kind) {
-  const double mnk = 2.0 * double(k.blockQ) * double(k.blockKv) * double(k.headDim);
+  const tile::LshTile t = launchTile(k, kind);
+  const double mnk = 2.0 * double(t.blockQ) * double(t.blockKv) * double(k.headDim);
   switch (kind) {
   case Kind::Forward:
+  case Kind::LshForward:
     return 2 * mnk;
   case Kind::DkDv:
     return 4 * mnk;
@@ -126,6 +157,15 @@ perf::LaunchShape launchOf(const ManifestKernel &k, Kind kind, int registers, in
     l.blocks = tile::queryTileBlocks(n, int(k.blockQ), bh), l.loopTrips = trips(kvTiles);
     l.dramBytes = 5 * bhnd * e + 8 * bhn;
     break;
+  case Kind::LshForward: { // per round: reads q, v; writes round_out (fp32), round_lse
+    const tile::LshTile t = launchTile(k, kind);
+    const int rounds = int(k.lsh->rounds);
+    l.warpsPerBlock = t.warps;
+    l.blocks = tile::lshFwdGrid(t, int(n), int(k.lsh->chunk), int(bh), rounds).x;
+    l.loopTrips = lshKeyTrips(k, t, n);
+    l.dramBytes = rounds * (2 * bhnd * e + 4 * bhnd + 8 * bhn);
+    break;
+  }
   case Kind::Other:
     break;
   }
@@ -170,7 +210,8 @@ Expected<std::vector<KernelRow>> analyse(const CompiledKernels &compiled, const 
       row.counts = hot ? perf::countRange(fn, hot->first, hot->last)
                        : perf::countRange(fn, 0, fn.code.size() - 1);
       if (double need = tileFlops(k, row.kind); need > 0 && hot)
-        row.work = double(k.warps) * (row.counts.tensorFlops + row.counts.simtFlops) / need;
+        row.work = double(launchTile(k, row.kind).warps) *
+                   (row.counts.tensorFlops + row.counts.simtFlops) / need;
       // A loop whose arithmetic falls short of its tile's holds inner loops
       // (the fp32 SIMT kernels do), which the count sees once.
       const bool counted = row.kind == Kind::Preprocess || (row.work >= 0.9 && row.work <= 1.3);
@@ -185,8 +226,16 @@ Expected<std::vector<KernelRow>> analyse(const CompiledKernels &compiled, const 
 }
 
 /// FLOPs of a pass at the shape, as FlashAttention counts them: 4·B·H·N²·D
-/// for the forward, 2.5 times that for the backward; half when causal.
+/// for the forward, 2.5 times that for the backward; half when causal. LSH
+/// attention: the products it computes, 4·B·H·rounds·Npad·(window keys)·D.
 double passFlops(const ManifestKernel &k, bool backward, const PerfOptions &o) {
+  if (k.lsh) {
+    const tile::LshTile t = launchTile(k, Kind::LshForward);
+    const double keys = lshKeyTrips(k, t, o.seqLen) * t.blockKv;
+    const double npad = double(tile::lshPaddedLength(int(o.seqLen), int(k.lsh->chunk)));
+    return 4.0 * o.batch * o.heads * double(k.lsh->rounds) * npad * keys * double(k.headDim) *
+           (backward ? 2.5 : 1);
+  }
   double f = 4.0 * o.batch * o.heads * double(o.seqLen) * double(o.seqLen) * double(k.headDim);
   return f * (backward ? 2.5 : 1) * (k.causal ? 0.5 : 1);
 }
@@ -204,13 +253,15 @@ struct PassRow {
   bool backward = false;
   double seconds = 0, flops = 0;
   bool complete = true; ///< every kernel of the pass has a prediction
+  bool lsh = false;     ///< LSH: the attention kernel only (hash, combine unmodelled)
 };
 
 std::vector<PassRow> passesOf(const CompiledKernels &compiled, const std::vector<KernelRow> &rows,
                               const PerfOptions &o) {
   std::vector<PassRow> passes;
   for (const ManifestKernel &k : compiled.kernels) {
-    PassRow p{k.name, k.dtype, int(k.headDim), k.backward, 0, passFlops(k, k.backward, o), true};
+    PassRow p{k.name, k.dtype,          int(k.headDim), k.backward, 0, passFlops(k, k.backward, o),
+              true,   k.lsh.has_value()};
     bool any = false;
     for (const KernelRow &r : rows)
       if (r.variant == k.name && r.kind != Kind::Other) {
@@ -296,7 +347,9 @@ void printTable(std::ostream &os, const std::string &arch, const perf::ArchRates
     double tflops = p.flops / p.seconds / 1e12;
     os << "  " << (p.backward ? "backward " : "forward  ") << p.variant << " " << p.dtype << " d"
        << p.headDim << ": " << fixed(p.seconds * 1e3, 3) << " ms, " << fixed(tflops, 1)
-       << " TFLOP/s (" << fixed(100 * tflops * 1e12 / peak, 0) << " % of the mma.sync peak)\n";
+       << " TFLOP/s (" << fixed(100 * tflops * 1e12 / peak, 0) << " % of the mma.sync peak)"
+       << (p.lsh ? "; LSH: the rounds' attention kernel only, hash and combine not modelled" : "")
+       << "\n";
   }
 }
 

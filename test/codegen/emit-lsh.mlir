@@ -1,6 +1,7 @@
 // RUN: attnc-opt %s --pass-pipeline="builtin.module(attn-expand-lsh,attn-lower-attention,attn-fuse-attention,attn-fuse-lsh,func.func(attn-derive-backward),attn-tile)" | attnc-translate --emit-cuda-kernels | FileCheck %s
 // RUN: sed s/f16/f32/g %s | attnc-opt --pass-pipeline="builtin.module(attn-expand-lsh,attn-lower-attention,attn-fuse-attention,attn-fuse-lsh,func.func(attn-derive-backward),attn-tile{target=cpu})" | attnc-translate --emit-cpp-kernels | FileCheck %s --check-prefix=CPP
 // RUN: attnc-opt %s --pass-pipeline="builtin.module(attn-expand-lsh,attn-lower-attention,attn-fuse-attention,attn-fuse-lsh,func.func(attn-derive-backward),attn-tile)" | attnc-translate --emit-kernel-manifest | FileCheck %s --check-prefix=MANIFEST
+// RUN: sed s/f16/f32/g %s | attnc-opt --pass-pipeline="builtin.module(attn-expand-lsh,attn-lower-attention,attn-fuse-attention,attn-fuse-lsh,func.func(attn-derive-backward),attn-tile)" | attnc-translate --emit-cuda-kernels | FileCheck %s --check-prefix=F32
 
 // LSH attention with a constant per-head bias and a window mask, forward
 // and backward, and a short input that takes the dense fallback.
@@ -28,8 +29,10 @@ attn.variant @short attributes {causal, lsh = #attn.lsh<buckets = 8, rounds = 2,
 // CHECK-NEXT: static constexpr int kNumParams = 1;
 // CHECK: extern "C" __global__ void __launch_bounds__(128, 1) attnc_lsh_hash_lsh0_f16_d64(attnc::AttnLshArgs a) {
 // CHECK-NEXT: attnc::lsh_hash<32, 1, 0, 64, 32, 32, 4, __half, Variant_lsh0_f16_d64>(a);
-// CHECK: attnc_lsh_fwd_lsh0_f16_d64(attnc::AttnLshArgs a) {
-// CHECK-NEXT: attnc::lsh_fwd<32, 1, 0, 64, 32, 32, 4, __half, Variant_lsh0_f16_d64>(a);
+// The fp16 forward runs on tensor cores with its own tile (LshTileModel.h
+// lshMmaFwdTile: 16 query rows per warp, 32 x 32 in a chunk of 32).
+// CHECK: extern "C" __global__ void __launch_bounds__(64, 1) attnc_lsh_fwd_lsh0_f16_d64(attnc::AttnLshArgs a) {
+// CHECK-NEXT: attnc::lsh_fwd_mma<32, 1, 0, 64, 32, 32, 2, __half, Variant_lsh0_f16_d64>(a);
 // CHECK: attnc_lsh_combine_lsh0_f16_d64(attnc::AttnLshArgs a) {
 // CHECK: // lsh_bwd1_f16_d64: backward
 // CHECK: attnc_lsh_hash_lsh_bwd1_f16_d64(
@@ -89,3 +92,7 @@ func.func @short_attention(%q: tensor<1x2x50x32xf16>, %v: tensor<1x2x50x32xf16>,
   %o, %lse = attn.attention @short(%q, %q, %v) rotations(%rot) : (tensor<1x2x50x32xf16>, tensor<1x2x50x32xf16>, tensor<1x2x50x32xf16>, tensor<2x32x4xf32>) -> (tensor<1x2x50x32xf16>, tensor<1x2x50xf32>)
   return %o, %lse : tensor<1x2x50x32xf16>, tensor<1x2x50xf32>
 }
+
+// fp32 keeps the SIMT forward, at the op's tile.
+// F32: extern "C" __global__ void __launch_bounds__(128, 1) attnc_lsh_fwd_lsh0_f32_d64(attnc::AttnLshArgs a) {
+// F32-NEXT: attnc::lsh_fwd<32, 1, 0, 64, 32, 32, 4, float, Variant_lsh0_f32_d64>(a);

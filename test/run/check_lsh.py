@@ -101,6 +101,9 @@ CASES = {
                                 causal=True, scale=0.7),
     # Longer sequence, (1, 1), many chunks, padding.
     "r4_b16_c6_ba11_n70_pad": case(1, 1, 70, 32, 16, 4, 6, 1, 1, lengths=[61]),
+    # Chunks of 32 (fp16/bf16: the forward on tensor cores, 32 x 32 tiles of
+    # two warps), causal + padding, N not a multiple of the chunk.
+    "r4_b16_c32_d64_causal_pad": case(2, 2, 100, 64, 16, 4, 32, causal=True, lengths=[100, 77]),
     # N = 1: LSH (only the self key) and the dense fallback.
     "n1_lsh": case(1, 2, 1, 32, 8, 2, 4, fallback=False),
     "n1_fallback": case(1, 2, 1, 32, 8, 2, 4),

@@ -143,6 +143,21 @@ ATTNC_HD void loadTile(T *smem, const T *gmem, int validRows, int tid) {
   });
 }
 
+/// Gathers a ROWS x COLS tile whose row r is gmem row pos[r] (pos[r] < 0:
+/// zero-filled), with NTHREADS threads: LSH tiles, whose rows are scattered
+/// by the sort permutation. `pos` is in shared memory, written before a
+/// barrier.
+template <int ROWS, int COLS, int NTHREADS, class T>
+ATTNC_HD void gatherTile(T *smem, const T *gmem, const int *pos, int tid) {
+  using Map = TileCopyMap<ROWS, COLS, NTHREADS, T>;
+  const Map map(tid);
+  T *s = smem + map.row * Map::kLd + map.col;
+  map.template forEach<(ATTNC_ARCH >= 800)>([&](int r, int c, int row) {
+    const int p = pos[row];
+    copy16(s + r * Map::kLd + c, p >= 0 ? gmem + size_t(p) * COLS + map.col + c : gmem, p >= 0);
+  });
+}
+
 /// A tile in flight through registers, for archs without cp.async: fetch()
 /// issues this thread's 16-byte global loads (rows >= validRows read as
 /// zeros), which complete while the warp computes on the tile already in

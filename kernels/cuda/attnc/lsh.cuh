@@ -8,6 +8,8 @@
 //
 //   forward   lsh_hash          (R, B*H)           keys (r == 0), buckets, perm
 //             lsh_fwd           (Npad/BQ, B*H*R)   round_out, round_lse
+//               or lsh_fwd_mma: fp16/bf16 on tensor cores, with its own
+//               tile (LshTileModel.h lshMmaFwdTile; lsh_fwd_mma.cuh)
 //             lsh_combine       (ceil(N/64), B*H)  out (T), lse
 //   backward  lsh_hash          (R, B*H)           as above (recomputed)
 //             lsh_bwd_preprocess(ceil(N/64), B*H)  delta
@@ -74,5 +76,6 @@
 
 #include "attnc/lsh_bwd.cuh"
 #include "attnc/lsh_fwd.cuh"
+#include "attnc/lsh_fwd_mma.cuh"
 
 #endif // ATTNC_CUDA_LSH_CUH

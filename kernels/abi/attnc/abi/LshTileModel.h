@@ -138,6 +138,56 @@ ATTNC_HOST_DEVICE constexpr LshGrid lshRowGrid(int n, int bh) {
   return lshFlatGrid(gridTiles(n, kLshRowsPerBlock), bh);
 }
 
+//===-- The forward on tensor cores (lsh_fwd_mma) -------------------------===//
+//
+// fp16 and bf16 run the forward as warp matrix products (mma.cuh, the
+// flash kernels' machinery): each warp owns 16 query slots (blockQ = 16 *
+// warps), the key tile is blockKv slots, and Q, K and V rows are gathered
+// by the permutation as T into padded rows (TileModel.h's rowBytes), with
+// each key's 1 / max(|q_j|, floor) kept beside them:
+//
+//   mma fwd     BQ*row(D) + 2*BKV*row(D)            Q; K and V (same slots)
+//               + 4*BKV + 4*(BQ + BKV)              key scales; positions
+//
+// Chunks that are not a multiple of 16 and fp32 keep the SIMT forward.
+
+/// Static shared memory of lsh_fwd_mma.
+ATTNC_HOST_DEVICE constexpr int lshMmaFwdSmemBytes(int blockQ, int blockKv, int headDim,
+                                                   int elemBytes) {
+  return (blockQ + 2 * blockKv) * rowBytes(headDim, elemBytes) + 4 * blockKv +
+         4 * (blockQ + blockKv);
+}
+
+/// Shape constraints of lsh_fwd_mma (static_asserted there too): whole
+/// m16 row tiles per warp, k16 steps, tiles within one chunk, S and O
+/// within the forward's accumulator budget, and the 48 KiB of static
+/// shared memory.
+ATTNC_HOST_DEVICE constexpr bool lshMmaFwdValidTile(const LshTile &t, int chunk, int headDim,
+                                                    int elemBytes) {
+  return elemBytes == 2 && headDim % 16 == 0 && headDim > 0 && t.warps >= 1 &&
+         t.blockQ == kRowsPerWarp * t.warps && t.blockKv % 16 == 0 && t.blockKv > 0 &&
+         chunk % t.blockQ == 0 && chunk % t.blockKv == 0 &&
+         (t.blockKv + headDim) / 2 <= accFloatBudget(elemBytes, false) &&
+         lshMmaFwdSmemBytes(t.blockQ, t.blockKv, headDim, elemBytes) <= kLshSmemLimitBytes;
+}
+
+/// The tile of lsh_fwd_mma for a chunk, head dim and element size: the
+/// largest query tile (64, 32, 16 slots) then key tile that divide the
+/// chunk and fit; warps == 0 where there is none (fp32, chunks that are
+/// not a multiple of 16): those keep lsh_fwd.
+ATTNC_HOST_DEVICE constexpr LshTile lshMmaFwdTile(int chunk, int headDim, int elemBytes) {
+  for (int bq = 64; bq >= 16; bq /= 2)
+    for (int bkv = 64; bkv >= 16; bkv /= 2) {
+      const LshTile t{bq, bkv, bq / kRowsPerWarp};
+      if (lshMmaFwdValidTile(t, chunk, headDim, elemBytes))
+        return t;
+    }
+  return LshTile{0, 0, 0};
+}
+ATTNC_HOST_DEVICE constexpr bool lshMmaFwd(int chunk, int headDim, int elemBytes) {
+  return lshMmaFwdTile(chunk, headDim, elemBytes).warps > 0;
+}
+
 } // namespace attnc::tile
 
 #endif // ATTNC_ABI_LSHTILEMODEL_H
