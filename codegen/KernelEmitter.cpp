@@ -131,31 +131,41 @@ void emitCudaEntries(const ManifestKernel &k, StringRef variant, StringRef elt, 
          << "(attnc::AttnLshArgs a) {\n  attnc::" << fn << "<" << lshTmpl << ">(a);\n}\n";
       entries.push_back(name);
     };
+    // fp16/bf16 with chunks of whole 16-row tiles: the per-round attention
+    // kernels on tensor cores, each with its own tile (LshTileModel.h),
+    // which the runtime launches by the same rule.
+    const int elemBytes = k.dtype == "f32" ? 4 : 2;
+    auto mmaEntry = [&](StringRef prefix, StringRef fn, const attnc::tile::LshTile &t) {
+      std::string name = (prefix + k.name).str();
+      os << "extern \"C\" __global__ void __launch_bounds__(" << t.warps * 32 << ", 1) " << name
+         << "(attnc::AttnLshArgs a) {\n  attnc::" << fn << "<"
+         << llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}", k.lsh->chunk,
+                          k.lsh->before, k.lsh->after, k.headDim, t.blockQ, t.blockKv, t.warps, elt,
+                          variant)
+         << ">(a);\n}\n";
+      entries.push_back(name);
+    };
     lshEntry("attnc_lsh_hash_", "lsh_hash");
     if (!k.backward) {
-      // fp16/bf16 with chunks of whole 16-row tiles: the forward on tensor
-      // cores, with its own tile (LshTileModel.h), which the runtime
-      // launches by the same rule.
-      const attnc::tile::LshTile mt =
-          attnc::tile::lshMmaFwdTile(k.lsh->chunk, int(k.headDim), k.dtype == "f32" ? 4 : 2);
-      if (mt.warps > 0) {
-        std::string name = ("attnc_lsh_fwd_" + k.name);
-        os << "extern \"C\" __global__ void __launch_bounds__(" << mt.warps * 32 << ", 1) " << name
-           << "(attnc::AttnLshArgs a) {\n  attnc::lsh_fwd_mma<"
-           << llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}", k.lsh->chunk,
-                            k.lsh->before, k.lsh->after, k.headDim, mt.blockQ, mt.blockKv, mt.warps,
-                            elt, variant)
-           << ">(a);\n}\n";
-        entries.push_back(name);
-      } else {
+      const attnc::tile::LshTile ft =
+          attnc::tile::lshMmaFwdTile(k.lsh->chunk, int(k.headDim), elemBytes);
+      if (ft.warps > 0)
+        mmaEntry("attnc_lsh_fwd_", "lsh_fwd_mma", ft);
+      else
         lshEntry("attnc_lsh_fwd_", "lsh_fwd");
-      }
       lshEntry("attnc_lsh_combine_", "lsh_combine");
       return;
     }
     lshEntry("attnc_lsh_bwd_preprocess_", "lsh_bwd_preprocess");
-    lshEntry("attnc_lsh_bwd_dq_", "lsh_bwd_dq");
-    lshEntry("attnc_lsh_bwd_dkdv_", "lsh_bwd_dkdv");
+    const attnc::tile::LshTile bt =
+        attnc::tile::lshMmaBwdTile(k.lsh->chunk, int(k.headDim), elemBytes);
+    if (bt.warps > 0) {
+      mmaEntry("attnc_lsh_bwd_dq_", "lsh_bwd_dq_mma", bt);
+      mmaEntry("attnc_lsh_bwd_dkdv_", "lsh_bwd_dkdv_mma", bt);
+    } else {
+      lshEntry("attnc_lsh_bwd_dq_", "lsh_bwd_dq");
+      lshEntry("attnc_lsh_bwd_dkdv_", "lsh_bwd_dkdv");
+    }
     lshEntry("attnc_lsh_bwd_combine_", "lsh_bwd_combine");
     return;
   }

@@ -558,13 +558,18 @@ Status CudaAttention::lshOnDevice(const DeviceAttentionArgs &x, bool withBackwar
   a.round_dk = reinterpret_cast<float *>(base + parts[7]);
   a.round_dv = reinterpret_cast<float *>(base + parts[8]);
   a.scale = bwd_->scale;
-  const attnc::tile::LshTile bt{bwd_->blockQ, bwd_->blockKv, bwd_->warps};
+  // Likewise the backward's per-round kernels (lshMmaBwdTile).
+  const attnc::tile::LshTile mmaBwd =
+      attnc::tile::lshMmaBwdTile(l.chunk, int(D), int(elemBytes(dtype_)));
+  const attnc::tile::LshTile bt =
+      mmaBwd.warps > 0 ? mmaBwd : attnc::tile::LshTile{bwd_->blockQ, bwd_->blockKv, bwd_->warps};
   // Entry order as emitted: hash (recomputed), preprocess, dq, dkdv, combine.
-  if (Status s = launchAll(*bwd_, {{attnc::tile::lshHashGrid(int(bh), R)},
-                                   {attnc::tile::lshRowGrid(int(N), int(bh))},
-                                   {attnc::tile::lshBwdDqGrid(bt, int(N), l.chunk, int(bh), R)},
-                                   {attnc::tile::lshBwdDkdvGrid(bt, int(N), l.chunk, int(bh), R)},
-                                   {attnc::tile::lshRowGrid(int(N), int(bh))}});
+  if (Status s = launchAll(
+          *bwd_, {{attnc::tile::lshHashGrid(int(bh), R)},
+                  {attnc::tile::lshRowGrid(int(N), int(bh))},
+                  {attnc::tile::lshBwdDqGrid(bt, int(N), l.chunk, int(bh), R), bt.warps},
+                  {attnc::tile::lshBwdDkdvGrid(bt, int(N), l.chunk, int(bh), R), bt.warps},
+                  {attnc::tile::lshRowGrid(int(N), int(bh))}});
       !s)
     return s;
   (void)module_->mark(5);

@@ -32,11 +32,15 @@ namespace {
 
 /// What an entry point of the dense kernels, or the LSH forward, does (its
 /// name says: codegen/KernelEmitter.cpp), which sets its grid and loop trips.
-enum class Kind { Forward, Preprocess, DkDv, Dq, LshForward, Other };
+enum class Kind { Forward, Preprocess, DkDv, Dq, LshForward, LshDq, LshDkDv, Other };
 
 Kind kindOf(const std::string &entry) {
   if (entry.rfind("attnc_lsh_fwd_", 0) == 0)
     return Kind::LshForward;
+  if (entry.rfind("attnc_lsh_bwd_dq_", 0) == 0)
+    return Kind::LshDq;
+  if (entry.rfind("attnc_lsh_bwd_dkdv_", 0) == 0)
+    return Kind::LshDkDv;
   if (entry.rfind("attnc_fwd_", 0) == 0)
     return Kind::Forward;
   if (entry.rfind("attnc_bwd_preprocess_", 0) == 0)
@@ -60,6 +64,10 @@ const char *kindName(Kind kind) {
     return "bwd-dq";
   case Kind::LshForward:
     return "lsh-fwd";
+  case Kind::LshDq:
+    return "lsh-bwd-dq";
+  case Kind::LshDkDv:
+    return "lsh-bwd-dkdv";
   case Kind::Other:
     return "other";
   }
@@ -85,20 +93,23 @@ struct KernelRow {
 };
 
 /// The tile an entry point launches with: the op's, except the LSH
-/// forward's on tensor cores (LshTileModel.h lshMmaFwdTile, as the emitter
-/// and runtime/CudaAttention.cpp pick it).
+/// per-round kernels' on tensor cores (LshTileModel.h lshMmaFwdTile and
+/// lshMmaBwdTile, as the emitter and runtime/CudaAttention.cpp pick them).
 tile::LshTile launchTile(const ManifestKernel &k, Kind kind) {
-  if (kind == Kind::LshForward && k.lsh) {
-    const tile::LshTile t =
-        tile::lshMmaFwdTile(int(k.lsh->chunk), int(k.headDim), int(elementBytes(k.dtype)));
+  if (k.lsh && (kind == Kind::LshForward || kind == Kind::LshDq || kind == Kind::LshDkDv)) {
+    const int chunk = int(k.lsh->chunk), e = int(elementBytes(k.dtype));
+    const tile::LshTile t = kind == Kind::LshForward
+                                ? tile::lshMmaFwdTile(chunk, int(k.headDim), e)
+                                : tile::lshMmaBwdTile(chunk, int(k.headDim), e);
     if (t.warps > 0)
       return t;
   }
   return tile::LshTile{int(k.blockQ), int(k.blockKv), int(k.warps)};
 }
 
-/// Key tiles an LSH forward block visits, averaged over the chunks of N
-/// positions (chunks at the ends have shorter windows).
+/// Key tiles an LSH forward or dQ block visits, averaged over the chunks
+/// of N positions (chunks at the ends have shorter windows); a dK/dV block
+/// visits as many query tiles on average (its window is the mirror image).
 double lshKeyTrips(const ManifestKernel &k, const tile::LshTile &t, long long n) {
   const long long chunk = k.lsh->chunk, C = (n + chunk - 1) / chunk;
   double chunks = 0;
@@ -108,8 +119,8 @@ double lshKeyTrips(const ManifestKernel &k, const tile::LshTile &t, long long n)
 }
 
 /// FLOPs one CTA must do per iteration of its loop: the forward's two
-/// matrix products (the LSH forward's too), the dK/dV kernel's four (S, dP,
-/// dV, dK), dQ's three.
+/// matrix products, the dK/dV kernel's four (S, dP, dV, dK), dQ's three
+/// (the LSH kernels' likewise).
 double tileFlops(const ManifestKernel &k, Kind kind) {
   const tile::LshTile t = launchTile(k, kind);
   const double mnk = 2.0 * double(t.blockQ) * double(t.blockKv) * double(k.headDim);
@@ -118,8 +129,10 @@ double tileFlops(const ManifestKernel &k, Kind kind) {
   case Kind::LshForward:
     return 2 * mnk;
   case Kind::DkDv:
+  case Kind::LshDkDv:
     return 4 * mnk;
   case Kind::Dq:
+  case Kind::LshDq:
     return 3 * mnk;
   default:
     return 0;
@@ -164,6 +177,19 @@ perf::LaunchShape launchOf(const ManifestKernel &k, Kind kind, int registers, in
     l.blocks = tile::lshFwdGrid(t, int(n), int(k.lsh->chunk), int(bh), rounds).x;
     l.loopTrips = lshKeyTrips(k, t, n);
     l.dramBytes = rounds * (2 * bhnd * e + 4 * bhnd + 8 * bhn);
+    break;
+  }
+  case Kind::LshDq:     // per round: reads q, dO, v, stats; writes round_dq (fp32)
+  case Kind::LshDkDv: { // ... writes round_dk and round_dv (fp32)
+    const tile::LshTile t = launchTile(k, kind);
+    const int rounds = int(k.lsh->rounds);
+    l.warpsPerBlock = t.warps;
+    l.blocks =
+        (kind == Kind::LshDq ? tile::lshBwdDqGrid(t, int(n), int(k.lsh->chunk), int(bh), rounds)
+                             : tile::lshBwdDkdvGrid(t, int(n), int(k.lsh->chunk), int(bh), rounds))
+            .x;
+    l.loopTrips = lshKeyTrips(k, t, n);
+    l.dramBytes = rounds * (3 * bhnd * e + (kind == Kind::LshDq ? 4 : 8) * bhnd + 12 * bhn);
     break;
   }
   case Kind::Other:
@@ -230,7 +256,7 @@ Expected<std::vector<KernelRow>> analyse(const CompiledKernels &compiled, const 
 /// attention: the products it computes, 4·B·H·rounds·Npad·(window keys)·D.
 double passFlops(const ManifestKernel &k, bool backward, const PerfOptions &o) {
   if (k.lsh) {
-    const tile::LshTile t = launchTile(k, Kind::LshForward);
+    const tile::LshTile t = launchTile(k, backward ? Kind::LshDq : Kind::LshForward);
     const double keys = lshKeyTrips(k, t, o.seqLen) * t.blockKv;
     const double npad = double(tile::lshPaddedLength(int(o.seqLen), int(k.lsh->chunk)));
     return 4.0 * o.batch * o.heads * double(k.lsh->rounds) * npad * keys * double(k.headDim) *
@@ -253,7 +279,7 @@ struct PassRow {
   bool backward = false;
   double seconds = 0, flops = 0;
   bool complete = true; ///< every kernel of the pass has a prediction
-  bool lsh = false;     ///< LSH: the attention kernel only (hash, combine unmodelled)
+  bool lsh = false;     ///< LSH: the per-round attention kernels only
 };
 
 std::vector<PassRow> passesOf(const CompiledKernels &compiled, const std::vector<KernelRow> &rows,
@@ -348,7 +374,8 @@ void printTable(std::ostream &os, const std::string &arch, const perf::ArchRates
     os << "  " << (p.backward ? "backward " : "forward  ") << p.variant << " " << p.dtype << " d"
        << p.headDim << ": " << fixed(p.seconds * 1e3, 3) << " ms, " << fixed(tflops, 1)
        << " TFLOP/s (" << fixed(100 * tflops * 1e12 / peak, 0) << " % of the mma.sync peak)"
-       << (p.lsh ? "; LSH: the rounds' attention kernel only, hash and combine not modelled" : "")
+       << (p.lsh ? "; LSH: the rounds' attention kernels only, hash, sort and combine not modelled"
+                 : "")
        << "\n";
   }
 }

@@ -38,7 +38,9 @@ attn.variant @short attributes {causal, lsh = #attn.lsh<buckets = 8, rounds = 2,
 // CHECK: attnc_lsh_hash_lsh_bwd1_f16_d64(
 // CHECK: attnc_lsh_bwd_preprocess_lsh_bwd1_f16_d64(
 // CHECK: attnc_lsh_bwd_dq_lsh_bwd1_f16_d64(
+// CHECK-NEXT: attnc::lsh_bwd_dq_mma<32, 1, 0, 64, 32, 32, 2, __half, Variant_lsh_bwd1_f16_d64>(a);
 // CHECK: attnc_lsh_bwd_dkdv_lsh_bwd1_f16_d64(
+// CHECK-NEXT: attnc::lsh_bwd_dkdv_mma<32, 1, 0, 64, 32, 32, 2, __half, Variant_lsh_bwd1_f16_d64>(a);
 // CHECK: attnc_lsh_bwd_combine_lsh_bwd1_f16_d64(
 // The dense fallback: shared-QK flash kernels whose score is the self score
 // on the diagonal, with the normalisation kernels around them.
@@ -96,3 +98,5 @@ func.func @short_attention(%q: tensor<1x2x50x32xf16>, %v: tensor<1x2x50x32xf16>,
 // fp32 keeps the SIMT forward, at the op's tile.
 // F32: extern "C" __global__ void __launch_bounds__(128, 1) attnc_lsh_fwd_lsh0_f32_d64(attnc::AttnLshArgs a) {
 // F32-NEXT: attnc::lsh_fwd<32, 1, 0, 64, 32, 32, 4, float, Variant_lsh0_f32_d64>(a);
+// F32: attnc_lsh_bwd_dq_lsh_bwd1_f32_d64(attnc::AttnLshArgs a) {
+// F32-NEXT: attnc::lsh_bwd_dq<32, 1, 0, 64, 32, 32, 4, float, Variant_lsh_bwd1_f32_d64>(a);

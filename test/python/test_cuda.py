@@ -99,6 +99,31 @@ def test_cross_attention_dense_and_lowrank(where):
 
 
 @pytest.mark.parametrize("where", WHERE)
+def test_lsh_f16_on_tensor_cores_matches_the_cpu_op(where):
+    """Reformer LSH in fp16 with chunks of 32: the per-round forward, dQ and
+    dK/dV run on tensor cores (lsh_fwd_mma, lsh_bwd_*_mma). Against the CPU
+    op on the same rotations, which test_torch.py checks against
+    reformer_pytorch: the output and the q and v gradients, causal or not."""
+    torch.manual_seed(15)
+    dev = device_of(where)
+    for causal in (False, True):
+        spec = ("attention l {\n  qk shared\n  bucket lsh(buckets = 8, rounds = 2, chunk = 32, "
+                "before = 1)\n" + ("  mask causal\n" if causal else "") + "}\n")
+        q, v = (torch.randn(2, 2, 100, 64, device=dev).half() for _ in range(2))
+        rot = torch.randn(2, 64, 4, device=dev)
+        ins = [t.detach().clone().requires_grad_(True) for t in (q, v)]
+        cins = [t.detach().cpu().float().requires_grad_(True) for t in (q, v)]
+        out = attnc.attention(spec, target=where)(ins[0], ins[0], ins[1], lsh_rotations=rot)
+        want = attnc.attention(spec)(cins[0], cins[0], cins[1], lsh_rotations=rot.cpu())
+        assert out.dtype == torch.float16 and rel(out.cpu(), want) < 2e-2
+        g = torch.randn_like(want)
+        out.backward(g.half().to(dev))
+        want.backward(g)
+        for a, b in zip(ins, cins):
+            assert rel(a.grad.cpu(), b.grad) < 2e-2
+
+
+@pytest.mark.parametrize("where", WHERE)
 def test_strided_inputs_copy_only_when_allowed(where):
     dev = device_of(where)
     x = torch.randn(2, 77, 3, 64, device=dev)

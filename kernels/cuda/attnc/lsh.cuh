@@ -15,6 +15,8 @@
 //             lsh_bwd_preprocess(ceil(N/64), B*H)  delta
 //             lsh_bwd_dq        (Npad/BQ, B*H*R)   round_dq
 //             lsh_bwd_dkdv      (Npad/BKV, B*H*R)  round_dk, round_dv
+//               or lsh_bwd_dq_mma, lsh_bwd_dkdv_mma: fp16/bf16 on tensor
+//               cores, own tile (lshMmaBwdTile; lsh_bwd_mma.cuh)
 //             lsh_bwd_combine   (ceil(N/64), B*H)  dq (T), dv (T)
 //
 // each grid flattened into x (tile fastest, TileModel.h's gridBlock), the
@@ -75,6 +77,7 @@
 #define ATTNC_CUDA_LSH_CUH
 
 #include "attnc/lsh_bwd.cuh"
+#include "attnc/lsh_bwd_mma.cuh"
 #include "attnc/lsh_fwd.cuh"
 #include "attnc/lsh_fwd_mma.cuh"
 

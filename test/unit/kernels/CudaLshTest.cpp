@@ -116,16 +116,20 @@ std::string generate(const DType &dt, const std::vector<Part> &parts, std::vecto
           const std::string name = k.prefix + op;
           // The forward on tensor cores where the emitter picks it, with
           // its own tile (codegen/KernelEmitter.cpp).
-          const LshTile mt = lshMmaFwdTile(cfg.chunk, D, dt.bytes);
-          const bool mma = std::string(k.body) == "lsh_fwd" && mt.warps > 0;
-          const LshTile kt = mma ? mt : t;
+          const std::string body = k.body;
+          const LshTile ft = lshMmaFwdTile(cfg.chunk, D, dt.bytes);
+          const LshTile bt = lshMmaBwdTile(cfg.chunk, D, dt.bytes);
+          const bool mmaFwd = body == "lsh_fwd" && ft.warps > 0;
+          const bool mmaBwd = (body == "lsh_bwd_dq" || body == "lsh_bwd_dkdv") && bt.warps > 0;
+          const LshTile kt = mmaFwd ? ft : mmaBwd ? bt : t;
           os << "extern \"C\" __global__ void __launch_bounds__(" << kt.warps * 32 << ", 1) "
-             << name << "(attnc::AttnLshArgs a) {\n  attnc::" << (mma ? "lsh_fwd_mma" : k.body)
-             << "<" << cfg.chunk << ", " << cfg.before << ", " << cfg.after << ", " << D << ", "
-             << kt.blockQ << ", " << kt.blockKv << ", " << kt.warps << ", " << dt.cuda << ", "
-             << v.type << ">(a);\n}\n";
-          entries.push_back(
-              {name, mma ? lshMmaFwdSmemBytes(mt.blockQ, mt.blockKv, D, dt.bytes) : k.smem(t, D)});
+             << name << "(attnc::AttnLshArgs a) {\n  attnc::" << body
+             << (mmaFwd || mmaBwd ? "_mma" : "") << "<" << cfg.chunk << ", " << cfg.before << ", "
+             << cfg.after << ", " << D << ", " << kt.blockQ << ", " << kt.blockKv << ", "
+             << kt.warps << ", " << dt.cuda << ", " << v.type << ">(a);\n}\n";
+          entries.push_back({name, mmaFwd   ? lshMmaFwdSmemBytes(ft.blockQ, ft.blockKv, D, dt.bytes)
+                                   : mmaBwd ? lshMmaBwdSmemBytes(bt.blockQ, D, dt.bytes)
+                                            : k.smem(t, D)});
         }
       }
     }
@@ -211,6 +215,29 @@ TEST(CudaLshTileModel, MmaForwardTiles) {
       EXPECT_TRUE(lshMmaFwdValidTile(t, chunk, D, 2));
       EXPECT_EQ(t.blockQ, 16 * t.warps);
       EXPECT_LE(lshMmaFwdSmemBytes(t.blockQ, t.blockKv, D, 2), kLshSmemLimitBytes);
+    }
+}
+
+/// The tensor-core backward's square tiles: S + D accumulator floats (dK,
+/// dV, S^T, dP^T) within the budget, so D = 256 keeps the SIMT backward.
+TEST(CudaLshTileModel, MmaBackwardTiles) {
+  static_assert(lshMmaBwdTile(64, 64, 2).blockQ == 64 && lshMmaBwdTile(64, 64, 2).warps == 4);
+  static_assert(lshMmaBwdTile(64, 128, 2).blockQ == 32 && lshMmaBwdTile(64, 128, 2).blockKv == 32);
+  static_assert(lshMmaBwdTile(64, 96, 2).blockQ == 32); // 4 rows of 208 bytes x 64 > 48 KiB
+  static_assert(lshMmaBwdSmemBytes(64, 64, 2) == 4 * 64 * 144 + 24 * 64);
+  EXPECT_FALSE(lshMmaBwdTile(64, 256, 2).warps > 0);
+  EXPECT_FALSE(lshMmaBwdTile(64, 64, 4).warps > 0);
+  EXPECT_FALSE(lshMmaBwdTile(24, 64, 2).warps > 0);
+  for (int chunk = 1; chunk <= 256; ++chunk)
+    for (int D : kHeadDims) {
+      SCOPED_TRACE("chunk " + std::to_string(chunk) + " D " + std::to_string(D));
+      const LshTile t = lshMmaBwdTile(chunk, D, 2);
+      EXPECT_EQ(t.warps > 0, chunk % 16 == 0 && D < 256);
+      if (t.warps == 0)
+        continue;
+      EXPECT_TRUE(lshMmaBwdValidTile(t, chunk, D, 2));
+      EXPECT_LE(t.blockQ + D, 160);
+      EXPECT_LE(lshMmaBwdSmemBytes(t.blockQ, D, 2), kLshSmemLimitBytes);
     }
 }
 

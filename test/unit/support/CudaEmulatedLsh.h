@@ -350,6 +350,7 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
   // The forward the emitter picks: on tensor cores with its own tile
   // where LshTileModel.h gives one (fp16/bf16, chunks of 16-row tiles).
   constexpr LshTile kMmaTile = lshMmaFwdTile(CHUNK, D, int(sizeof(T)));
+  constexpr LshTile kMmaBwdTile = lshMmaBwdTile(CHUNK, D, int(sizeof(T)));
   std::printf("%s D=%d chunk %d (-%d, +%d) tile %dx%d w%d, forward %s, %s, B=%d H=%d N=%d R=%d "
               "NB=%d\n",
               dtype, D, CHUNK, BEFORE, AFTER, BQ, BKV, WARPS,
@@ -358,6 +359,9 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
   if (kMmaTile.warps > 0)
     std::printf("  tensor-core forward tile %dx%d w%d\n", kMmaTile.blockQ, kMmaTile.blockKv,
                 kMmaTile.warps);
+  if (kMmaBwdTile.warps > 0)
+    std::printf("  tensor-core backward tile %dx%d w%d\n", kMmaBwdTile.blockQ, kMmaBwdTile.blockKv,
+                kMmaBwdTile.warps);
   for (int b = 0; b < s.B; ++b) // full, partial and empty key sets
     s.lengths.push_back(b == 0 ? s.N : b == 1 ? s.N - 13 : 0);
   for (int h = 0; h < s.H; ++h)
@@ -429,11 +433,16 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
   const LshTile tile{BQ, BKV, WARPS};
   const LshGrid gh = lshHashGrid(BH, s.R),
                 gf = lshFwdGrid(kMmaTile.warps > 0 ? kMmaTile : tile, s.N, CHUNK, BH, s.R),
-                gdq = lshBwdDqGrid(tile, s.N, CHUNK, BH, s.R),
-                gdk = lshBwdDkdvGrid(tile, s.N, CHUNK, BH, s.R), grow = lshRowGrid(s.N, BH);
+                gdq = lshBwdDqGrid(kMmaBwdTile.warps > 0 ? kMmaBwdTile : tile, s.N, CHUNK, BH, s.R),
+                gdk =
+                    lshBwdDkdvGrid(kMmaBwdTile.warps > 0 ? kMmaBwdTile : tile, s.N, CHUNK, BH, s.R),
+                grow = lshRowGrid(s.N, BH);
   for (const LshGrid &g : {gh, gf, gdq, gdk, grow}) // what a GPU takes
     ASSERT_TRUE(g.y <= 65535 && g.x <= attnc::tile::kMaxGridX) << "grid " << g.x << " x " << g.y;
 #define ATTNC_LSH_ARGS CHUNK, BEFORE, AFTER, D, BQ, BKV, WARPS, T, V
+#define ATTNC_LSH_MMA_BWD_ARGS                                                                     \
+  CHUNK, BEFORE, AFTER, D, kMmaBwdTile.blockQ, kMmaBwdTile.blockKv, kMmaBwdTile.warps, T, V
+  constexpr int kBwdThreads = kMmaBwdTile.warps > 0 ? kMmaBwdTile.warps * 32 : NT;
   // Hash, forward and combine; then (after `a` points at the backward's
   // inputs) hash, preprocess, dq, dk/dv and combine. False when the
   // emulator finds a fault (the test failure says which).
@@ -464,15 +473,28 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
            launched(emu::launch(grow.x, grow.y, NT,
                                 [&] { attnc::lsh_bwd_preprocess<ATTNC_LSH_ARGS>(x); }),
                     "backward preprocess") &&
-           launched(emu::launch(gdq.x, gdq.y, NT, [&] { attnc::lsh_bwd_dq<ATTNC_LSH_ARGS>(x); }),
+           launched(emu::launch(gdq.x, gdq.y, kBwdThreads,
+                                [&] {
+                                  if constexpr (kMmaBwdTile.warps > 0)
+                                    attnc::lsh_bwd_dq_mma<ATTNC_LSH_MMA_BWD_ARGS>(x);
+                                  else
+                                    attnc::lsh_bwd_dq<ATTNC_LSH_ARGS>(x);
+                                }),
                     "dq") &&
-           launched(emu::launch(gdk.x, gdk.y, NT, [&] { attnc::lsh_bwd_dkdv<ATTNC_LSH_ARGS>(x); }),
+           launched(emu::launch(gdk.x, gdk.y, kBwdThreads,
+                                [&] {
+                                  if constexpr (kMmaBwdTile.warps > 0)
+                                    attnc::lsh_bwd_dkdv_mma<ATTNC_LSH_MMA_BWD_ARGS>(x);
+                                  else
+                                    attnc::lsh_bwd_dkdv<ATTNC_LSH_ARGS>(x);
+                                }),
                     "dkdv") &&
            launched(
                emu::launch(grow.x, grow.y, NT, [&] { attnc::lsh_bwd_combine<ATTNC_LSH_ARGS>(x); }),
                "backward combine");
   };
 #undef ATTNC_LSH_ARGS
+#undef ATTNC_LSH_MMA_BWD_ARGS
   const std::vector<emu::Schedule> scheds = emu::testSchedules(schedules, 7u + unsigned(D + BQ));
   std::optional<emu::ScheduleScope> first(std::in_place, scheds[0]);
   ASSERT_TRUE(forward(a));

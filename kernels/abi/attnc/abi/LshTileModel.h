@@ -188,6 +188,47 @@ ATTNC_HOST_DEVICE constexpr bool lshMmaFwd(int chunk, int headDim, int elemBytes
   return lshMmaFwdTile(chunk, headDim, elemBytes).warps > 0;
 }
 
+//===-- The backward on tensor cores (lsh_bwd_dq_mma, lsh_bwd_dkdv_mma) ---===//
+//
+// Square tiles of S = 16 * warps slots: dQ keeps S query slots and streams
+// S key slots, dK/dV keeps S key slots and streams S query slots. Both hold
+// their Q, dO, K and V rows as T, the key factors and the query slots'
+// round lse, round weight and delta:
+//
+//   mma bwd     4*S*row(D)                          Q, dO, K, V
+//               + 4*S + 12*S + 8*S                  key scales; lse, w,
+//                                                   delta; positions
+//
+// Registers: dK/dV holds S^T and dP^T (S/2 floats each) and dK, dV (D/2
+// each), S + D floats, within the accumulator budget; dQ holds S + D/2.
+// D = 256 has no such tile and keeps the SIMT backward.
+
+/// Static shared memory of lsh_bwd_dq_mma and lsh_bwd_dkdv_mma.
+ATTNC_HOST_DEVICE constexpr int lshMmaBwdSmemBytes(int slots, int headDim, int elemBytes) {
+  return 4 * slots * rowBytes(headDim, elemBytes) + 24 * slots;
+}
+
+/// Shape constraints of the tensor-core backward (static_asserted there).
+ATTNC_HOST_DEVICE constexpr bool lshMmaBwdValidTile(const LshTile &t, int chunk, int headDim,
+                                                    int elemBytes) {
+  return elemBytes == 2 && headDim % 16 == 0 && headDim > 0 && t.warps >= 1 &&
+         t.blockQ == kRowsPerWarp * t.warps && t.blockKv == t.blockQ && chunk % t.blockQ == 0 &&
+         t.blockQ + headDim <= accFloatBudget(elemBytes) &&
+         lshMmaBwdSmemBytes(t.blockQ, headDim, elemBytes) <= kLshSmemLimitBytes;
+}
+
+/// The tile of the tensor-core backward: the largest square tile of 64,
+/// 32 or 16 slots that divides the chunk and fits; warps == 0 where there
+/// is none (fp32, chunks that are not a multiple of 16, D = 256).
+ATTNC_HOST_DEVICE constexpr LshTile lshMmaBwdTile(int chunk, int headDim, int elemBytes) {
+  for (int s = 64; s >= 16; s /= 2) {
+    const LshTile t{s, s, s / kRowsPerWarp};
+    if (lshMmaBwdValidTile(t, chunk, headDim, elemBytes))
+      return t;
+  }
+  return LshTile{0, 0, 0};
+}
+
 } // namespace attnc::tile
 
 #endif // ATTNC_ABI_LSHTILEMODEL_H
