@@ -146,6 +146,8 @@ void emitCudaEntries(const ManifestKernel &k, StringRef variant, StringRef elt, 
       entries.push_back(name);
     };
     lshEntry("attnc_lsh_hash_", "lsh_hash");
+    lshEntry("attnc_lsh_sort_offsets_", "lsh_sort_offsets");
+    lshEntry("attnc_lsh_sort_scatter_", "lsh_sort_scatter");
     if (!k.backward) {
       const attnc::tile::LshTile ft =
           attnc::tile::lshMmaFwdTile(k.lsh->chunk, int(k.headDim), elemBytes);

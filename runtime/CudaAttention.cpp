@@ -498,7 +498,8 @@ Status CudaAttention::lshOnDevice(const DeviceAttentionArgs &x, bool withBackwar
       return s;
   const int64_t bh = B * H;
   std::vector<size_t> parts =
-      lshWorkspaceParts(B, H, N, D, R, l.chunk, withBackward, ownOut, elemBytes(dtype_));
+      lshWorkspaceParts(B, H, N, D, R, l.chunk, l.numBuckets, lshHashThreads(), withBackward,
+                        ownOut, elemBytes(dtype_));
   const size_t total = parts.back();
   Expected<char *> w = workspace(total);
   if (!w)
@@ -506,14 +507,15 @@ Status CudaAttention::lshOnDevice(const DeviceAttentionArgs &x, bool withBackwar
   char *base = *w;
   AttnLshArgs a{};
   a.q = x.q.data, a.v = x.v.data;
-  a.out = ownOut ? base + parts[9] : x.out.data;
-  a.lse = ownOut ? reinterpret_cast<float *>(base + parts[10]) : static_cast<float *>(x.lse.data);
+  a.out = ownOut ? base + parts[10] : x.out.data;
+  a.lse = ownOut ? reinterpret_cast<float *>(base + parts[11]) : static_cast<float *>(x.lse.data);
   a.lengths = x.lengths, a.params = x.params, a.rotations = x.rotations;
   a.buckets = reinterpret_cast<int *>(base + parts[0]);
   a.perm = reinterpret_cast<int *>(base + parts[1]);
   a.keys = reinterpret_cast<float *>(base + parts[2]);
   a.round_out = reinterpret_cast<float *>(base + parts[3]);
   a.round_lse = reinterpret_cast<float *>(base + parts[4]);
+  a.sort_counts = reinterpret_cast<int *>(base + parts[5]);
   a.B = int(B), a.H = int(H), a.N = int(N), a.rounds = R, a.num_buckets = l.numBuckets;
   a.scale = fwd_.scale;
   if (x.dropout) // training: per round, the backward redraws the masks
@@ -542,9 +544,13 @@ Status CudaAttention::lshOnDevice(const DeviceAttentionArgs &x, bool withBackwar
   const attnc::tile::LshTile ft =
       mmaTile.warps > 0 ? mmaTile : attnc::tile::LshTile{fwd_.blockQ, fwd_.blockKv, fwd_.warps};
   (void)module_->mark(3);
-  // Entry order as emitted: hash, fwd, combine.
+  // Entry order as emitted: hash, sort offsets, sort scatter, fwd, combine.
+  const attnc::tile::LshGrid hashTiles =
+      attnc::tile::lshHashTileGrid(int(N), fwd_.warps * 32, int(bh), R);
   if (Status s =
-          launchAll(fwd_, {{attnc::tile::lshHashGrid(int(bh), R)},
+          launchAll(fwd_, {{hashTiles},
+                           {attnc::tile::lshHashGrid(int(bh), R)},
+                           {hashTiles},
                            {attnc::tile::lshFwdGrid(ft, int(N), l.chunk, int(bh), R), ft.warps},
                            {attnc::tile::lshRowGrid(int(N), int(bh))}});
       !s)
@@ -553,19 +559,24 @@ Status CudaAttention::lshOnDevice(const DeviceAttentionArgs &x, bool withBackwar
   if (!withBackward)
     return {};
   a.dout = x.dout.data, a.dq = x.dq.data, a.dv = x.dv.data;
-  a.delta = reinterpret_cast<float *>(base + parts[5]);
-  a.round_dq = reinterpret_cast<float *>(base + parts[6]);
-  a.round_dk = reinterpret_cast<float *>(base + parts[7]);
-  a.round_dv = reinterpret_cast<float *>(base + parts[8]);
+  a.delta = reinterpret_cast<float *>(base + parts[6]);
+  a.round_dq = reinterpret_cast<float *>(base + parts[7]);
+  a.round_dk = reinterpret_cast<float *>(base + parts[8]);
+  a.round_dv = reinterpret_cast<float *>(base + parts[9]);
   a.scale = bwd_->scale;
   // Likewise the backward's per-round kernels (lshMmaBwdTile).
   const attnc::tile::LshTile mmaBwd =
       attnc::tile::lshMmaBwdTile(l.chunk, int(D), int(elemBytes(dtype_)));
   const attnc::tile::LshTile bt =
       mmaBwd.warps > 0 ? mmaBwd : attnc::tile::LshTile{bwd_->blockQ, bwd_->blockKv, bwd_->warps};
-  // Entry order as emitted: hash (recomputed), preprocess, dq, dkdv, combine.
+  // Entry order as emitted: hash and sort (recomputed), preprocess, dq,
+  // dkdv, combine.
+  const attnc::tile::LshGrid bwdHashTiles =
+      attnc::tile::lshHashTileGrid(int(N), bwd_->warps * 32, int(bh), R);
   if (Status s = launchAll(
-          *bwd_, {{attnc::tile::lshHashGrid(int(bh), R)},
+          *bwd_, {{bwdHashTiles},
+                  {attnc::tile::lshHashGrid(int(bh), R)},
+                  {bwdHashTiles},
                   {attnc::tile::lshRowGrid(int(N), int(bh))},
                   {attnc::tile::lshBwdDqGrid(bt, int(N), l.chunk, int(bh), R), bt.warps},
                   {attnc::tile::lshBwdDkdvGrid(bt, int(N), l.chunk, int(bh), R), bt.warps},

@@ -200,6 +200,8 @@ private:
   /// The workspace a dense backward and an LSH call of this shape need.
   size_t denseBackwardWorkspaceBytes(int64_t B, int64_t H, int64_t Nq, int64_t Nk) const;
   size_t lshWorkspaceBytes(int64_t B, int64_t H, int64_t N, bool backward, bool ownOut) const;
+  /// Threads of the hash and sort blocks the sort's counts are sized for.
+  int lshHashThreads() const;
   /// A buffer of the device kept between calls, grown when a call needs
   /// more.
   struct KeptBuffer {

@@ -80,10 +80,17 @@ size_t CudaAttention::denseBackwardWorkspaceBytes(int64_t B, int64_t H, int64_t 
   return sizeof(float) * size_t(B * H * Nq + std::max(partial, 1LL));
 }
 
+int CudaAttention::lshHashThreads() const {
+  // The fewer threads, the more tiles of positions and counts: enough for
+  // the forward's and the backward's hash.
+  return 32 * (bwd_ ? std::min(fwd_.warps, bwd_->warps) : fwd_.warps);
+}
+
 size_t CudaAttention::lshWorkspaceBytes(int64_t B, int64_t H, int64_t N, bool backward,
                                         bool ownOut) const {
-  return lshWorkspaceParts(B, H, N, fwd_.headDim, fwd_.lsh->rounds, fwd_.lsh->chunk, backward,
-                           ownOut, elemBytes(dtype_))
+  return lshWorkspaceParts(B, H, N, fwd_.headDim, fwd_.lsh->rounds, fwd_.lsh->chunk,
+                           fwd_.lsh->numBuckets, lshHashThreads(), backward, ownOut,
+                           elemBytes(dtype_))
       .back();
 }
 

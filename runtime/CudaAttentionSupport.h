@@ -161,15 +161,19 @@ inline std::vector<size_t> packParts(std::vector<size_t> bytes) {
 }
 
 /// The LSH kernels' workspace (offsets, the total last): buckets, perm,
-/// keys, round_out, round_lse; the backward's delta, round_dq, round_dk,
-/// round_dv; out and lse when the caller gave none.
+/// keys, round_out, round_lse, the sort's counts; the backward's delta,
+/// round_dq, round_dk, round_dv; out and lse when the caller gave none.
+/// `hashThreads`: threads of the hash and sort kernels (the op's tile).
 inline std::vector<size_t> lshWorkspaceParts(int64_t B, int64_t H, int64_t N, int64_t D, int64_t R,
-                                             int chunk, bool backward, bool ownOut,
-                                             size_t elemBytes) {
+                                             int chunk, int buckets, int hashThreads, bool backward,
+                                             bool ownOut, size_t elemBytes) {
   const int64_t bh = B * H, npad = attnc::tile::lshPaddedLength(int(N), chunk);
   const size_t nqd = size_t(bh * N * D);
-  std::vector<size_t> parts = {size_t(bh * R * N) * 4, size_t(bh * R * npad) * 4, nqd * 4,
-                               nqd * R * 4, size_t(bh * R * N) * 4};
+  const size_t counts =
+      size_t(attnc::tile::lshSortCounts(int(N), hashThreads, buckets, int(bh), int(R)));
+  std::vector<size_t> parts = {
+      size_t(bh * R * N) * 4, size_t(bh * R * npad) * 4,      nqd * 4, nqd * R * 4,
+      size_t(bh * R * N) * 4, std::max<size_t>(counts, 1) * 4};
   if (backward)
     parts.insert(parts.end(), {size_t(bh * N) * 4, nqd * R * 4, nqd * R * 4, nqd * R * 4});
   if (ownOut)

@@ -29,6 +29,11 @@ attn.variant @short attributes {causal, lsh = #attn.lsh<buckets = 8, rounds = 2,
 // CHECK-NEXT: static constexpr int kNumParams = 1;
 // CHECK: extern "C" __global__ void __launch_bounds__(128, 1) attnc_lsh_hash_lsh0_f16_d64(attnc::AttnLshArgs a) {
 // CHECK-NEXT: attnc::lsh_hash<32, 1, 0, 64, 32, 32, 4, __half, Variant_lsh0_f16_d64>(a);
+// The multi-block sort: offsets per (b, h, round), then the scatter per tile.
+// CHECK: extern "C" __global__ void __launch_bounds__(128, 1) attnc_lsh_sort_offsets_lsh0_f16_d64(attnc::AttnLshArgs a) {
+// CHECK-NEXT: attnc::lsh_sort_offsets<32, 1, 0, 64, 32, 32, 4, __half, Variant_lsh0_f16_d64>(a);
+// CHECK: attnc_lsh_sort_scatter_lsh0_f16_d64(attnc::AttnLshArgs a) {
+// CHECK-NEXT: attnc::lsh_sort_scatter<32, 1, 0, 64, 32, 32, 4, __half, Variant_lsh0_f16_d64>(a);
 // The fp16 forward runs on tensor cores with its own tile (LshTileModel.h
 // lshMmaFwdTile: 16 query rows per warp, 32 x 32 in a chunk of 32).
 // CHECK: extern "C" __global__ void __launch_bounds__(64, 1) attnc_lsh_fwd_lsh0_f16_d64(attnc::AttnLshArgs a) {
@@ -36,6 +41,8 @@ attn.variant @short attributes {causal, lsh = #attn.lsh<buckets = 8, rounds = 2,
 // CHECK: attnc_lsh_combine_lsh0_f16_d64(attnc::AttnLshArgs a) {
 // CHECK: // lsh_bwd1_f16_d64: backward
 // CHECK: attnc_lsh_hash_lsh_bwd1_f16_d64(
+// CHECK: attnc_lsh_sort_offsets_lsh_bwd1_f16_d64(
+// CHECK: attnc_lsh_sort_scatter_lsh_bwd1_f16_d64(
 // CHECK: attnc_lsh_bwd_preprocess_lsh_bwd1_f16_d64(
 // CHECK: attnc_lsh_bwd_dq_lsh_bwd1_f16_d64(
 // CHECK-NEXT: attnc::lsh_bwd_dq_mma<32, 1, 0, 64, 32, 32, 2, __half, Variant_lsh_bwd1_f16_d64>(a);

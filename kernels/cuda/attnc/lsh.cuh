@@ -6,12 +6,14 @@
 // static shared memory only (sizes in kernels/abi/attnc/abi/LshTileModel.h, checked here
 // by static_assert). Launch order and grids, tiles x rows (bh = b * H + h):
 //
-//   forward   lsh_hash          (R, B*H)           keys (r == 0), buckets, perm
+//   forward   lsh_hash          (ceil(N/NT), B*H*R) keys (r == 0), buckets, counts
+//             lsh_sort_offsets  (R, B*H)           offsets (in place), pad slots
+//             lsh_sort_scatter  (ceil(N/NT), B*H*R) perm
 //             lsh_fwd           (Npad/BQ, B*H*R)   round_out, round_lse
 //               or lsh_fwd_mma: fp16/bf16 on tensor cores, with its own
 //               tile (LshTileModel.h lshMmaFwdTile; lsh_fwd_mma.cuh)
 //             lsh_combine       (ceil(N/64), B*H)  out (T), lse
-//   backward  lsh_hash          (R, B*H)           as above (recomputed)
+//   backward  lsh_hash, lsh_sort_offsets, lsh_sort_scatter: as above (recomputed)
 //             lsh_bwd_preprocess(ceil(N/64), B*H)  delta
 //             lsh_bwd_dq        (Npad/BQ, B*H*R)   round_dq
 //             lsh_bwd_dkdv      (Npad/BKV, B*H*R)  round_dk, round_dv
@@ -28,15 +30,16 @@
 // no floating-point atomics and every output element is written by exactly
 // one thread, so results are bit-reproducible.
 //
-// Hash (one block per (round, b, h)): r == 0 blocks write keys = q /
-// max(|q|, 1e-6) (a warp per position). Each thread hashes positions j ==
-// tid (mod WARPS*32): y_k = sum_d q_jd R_r[d][k] accumulated as acc =
-// fmaf(q_jd, R_r[d][k], acc) from 0 in order d = 0..D-1 (the CPU kernels
-// must do the same for identical buckets), bucket = argmax [y; -y], first
-// index on ties; counts go into a shared-memory histogram (integer
-// atomics). Warp 0 turns it into exclusive offsets. The scatter walks the
-// positions in tiles of WARPS*32 in order and, within a tile, warp by warp
-// (a barrier between warps): lanes with equal buckets find each other with
+// Hash and sort (lsh_hash.cuh; NT = WARPS*32 positions per tile, one per
+// thread): r == 0 blocks write keys = q / max(|q|, 1e-6) (a warp per
+// position). Each thread hashes its position j: y_k = sum_d q_jd R_r[d][k]
+// accumulated as acc = fmaf(q_jd, R_r[d][k], acc) from 0 in order d =
+// 0..D-1 (the CPU kernels must do the same for identical buckets), bucket =
+// argmax [y; -y], first index on ties; the tile's counts (integer atomics
+// in shared memory) go to sort_counts [row][bucket][tile]. lsh_sort_offsets
+// turns each row's counts into exclusive offsets in (bucket, tile) order.
+// lsh_sort_scatter walks its tile's positions warp by warp (a barrier
+// between warps): lanes with equal buckets find each other with
 // __match_any_sync, take offset + (their rank among them) and the lowest
 // lane advances the bucket's offset. So the sort is stable and the same on
 // every run. Slots N..Npad-1 get -1.

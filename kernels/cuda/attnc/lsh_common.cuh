@@ -75,6 +75,11 @@ struct LshHashSmem {
   int hist[tile::kLshMaxBuckets];
 };
 static_assert(sizeof(LshHashSmem) == tile::lshHashSmemBytes(), "hash smem");
+/// lsh_sort_offsets: each warp's total, for the block's scan.
+struct LshScanSmem {
+  int warpSums[32];
+};
+static_assert(sizeof(LshScanSmem) == tile::lshScanSmemBytes(), "scan smem");
 
 //===-- Helpers -----------------------------------------------------------===//
 

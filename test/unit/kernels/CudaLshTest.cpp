@@ -72,6 +72,10 @@ struct Kernel {
 };
 const Kernel kKernels[] = {
     {"lsh_hash", "attnc_lsh_hash_", [](const LshTile &, int) { return lshHashSmemBytes(); }},
+    {"lsh_sort_offsets", "attnc_lsh_sort_offsets_",
+     [](const LshTile &, int) { return lshScanSmemBytes(); }},
+    {"lsh_sort_scatter", "attnc_lsh_sort_scatter_",
+     [](const LshTile &, int) { return lshHashSmemBytes(); }},
     {"lsh_fwd", "attnc_lsh_fwd_",
      [](const LshTile &t, int D) { return lshFwdSmemBytes(t.blockQ, t.blockKv, D); }},
     {"lsh_combine", "attnc_lsh_combine_", [](const LshTile &, int) { return 0; }},

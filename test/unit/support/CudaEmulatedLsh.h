@@ -398,6 +398,8 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
       bround(size_t(s.R) * elems), broundLse(size_t(s.R) * rows), bdelta(rows),
       brdq(size_t(s.R) * elems), brdk(size_t(s.R) * elems), brdv(size_t(s.R) * elems);
   Buffer<int> blengths(s.lengths), bbuckets(size_t(BH) * s.R * s.N), bperm(size_t(BH) * s.R * npad);
+  const size_t sortCounts = size_t(lshSortCounts(s.N, WARPS * 32, s.NB, BH, s.R));
+  Buffer<int> bcounts(sortCounts);
   attnc::AttnLshArgs a{};
   a.q = bq.ptr();
   a.v = bv.ptr();
@@ -411,6 +413,7 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
   a.rotations = brot.ptr();
   a.buckets = bbuckets.ptr();
   a.perm = bperm.ptr();
+  a.sort_counts = bcounts.ptr();
   a.keys = bkeys.ptr();
   a.round_out = bround.ptr();
   a.round_lse = broundLse.ptr();
@@ -431,13 +434,13 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
 
   constexpr int NT = WARPS * 32;
   const LshTile tile{BQ, BKV, WARPS};
-  const LshGrid gh = lshHashGrid(BH, s.R),
+  const LshGrid gh = lshHashTileGrid(s.N, NT, BH, s.R), gso = lshHashGrid(BH, s.R),
                 gf = lshFwdGrid(kMmaTile.warps > 0 ? kMmaTile : tile, s.N, CHUNK, BH, s.R),
                 gdq = lshBwdDqGrid(kMmaBwdTile.warps > 0 ? kMmaBwdTile : tile, s.N, CHUNK, BH, s.R),
                 gdk =
                     lshBwdDkdvGrid(kMmaBwdTile.warps > 0 ? kMmaBwdTile : tile, s.N, CHUNK, BH, s.R),
                 grow = lshRowGrid(s.N, BH);
-  for (const LshGrid &g : {gh, gf, gdq, gdk, grow}) // what a GPU takes
+  for (const LshGrid &g : {gh, gso, gf, gdq, gdk, grow}) // what a GPU takes
     ASSERT_TRUE(g.y <= 65535 && g.x <= attnc::tile::kMaxGridX) << "grid " << g.x << " x " << g.y;
 #define ATTNC_LSH_ARGS CHUNK, BEFORE, AFTER, D, BQ, BKV, WARPS, T, V
 #define ATTNC_LSH_MMA_BWD_ARGS                                                                     \
@@ -452,9 +455,19 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
                     << emu::lastError;
     return ok;
   };
-  auto forward = [&](const attnc::AttnLshArgs &x) {
+  // The hash and the multi-block sort (lsh_hash.cuh).
+  auto sorted = [&](const attnc::AttnLshArgs &x) {
     return launched(emu::launch(gh.x, gh.y, NT, [&] { attnc::lsh_hash<ATTNC_LSH_ARGS>(x); }),
                     "hash") &&
+           launched(
+               emu::launch(gso.x, gso.y, NT, [&] { attnc::lsh_sort_offsets<ATTNC_LSH_ARGS>(x); }),
+               "sort offsets") &&
+           launched(
+               emu::launch(gh.x, gh.y, NT, [&] { attnc::lsh_sort_scatter<ATTNC_LSH_ARGS>(x); }),
+               "sort scatter");
+  };
+  auto forward = [&](const attnc::AttnLshArgs &x) {
+    return sorted(x) &&
            launched(emu::launch(gf.x, gf.y, kMmaTile.warps > 0 ? kMmaTile.warps * 32 : NT,
                                 [&] {
                                   if constexpr (kMmaTile.warps > 0)
@@ -468,8 +481,7 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
                     "combine");
   };
   auto backward = [&](const attnc::AttnLshArgs &x) {
-    return launched(emu::launch(gh.x, gh.y, NT, [&] { attnc::lsh_hash<ATTNC_LSH_ARGS>(x); }),
-                    "hash") &&
+    return sorted(x) &&
            launched(emu::launch(grow.x, grow.y, NT,
                                 [&] { attnc::lsh_bwd_preprocess<ATTNC_LSH_ARGS>(x); }),
                     "backward preprocess") &&
@@ -592,12 +604,13 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
     }
   }
 
-  for (bool ok :
-       {bq.guardsIntact(), bv.guardsIntact(), bdout.guardsIntact(), bout.guardsIntact(),
-        bdq.guardsIntact(), bdv.guardsIntact(), blse.guardsIntact(), bkeys.guardsIntact(),
-        bround.guardsIntact(), broundLse.guardsIntact(), bdelta.guardsIntact(), brdq.guardsIntact(),
-        brdk.guardsIntact(), brdv.guardsIntact(), bbuckets.guardsIntact(), bperm.guardsIntact(),
-        bout2.guardsIntact(), blse2.guardsIntact(), broundLse2.guardsIntact()})
+  for (bool ok : {bq.guardsIntact(),        bv.guardsIntact(),        bdout.guardsIntact(),
+                  bout.guardsIntact(),      bdq.guardsIntact(),       bdv.guardsIntact(),
+                  blse.guardsIntact(),      bkeys.guardsIntact(),     bround.guardsIntact(),
+                  broundLse.guardsIntact(), bdelta.guardsIntact(),    brdq.guardsIntact(),
+                  brdk.guardsIntact(),      brdv.guardsIntact(),      bbuckets.guardsIntact(),
+                  bperm.guardsIntact(),     bcounts.guardsIntact(),   bout2.guardsIntact(),
+                  blse2.guardsIntact(),     broundLse2.guardsIntact()})
     EXPECT_TRUE(ok) << "a kernel wrote out of bounds";
 
   // The other schedules: the same launches into fresh outputs. A race makes
@@ -610,7 +623,7 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
     Buffer<T> out(elems), dq(elems), dv(elems);
     Buffer<float> lse(rows), keys(elems), round(size_t(s.R) * elems), roundLse(size_t(s.R) * rows),
         delta(rows), rdq(size_t(s.R) * elems), rdk(size_t(s.R) * elems), rdv(size_t(s.R) * elems);
-    Buffer<int> buckets(size_t(BH) * s.R * s.N), perm(size_t(BH) * s.R * npad);
+    Buffer<int> buckets(size_t(BH) * s.R * s.N), perm(size_t(BH) * s.R * npad), counts(sortCounts);
     attnc::AttnLshArgs x = a;
     x.out = out.ptr();
     x.lse = lse.ptr();
@@ -619,6 +632,7 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
     x.round_lse = roundLse.ptr();
     x.buckets = buckets.ptr();
     x.perm = perm.ptr();
+    x.sort_counts = counts.ptr();
     ASSERT_TRUE(forward(x));
     const std::vector<float> fwdOut = out.values(), fwdLse = lse.values(),
                              fwdRoundLse = roundLse.values();

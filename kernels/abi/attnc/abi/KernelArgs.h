@@ -126,6 +126,10 @@ struct AttnLshArgs {
   float dropout;
   unsigned int dropout_offset;
   unsigned long long dropout_seed;
+  /// CUDA workspace of the multi-block sort, lshSortCounts() ints
+  /// (LshTileModel.h): per (b, h, round), each bucket's count in each tile
+  /// of positions, then their exclusive offsets. The CPU ignores it.
+  int *sort_counts;
 };
 
 /// The CPU kernels' own argument structs (the CUDA low-rank kernels take

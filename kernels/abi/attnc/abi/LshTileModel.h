@@ -13,7 +13,9 @@
 // column-wise accesses of the dot products hit distinct banks). Sizes in
 // bytes, LD = D + 1:
 //
-//   hash        4 * kLshMaxBuckets                  bucket histogram/offsets
+//   hash        4 * kLshMaxBuckets                  bucket histogram (hash) or
+//                                                   offsets (sort scatter)
+//   sort        4 * 32                              warp sums of the offsets scan
 //   fwd         4 * (BQ*LD + BKV*LD                 Q; K, then V rows
 //                    + BQ*(BKV+1) + BQ + BKV)       P tile; positions
 //   bwd dQ      4 * (2*BQ*LD + 2*BKV*LD             Q, dO; K, V
@@ -63,6 +65,8 @@ ATTNC_HOST_DEVICE constexpr int lshPaddedLength(int n, int chunk) {
 }
 
 ATTNC_HOST_DEVICE constexpr int lshHashSmemBytes() { return 4 * kLshMaxBuckets; }
+/// lsh_sort_offsets: one int per warp (at most 32).
+ATTNC_HOST_DEVICE constexpr int lshScanSmemBytes() { return 4 * 32; }
 ATTNC_HOST_DEVICE constexpr int lshFwdSmemBytes(int blockQ, int blockKv, int headDim) {
   return 4 * (blockQ * (headDim + 1) + blockKv * (headDim + 1) + blockQ * (blockKv + 1) + blockQ +
               blockKv);
@@ -118,8 +122,22 @@ struct LshGrid {
 ATTNC_HOST_DEVICE constexpr LshGrid lshFlatGrid(long long tiles, long long rows) {
   return {gridBlocks(tiles, rows), 1};
 }
+/// lsh_sort_offsets: one block per (b, h, round), the round fastest.
 ATTNC_HOST_DEVICE constexpr LshGrid lshHashGrid(int bh, int rounds) {
   return lshFlatGrid(rounds, bh);
+}
+/// Tiles of positions of lsh_hash and lsh_sort_scatter: one position per
+/// thread of the op's tile, so the hash and sort fill the GPU even where
+/// B * H * rounds is small.
+ATTNC_HOST_DEVICE constexpr int lshHashTiles(int n, int threads) { return gridTiles(n, threads); }
+/// lsh_hash and lsh_sort_scatter: tiles x (bh * rounds) rows.
+ATTNC_HOST_DEVICE constexpr LshGrid lshHashTileGrid(int n, int threads, int bh, int rounds) {
+  return lshFlatGrid(lshHashTiles(n, threads), (long long)bh * rounds);
+}
+/// Ints of AttnLshArgs::sort_counts: [bh * rounds][buckets][hash tiles].
+ATTNC_HOST_DEVICE constexpr long long lshSortCounts(int n, int threads, int buckets, int bh,
+                                                    int rounds) {
+  return (long long)bh * rounds * buckets * lshHashTiles(n, threads);
 }
 ATTNC_HOST_DEVICE constexpr LshGrid lshFwdGrid(const LshTile &t, int n, int chunk, int bh,
                                                int rounds) {
