@@ -32,9 +32,27 @@ namespace {
 
 /// What an entry point of the dense kernels, or the LSH forward, does (its
 /// name says: codegen/KernelEmitter.cpp), which sets its grid and loop trips.
-enum class Kind { Forward, Preprocess, DkDv, Dq, LshForward, LshDq, LshDkDv, Other };
+enum class Kind {
+  Forward,
+  Preprocess,
+  DkDv,
+  Dq,
+  LshForward,
+  LshDq,
+  LshDkDv,
+  LshHash,     ///< fp32 SIMT: its innermost loop, trips from the hash's FMAs
+  LshStreamed, ///< sort, combines, backward preprocess: whole, DRAM floor
+  Other
+};
 
 Kind kindOf(const std::string &entry) {
+  if (entry.rfind("attnc_lsh_hash_", 0) == 0)
+    return Kind::LshHash;
+  for (const char *prefix :
+       {"attnc_lsh_sort_offsets_", "attnc_lsh_sort_scatter_", "attnc_lsh_combine_",
+        "attnc_lsh_bwd_preprocess_", "attnc_lsh_bwd_combine_"})
+    if (entry.rfind(prefix, 0) == 0)
+      return Kind::LshStreamed;
   if (entry.rfind("attnc_lsh_fwd_", 0) == 0)
     return Kind::LshForward;
   if (entry.rfind("attnc_lsh_bwd_dq_", 0) == 0)
@@ -68,6 +86,10 @@ const char *kindName(Kind kind) {
     return "lsh-bwd-dq";
   case Kind::LshDkDv:
     return "lsh-bwd-dkdv";
+  case Kind::LshHash:
+    return "lsh-hash";
+  case Kind::LshStreamed:
+    return "lsh-streamed";
   case Kind::Other:
     return "other";
   }
@@ -142,8 +164,8 @@ double tileFlops(const ManifestKernel &k, Kind kind) {
 /// The launch of a dense kernel at the shape: the grid and loop trips of
 /// runtime/CudaAttention.cpp's launches (kernels/abi TileModel.h's
 /// queryTileBlocks / keyTileBlocks), and the DRAM traffic floor.
-perf::LaunchShape launchOf(const ManifestKernel &k, Kind kind, int registers, int sharedBytes,
-                           const PerfOptions &o) {
+perf::LaunchShape launchOf(const ManifestKernel &k, const std::string &entry, Kind kind,
+                           int registers, int sharedBytes, const PerfOptions &o) {
   perf::LaunchShape l;
   const long long bh = o.batch * o.heads, n = o.seqLen;
   const int qTiles = tile::gridTiles(n, int(k.blockQ)),
@@ -192,10 +214,52 @@ perf::LaunchShape launchOf(const ManifestKernel &k, Kind kind, int registers, in
     l.dramBytes = rounds * (3 * bhnd * e + (kind == Kind::LshDq ? 4 : 8) * bhnd + 12 * bhn);
     break;
   }
+  case Kind::LshHash: { // a tile of positions per block; reads q, writes buckets
+    const int rounds = int(k.lsh->rounds), threads = int(k.warps) * 32;
+    l.blocks = tile::lshHashTileGrid(int(n), threads, int(bh), rounds).x;
+    // loopTrips: set by the caller from the loop's counted FMAs.
+    l.dramBytes = rounds * (bhnd * e + 4 * bhn) + 4 * bhnd;
+    break;
+  }
+  case Kind::LshStreamed: { // counted whole, once per block; the DRAM floor
+    const double rounds = double(k.lsh->rounds), threads = double(k.warps) * 32;
+    const double counts = double(
+        tile::lshSortCounts(int(n), int(threads), int(k.lsh->numBuckets), int(bh), int(rounds)));
+    if (entry.rfind("attnc_lsh_sort_offsets_", 0) == 0) { // counts in and out
+      l.blocks = tile::lshHashGrid(int(bh), int(rounds)).x;
+      l.dramBytes = 8 * counts;
+    } else if (entry.rfind("attnc_lsh_sort_scatter_", 0) == 0) { // buckets, offsets; perm
+      l.blocks = tile::lshHashTileGrid(int(n), int(threads), int(bh), int(rounds)).x;
+      l.dramBytes = 8 * rounds * bhn + 4 * counts;
+    } else {
+      l.blocks = tile::lshRowGrid(int(n), int(bh)).x;
+      if (entry.rfind("attnc_lsh_combine_", 0) == 0) // rounds' out, lse; out, lse
+        l.dramBytes = rounds * (4 * bhnd + 4 * bhn) + bhnd * e + 4 * bhn;
+      else if (entry.rfind("attnc_lsh_bwd_preprocess_", 0) == 0) // out, dO; delta
+        l.dramBytes = 2 * bhnd * e + 4 * bhn;
+      else // rounds' dq, dk, dv; q, keys; dq, dv
+        l.dramBytes = rounds * 12 * bhnd + bhnd * e + 4 * bhnd + 2 * bhnd * e;
+    }
+    break;
+  }
   case Kind::Other:
     break;
   }
   return l;
+}
+
+/// The hash's innermost loop with the most fp32 FMA work (the dot products
+/// with the rotations), or null.
+const perf::SassLoop *hashLoop(const perf::SassFunction &fn,
+                               const std::vector<perf::SassLoop> &loops) {
+  const perf::SassLoop *best = nullptr;
+  double bestFlops = 0;
+  for (const perf::SassLoop &loop : loops) {
+    const double flops = perf::countRange(fn, loop.first, loop.last).simtFlops;
+    if (loop.innermost && flops > bestFlops)
+      best = &loop, bestFlops = flops;
+  }
+  return best;
 }
 
 /// Every kernel of `compiled` on `arch`, analysed.
@@ -228,10 +292,13 @@ Expected<std::vector<KernelRow>> analyse(const CompiledKernels &compiled, const 
       row.registers = r->registers;
       row.sharedBytes = launchSharedBytes(k, entry, *r);
       const perf::SassFunction &fn = *f->second;
-      // The preprocess is short: counted whole, once per block.
+      // The preprocess and the LSH kernels that stream memory are short:
+      // counted whole, once per block.
+      const bool whole = row.kind == Kind::Preprocess || row.kind == Kind::LshStreamed;
       const std::vector<perf::SassLoop> loops =
-          row.kind == Kind::Preprocess ? std::vector<perf::SassLoop>() : perf::findLoops(fn);
-      const perf::SassLoop *hot = perf::hotLoop(fn, loops);
+          whole ? std::vector<perf::SassLoop>() : perf::findLoops(fn);
+      const perf::SassLoop *hot =
+          row.kind == Kind::LshHash ? hashLoop(fn, loops) : perf::hotLoop(fn, loops);
       row.hasLoop = hot != nullptr;
       row.counts = hot ? perf::countRange(fn, hot->first, hot->last)
                        : perf::countRange(fn, 0, fn.code.size() - 1);
@@ -240,9 +307,14 @@ Expected<std::vector<KernelRow>> analyse(const CompiledKernels &compiled, const 
                    (row.counts.tensorFlops + row.counts.simtFlops) / need;
       // A loop whose arithmetic falls short of its tile's holds inner loops
       // (the fp32 SIMT kernels do), which the count sees once.
-      const bool counted = row.kind == Kind::Preprocess || (row.work >= 0.9 && row.work <= 1.3);
+      const bool counted = whole || (row.work >= 0.9 && row.work <= 1.3) ||
+                           (row.kind == Kind::LshHash && hot && row.counts.simtFlops > 0);
       if (row.kind != Kind::Other && counted) {
-        perf::LaunchShape launch = launchOf(k, row.kind, row.registers, row.sharedBytes, o);
+        perf::LaunchShape launch = launchOf(k, entry, row.kind, row.registers, row.sharedBytes, o);
+        if (row.kind == Kind::LshHash) // each thread's position: D * buckets/2 FMAs
+          launch.loopTrips = double(k.warps) * 32 * double(k.headDim) *
+                             double(k.lsh->numBuckets / 2) * 2 /
+                             (double(k.warps) * row.counts.simtFlops);
         row.prediction = perf::predict(rates, row.counts, launch);
         row.predicted = true;
       }
@@ -279,7 +351,7 @@ struct PassRow {
   bool backward = false;
   double seconds = 0, flops = 0;
   bool complete = true; ///< every kernel of the pass has a prediction
-  bool lsh = false;     ///< LSH: the per-round attention kernels only
+  bool lsh = false;     ///< LSH: hash and sort, per-round kernels, combine
 };
 
 std::vector<PassRow> passesOf(const CompiledKernels &compiled, const std::vector<KernelRow> &rows,
@@ -374,9 +446,7 @@ void printTable(std::ostream &os, const std::string &arch, const perf::ArchRates
     os << "  " << (p.backward ? "backward " : "forward  ") << p.variant << " " << p.dtype << " d"
        << p.headDim << ": " << fixed(p.seconds * 1e3, 3) << " ms, " << fixed(tflops, 1)
        << " TFLOP/s (" << fixed(100 * tflops * 1e12 / peak, 0) << " % of the mma.sync peak)"
-       << (p.lsh ? "; LSH: the rounds' attention kernels only, hash, sort and combine not modelled"
-                 : "")
-       << "\n";
+       << (p.lsh ? "; LSH: hash, sort, the rounds' attention and the combine" : "") << "\n";
   }
 }
 

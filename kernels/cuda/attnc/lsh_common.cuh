@@ -75,6 +75,13 @@ struct LshHashSmem {
   int hist[tile::kLshMaxBuckets];
 };
 static_assert(sizeof(LshHashSmem) == tile::lshHashSmemBytes(), "hash smem");
+/// lsh_hash: the histogram, then chunks of the tile's q (fp32) and of the
+/// rotations.
+template <int NT> struct LshHashBlockSmem {
+  int hist[tile::kLshMaxBuckets];
+  float q[NT * tile::kLshHashDepth];
+  float rot[tile::kLshHashDepth * tile::kLshHashCols];
+};
 /// lsh_sort_offsets: each warp's total, for the block's scan.
 struct LshScanSmem {
   int warpSums[32];

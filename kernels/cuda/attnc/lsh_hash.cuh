@@ -40,12 +40,34 @@ ATTNC_HD bool lshBucketsSupported(int nb) {
   return nb >= 2 && nb % 2 == 0 && nb <= tile::kLshMaxBuckets;
 }
 
+/// The running first maximum of a position's scores over the columns a
+/// thread has seen, in increasing order: strict >, so the first index wins
+/// ties; kNoColumn until a score beats -inf.
+constexpr int kNoColumn = 0x7fffffff;
+ATTNC_HD void lshArgmaxStep(float y, int k, float &best, int &arg) {
+  if (y > best)
+    best = y, arg = k;
+}
+/// Folds in another lane's running maximum: the larger score, or on equal
+/// scores the smaller column, is the one the sequential scan finds first.
+ATTNC_HD void lshArgmaxMerge(float y, int k, float &best, int &arg) {
+  if (y > best || (y == best && k < arg))
+    best = y, arg = k;
+}
+
 template <int CHUNK, int BEFORE, int AFTER, int D, int BQ, int BKV, int WARPS, class T,
           class Variant>
 __device__ void lsh_hash(const AttnLshArgs &a) {
   using Tr = LshTraits<CHUNK, D, BQ, BKV, WARPS>;
   constexpr int NT = Tr::kThreads;
-  ATTNC_LSH_SHARED(LshHashSmem, sm);
+  using Smem = LshHashBlockSmem<NT>;
+  static_assert(sizeof(Smem) == tile::lshHashBlockSmemBytes(NT), "hash smem");
+  // Register blocking: 8 lanes share TM positions and split the chunk's KC
+  // columns, TN each (lane cg takes columns cg, cg + 8, ...).
+  constexpr int DC = tile::kLshHashDepth, KC = tile::kLshHashCols, CG = 8;
+  constexpr int PG = NT / CG, TM = NT / PG, TN = KC / CG;
+  static_assert(NT % CG == 0 && KC % CG == 0, "whole lane groups");
+  ATTNC_LSH_SHARED(Smem, sm);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int N = a.N, NB = a.num_buckets, half = NB / 2, tiles = tile::lshHashTiles(N, NT);
   const tile::GridBlock blk = tile::gridBlock(blockIdx.x, tiles);
@@ -71,46 +93,103 @@ __device__ void lsh_hash(const AttnLshArgs &a) {
 
   for (int k = tid; k < NB; k += NT)
     sm.hist[k] = 0;
-  __syncthreads();
 
-  // This thread's position's bucket, 8 rotation columns at a time.
-  const int j = j0 + tid;
-  if (j < j1) {
-    const float *rot = a.rotations + size_t(r) * D * half;
-    const T *x = q + size_t(j) * D;
-    float bestPos = negInf(), bestNeg = negInf();
-    int argPos = 0, argNeg = 0;
-    for (int k0 = 0; k0 < half; k0 += 8) {
-      float y[8];
+  // y_jk = sum_d q_jd R_r[d][k] for the tile's positions, KC columns at a
+  // time: each accumulator takes fmaf(q_jd, R_r[d][k], acc) from 0 in order
+  // d = 0..D-1, as the file comment of lsh.cuh specifies, with q and the
+  // rotations staged DC rows at a time in shared memory (fp32).
+  const float *rot = a.rotations + size_t(r) * D * half;
+  const int pg = tid / CG, cg = tid % CG;
+  float bestPos[TM], bestNeg[TM];
+  int argPos[TM], argNeg[TM];
 #pragma unroll
-      for (int u = 0; u < 8; ++u)
-        y[u] = 0.f;
-      for (int d = 0; d < D; ++d) {
-        const float xd = lshLoad(x + d);
-        const float *rd = rot + size_t(d) * half + k0;
+  for (int m = 0; m < TM; ++m)
+    bestPos[m] = bestNeg[m] = negInf(), argPos[m] = argNeg[m] = kNoColumn;
+#pragma unroll 1
+  for (int k0 = 0; k0 < half; k0 += KC) {
+    float y[TM][TN];
 #pragma unroll
-        for (int u = 0; u < 8; ++u)
-          if (k0 + u < half)
-            y[u] = fmaf(xd, rd[u], y[u]);
+    for (int m = 0; m < TM; ++m)
+#pragma unroll
+      for (int n = 0; n < TN; ++n)
+        y[m][n] = 0.f;
+#pragma unroll 1
+    for (int d0 = 0; d0 < D; d0 += DC) {
+      __syncthreads(); // the previous chunks are consumed
+                       // Unrolled (fixed trip counts), so the dot products' loop is the
+                       // innermost one, which attnc perf counts.
+#pragma unroll
+      for (int i = 0; i < DC; ++i) {
+        const int e = tid + i * NT, p = e / DC, d = d0 + e % DC, j = j0 + p;
+        sm.q[e] = j < j1 && d < D ? lshLoad(q + size_t(j) * D + d) : 0.f;
       }
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        if (k0 + u < half) {
-          if (y[u] > bestPos) {
-            bestPos = y[u];
-            argPos = k0 + u;
-          }
-          if (-y[u] > bestNeg) {
-            bestNeg = -y[u];
-            argNeg = k0 + u;
-          }
+      for (int i = 0; i < (DC * KC + NT - 1) / NT; ++i) {
+        const int e = tid + i * NT, d = d0 + e / KC, k = k0 + e % KC;
+        if (e < DC * KC)
+          sm.rot[e] = d < D && k < half ? rot[size_t(d) * half + k] : 0.f;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int dd = 0; dd < DC; ++dd) {
+        if (D % DC != 0 && d0 + dd >= D)
+          break;
+        float xq[TM], xr[TN];
+#pragma unroll
+        for (int m = 0; m < TM; ++m)
+          xq[m] = sm.q[(pg + PG * m) * DC + dd];
+#pragma unroll
+        for (int n = 0; n < TN; ++n)
+          xr[n] = sm.rot[dd * KC + cg + CG * n];
+#pragma unroll
+        for (int m = 0; m < TM; ++m)
+#pragma unroll
+          for (int n = 0; n < TN; ++n)
+            y[m][n] = fmaf(xq[m], xr[n], y[m][n]);
+      }
+    }
+    // This lane's columns of the chunk, in increasing order.
+#pragma unroll
+    for (int n = 0; n < TN; ++n) {
+      const int k = k0 + cg + CG * n;
+      if (k < half) {
+#pragma unroll
+        for (int m = 0; m < TM; ++m) {
+          lshArgmaxStep(y[m][n], k, bestPos[m], argPos[m]);
+          lshArgmaxStep(-y[m][n], k, bestNeg[m], argNeg[m]);
         }
       }
     }
-    // [y; -y]: the positive half comes first, so it wins ties.
-    const int bk = bestPos >= bestNeg ? argPos : half + argNeg;
-    buckets[j] = bk;
-    atomicAdd(&sm.hist[bk], 1); // integer: the counts do not depend on order
+  }
+  // The 8 lanes of a position group, merged (xor butterflies: every lane
+  // gets the same result, whatever the order of the merges).
+#pragma unroll
+  for (int m = 0; m < TM; ++m) {
+#pragma unroll
+    for (int off = 1; off < CG; off <<= 1) {
+      const float vp = __shfl_xor_sync(kFullMask, bestPos[m], off);
+      const int ip = __shfl_xor_sync(kFullMask, argPos[m], off);
+      const float vn = __shfl_xor_sync(kFullMask, bestNeg[m], off);
+      const int in = __shfl_xor_sync(kFullMask, argNeg[m], off);
+      lshArgmaxMerge(vp, ip, bestPos[m], argPos[m]);
+      lshArgmaxMerge(vn, in, bestNeg[m], argNeg[m]);
+    }
+  }
+  __syncthreads(); // the histogram is zeroed
+  if (cg == 0) {
+#pragma unroll
+    for (int m = 0; m < TM; ++m) {
+      const int j = j0 + pg + PG * m;
+      if (j < j1) {
+        // No score beat -inf: the sequential scan's column 0.
+        const int ap = argPos[m] == kNoColumn ? 0 : argPos[m];
+        const int an = argNeg[m] == kNoColumn ? 0 : argNeg[m];
+        // [y; -y]: the positive half comes first, so it wins ties.
+        const int bk = bestPos[m] >= bestNeg[m] ? ap : half + an;
+        buckets[j] = bk;
+        atomicAdd(&sm.hist[bk], 1); // integer: the counts do not depend on order
+      }
+    }
   }
   __syncthreads();
   int *counts = a.sort_counts + size_t(row) * NB * tiles + blk.tile;

@@ -71,7 +71,8 @@ struct Kernel {
   int (*smem)(const LshTile &, int D);
 };
 const Kernel kKernels[] = {
-    {"lsh_hash", "attnc_lsh_hash_", [](const LshTile &, int) { return lshHashSmemBytes(); }},
+    {"lsh_hash", "attnc_lsh_hash_",
+     [](const LshTile &t, int) { return lshHashBlockSmemBytes(t.warps * 32); }},
     {"lsh_sort_offsets", "attnc_lsh_sort_offsets_",
      [](const LshTile &, int) { return lshScanSmemBytes(); }},
     {"lsh_sort_scatter", "attnc_lsh_sort_scatter_",

@@ -13,8 +13,9 @@
 // column-wise accesses of the dot products hit distinct banks). Sizes in
 // bytes, LD = D + 1:
 //
-//   hash        4 * kLshMaxBuckets                  bucket histogram (hash) or
-//                                                   offsets (sort scatter)
+//   hash        4 * kLshMaxBuckets                  bucket histogram
+//               + 4*NT*8 + 4*8*64                   q and rotation chunks
+//   scatter     4 * kLshMaxBuckets                  bucket offsets
 //   sort        4 * 32                              warp sums of the offsets scan
 //   fwd         4 * (BQ*LD + BKV*LD                 Q; K, then V rows
 //                    + BQ*(BKV+1) + BQ + BKV)       P tile; positions
@@ -64,7 +65,17 @@ ATTNC_HOST_DEVICE constexpr int lshPaddedLength(int n, int chunk) {
   return (n + chunk - 1) / chunk * chunk;
 }
 
+/// lsh_hash's register-blocked dot products stage kLshHashDepth elements of
+/// each position's q and of kLshHashCols rotation columns at a time.
+constexpr int kLshHashDepth = 8, kLshHashCols = 64;
+/// lsh_sort_scatter: the tile's offset of each bucket.
 ATTNC_HOST_DEVICE constexpr int lshHashSmemBytes() { return 4 * kLshMaxBuckets; }
+/// lsh_hash with `threads` threads (one position each): the histogram, a
+/// q chunk [threads][kLshHashDepth] and a rotation chunk [kLshHashDepth]
+/// [kLshHashCols], fp32.
+ATTNC_HOST_DEVICE constexpr int lshHashBlockSmemBytes(int threads) {
+  return 4 * kLshMaxBuckets + 4 * threads * kLshHashDepth + 4 * kLshHashDepth * kLshHashCols;
+}
 /// lsh_sort_offsets: one int per warp (at most 32).
 ATTNC_HOST_DEVICE constexpr int lshScanSmemBytes() { return 4 * 32; }
 ATTNC_HOST_DEVICE constexpr int lshFwdSmemBytes(int blockQ, int blockKv, int headDim) {
@@ -81,9 +92,10 @@ ATTNC_HOST_DEVICE constexpr int lshBwdDkdvSmemBytes(int blockQ, int blockKv, int
 }
 /// The largest static shared memory of the seven kernels.
 ATTNC_HOST_DEVICE constexpr int lshSmemBytes(const LshTile &t, int headDim) {
-  return lshMax(lshMax(lshHashSmemBytes(), lshFwdSmemBytes(t.blockQ, t.blockKv, headDim)),
-                lshMax(lshBwdDqSmemBytes(t.blockQ, t.blockKv, headDim),
-                       lshBwdDkdvSmemBytes(t.blockQ, t.blockKv, headDim)));
+  return lshMax(
+      lshMax(lshHashBlockSmemBytes(t.warps * 32), lshFwdSmemBytes(t.blockQ, t.blockKv, headDim)),
+      lshMax(lshBwdDqSmemBytes(t.blockQ, t.blockKv, headDim),
+             lshBwdDkdvSmemBytes(t.blockQ, t.blockKv, headDim)));
 }
 
 /// Shape constraints of the kernel templates (static_asserted there too).
