@@ -49,16 +49,12 @@ __device__ void lsh_bwd_dq(const AttnLshArgs &a) {
   ATTNC_LSH_SHARED(Smem, sm);
 
   const int tid = threadIdx.x, row = tid / TPR, sub = tid % TPR;
-  const tile::GridBlock blk = lshRoundBlock<CHUNK>(a, BQ);
-  const LshRound rd = lshRound<CHUNK>(a, blk.row);
-  const int t0 = blk.tile * BQ;
-  if (t0 >= rd.N)
+  const LshBlock blk = lshBlock<CHUNK, BEFORE, AFTER>(a, BQ);
+  if (blk.empty)
     return;
-  const int c = t0 / CHUNK;
-  const int ks = imax(0, c - BEFORE) * CHUNK;
-  const int ke = (imin(rd.C - 1, c + AFTER) + 1) * CHUNK;
-  const int *perm = a.perm + (size_t(rd.bh) * a.rounds + rd.r) * rd.Npad;
-  const size_t slice = size_t(rd.bh) * rd.N;
+  const LshRound &rd = blk.rd;
+  const int t0 = blk.t0, ks = blk.lo, ke = blk.hi, *perm = blk.perm;
+  const size_t slice = blk.slice;
   const T *gq = static_cast<const T *>(a.q) + slice * D;
   const T *gdo = static_cast<const T *>(a.dout) + slice * D;
   const T *gv = static_cast<const T *>(a.v) + slice * D;
@@ -153,16 +149,13 @@ __device__ void lsh_bwd_dkdv(const AttnLshArgs &a) {
   ATTNC_LSH_SHARED(Smem, sm);
 
   const int tid = threadIdx.x, row = tid / TPK, sub = tid % TPK;
-  const tile::GridBlock blk = lshRoundBlock<CHUNK>(a, BKV);
-  const LshRound rd = lshRound<CHUNK>(a, blk.row);
-  const int t0 = blk.tile * BKV;
-  if (t0 >= rd.N)
+  // The queries of chunks c-AFTER..c+BEFORE see this block's keys.
+  const LshBlock blk = lshBlock<CHUNK, AFTER, BEFORE>(a, BKV);
+  if (blk.empty)
     return;
-  const int c = t0 / CHUNK; // the queries of chunks c-AFTER..c+BEFORE see it
-  const int qs = imax(0, c - AFTER) * CHUNK;
-  const int qe = (imin(rd.C - 1, c + BEFORE) + 1) * CHUNK;
-  const int *perm = a.perm + (size_t(rd.bh) * a.rounds + rd.r) * rd.Npad;
-  const size_t slice = size_t(rd.bh) * rd.N;
+  const LshRound &rd = blk.rd;
+  const int t0 = blk.t0, qs = blk.lo, qe = blk.hi, *perm = blk.perm;
+  const size_t slice = blk.slice;
   const T *gq = static_cast<const T *>(a.q) + slice * D;
   const T *gdo = static_cast<const T *>(a.dout) + slice * D;
   const T *gv = static_cast<const T *>(a.v) + slice * D;

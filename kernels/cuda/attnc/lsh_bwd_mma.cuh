@@ -157,16 +157,12 @@ __device__ void lsh_bwd_dq_mma(const AttnLshArgs &a) {
   ATTNC_LSH_SHARED(Smem, sm);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const tile::GridBlock blk = lshRoundBlock<CHUNK>(a, S);
-  const LshRound rd = lshRound<CHUNK>(a, blk.row);
-  const int t0 = blk.tile * S;
-  if (t0 >= rd.N)
+  const LshBlock blk = lshBlock<CHUNK, BEFORE, AFTER>(a, S);
+  if (blk.empty)
     return;
-  const int c = t0 / CHUNK;
-  const int ks = imax(0, c - BEFORE) * CHUNK;
-  const int ke = (imin(rd.C - 1, c + AFTER) + 1) * CHUNK;
-  const int *perm = a.perm + (size_t(rd.bh) * a.rounds + rd.r) * rd.Npad;
-  const size_t slice = size_t(rd.bh) * rd.N;
+  const LshRound &rd = blk.rd;
+  const int t0 = blk.t0, ks = blk.lo, ke = blk.hi, *perm = blk.perm;
+  const size_t slice = blk.slice;
   const T *gq = static_cast<const T *>(a.q) + slice * D;
   const T *gdo = static_cast<const T *>(a.dout) + slice * D;
   const T *gv = static_cast<const T *>(a.v) + slice * D;
@@ -208,17 +204,8 @@ __device__ void lsh_bwd_dq_mma(const AttnLshArgs &a) {
     }
     Mma::template gemmRS<S, NO>(dq, dp, sm.k, LD);
 
-    if (kt + S < ke) {
-      __syncthreads(); // K, V and their slots consumed
-      for (int x = tid; x < S; x += NTH)
-        sm.kpos[x] = perm[kt + S + x];
-      __syncthreads();
-      gatherTile<S, D, NTH>(sm.k, gq, sm.kpos, tid);
-      gatherTile<S, D, NTH>(sm.v, gv, sm.kpos, tid);
-      cpAsyncCommit();
-      cpAsyncWait<0>();
-      __syncthreads();
-    }
+    if (kt + S < ke)
+      lshNextTile<S, D, NTH>(sm.kpos, perm + kt + S, sm.k, gq, sm.v, gv, tid, [] {});
   }
   lshStoreRows<Layout>(a.round_dq + rd.row0 * D, dq, sm.qpos, row0, D);
 }
@@ -239,16 +226,13 @@ __device__ void lsh_bwd_dkdv_mma(const AttnLshArgs &a) {
   ATTNC_LSH_SHARED(Smem, sm);
 
   const int tid = threadIdx.x, warp = tid / 32;
-  const tile::GridBlock blk = lshRoundBlock<CHUNK>(a, S);
-  const LshRound rd = lshRound<CHUNK>(a, blk.row);
-  const int t0 = blk.tile * S;
-  if (t0 >= rd.N)
+  // The queries of chunks c-AFTER..c+BEFORE see this block's keys.
+  const LshBlock blk = lshBlock<CHUNK, AFTER, BEFORE>(a, S);
+  if (blk.empty)
     return;
-  const int c = t0 / CHUNK; // the queries of chunks c-AFTER..c+BEFORE see it
-  const int qs = imax(0, c - AFTER) * CHUNK;
-  const int qe = (imin(rd.C - 1, c + BEFORE) + 1) * CHUNK;
-  const int *perm = a.perm + (size_t(rd.bh) * a.rounds + rd.r) * rd.Npad;
-  const size_t slice = size_t(rd.bh) * rd.N;
+  const LshRound &rd = blk.rd;
+  const int t0 = blk.t0, qs = blk.lo, qe = blk.hi, *perm = blk.perm;
+  const size_t slice = blk.slice;
   const T *gq = static_cast<const T *>(a.q) + slice * D;
   const T *gdo = static_cast<const T *>(a.dout) + slice * D;
   const T *gv = static_cast<const T *>(a.v) + slice * D;
@@ -284,18 +268,9 @@ __device__ void lsh_bwd_dkdv_mma(const AttnLshArgs &a) {
     Mma::template gemmRS<S, NO>(dv, s, sm.dout, LD);
     Mma::template gemmRS<S, NO>(dk, dp, sm.q, LD);
 
-    if (qt + S < qe) {
-      __syncthreads(); // Q, dO and the query slots consumed
-      for (int x = tid; x < S; x += NTH)
-        sm.qpos[x] = perm[qt + S + x];
-      __syncthreads();
-      lshQueryStats<S, NTH>(sm, a, rd, tid);
-      gatherTile<S, D, NTH>(sm.q, gq, sm.qpos, tid);
-      gatherTile<S, D, NTH>(sm.dout, gdo, sm.qpos, tid);
-      cpAsyncCommit();
-      cpAsyncWait<0>();
-      __syncthreads();
-    }
+    if (qt + S < qe)
+      lshNextTile<S, D, NTH>(sm.qpos, perm + qt + S, sm.q, gq, sm.dout, gdo, tid,
+                             [&] { lshQueryStats<S, NTH>(sm, a, rd, tid); });
   }
   lshStoreRows<Layout>(a.round_dk + rd.row0 * D, dk, sm.kpos, row0, D);
   lshStoreRows<Layout>(a.round_dv + rd.row0 * D, dv, sm.kpos, row0, D);

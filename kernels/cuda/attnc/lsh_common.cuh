@@ -122,6 +122,33 @@ ATTNC_HD tile::GridBlock lshRowBlock(const AttnLshArgs &a) {
   return tile::gridBlock(blockIdx.x, tile::gridTiles(a.N, tile::kLshRowsPerBlock));
 }
 
+/// A per-round kernel's block: `slots` sorted slots of one round from t0
+/// (in chunk t0 / CHUNK), and the slots [lo, hi) of the chunks BACK before
+/// to AHEAD after it that they pair with: the forward and dQ pass BEFORE,
+/// AFTER (their keys), dK/dV AFTER, BEFORE (the queries that see its keys).
+/// `empty`: the block holds only pad slots.
+struct LshBlock {
+  LshRound rd;
+  int t0, lo, hi;
+  const int *perm; ///< this round's sorted positions [Npad]
+  size_t slice;    ///< bh * N: the (b, h) slice's first position
+  bool empty;
+};
+template <int CHUNK, int BACK, int AHEAD>
+ATTNC_HD LshBlock lshBlock(const AttnLshArgs &a, int slots) {
+  LshBlock k;
+  const tile::GridBlock blk = lshRoundBlock<CHUNK>(a, slots);
+  k.rd = lshRound<CHUNK>(a, blk.row);
+  k.t0 = blk.tile * slots;
+  k.empty = k.t0 >= k.rd.N;
+  const int c = k.t0 / CHUNK;
+  k.lo = imax(0, c - BACK) * CHUNK;
+  k.hi = (imin(k.rd.C - 1, c + AHEAD) + 1) * CHUNK;
+  k.perm = a.perm + (size_t(k.rd.bh) * a.rounds + k.rd.r) * k.rd.Npad;
+  k.slice = size_t(k.rd.bh) * k.rd.N;
+  return k;
+}
+
 /// What the variant hooks see.
 struct LshCtx {
   const float *params;

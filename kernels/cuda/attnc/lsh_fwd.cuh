@@ -24,15 +24,11 @@ __device__ void lsh_fwd(const AttnLshArgs &a) {
   ATTNC_LSH_SHARED(Smem, sm);
 
   const int tid = threadIdx.x, row = tid / TPR, sub = tid % TPR;
-  const tile::GridBlock blk = lshRoundBlock<CHUNK>(a, BQ);
-  const LshRound rd = lshRound<CHUNK>(a, blk.row);
-  const int t0 = blk.tile * BQ;
-  if (t0 >= rd.N) // only pad slots
+  const LshBlock blk = lshBlock<CHUNK, BEFORE, AFTER>(a, BQ);
+  if (blk.empty)
     return;
-  const int c = t0 / CHUNK;
-  const int ks = imax(0, c - BEFORE) * CHUNK;
-  const int ke = (imin(rd.C - 1, c + AFTER) + 1) * CHUNK;
-  const int *perm = a.perm + (size_t(rd.bh) * a.rounds + rd.r) * rd.Npad;
+  const LshRound &rd = blk.rd;
+  const int t0 = blk.t0, ks = blk.lo, ke = blk.hi, *perm = blk.perm;
   const T *gq = static_cast<const T *>(a.q) + size_t(rd.bh) * rd.N * D;
   const T *gv = static_cast<const T *>(a.v) + size_t(rd.bh) * rd.N * D;
   const float *gk = a.keys + size_t(rd.bh) * rd.N * D;

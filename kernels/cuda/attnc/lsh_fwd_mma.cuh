@@ -89,6 +89,25 @@ ATTNC_HD void lshKeyScales(float *keyScale, const T *rows, int ld, int tid) {
   }
 }
 
+/// The next tile of a tensor-core LSH loop: once every warp is done with
+/// the current one, pos[x] = slots[x] for x < ROWS, then `between()` (with
+/// the new slots visible), then rows pos of gx into x and of gy into y in
+/// one copy group, awaited by every thread.
+template <int ROWS, int D, int NTH, class T, class F>
+ATTNC_HD void lshNextTile(int *pos, const int *slots, T *x, const T *gx, T *y, const T *gy, int tid,
+                          F &&between) {
+  __syncthreads(); // the current tile and its slots are consumed
+  for (int i = tid; i < ROWS; i += NTH)
+    pos[i] = slots[i];
+  __syncthreads();
+  between();
+  gatherTile<ROWS, D, NTH>(x, gx, pos, tid);
+  gatherTile<ROWS, D, NTH>(y, gy, pos, tid);
+  cpAsyncCommit();
+  cpAsyncWait<0>();
+  __syncthreads(); // landed for all
+}
+
 /// Raw q . q_j tile -> logits in log2 units, -inf where the pair is not
 /// kept. The thread's rows are queries iLo, iHi (positions; -1: pad slot);
 /// column col is key position kpos[col] with factor keyScale[col].
@@ -150,15 +169,11 @@ __device__ void lsh_fwd_mma(const AttnLshArgs &a) {
   ATTNC_LSH_SHARED(Smem, sm);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const tile::GridBlock blk = lshRoundBlock<CHUNK>(a, BQ);
-  const LshRound rd = lshRound<CHUNK>(a, blk.row);
-  const int t0 = blk.tile * BQ;
-  if (t0 >= rd.N) // only pad slots
+  const LshBlock blk = lshBlock<CHUNK, BEFORE, AFTER>(a, BQ);
+  if (blk.empty) // only pad slots
     return;
-  const int c = t0 / CHUNK;
-  const int ks = imax(0, c - BEFORE) * CHUNK;
-  const int ke = (imin(rd.C - 1, c + AFTER) + 1) * CHUNK;
-  const int *perm = a.perm + (size_t(rd.bh) * a.rounds + rd.r) * rd.Npad;
+  const LshRound &rd = blk.rd;
+  const int t0 = blk.t0, ks = blk.lo, ke = blk.hi, *perm = blk.perm;
   const T *gq = static_cast<const T *>(a.q) + size_t(rd.bh) * rd.N * D;
   const T *gv = static_cast<const T *>(a.v) + size_t(rd.bh) * rd.N * D;
   const LshCtx ctx = lshCtx<Variant>(a, rd.b, rd.h, rd.r);
@@ -205,17 +220,8 @@ __device__ void lsh_fwd_mma(const AttnLshArgs &a) {
         lshDropoutProbs<Variant, Layout>(s, ctx, iLo, iHi, sm.kpos);
     Mma::template gemmRS<BKV, NO>(o, s, sm.v, LD);
 
-    if (kt + BKV < ke) {
-      __syncthreads(); // K, V and their slots consumed
-      for (int x = tid; x < BKV; x += NTH)
-        sm.kpos[x] = perm[kt + BKV + x];
-      __syncthreads();
-      gatherTile<BKV, D, NTH>(sm.k, gq, sm.kpos, tid);
-      gatherTile<BKV, D, NTH>(sm.v, gv, sm.kpos, tid);
-      cpAsyncCommit();
-      cpAsyncWait<0>();
-      __syncthreads(); // the next tile landed for all
-    }
+    if (kt + BKV < ke)
+      lshNextTile<BKV, D, NTH>(sm.kpos, perm + kt + BKV, sm.k, gq, sm.v, gv, tid, [] {});
   }
 
   float inv[2], lse[2];
