@@ -118,24 +118,12 @@ void emitCudaEntries(const ManifestKernel &k, StringRef variant, StringRef elt, 
        << "(attnc::" << args << " a) {\n  " << body << "<" << tmpl << ">(a);\n}\n";
     entries.push_back(name);
   };
-  unsigned threads = k.warps * 32;
   if (k.lsh) {
-    // <CHUNK, BEFORE, AFTER, D, BQ, BKV, WARPS, T, Variant>
-    std::string lshTmpl =
-        llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}", k.lsh->chunk, k.lsh->before,
-                      k.lsh->after, k.headDim, k.blockQ, k.blockKv, k.warps, elt, variant)
-            .str();
-    auto lshEntry = [&](StringRef prefix, StringRef fn) {
-      std::string name = (prefix + k.name).str();
-      os << "extern \"C\" __global__ void __launch_bounds__(" << threads << ", 1) " << name
-         << "(attnc::AttnLshArgs a) {\n  attnc::" << fn << "<" << lshTmpl << ">(a);\n}\n";
-      entries.push_back(name);
-    };
-    // fp16/bf16 with chunks of whole 16-row tiles: the per-round attention
-    // kernels on tensor cores, each with its own tile (LshTileModel.h),
-    // which the runtime launches by the same rule.
-    const int elemBytes = k.dtype == "f32" ? 4 : 2;
-    auto mmaEntry = [&](StringRef prefix, StringRef fn, const attnc::tile::LshTile &t) {
+    // <CHUNK, BEFORE, AFTER, D, BQ, BKV, WARPS, T, Variant>: the op's tile,
+    // or a tensor-core kernel's own (LshTileModel.h), which the runtime
+    // launches by the same rule.
+    const attnc::tile::LshTile op{int(k.blockQ), int(k.blockKv), int(k.warps)};
+    auto lshEntry = [&](StringRef prefix, StringRef fn, const attnc::tile::LshTile &t) {
       std::string name = (prefix + k.name).str();
       os << "extern \"C\" __global__ void __launch_bounds__(" << t.warps * 32 << ", 1) " << name
          << "(attnc::AttnLshArgs a) {\n  attnc::" << fn << "<"
@@ -145,30 +133,26 @@ void emitCudaEntries(const ManifestKernel &k, StringRef variant, StringRef elt, 
          << ">(a);\n}\n";
       entries.push_back(name);
     };
-    lshEntry("attnc_lsh_hash_", "lsh_hash");
-    lshEntry("attnc_lsh_sort_offsets_", "lsh_sort_offsets");
-    lshEntry("attnc_lsh_sort_scatter_", "lsh_sort_scatter");
+    // fp16/bf16 with chunks of whole 16-row tiles: the per-round attention
+    // kernels on tensor cores.
+    const int chunk = int(k.lsh->chunk), headDim = int(k.headDim);
+    const int elemBytes = k.dtype == "f32" ? 4 : 2;
+    lshEntry("attnc_lsh_hash_", "lsh_hash", op);
+    lshEntry("attnc_lsh_sort_offsets_", "lsh_sort_offsets", op);
+    lshEntry("attnc_lsh_sort_scatter_", "lsh_sort_scatter", op);
     if (!k.backward) {
-      const attnc::tile::LshTile ft =
-          attnc::tile::lshMmaFwdTile(k.lsh->chunk, int(k.headDim), elemBytes);
-      if (ft.warps > 0)
-        mmaEntry("attnc_lsh_fwd_", "lsh_fwd_mma", ft);
-      else
-        lshEntry("attnc_lsh_fwd_", "lsh_fwd");
-      lshEntry("attnc_lsh_combine_", "lsh_combine");
+      const bool mma = attnc::tile::lshMmaFwd(chunk, headDim, elemBytes);
+      lshEntry("attnc_lsh_fwd_", mma ? "lsh_fwd_mma" : "lsh_fwd",
+               attnc::tile::lshFwdLaunchTile(op, chunk, headDim, elemBytes));
+      lshEntry("attnc_lsh_combine_", "lsh_combine", op);
       return;
     }
-    lshEntry("attnc_lsh_bwd_preprocess_", "lsh_bwd_preprocess");
-    const attnc::tile::LshTile bt =
-        attnc::tile::lshMmaBwdTile(k.lsh->chunk, int(k.headDim), elemBytes);
-    if (bt.warps > 0) {
-      mmaEntry("attnc_lsh_bwd_dq_", "lsh_bwd_dq_mma", bt);
-      mmaEntry("attnc_lsh_bwd_dkdv_", "lsh_bwd_dkdv_mma", bt);
-    } else {
-      lshEntry("attnc_lsh_bwd_dq_", "lsh_bwd_dq");
-      lshEntry("attnc_lsh_bwd_dkdv_", "lsh_bwd_dkdv");
-    }
-    lshEntry("attnc_lsh_bwd_combine_", "lsh_bwd_combine");
+    lshEntry("attnc_lsh_bwd_preprocess_", "lsh_bwd_preprocess", op);
+    const bool mma = attnc::tile::lshMmaBwd(chunk, headDim, elemBytes);
+    const attnc::tile::LshTile bt = attnc::tile::lshBwdLaunchTile(op, chunk, headDim, elemBytes);
+    lshEntry("attnc_lsh_bwd_dq_", mma ? "lsh_bwd_dq_mma" : "lsh_bwd_dq", bt);
+    lshEntry("attnc_lsh_bwd_dkdv_", mma ? "lsh_bwd_dkdv_mma" : "lsh_bwd_dkdv", bt);
+    lshEntry("attnc_lsh_bwd_combine_", "lsh_bwd_combine", op);
     return;
   }
   os << "// The tile (block_q, block_kv, warps, stages) attn-tile picked; a runtime\n"

@@ -537,12 +537,10 @@ Status CudaAttention::lshOnDevice(const DeviceAttentionArgs &x, bool withBackwar
     }
     return {};
   };
-  // The forward runs on tensor cores with its own tile where the emitter
-  // chose lsh_fwd_mma, by the same rule (LshTileModel.h).
-  const attnc::tile::LshTile mmaTile =
-      attnc::tile::lshMmaFwdTile(l.chunk, int(D), int(elemBytes(dtype_)));
-  const attnc::tile::LshTile ft =
-      mmaTile.warps > 0 ? mmaTile : attnc::tile::LshTile{fwd_.blockQ, fwd_.blockKv, fwd_.warps};
+  // The per-round kernels launch with their own tiles where the emitter
+  // chose the tensor-core ones, by the same rule (LshTileModel.h).
+  const attnc::tile::LshTile ft = attnc::tile::lshFwdLaunchTile(
+      {fwd_.blockQ, fwd_.blockKv, fwd_.warps}, l.chunk, int(D), int(elemBytes(dtype_)));
   (void)module_->mark(3);
   // Entry order as emitted: hash, sort offsets, sort scatter, fwd, combine.
   const attnc::tile::LshGrid hashTiles =
@@ -564,11 +562,8 @@ Status CudaAttention::lshOnDevice(const DeviceAttentionArgs &x, bool withBackwar
   a.round_dk = reinterpret_cast<float *>(base + parts[8]);
   a.round_dv = reinterpret_cast<float *>(base + parts[9]);
   a.scale = bwd_->scale;
-  // Likewise the backward's per-round kernels (lshMmaBwdTile).
-  const attnc::tile::LshTile mmaBwd =
-      attnc::tile::lshMmaBwdTile(l.chunk, int(D), int(elemBytes(dtype_)));
-  const attnc::tile::LshTile bt =
-      mmaBwd.warps > 0 ? mmaBwd : attnc::tile::LshTile{bwd_->blockQ, bwd_->blockKv, bwd_->warps};
+  const attnc::tile::LshTile bt = attnc::tile::lshBwdLaunchTile(
+      {bwd_->blockQ, bwd_->blockKv, bwd_->warps}, l.chunk, int(D), int(elemBytes(dtype_)));
   // Entry order as emitted: hash and sort (recomputed), preprocess, dq,
   // dkdv, combine.
   const attnc::tile::LshGrid bwdHashTiles =

@@ -118,15 +118,15 @@ struct KernelRow {
 /// per-round kernels' on tensor cores (LshTileModel.h lshMmaFwdTile and
 /// lshMmaBwdTile, as the emitter and runtime/CudaAttention.cpp pick them).
 tile::LshTile launchTile(const ManifestKernel &k, Kind kind) {
-  if (k.lsh && (kind == Kind::LshForward || kind == Kind::LshDq || kind == Kind::LshDkDv)) {
-    const int chunk = int(k.lsh->chunk), e = int(elementBytes(k.dtype));
-    const tile::LshTile t = kind == Kind::LshForward
-                                ? tile::lshMmaFwdTile(chunk, int(k.headDim), e)
-                                : tile::lshMmaBwdTile(chunk, int(k.headDim), e);
-    if (t.warps > 0)
-      return t;
-  }
-  return tile::LshTile{int(k.blockQ), int(k.blockKv), int(k.warps)};
+  const tile::LshTile op{int(k.blockQ), int(k.blockKv), int(k.warps)};
+  if (!k.lsh)
+    return op;
+  const int chunk = int(k.lsh->chunk), e = int(elementBytes(k.dtype));
+  if (kind == Kind::LshForward)
+    return tile::lshFwdLaunchTile(op, chunk, int(k.headDim), e);
+  if (kind == Kind::LshDq || kind == Kind::LshDkDv)
+    return tile::lshBwdLaunchTile(op, chunk, int(k.headDim), e);
+  return op;
 }
 
 /// Key tiles an LSH forward or dQ block visits, averaged over the chunks
@@ -311,10 +311,9 @@ Expected<std::vector<KernelRow>> analyse(const CompiledKernels &compiled, const 
                            (row.kind == Kind::LshHash && hot && row.counts.simtFlops > 0);
       if (row.kind != Kind::Other && counted) {
         perf::LaunchShape launch = launchOf(k, entry, row.kind, row.registers, row.sharedBytes, o);
-        if (row.kind == Kind::LshHash) // each thread's position: D * buckets/2 FMAs
-          launch.loopTrips = double(k.warps) * 32 * double(k.headDim) *
-                             double(k.lsh->numBuckets / 2) * 2 /
-                             (double(k.warps) * row.counts.simtFlops);
+        if (row.kind == Kind::LshHash) // each lane's position: D * buckets/2 FMAs
+          launch.loopTrips =
+              32 * double(k.headDim) * double(k.lsh->numBuckets / 2) * 2 / row.counts.simtFlops;
         row.prediction = perf::predict(rates, row.counts, launch);
         row.predicted = true;
       }

@@ -64,7 +64,9 @@ ATTNC_HD void lshQueryStats(Smem &sm, const AttnLshArgs &a, const LshRound &rd, 
 
 /// p and g of every pair of a warp's S and dP tiles (layout L), in place:
 /// s <- p (with the dropout factor), dp <- g (lshPairGrad). ROWS_ARE_KEYS:
-/// the tiles are S^T and dP^T (dK/dV). row0 is the warp's first row in the
+/// the tiles are S^T and dP^T (dK/dV), and dK takes g as it is. Otherwise
+/// (dQ) g comes out times the key's factor: dq_i += g k_j with k_j = q_j
+/// * factor_j, and the products read the q rows. row0 is the warp's first row in the
 /// block's slots. What belongs to a row (its position, and its key factor
 /// or query statistics) is read once per tile; what belongs to a column
 /// pair, colOf(n, 0) and colOf(n, 1), which are adjacent and even, in
@@ -118,9 +120,31 @@ ATTNC_HD void lshTileGrads(float (&s)[NT][4], float (&dp)[NT][4], const LshCtx &
       else // row: query i; column: key j
         lshPairGrad<V>(c, s[n][e] * ca, dp[n][e], rowPos[r], cp, rowA[r], rowB[r], rowC[r], p, g);
       s[n][e] = p;
-      dp[n][e] = g;
+      dp[n][e] = ROWS_ARE_KEYS ? g : g * ca;
     }
   }
+}
+
+/// The first tiles of either backward kernel: query slots qslots[0..S)
+/// and key slots kslots[0..S), their statistics, and their Q, dO, K and V
+/// rows in one copy group, awaited by every thread.
+template <int S, int D, int NTH, class T, class Smem>
+ATTNC_HD void lshFirstTiles(Smem &sm, const AttnLshArgs &a, const LshRound &rd, size_t slice,
+                            const int *qslots, const int *kslots, int tid) {
+  for (int x = tid; x < S; x += NTH) {
+    sm.qpos[x] = qslots[x];
+    sm.kpos[x] = kslots[x];
+  }
+  __syncthreads();
+  lshQueryStats<S, NTH>(sm, a, rd, tid);
+  const T *gq = static_cast<const T *>(a.q) + slice * D;
+  gatherTile<S, D, NTH>(sm.q, gq, sm.qpos, tid);
+  gatherTile<S, D, NTH>(sm.dout, static_cast<const T *>(a.dout) + slice * D, sm.qpos, tid);
+  gatherTile<S, D, NTH>(sm.k, gq, sm.kpos, tid);
+  gatherTile<S, D, NTH>(sm.v, static_cast<const T *>(a.v) + slice * D, sm.kpos, tid);
+  cpAsyncCommit();
+  cpAsyncWait<0>();
+  __syncthreads();
 }
 
 /// Writes a warp's fp32 accumulator rows to rows pos[slot] of `out` ([N,
@@ -156,31 +180,18 @@ __device__ void lsh_bwd_dq_mma(const AttnLshArgs &a) {
   static_assert(IsSame<Layout, AccLayout<T, NO>>::value, "S and dQ tiles share rows");
   ATTNC_LSH_SHARED(Smem, sm);
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int tid = threadIdx.x, warp = tid / 32;
   const LshBlock blk = lshBlock<CHUNK, BEFORE, AFTER>(a, S);
   if (blk.empty)
     return;
   const LshRound &rd = blk.rd;
   const int t0 = blk.t0, ks = blk.lo, ke = blk.hi, *perm = blk.perm;
   const size_t slice = blk.slice;
-  const T *gq = static_cast<const T *>(a.q) + slice * D;
-  const T *gdo = static_cast<const T *>(a.dout) + slice * D;
+  const T *gq = static_cast<const T *>(a.q) + slice * D; // the keys' rows
   const T *gv = static_cast<const T *>(a.v) + slice * D;
   const LshCtx ctx = lshCtx<Variant>(a, rd.b, rd.h, rd.r);
 
-  for (int x = tid; x < S; x += NTH) {
-    sm.qpos[x] = perm[t0 + x];
-    sm.kpos[x] = perm[ks + x];
-  }
-  __syncthreads();
-  lshQueryStats<S, NTH>(sm, a, rd, tid);
-  gatherTile<S, D, NTH>(sm.q, gq, sm.qpos, tid);
-  gatherTile<S, D, NTH>(sm.dout, gdo, sm.qpos, tid);
-  gatherTile<S, D, NTH>(sm.k, gq, sm.kpos, tid);
-  gatherTile<S, D, NTH>(sm.v, gv, sm.kpos, tid);
-  cpAsyncCommit();
-  cpAsyncWait<0>();
-  __syncthreads();
+  lshFirstTiles<S, D, NTH, T>(sm, a, rd, slice, perm + t0, perm + ks, tid);
 
   const int row0 = warp * tile::kRowsPerWarp;
   float dq[NO][4];
@@ -194,14 +205,7 @@ __device__ void lsh_bwd_dq_mma(const AttnLshArgs &a) {
     zeroAcc(dp);
     Mma::template gemmSS<D, NS, false>(s, sm.q + row0 * LD, LD, sm.k, LD);
     Mma::template gemmSS<D, NS, false>(dp, sm.dout + row0 * LD, LD, sm.v, LD);
-    lshTileGrads<Variant, Layout, false>(s, dp, ctx, sm, row0);
-    // dq_i += g k_j with k_j = q_j * factor_j: the factor goes on g.
-    const int col0 = Layout::colBase(lane);
-#pragma unroll
-    for (int n = 0; n < NS; ++n) {
-      const float2 f = *reinterpret_cast<const float2 *>(sm.keyScale + col0 + Layout::colOf(n, 0));
-      dp[n][0] *= f.x, dp[n][1] *= f.y, dp[n][2] *= f.x, dp[n][3] *= f.y;
-    }
+    lshTileGrads<Variant, Layout, false>(s, dp, ctx, sm, row0); // dp: g * factor_j
     Mma::template gemmRS<S, NO>(dq, dp, sm.k, LD);
 
     if (kt + S < ke)
@@ -235,22 +239,9 @@ __device__ void lsh_bwd_dkdv_mma(const AttnLshArgs &a) {
   const size_t slice = blk.slice;
   const T *gq = static_cast<const T *>(a.q) + slice * D;
   const T *gdo = static_cast<const T *>(a.dout) + slice * D;
-  const T *gv = static_cast<const T *>(a.v) + slice * D;
   const LshCtx ctx = lshCtx<Variant>(a, rd.b, rd.h, rd.r);
 
-  for (int x = tid; x < S; x += NTH) {
-    sm.kpos[x] = perm[t0 + x];
-    sm.qpos[x] = perm[qs + x];
-  }
-  __syncthreads();
-  lshQueryStats<S, NTH>(sm, a, rd, tid);
-  gatherTile<S, D, NTH>(sm.k, gq, sm.kpos, tid);
-  gatherTile<S, D, NTH>(sm.v, gv, sm.kpos, tid);
-  gatherTile<S, D, NTH>(sm.q, gq, sm.qpos, tid);
-  gatherTile<S, D, NTH>(sm.dout, gdo, sm.qpos, tid);
-  cpAsyncCommit();
-  cpAsyncWait<0>();
-  __syncthreads();
+  lshFirstTiles<S, D, NTH, T>(sm, a, rd, slice, perm + qs, perm + t0, tid);
   lshKeyScales<S, D, NTH>(sm.keyScale, sm.k, LD, tid); // the kept keys': fixed
   __syncthreads();
 

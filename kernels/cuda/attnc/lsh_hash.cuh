@@ -34,6 +34,12 @@ namespace attnc {
 // Positions of a bucket therefore land in position order: the sort is
 // stable, and the same on every run (integer arithmetic only).
 
+/// Row `row`'s (bh * R + r) counts, then offsets, in sort_counts:
+/// [bucket][tile] with `tiles` tiles of positions.
+ATTNC_HD int *lshSortCountsOf(const AttnLshArgs &a, int row, int tiles) {
+  return a.sort_counts + size_t(row) * a.num_buckets * tiles;
+}
+
 /// Whether the hash kernels handle num_buckets (the compiler rejects the
 /// others; the kernels then write an all-pad permutation).
 ATTNC_HD bool lshBucketsSupported(int nb) {
@@ -192,7 +198,7 @@ __device__ void lsh_hash(const AttnLshArgs &a) {
     }
   }
   __syncthreads();
-  int *counts = a.sort_counts + size_t(row) * NB * tiles + blk.tile;
+  int *counts = lshSortCountsOf(a, row, tiles) + blk.tile;
   for (int k = tid; k < NB; k += NT)
     counts[size_t(k) * tiles] = sm.hist[k];
 }
@@ -219,7 +225,7 @@ __device__ void lsh_sort_offsets(const AttnLshArgs &a) {
 
   // Each thread a contiguous segment of the (bucket, tile) counts: its sum,
   // the block's exclusive scan of the sums, then the segment rewritten.
-  int *counts = a.sort_counts + size_t(row) * NB * tiles;
+  int *counts = lshSortCountsOf(a, row, tiles);
   const int total = NB * tiles, seg = (total + NT - 1) / NT;
   const int lo = imin(total, tid * seg), hi = imin(total, lo + seg);
   int sum = 0;
@@ -261,7 +267,7 @@ __device__ void lsh_sort_scatter(const AttnLshArgs &a) {
   const int Npad = tile::lshPaddedLength(N, CHUNK);
   const int *buckets = a.buckets + size_t(row) * N;
   int *perm = a.perm + size_t(row) * Npad;
-  const int *offsets = a.sort_counts + size_t(row) * NB * tiles + blk.tile;
+  const int *offsets = lshSortCountsOf(a, row, tiles) + blk.tile;
   for (int k = tid; k < NB; k += NT)
     sm.hist[k] = offsets[size_t(k) * tiles];
   __syncthreads();

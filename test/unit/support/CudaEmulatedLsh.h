@@ -349,19 +349,20 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
              BEFORE,  AFTER,   shape.scale, kMod, {},      {},       {}};
   // The forward the emitter picks: on tensor cores with its own tile
   // where LshTileModel.h gives one (fp16/bf16, chunks of 16-row tiles).
-  constexpr LshTile kMmaTile = lshMmaFwdTile(CHUNK, D, int(sizeof(T)));
-  constexpr LshTile kMmaBwdTile = lshMmaBwdTile(CHUNK, D, int(sizeof(T)));
+  constexpr bool kMmaFwd = lshMmaFwd(CHUNK, D, int(sizeof(T)));
+  constexpr bool kMmaBwd = lshMmaBwd(CHUNK, D, int(sizeof(T)));
+  constexpr LshTile kFwdTile = lshFwdLaunchTile({BQ, BKV, WARPS}, CHUNK, D, int(sizeof(T)));
+  constexpr LshTile kBwdTile = lshBwdLaunchTile({BQ, BKV, WARPS}, CHUNK, D, int(sizeof(T)));
   std::printf("%s D=%d chunk %d (-%d, +%d) tile %dx%d w%d, forward %s, %s, B=%d H=%d N=%d R=%d "
               "NB=%d\n",
-              dtype, D, CHUNK, BEFORE, AFTER, BQ, BKV, WARPS,
-              kMmaTile.warps > 0 ? "on tensor cores" : "SIMT", kMod ? "modified" : "dense", s.B,
-              s.H, s.N, s.R, s.NB);
-  if (kMmaTile.warps > 0)
-    std::printf("  tensor-core forward tile %dx%d w%d\n", kMmaTile.blockQ, kMmaTile.blockKv,
-                kMmaTile.warps);
-  if (kMmaBwdTile.warps > 0)
-    std::printf("  tensor-core backward tile %dx%d w%d\n", kMmaBwdTile.blockQ, kMmaBwdTile.blockKv,
-                kMmaBwdTile.warps);
+              dtype, D, CHUNK, BEFORE, AFTER, BQ, BKV, WARPS, kMmaFwd ? "on tensor cores" : "SIMT",
+              kMod ? "modified" : "dense", s.B, s.H, s.N, s.R, s.NB);
+  if (kMmaFwd)
+    std::printf("  tensor-core forward tile %dx%d w%d\n", kFwdTile.blockQ, kFwdTile.blockKv,
+                kFwdTile.warps);
+  if (kMmaBwd)
+    std::printf("  tensor-core backward tile %dx%d w%d\n", kBwdTile.blockQ, kBwdTile.blockKv,
+                kBwdTile.warps);
   for (int b = 0; b < s.B; ++b) // full, partial and empty key sets
     s.lengths.push_back(b == 0 ? s.N : b == 1 ? s.N - 13 : 0);
   for (int h = 0; h < s.H; ++h)
@@ -433,19 +434,15 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
   }
 
   constexpr int NT = WARPS * 32;
-  const LshTile tile{BQ, BKV, WARPS};
   const LshGrid gh = lshHashTileGrid(s.N, NT, BH, s.R), gso = lshHashGrid(BH, s.R),
-                gf = lshFwdGrid(kMmaTile.warps > 0 ? kMmaTile : tile, s.N, CHUNK, BH, s.R),
-                gdq = lshBwdDqGrid(kMmaBwdTile.warps > 0 ? kMmaBwdTile : tile, s.N, CHUNK, BH, s.R),
-                gdk =
-                    lshBwdDkdvGrid(kMmaBwdTile.warps > 0 ? kMmaBwdTile : tile, s.N, CHUNK, BH, s.R),
-                grow = lshRowGrid(s.N, BH);
+                gf = lshFwdGrid(kFwdTile, s.N, CHUNK, BH, s.R),
+                gdq = lshBwdDqGrid(kBwdTile, s.N, CHUNK, BH, s.R),
+                gdk = lshBwdDkdvGrid(kBwdTile, s.N, CHUNK, BH, s.R), grow = lshRowGrid(s.N, BH);
   for (const LshGrid &g : {gh, gso, gf, gdq, gdk, grow}) // what a GPU takes
     ASSERT_TRUE(g.y <= 65535 && g.x <= attnc::tile::kMaxGridX) << "grid " << g.x << " x " << g.y;
 #define ATTNC_LSH_ARGS CHUNK, BEFORE, AFTER, D, BQ, BKV, WARPS, T, V
 #define ATTNC_LSH_MMA_BWD_ARGS                                                                     \
-  CHUNK, BEFORE, AFTER, D, kMmaBwdTile.blockQ, kMmaBwdTile.blockKv, kMmaBwdTile.warps, T, V
-  constexpr int kBwdThreads = kMmaBwdTile.warps > 0 ? kMmaBwdTile.warps * 32 : NT;
+  CHUNK, BEFORE, AFTER, D, kBwdTile.blockQ, kBwdTile.blockKv, kBwdTile.warps, T, V
   // Hash, forward and combine; then (after `a` points at the backward's
   // inputs) hash, preprocess, dq, dk/dv and combine. False when the
   // emulator finds a fault (the test failure says which).
@@ -468,11 +465,11 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
   };
   auto forward = [&](const attnc::AttnLshArgs &x) {
     return sorted(x) &&
-           launched(emu::launch(gf.x, gf.y, kMmaTile.warps > 0 ? kMmaTile.warps * 32 : NT,
+           launched(emu::launch(gf.x, gf.y, kFwdTile.warps * 32,
                                 [&] {
-                                  if constexpr (kMmaTile.warps > 0)
-                                    attnc::lsh_fwd_mma<CHUNK, BEFORE, AFTER, D, kMmaTile.blockQ,
-                                                       kMmaTile.blockKv, kMmaTile.warps, T, V>(x);
+                                  if constexpr (kMmaFwd)
+                                    attnc::lsh_fwd_mma<CHUNK, BEFORE, AFTER, D, kFwdTile.blockQ,
+                                                       kFwdTile.blockKv, kFwdTile.warps, T, V>(x);
                                   else
                                     attnc::lsh_fwd<ATTNC_LSH_ARGS>(x);
                                 }),
@@ -485,17 +482,17 @@ void runLsh(const Shape &shape, double tol, const char *dtype, size_t *selfOnlyR
            launched(emu::launch(grow.x, grow.y, NT,
                                 [&] { attnc::lsh_bwd_preprocess<ATTNC_LSH_ARGS>(x); }),
                     "backward preprocess") &&
-           launched(emu::launch(gdq.x, gdq.y, kBwdThreads,
+           launched(emu::launch(gdq.x, gdq.y, kBwdTile.warps * 32,
                                 [&] {
-                                  if constexpr (kMmaBwdTile.warps > 0)
+                                  if constexpr (kMmaBwd)
                                     attnc::lsh_bwd_dq_mma<ATTNC_LSH_MMA_BWD_ARGS>(x);
                                   else
                                     attnc::lsh_bwd_dq<ATTNC_LSH_ARGS>(x);
                                 }),
                     "dq") &&
-           launched(emu::launch(gdk.x, gdk.y, kBwdThreads,
+           launched(emu::launch(gdk.x, gdk.y, kBwdTile.warps * 32,
                                 [&] {
-                                  if constexpr (kMmaBwdTile.warps > 0)
+                                  if constexpr (kMmaBwd)
                                     attnc::lsh_bwd_dkdv_mma<ATTNC_LSH_MMA_BWD_ARGS>(x);
                                   else
                                     attnc::lsh_bwd_dkdv<ATTNC_LSH_ARGS>(x);

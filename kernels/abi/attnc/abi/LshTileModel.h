@@ -217,6 +217,13 @@ ATTNC_HOST_DEVICE constexpr LshTile lshMmaFwdTile(int chunk, int headDim, int el
 ATTNC_HOST_DEVICE constexpr bool lshMmaFwd(int chunk, int headDim, int elemBytes) {
   return lshMmaFwdTile(chunk, headDim, elemBytes).warps > 0;
 }
+/// The tile the forward's per-round kernel launches with: lsh_fwd_mma's
+/// where it has one, else the op's (`op`, lsh_fwd). The emitter, the
+/// runtime and attnc perf all go by this rule.
+ATTNC_HOST_DEVICE constexpr LshTile lshFwdLaunchTile(const LshTile &op, int chunk, int headDim,
+                                                     int elemBytes) {
+  return lshMmaFwd(chunk, headDim, elemBytes) ? lshMmaFwdTile(chunk, headDim, elemBytes) : op;
+}
 
 //===-- The backward on tensor cores (lsh_bwd_dq_mma, lsh_bwd_dkdv_mma) ---===//
 //
@@ -257,6 +264,14 @@ ATTNC_HOST_DEVICE constexpr LshTile lshMmaBwdTile(int chunk, int headDim, int el
       return t;
   }
   return LshTile{0, 0, 0};
+}
+ATTNC_HOST_DEVICE constexpr bool lshMmaBwd(int chunk, int headDim, int elemBytes) {
+  return lshMmaBwdTile(chunk, headDim, elemBytes).warps > 0;
+}
+/// The tile the backward's dQ and dK/dV launch with, by the same rule.
+ATTNC_HOST_DEVICE constexpr LshTile lshBwdLaunchTile(const LshTile &op, int chunk, int headDim,
+                                                     int elemBytes) {
+  return lshMmaBwd(chunk, headDim, elemBytes) ? lshMmaBwdTile(chunk, headDim, elemBytes) : op;
 }
 
 } // namespace attnc::tile
