@@ -6,7 +6,11 @@
 //
 //   strided_gemm(StridedGemmArgs)  the low-rank projections K' = E·K,
 //                                  V' = F·V and their backward dK = Eᵀ·dK',
-//                                  dE = Σ_b dK'·Kᵀ, fp32
+//                                  dE = Σ_b dK'·Kᵀ, fp32 (f32 kernels)
+//   strided_gemm_mma<T>            the same on tensor cores: operands read
+//                                  as fp32, rounded to T (fp16 / bf16, the
+//                                  kernels' type), fp32 accumulation
+//   strided_gemm_reduce            sums strided_gemm_mma's split parts
 //   convert<In, Out>(ConvertArgs)  fp32 <-> fp16 / bf16, for f16 and bf16
 //                                  kernels on a step's fp32 buffers
 //
@@ -19,6 +23,16 @@
 // place; each slice is loaded with consecutive threads along whichever
 // side of the operand is contiguous.
 //
+// strided_gemm_mma: attnc/abi/ProjectionTileModel.h has its tiles, its
+// split of long sums and its grid. Each element of C is summed by one
+// lane in a fixed order within a part, and the parts are summed in order
+// by strided_gemm_reduce, so it is deterministic too. The next slice's
+// global loads are issued before the tensor cores multiply the current
+// one (register double buffering).
+//
+// Both GEMMs read the elements of a padded sequence axis at or past its
+// length as zero (StridedGemmArgs::seq_lengths).
+//
 // convert: kConvertThreads threads per block, kConvertPerThread elements a
 // thread, grid ceil(n / (kConvertThreads * kConvertPerThread)).
 //
@@ -26,7 +40,9 @@
 #ifndef ATTNC_CUDA_DEVICE_SUPPORT_CUH
 #define ATTNC_CUDA_DEVICE_SUPPORT_CUH
 
+#include "attnc/abi/ProjectionTileModel.h"
 #include "attnc/common.cuh"
+#include "attnc/mma.cuh"
 
 /// Declares `Type &name` bound to block-shared storage: real __shared__
 /// memory under NVRTC, the emulated block's under the host emulator.
@@ -60,6 +76,29 @@ ATTNC_HD void gemmStageSlice(float (&s)[kGemmK][kGemmTile], const float *x, long
   }
 }
 
+/// Where term t of C_z's sum ends along A's rows, the depth and B's
+/// columns: the GEMM's sizes, cut at the key-padding length on the padded
+/// axis.
+struct GemmLimits {
+  long long rows, depth, cols;
+};
+ATTNC_HD GemmLimits gemmLimits(const StridedGemmArgs &a, int z, int t) {
+  GemmLimits l{a.m, a.k, a.n};
+  if (!a.seq_lengths)
+    return l;
+  // 32-bit: a 64-bit division is a call, with a stack frame.
+  const int raw = a.seq_lengths[(z * a.seq_z_scale + t) / a.seq_div];
+  const long long len = raw > 0 ? raw : 0;
+  // Plain assignments, no reference into l: that would put l on the stack.
+  if (a.seq_axis == kGemmSeqRowsOfA)
+    l.rows = l.rows < len ? l.rows : len;
+  else if (a.seq_axis == kGemmSeqDepth)
+    l.depth = l.depth < len ? l.depth : len;
+  else
+    l.cols = l.cols < len ? l.cols : len;
+  return l;
+}
+
 ATTNC_HD void strided_gemm(const StridedGemmArgs &a) {
   struct Slices {
     float a[kGemmK][kGemmTile]; ///< A's slice, transposed: [k][row]
@@ -80,10 +119,11 @@ ATTNC_HD void strided_gemm(const StridedGemmArgs &a) {
   float acc[4][4] = {};
   for (int t = 0; t < a.terms; ++t) {
     const float *At = A + t * a.a_term, *Bt = B + t * a.b_term;
+    const GemmLimits lim = gemmLimits(a, int(z), t);
     for (long long k0 = 0; k0 < a.k; k0 += kGemmK) {
-      gemmStageSlice(sm.a, At, a.a_row, a.a_col, a.m, a.k, m0, k0, a.a_col == 1);
+      gemmStageSlice(sm.a, At, a.a_row, a.a_col, lim.rows, lim.depth, m0, k0, a.a_col == 1);
       // B[k, n] staged as rows n: its row stride is b_col, its k stride b_row.
-      gemmStageSlice(sm.b, Bt, a.b_col, a.b_row, a.n, a.k, n0, k0, a.b_row == 1);
+      gemmStageSlice(sm.b, Bt, a.b_col, a.b_row, lim.cols, lim.depth, n0, k0, a.b_row == 1);
       __syncthreads();
       for (int kk = 0; kk < kGemmK; ++kk) {
         float x[4], y[4];
@@ -104,6 +144,143 @@ ATTNC_HD void strided_gemm(const StridedGemmArgs &a) {
       float *dst = C + r * a.c_row + c * a.c_col;
       *dst = a.beta == 0.0f ? acc[i][j] : fmaf(a.beta, *dst, acc[i][j]);
     }
+}
+
+//===-- strided_gemm_mma --------------------------------------------------===//
+
+/// One operand's ROWS x kProjDepth slice held in registers between its
+/// global loads and its store to shared memory: element (r, kk) of the
+/// slice is x[(r0 + r) * rowStride + (k0 + kk) * kStride], zero outside
+/// rows x depth. Consecutive threads walk the operand's contiguous side,
+/// so the loads coalesce either way. A thread's j-th element is its first
+/// one plus j steps of a fixed (row, k) stride, so its addresses are one
+/// base and one step rather than kPerThread 64-bit products.
+template <int ROWS> struct ProjSlice {
+  static constexpr int kDepth = tile::kProjDepth, kThreads = tile::kProjThreads;
+  static constexpr int kPerThread = ROWS * kDepth / kThreads;
+  static_assert(kThreads % kDepth == 0 && kThreads % ROWS == 0, "fixed steps per thread");
+  float v[kPerThread];
+
+  /// This thread's first element and the (row, k) step between its
+  /// elements.
+  static ATTNC_HD void walk(bool kContiguous, int &r, int &kk, int &dr, int &dk) {
+    const int i = int(threadIdx.x);
+    r = kContiguous ? i / kDepth : i % ROWS;
+    kk = kContiguous ? i % kDepth : i / ROWS;
+    dr = kContiguous ? kThreads / kDepth : 0;
+    dk = kContiguous ? 0 : kThreads / ROWS;
+  }
+  ATTNC_HD void load(const float *x, long long rowStride, long long kStride, long long rows,
+                     long long depth, long long r0, long long k0, bool kContiguous) {
+    int r, kk, dr, dk;
+    walk(kContiguous, r, kk, dr, dk);
+    const long long gr = r0 + r, gk = k0 + kk;
+    const float *p = x + gr * rowStride + gk * kStride;
+    const long long step = dr * rowStride + dk * kStride;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j)
+      v[j] = gr + j * dr < rows && gk + j * dk < depth ? p[j * step] : 0.0f;
+  }
+  /// Rounded to T into s[r * kProjRowHalves + kk].
+  template <class T> ATTNC_HD void store(T *s, bool kContiguous) const {
+    int r, kk, dr, dk;
+    walk(kContiguous, r, kk, dr, dk);
+    T *at = s + r * tile::kProjRowHalves + kk;
+    const int step = dr * tile::kProjRowHalves + dk;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j)
+      at[j * step] = Elem<T>::fromFloat(v[j]);
+  }
+};
+
+/// Slice `it` of the summed range (term it / depth, k slice it % depth)
+/// of A and of B, read into registers.
+struct ProjSlices {
+  ProjSlice<tile::kProjTileM> a;
+  ProjSlice<tile::kProjTileN> b;
+  bool aK, bK; ///< which side of A and of B is contiguous: k, or m and n
+
+  ATTNC_HD void load(const StridedGemmArgs &g, const float *A, const float *B, int z, int it,
+                     int depth, long long m0, long long n0) {
+    aK = g.a_col == 1, bK = g.b_row == 1;
+    const int t = it / depth;
+    const long long k0 = static_cast<long long>(it % depth) * tile::kProjDepth;
+    const GemmLimits lim = gemmLimits(g, z, t);
+    a.load(A + t * g.a_term, g.a_row, g.a_col, lim.rows, lim.depth, m0, k0, aK);
+    // B[k, n] staged as rows n: its row stride is b_col, its k stride b_row.
+    b.load(B + t * g.b_term, g.b_col, g.b_row, lim.cols, lim.depth, n0, k0, bK);
+  }
+};
+
+/// C_z (or, split, this part's partial C_z) of a StridedGemmArgs on T's
+/// tensor cores (mma.cuh; Volta's bf16 runs its SIMT path). A is staged
+/// [m][k] and B [n][k] (n-major), whichever side of each is contiguous in
+/// memory.
+template <class T> ATTNC_HD void strided_gemm_mma(const StridedGemmArgs &a) {
+  using namespace tile;
+  constexpr int LD = kProjRowHalves, NT = kProjTileN / 8;
+  struct Slices {
+    T a[kProjTileM * LD];
+    T b[kProjTileN * LD];
+  };
+  ATTNC_SUPPORT_SHARED(Slices, sm);
+  // 32-bit grid and range arithmetic: 64-bit divisions are calls.
+  const int tilesN = int(projCeil(a.n, kProjTileN)), tiles = int(projTiles(a.m, a.n));
+  const int batches = int(a.batches), block = int(blockIdx.x);
+  const int tile = block % tiles, z = block / tiles % batches, part = block / tiles / batches;
+  const long long m0 = static_cast<long long>(tile / tilesN) * kProjTileM,
+                  n0 = static_cast<long long>(tile % tilesN) * kProjTileN;
+  const float *A = a.a + (z % a.a_batch_mod) * a.a_batch;
+  const float *B = a.b + z * a.b_batch;
+  // The summed range, terms x slices, and this part of it.
+  const int depth = int(projCeil(a.k, kProjDepth)), range = a.terms * depth;
+  const int splits = a.splits > 1 ? a.splits : 1;
+  const int perPart = (range + splits - 1) / splits;
+  const int first = part * perPart, last = first + perPart < range ? first + perPart : range;
+  ProjSlices slices{};
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  float acc[NT][4] = {};
+  if (first < last)
+    slices.load(a, A, B, z, first, depth, m0, n0);
+  for (int it = first; it < last; ++it) {
+    __syncthreads(); // every warp is done reading the previous slice
+    slices.a.store(sm.a, slices.aK);
+    slices.b.store(sm.b, slices.bK);
+    __syncthreads();
+    if (it + 1 < last)
+      slices.load(a, A, B, z, it + 1, depth, m0, n0); // in flight while the tensor cores run
+    WarpMma<T>::template gemmSS<kProjDepth, NT, false>(acc, sm.a + warp * 16 * LD, LD, sm.b, LD);
+  }
+  using Layout = AccLayout<T, NT>;
+  const long long row0 = m0 + warp * 16 + Layout::rowBase(lane), col0 = n0 + Layout::colBase(lane);
+  float *C = splits > 1 ? a.partial + (static_cast<long long>(part) * batches + z) * a.m * a.n
+                        : a.c + z * a.c_batch;
+  const long long cRow = splits > 1 ? a.n : a.c_row, cCol = splits > 1 ? 1 : a.c_col;
+  const bool direct = splits == 1;
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const long long r = row0 + Layout::kRowStep * (e / 2), c = col0 + Layout::colOf(n, e % 2);
+      if (r >= a.m || c >= a.n)
+        continue;
+      float *dst = C + r * cRow + c * cCol;
+      *dst = !direct || a.beta == 0.0f ? acc[n][e] : fmaf(a.beta, *dst, acc[n][e]);
+    }
+}
+
+/// C_z = beta * C_z + the sum of strided_gemm_mma's parts, in part order.
+ATTNC_HD void strided_gemm_reduce(const StridedGemmArgs &a) {
+  const long long i = static_cast<long long>(blockIdx.x) * tile::kProjReduceThreads + threadIdx.x,
+                  mn = a.m * a.n;
+  if (i >= a.batches * mn)
+    return;
+  const long long z = i / mn, r = i % mn / a.n, c = i % a.n;
+  float sum = 0.0f;
+  for (int p = 0; p < a.splits; ++p)
+    sum += a.partial[(p * a.batches + z) * mn + r * a.n + c];
+  float *dst = a.c + z * a.c_batch + r * a.c_row + c * a.c_col;
+  *dst = a.beta == 0.0f ? sum : fmaf(a.beta, *dst, sum);
 }
 
 template <class In, class Out> ATTNC_HD void convert(const ConvertArgs &a) {

@@ -52,8 +52,10 @@ TEST_P(DeviceSupportNvrtc, CompilesWithoutSpills) {
   Expected<Cubin> c =
       nvrtc.compile("attnc_device_support.cu", CudaAttention::deviceSupportSource(), o);
   ASSERT_TRUE(c.ok()) << c.error();
-  for (const char *name : {"attnc_strided_gemm", "attnc_convert_f32_f16", "attnc_convert_f16_f32",
-                           "attnc_convert_f32_bf16", "attnc_convert_bf16_f32"}) {
+  for (const char *name :
+       {"attnc_strided_gemm", "attnc_strided_gemm_mma_f16", "attnc_strided_gemm_mma_bf16",
+        "attnc_strided_gemm_reduce", "attnc_convert_f32_f16", "attnc_convert_f16_f32",
+        "attnc_convert_f32_bf16", "attnc_convert_bf16_f32"}) {
     SCOPED_TRACE(name);
     const KernelResources *k = c->kernel(name);
     ASSERT_NE(k, nullptr) << c->log;
@@ -77,51 +79,26 @@ INSTANTIATE_TEST_SUITE_P(Archs, DeviceSupportNvrtc,
 // The kernels on the emulator
 //===----------------------------------------------------------------------===//
 
-#include "attnc/simt_emulator.h"
+#include "attnc/tensor_core_emulator.h" // mma.cuh (device_support.cuh includes it)
 
 #include "attnc/device_support.cuh"
+
+#include "test/unit/support/StridedGemmReference.h"
 
 namespace {
 
 using attnc::ConvertArgs;
 using attnc::StridedGemmArgs;
 
-/// StridedGemmArgs' definition in double, over `batches`.
-std::vector<double> referenceGemm(const StridedGemmArgs &g, long long batches,
-                                  const std::vector<float> &cBefore, size_t cSize) {
-  std::vector<double> c(cSize);
-  for (size_t i = 0; i < cSize; ++i)
-    c[i] = g.beta == 0.0f ? 0.0 : double(cBefore[i]);
-  for (long long z = 0; z < batches; ++z)
-    for (long long r = 0; r < g.m; ++r)
-      for (long long col = 0; col < g.n; ++col) {
-        double s = 0;
-        for (long long t = 0; t < g.terms; ++t)
-          for (long long k = 0; k < g.k; ++k) {
-            const float *a = g.a + (z % g.a_batch_mod) * g.a_batch + t * g.a_term;
-            const float *b = g.b + z * g.b_batch + t * g.b_term;
-            s += double(a[r * g.a_row + k * g.a_col]) * double(b[k * g.b_row + col * g.b_col]);
-          }
-        double &dst = c[size_t(z * g.c_batch + r * g.c_row + col * g.c_col)];
-        dst = g.beta * dst + s;
-      }
-  return c;
-}
-
-std::vector<float> randomFloats(size_t n, std::mt19937 &rng) {
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float &x : v)
-    x = nd(rng);
-  return v;
-}
+using attnc::test::randomFloats;
 
 /// Runs `g` over `batches` on C = `cInit` under three schedules: the first
 /// against the reference (1e-5 of the largest), the others bit for bit
 /// with the first. Returns the first result.
 std::vector<float> checkGemm(StridedGemmArgs g, long long batches,
                              const std::vector<float> &cInit) {
-  const std::vector<double> want = referenceGemm(g, batches, cInit, cInit.size());
+  const std::vector<double> want =
+      attnc::test::referenceGemm(g, batches, cInit, [](float x) { return x; });
   const long long tiles = ((g.m + attnc::kStridedGemmTile - 1) / attnc::kStridedGemmTile) *
                           ((g.n + attnc::kStridedGemmTile - 1) / attnc::kStridedGemmTile);
   std::vector<float> first;

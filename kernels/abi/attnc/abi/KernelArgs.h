@@ -56,12 +56,18 @@ struct SharedQkArgs {
 };
 
 /// The low-rank (Linformer) projections on the device
-/// (attnc/device_support.cuh strided_gemm), fp32:
+/// (attnc/device_support.cuh strided_gemm and strided_gemm_mma), fp32 in
+/// memory:
 ///   C_z = beta * C_z + sum over t < terms of A_(z,t) * B_(z,t)
 /// for z < batches, A [m, k], B [k, n], C [m, n], each addressed by element
 /// strides. A's batch offset is (z % a_batch_mod) * a_batch (a per-head
 /// E repeats over the batch); B's and C's are z * stride; term t adds
 /// t * a_term and t * b_term (dE sums over the batch that way).
+///
+/// Key padding (seq_lengths non-null): one axis is a sequence position,
+/// and the elements at or past the length of its batch row b =
+/// (z * seq_z_scale + t) / seq_div read as zero: A's rows (dK = Eᵀ·dK'),
+/// the depth (K' = E·K) or B's columns (dE = dK'·Kᵀ).
 struct StridedGemmArgs {
   const float *a, *b;
   float *c;
@@ -70,8 +76,21 @@ struct StridedGemmArgs {
   long long a_batch, a_batch_mod, b_batch, c_batch;
   long long a_term, b_term;
   int terms;
-  float beta; ///< 0: C is written without being read; 1: accumulated into
+  float beta;             ///< 0: C is written without being read; 1: accumulated into
+  const int *seq_lengths; ///< [batch rows] key-padding lengths, or null
+  int seq_axis;           ///< a GemmSeqAxis
+  int seq_z_scale;        ///< 0 or 1
+  int seq_div;            ///< >= 1
+  /// strided_gemm_mma only: the batches of the grid, and its split of the
+  /// summed range (terms x depth) into `splits` parts whose partial C land
+  /// in `partial` ([splits, batches, m, n]) for strided_gemm_reduce to sum
+  /// in order (1: C is written directly; partial unused).
+  long long batches;
+  int splits;
+  float *partial;
 };
+/// Which axis of a StridedGemmArgs is a padded sequence.
+enum GemmSeqAxis { kGemmSeqRowsOfA = 0, kGemmSeqDepth = 1, kGemmSeqColumnsOfB = 2 };
 /// strided_gemm's launch: a block of kStridedGemmThreads threads per
 /// kStridedGemmTile x kStridedGemmTile tile of one C_z, grid batches x
 /// tiles (tile fastest); it stages kStridedGemmDepth-deep slices.

@@ -1,6 +1,7 @@
 //===- device_support.cuh - Entry points of the device support module ------===//
 //
-// The strided GEMM and the dtype conversions of attnc/device_support.cuh as
+// The strided GEMMs (fp32 SIMT; fp16 / bf16 tensor cores, with the
+// reduction of their split parts) and the dtype conversions of attnc/device_support.cuh as
 // `extern "C"` kernels: the runtime compiles this file alone with NVRTC as
 // one module per device (runtime/CudaAttention.cpp).
 //
@@ -12,6 +13,18 @@
 extern "C" __global__ void __launch_bounds__(attnc::kStridedGemmThreads)
     attnc_strided_gemm(attnc::StridedGemmArgs a) {
   attnc::strided_gemm(a);
+}
+extern "C" __global__ void __launch_bounds__(attnc::tile::kProjThreads)
+    attnc_strided_gemm_mma_f16(attnc::StridedGemmArgs a) {
+  attnc::strided_gemm_mma<__half>(a);
+}
+extern "C" __global__ void __launch_bounds__(attnc::tile::kProjThreads)
+    attnc_strided_gemm_mma_bf16(attnc::StridedGemmArgs a) {
+  attnc::strided_gemm_mma<__nv_bfloat16>(a);
+}
+extern "C" __global__ void __launch_bounds__(attnc::tile::kProjReduceThreads)
+    attnc_strided_gemm_reduce(attnc::StridedGemmArgs a) {
+  attnc::strided_gemm_reduce(a);
 }
 extern "C" __global__ void attnc_convert_f32_f16(attnc::ConvertArgs a) {
   attnc::convert<float, __half>(a);
