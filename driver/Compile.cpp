@@ -11,6 +11,7 @@
 #include "passes/Pipelines.h"
 
 #include "attnc/abi/TileModel.h"
+#include "runtime/CudaAttention.h"
 #include "runtime/KernelHeaders.h"
 #include "runtime/KernelCache.h"
 #include "runtime/NvrtcCompiler.h"
@@ -84,6 +85,17 @@ Expected<Cubin> compileCudaKernels(const CompiledKernels &compiled, const std::s
     return dirs.takeError();
   options.includeDirs = *dirs;
   return nvrtc.compile("attnc_kernels.cu", compiled.source, options);
+}
+
+Expected<Cubin> compileDeviceSupport(const std::string &arch) {
+  NvrtcCompiler nvrtc(&KernelCache::processDefault());
+  NvrtcOptions options;
+  options.arch = arch;
+  Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
+  if (!dirs)
+    return dirs.takeError();
+  options.includeDirs = *dirs;
+  return nvrtc.compile("attnc_device_support.cu", CudaAttention::deviceSupportSource(), options);
 }
 
 int launchSharedBytes(const ManifestKernel &k, const std::string &entry, const KernelResources &r) {

@@ -38,6 +38,11 @@ void notePrecisionOnArch(const std::vector<ManifestKernel> &kernels, const std::
 /// tree on its include path (cached: runtime/NvrtcCompiler.h).
 Expected<Cubin> compileCudaKernels(const CompiledKernels &compiled, const std::string &arch);
 
+/// The kernels around the attention kernels that the runtime compiles
+/// (attnc/device_support.cuh: the low-rank GEMMs, the dtype conversions),
+/// for `arch`, cached likewise.
+Expected<Cubin> compileDeviceSupport(const std::string &arch);
+
 /// The shared memory entry point `entry` of `k` launches with: its static
 /// shared memory (`r`, ptxas's report) plus the tile's dynamic memory for
 /// the attention loops (not the preprocess, dparams and shared-QK row

@@ -30,13 +30,6 @@ using namespace cuda_attention;
 
 namespace {
 
-/// The low-rank projections around the GPU attention run on the host, with
-/// the CPU kernels' own projection (the same loops as the CPU target),
-/// compiled by the host compiler like any CPU kernel: the runtime reaches
-/// kernel code only through the JIT, never by including it.
-constexpr const char *kHostProjectionSource = R"(#include "attnc/entries/host_lowrank.h"
-)";
-
 /// The kernels of attnc/device_support.cuh, as a module's source.
 constexpr const char *kSupportSource = R"(#include "attnc/entries/device_support.cuh"
 )";
@@ -79,30 +72,6 @@ Status checkDeviceOperand(const DeviceTensor &t, const std::string &kernel,
   if (vectorRows && !shape.empty() && (shape.back() * int64_t(elemBytes(dtype))) % 16 != 0)
     return makeError(where + ": rows of " + std::to_string(shape.back()) + " " + dtype +
                      " elements are not a whole number of 16-byte vectors");
-  return {};
-}
-
-Status CudaAttention::loadHostProjections() {
-  Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cpu);
-  if (!dirs)
-    return dirs.takeError();
-  HostCompileOptions options;
-  options.includeDirs = *dirs;
-  HostCompiler compiler(&KernelCache::processDefault());
-  Expected<SharedObject> so =
-      compiler.compileAndLoad("attnc_host_lowrank.cpp", kHostProjectionSource, options);
-  if (!so)
-    return so.takeError();
-  projections_ = std::make_shared<SharedObject>(std::move(so).take());
-  Expected<ProjectFwdFn *> fwd =
-      projections_->function<ProjectFwdFn>("attnc_host_lowrank_project_fwd");
-  if (!fwd)
-    return fwd.takeError();
-  Expected<ProjectBwdFn *> bwd =
-      projections_->function<ProjectBwdFn>("attnc_host_lowrank_project_bwd");
-  if (!bwd)
-    return bwd.takeError();
-  projectFwd_ = *fwd, projectBwd_ = *bwd;
   return {};
 }
 
@@ -159,9 +128,6 @@ Expected<CudaAttention> CudaAttention::finish(CudaAttention a, const std::string
     for (const std::string &entry : d ? d->entryPoints : std::vector<std::string>{})
       if (!a.module_->has(entry))
         return makeError("kernel '" + entry + "' is not in the compiled module of " + d->name);
-  if (a.fwd_.lowrank)
-    if (Status s = a.loadHostProjections(); !s)
-      return s.takeError();
   return a;
 }
 

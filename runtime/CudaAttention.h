@@ -10,8 +10,8 @@
 //
 // Three ways in:
 //   - run(): host f32 tensors in and out (f16/bf16 kernels get converted
-//     copies); low-rank projections run on the device over whole
-//     sequences, on the host when key-padding lengths cut them short.
+//     copies); low-rank projections run on the device, key padding
+//     included (tensor cores for f16 / bf16 kernels).
 //   - forwardOnDevice() / backwardOnDevice() / lshOnDevice(): operands
 //     already in device memory, in the kernels' dtype, as views
 //     (DeviceTensor) that are checked where they enter: dtype, shape,
@@ -39,6 +39,7 @@
 #include "runtime/NvrtcCompiler.h"
 
 #include "attnc/abi/KernelArgs.h"
+#include "attnc/abi/ProjectionTileModel.h"
 
 #include <functional>
 
@@ -171,18 +172,14 @@ private:
                                         const DeviceKernelPlan &fwd,
                                         const std::optional<DeviceKernelPlan> &bwd);
   Expected<AttentionOutputs> runLsh(const AttentionInputs &inputs);
-  /// run() of low-rank kernels over whole sequences: attendF32OnDevice.
+  /// run() of low-rank kernels: attendF32OnDevice, projections on the
+  /// device (key padding included).
   Expected<AttentionOutputs> runLowRankOnDevice(const AttentionInputs &inputs);
-  Status loadHostProjections();
   Status launch(const std::string &entry, long long blocks, int warps, size_t smem,
                 const void *args, size_t argBytes);
   /// Waits for the device (an error names `kernel`) and sets `ms` to the
   /// time between marks `from` and `to`.
   Status waitAndTime(int from, int to, const std::string &kernel, float &ms);
-  using ProjectFwdFn = int(const float *, const float *, float *, const int *, int, int, int, int,
-                           int, int, int);
-  using ProjectBwdFn = int(const float *, const float *, const float *, float *, float *,
-                           const int *, int, int, int, int, int, int, int);
   std::shared_ptr<KernelDevice> device_;
   std::unique_ptr<KernelModule> module_;
   std::string dtype_;
@@ -190,9 +187,6 @@ private:
   std::optional<KernelDesc> bwd_;
   std::vector<std::string> retiled_;
   float forwardMs_ = 0, backwardMs_ = 0;
-  std::shared_ptr<SharedObject> projections_; ///< low-rank: the host projections
-  ProjectFwdFn *projectFwd_ = nullptr;
-  ProjectBwdFn *projectBwd_ = nullptr;
   /// Scratch of the device entries (the dense backward's delta and dparams
   /// partials, LSH's buckets, permutations and per-round results), kept
   /// between calls and grown when a call needs more.
@@ -220,7 +214,15 @@ private:
                        size_t argBytes);
   Status convertOnDevice(const void *in, const std::string &from, void *out, const std::string &to,
                          int64_t n);
-  Status projectOnDevice(const StridedGemmArgs &g, long long batches);
+  /// One low-rank GEMM (ProjectionTileModel.h): fp32 SIMT for f32
+  /// kernels, else tensor cores in the kernels' dtype, a split one with
+  /// its parts in `partial`.
+  Status projectOnDevice(StridedGemmArgs g, float *partial);
+  /// The low-rank GEMMs' shape for B x H x Nkeys keys (eColumns 0: E has
+  /// the kernel's maxSeq columns).
+  tile::LowRankShape lowRankShape(int64_t B, int64_t H, int64_t Nkeys, int64_t eColumns) const;
+  /// Floats the split low-rank GEMMs of that shape need (0: none split).
+  size_t projectionSplitFloats(const tile::LowRankShape &s) const;
   std::unique_ptr<KernelModule> support_;
   KeptBuffer operands_;
 };

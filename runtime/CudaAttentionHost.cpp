@@ -1,9 +1,8 @@
 //===- CudaAttentionHost.cpp - CudaAttention on host tensors --------------===//
 //
 // run(): host f32 tensors in and out (f16/bf16 kernels get converted
-// copies), with the low-rank projections on the device over whole
-// sequences, or on the host when key-padding lengths cut them short; the LSH
-// kernels' host entry.
+// copies), with the low-rank projections on the device (key padding
+// included); the LSH kernels' host entry.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/CudaAttention.h"
@@ -37,30 +36,12 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
                      std::to_string(fwd_.headDim) + ", got " + std::to_string(D));
   const int *lengths =
       in.lengths ? reinterpret_cast<const int *>(in.lengths->data.data()) : nullptr;
-  // Low-rank over whole sequences: the projections run on the device too
-  // (attendF32OnDevice; the kernels' times include them). Padded keys
-  // (lengths < N) are zeroed by the host projections below.
-  bool wholeSequences = Nq == N;
-  for (int b = 0; lengths && b < B; ++b)
-    wholeSequences = wholeSequences && lengths[b] >= N;
-  if (fwd_.lowrank && support_ && wholeSequences)
+  // Low-rank: the projections run on the device too (attendF32OnDevice;
+  // the kernels' times include them).
+  if (fwd_.lowrank)
     return runLowRankOnDevice(in);
-  bool perHead = fwd_.share == "none";
-  int kProj = 0, Nmax = 0, Nk = N;
-  // Low-rank: project on the host; the GPU sees kProj valid keys.
-  std::vector<float> kp, vp;
+  const int Nk = N;
   const float *keys = f32(in.k), *values = f32(in.v);
-  if (fwd_.lowrank) {
-    kProj = int(in.E->shape[in.E->shape.size() - 2]);
-    Nmax = int(in.E->shape.back());
-    kp.assign(size_t(B) * H * kProj * D, 0.f);
-    vp.assign(kp.size(), 0.f);
-    const float *F = in.F ? f32(in.F) : f32(in.E);
-    if (projectFwd_(keys, f32(in.E), kp.data(), lengths, B, H, N, D, kProj, Nmax, perHead) ||
-        projectFwd_(values, F, vp.data(), lengths, B, H, N, D, kProj, Nmax, perHead))
-      return makeError("kernel " + fwd_.name + ": the low-rank projection failed");
-    keys = kp.data(), values = vp.data(), Nk = kProj;
-  }
   const size_t nq = size_t(B) * H * Nq * D, nk = size_t(B) * H * Nk * D, eb = elemBytes(dtype_);
   auto hq = toDevice(f32(in.q), nq, dtype_), hk = toDevice(keys, nk, dtype_),
        hv = toDevice(values, nk, dtype_);
@@ -73,9 +54,7 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
     if (!*b)
       return b->takeError();
   std::optional<DeviceArray> dLen, dParams;
-  if (Status s =
-          uploadOptional(dev, fwd_.lowrank ? nullptr : lengths, size_t(B) * 4, "lengths", dLen);
-      !s)
+  if (Status s = uploadOptional(dev, lengths, size_t(B) * 4, "lengths", dLen); !s)
     return s.takeError();
   if (Status s = uploadOptional(dev, in.params, "params", dParams); !s)
     return s.takeError();
@@ -136,61 +115,49 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
       return gp.takeError();
     out.dparams = st::Tensor::f32({P, H}, *gp);
   }
-  if (!fwd_.lowrank) {
-    if (fwd_.sharedQk) { // dk is folded into dq
-      out.dv = st::Tensor::f32(in.v->shape, *gv);
-      return out;
-    }
-    out.dk = st::Tensor::f32(in.k->shape, *gk);
+  if (fwd_.sharedQk) { // dk is folded into dq
     out.dv = st::Tensor::f32(in.v->shape, *gv);
     return out;
   }
-  // Low-rank backward of the projections, on the host.
-  std::vector<float> dK(size_t(B) * H * N * D), dV(dK.size());
-  std::vector<float> dE(in.E->data.size() / 4, 0.f), dF(in.F ? in.F->data.size() / 4 : 0, 0.f);
-  const float *F = in.F ? f32(in.F) : f32(in.E);
-  float *dFp = in.F ? dF.data() : dE.data(); // shared E = F: both into dE
-  if (projectBwd_(f32(in.k), f32(in.E), gk->data(), dK.data(), dE.data(), lengths, B, H, N, D,
-                  kProj, Nmax, perHead) ||
-      projectBwd_(f32(in.v), F, gv->data(), dV.data(), dFp, lengths, B, H, N, D, kProj, Nmax,
-                  perHead))
-    return makeError("kernel " + bwd_->name + ": the low-rank projection backward failed");
-  out.dk = st::Tensor::f32(in.k->shape, dK);
-  out.dv = st::Tensor::f32(in.v->shape, dV);
-  out.dE = st::Tensor::f32(in.E->shape, dE);
-  if (in.F)
-    out.dF = st::Tensor::f32(in.F->shape, dF);
+  out.dk = st::Tensor::f32(in.k->shape, *gk);
+  out.dv = st::Tensor::f32(in.v->shape, *gv);
   return out;
 }
 
 Expected<AttentionOutputs> CudaAttention::runLowRankOnDevice(const AttentionInputs &in) {
   KernelDevice &dev = *device_;
   const auto &qs = in.q->shape;
-  const int64_t B = qs[0], H = qs[1], N = qs[2], D = qs[3];
-  const std::vector<int64_t> s4{B, H, N, D}, s3{B, H, N};
-  const size_t n4 = size_t(B * H * N * D) * 4, n3 = size_t(B * H * N) * 4;
+  const int64_t B = qs[0], H = qs[1], N = qs[2], D = qs[3], Nk = in.k->shape[2];
+  const std::vector<int64_t> s4{B, H, N, D}, s3{B, H, N}, k4{B, H, Nk, D};
+  const size_t n4 = size_t(B * H * N * D) * 4, k4b = size_t(B * H * Nk * D) * 4,
+               n3 = size_t(B * H * N) * 4;
   if (!in.E || in.E->shape.size() < 2 || in.E->shape[in.E->shape.size() - 2] != fwd_.lowrankK)
     return makeError("low-rank kernel " + fwd_.name + " needs its projection E with " +
                      std::to_string(fwd_.lowrankK) + " rows");
   if (in.F && in.F->shape != in.E->shape)
     return makeError("low-rank kernel " + fwd_.name + ": F's shape differs from E's");
   Expected<DeviceArray> dq = deviceArray(dev, n4, "q", f32(in.q)),
-                        dk = deviceArray(dev, n4, "k", f32(in.k)),
-                        dv = deviceArray(dev, n4, "v", f32(in.v)),
+                        dk = deviceArray(dev, k4b, "k", f32(in.k)),
+                        dv = deviceArray(dev, k4b, "v", f32(in.v)),
                         dOut = deviceArray(dev, n4, "out"), dLse = deviceArray(dev, n3, "lse"),
                         dE = deviceArray(dev, in.E->data.size(), "E", in.E->data.data());
   for (auto *b : {&dq, &dk, &dv, &dOut, &dLse, &dE})
     if (!*b)
       return b->takeError();
-  std::optional<DeviceArray> dF, dParams;
+  std::optional<DeviceArray> dF, dParams, dLen;
   if (Status s = uploadOptional(dev, in.F, "F", dF); !s)
     return s.takeError();
   if (Status s = uploadOptional(dev, in.params, "params", dParams); !s)
     return s.takeError();
+  if (Status s = uploadOptional(dev, in.lengths ? in.lengths->data.data() : nullptr, size_t(B) * 4,
+                                "lengths", dLen);
+      !s)
+    return s.takeError();
   DeviceAttentionArgs x;
-  x.q = view("q", *dq, s4, "f32"), x.k = view("k", *dk, s4, "f32");
-  x.v = view("v", *dv, s4, "f32"), x.out = view("out", *dOut, s4, "f32");
+  x.q = view("q", *dq, s4, "f32"), x.k = view("k", *dk, k4, "f32");
+  x.v = view("v", *dv, k4, "f32"), x.out = view("out", *dOut, s4, "f32");
   x.lse = view("lse", *dLse, s3, "f32");
+  x.lengths = dLen ? dLen->as<int>() : nullptr;
   x.E = dE->as<float>(), x.F = dF ? dF->as<float>() : nullptr;
   x.eColumns = in.E->shape.back();
   x.params = dParams ? dParams->as<float>() : nullptr;
@@ -211,8 +178,8 @@ Expected<AttentionOutputs> CudaAttention::runLowRankOnDevice(const AttentionInpu
     return makeError("no backward kernel was compiled for " + fwd_.name);
   const int P = bwd_->numParams;
   Expected<DeviceArray> dDo = deviceArray(dev, n4, "dout", f32(in.dout)),
-                        gq = deviceArray(dev, n4, "dq"), gk = deviceArray(dev, n4, "dk"),
-                        gv = deviceArray(dev, n4, "dv"),
+                        gq = deviceArray(dev, n4, "dq"), gk = deviceArray(dev, k4b, "dk"),
+                        gv = deviceArray(dev, k4b, "dv"),
                         gE = deviceArray(dev, in.E->data.size(), "dE"),
                         gF = deviceArray(dev, in.F ? in.F->data.size() : 16, "dF"),
                         gP = deviceArray(dev, size_t(std::max(P, 1) * H) * 4, "dparams");
@@ -220,7 +187,7 @@ Expected<AttentionOutputs> CudaAttention::runLowRankOnDevice(const AttentionInpu
     if (!*b)
       return b->takeError();
   x.dout = view("dout", *dDo, s4, "f32"), x.dq = view("dq", *gq, s4, "f32");
-  x.dk = view("dk", *gk, s4, "f32"), x.dv = view("dv", *gv, s4, "f32");
+  x.dk = view("dk", *gk, k4, "f32"), x.dv = view("dv", *gv, k4, "f32");
   x.dE = gE->as<float>(), x.dF = in.F ? gF->as<float>() : nullptr;
   x.dparams = P ? gP->as<float>() : nullptr;
   (void)module_->mark(1);
@@ -237,9 +204,10 @@ Expected<AttentionOutputs> CudaAttention::runLowRankOnDevice(const AttentionInpu
     to = st::Tensor::f32(std::move(shape), *h);
     return {};
   };
-  for (Status s : {fetch(*gq, n4 / 4, in.q->shape, out.dq), fetch(*gk, n4 / 4, in.k->shape, out.dk),
-                   fetch(*gv, n4 / 4, in.v->shape, out.dv),
-                   fetch(*gE, in.E->data.size() / 4, in.E->shape, out.dE)})
+  for (Status s :
+       {fetch(*gq, n4 / 4, in.q->shape, out.dq), fetch(*gk, k4b / 4, in.k->shape, out.dk),
+        fetch(*gv, k4b / 4, in.v->shape, out.dv),
+        fetch(*gE, in.E->data.size() / 4, in.E->shape, out.dE)})
     if (!s)
       return s.takeError();
   if (in.F)

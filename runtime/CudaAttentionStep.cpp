@@ -13,6 +13,7 @@
 
 #include "attnc/abi/KernelArgs.h"
 #include "attnc/abi/LshTileModel.h"
+#include "attnc/abi/ProjectionTileModel.h"
 #include "attnc/abi/TileModel.h"
 
 #include <cstdlib>
@@ -24,9 +25,16 @@ using namespace cuda_attention;
 
 namespace {
 
-const std::vector<std::string> kSupportEntries = {"attnc_strided_gemm", "attnc_convert_f32_f16",
-                                                  "attnc_convert_f16_f32", "attnc_convert_f32_bf16",
-                                                  "attnc_convert_bf16_f32"};
+/// The module's entry points: each strided_gemm_mma per dtype and layout.
+std::vector<std::string> supportEntries() {
+  std::vector<std::string> e = {"attnc_strided_gemm",     "attnc_strided_gemm_reduce",
+                                "attnc_convert_f32_f16",  "attnc_convert_f16_f32",
+                                "attnc_convert_f32_bf16", "attnc_convert_bf16_f32"};
+  for (const char *dtype : {"f16", "bf16"})
+    for (const char *layout : {"kk", "kn", "mk", "mn"})
+      e.push_back(std::string("attnc_strided_gemm_mma_") + dtype + "_" + layout);
+  return e;
+}
 
 } // namespace
 
@@ -38,7 +46,7 @@ Status CudaAttention::compileSupport(
   if (!fwd_.lowrank && dtype_ == "f32")
     return {}; // attendF32OnDevice calls the attention kernels alone
   Expected<std::unique_ptr<KernelModule>> m =
-      compile("attnc_device_support", deviceSupportSource(), kSupportEntries);
+      compile("attnc_device_support", deviceSupportSource(), supportEntries());
   if (!m)
     return makeError("the kernels around " + fwd_.name +
                      " (attnc/device_support.cuh): " + m.error());
@@ -66,10 +74,28 @@ Status CudaAttention::convertOnDevice(const void *in, const std::string &from, v
                        kConvertThreads, &c, sizeof c);
 }
 
-Status CudaAttention::projectOnDevice(const StridedGemmArgs &g, long long batches) {
-  const long long tiles = ((g.m + kStridedGemmTile - 1) / kStridedGemmTile) *
-                          ((g.n + kStridedGemmTile - 1) / kStridedGemmTile);
-  return launchSupport("attnc_strided_gemm", batches * tiles, kStridedGemmThreads, &g, sizeof g);
+Status CudaAttention::projectOnDevice(StridedGemmArgs g, float *partial) {
+  if (dtype_ == "f32") { // fp32 SIMT, unsplit
+    const long long tiles = ((g.m + kStridedGemmTile - 1) / kStridedGemmTile) *
+                            ((g.n + kStridedGemmTile - 1) / kStridedGemmTile);
+    return launchSupport("attnc_strided_gemm", g.batches * tiles, kStridedGemmThreads, &g,
+                         sizeof g);
+  }
+  // The kernels' 16-bit type on tensor cores; a split depth's parts land
+  // in `partial` and are summed in order.
+  if (g.splits > 1) {
+    if (!partial)
+      return makeError("kernel " + fwd_.name + ": no workspace for a split projection");
+    g.partial = partial;
+  }
+  if (Status s = launchSupport("attnc_strided_gemm_mma_" + dtype_ + "_" + tile::projLayout(g),
+                               tile::projGrid(g), tile::kProjThreads, &g, sizeof g);
+      !s)
+    return s;
+  if (g.splits <= 1)
+    return {};
+  return launchSupport("attnc_strided_gemm_reduce", tile::projReduceGrid(g),
+                       tile::kProjReduceThreads, &g, sizeof g);
 }
 
 size_t CudaAttention::denseBackwardWorkspaceBytes(int64_t B, int64_t H, int64_t Nq,
@@ -111,20 +137,43 @@ enum F32Part {
   kPartVp,
   kPartDkp,
   kPartDvp,
-  kPartKeys
+  kPartKeys,
+  kPartSplit
 };
 /// Shared-QK dense kernels (the LSH dense fallback) also take their keys,
 /// the normalised queries, and a dK to fold into dQ from here.
 std::vector<size_t> f32OperandParts(int64_t B, int64_t H, int64_t N, int64_t Nk, int64_t D,
-                                    size_t elemBytes, bool converted, bool lowrank, bool sharedQk) {
+                                    size_t elemBytes, bool converted, bool lowrank, bool sharedQk,
+                                    size_t splitFloats) {
   const size_t q = size_t(B * H * N * D), k = size_t(B * H * Nk * D);
   const size_t c = converted ? elemBytes : 0, p = lowrank ? 4 : 0;
   const size_t s = sharedQk ? elemBytes : 0, dk = std::max(c, s);
-  return packParts(
-      {q * c, k * c, k * c, q * c, q * c, q * c, k * dk, k * c, k * p, k * p, k * p, k * p, q * s});
+  return packParts({q * c, k * c, k * c, q * c, q * c, q * c, k * dk, k * c, k * p, k * p, k * p,
+                    k * p, q * s, 4 * splitFloats});
 }
 
 } // namespace
+
+tile::LowRankShape CudaAttention::lowRankShape(int64_t B, int64_t H, int64_t Nkeys,
+                                               int64_t eColumns) const {
+  return {B,
+          H,
+          Nkeys,
+          fwd_.headDim,
+          fwd_.lowrankK,
+          eColumns > 0 ? eColumns : fwd_.maxSeq,
+          fwd_.share == "none"};
+}
+
+size_t CudaAttention::projectionSplitFloats(const tile::LowRankShape &s) const {
+  if (!fwd_.lowrank || dtype_ == "f32") // the fp32 GEMM does not split
+    return 0;
+  long long most = tile::projPartialFloats(tile::lowRankProject(s));
+  if (bwd_)
+    most = std::max({most, tile::projPartialFloats(tile::lowRankProjectBack(s)),
+                     tile::projPartialFloats(tile::lowRankWeightGrad(s))});
+  return size_t(most);
+}
 
 Status CudaAttention::reserveF32OnDevice(int64_t B, int64_t H, int64_t N) {
   Expected<DeviceScope> scope = device_->enter();
@@ -133,9 +182,10 @@ Status CudaAttention::reserveF32OnDevice(int64_t B, int64_t H, int64_t N) {
   const int64_t Nk = fwd_.lowrank ? fwd_.lowrankK : N;
   const bool converted = dtype_ != "f32", sharedQk = fwd_.sharedQk && !fwd_.lsh;
   if (converted || fwd_.lowrank || sharedQk) {
-    const size_t bytes = f32OperandParts(B, H, N, Nk, fwd_.headDim, elemBytes(dtype_), converted,
-                                         fwd_.lowrank, sharedQk)
-                             .back();
+    const size_t bytes =
+        f32OperandParts(B, H, N, Nk, fwd_.headDim, elemBytes(dtype_), converted, fwd_.lowrank,
+                        sharedQk, projectionSplitFloats(lowRankShape(B, H, N, 0)))
+            .back();
     if (Expected<char *> o = kept(operands_, bytes, "the attention's converted operands"); !o)
       return o.takeError();
   }
@@ -204,8 +254,9 @@ Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backw
   }
   const int64_t Nk = lowrank ? K : Nkeys; // the keys the kernels see
   const bool converted = dtype_ != "f32";
-  const std::vector<size_t> at =
-      f32OperandParts(B, H, N, Nk, D, elemBytes(dtype_), converted, lowrank, sharedQk);
+  const tile::LowRankShape shape = lowRankShape(B, H, Nkeys, Nmax);
+  const std::vector<size_t> at = f32OperandParts(B, H, N, Nk, D, elemBytes(dtype_), converted,
+                                                 lowrank, sharedQk, projectionSplitFloats(shape));
   char *space = nullptr;
   if (converted || lowrank || sharedQk) {
     Expected<char *> o = kept(operands_, at.back(), "the attention's converted operands");
@@ -219,18 +270,16 @@ Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backw
     return DeviceTensor{n, const_cast<void *>(p), std::move(shape), {}, "f32"};
   };
 
-  // Low-rank: K' = E·K, V' = F·V (F = E when shared), [B, H, K, D], f32.
-  const bool perHead = fwd_.share == "none";
+  // Low-rank: K' = E·K, V' = F·V (F = E when shared), [B, H, K, D], f32,
+  // with keys at or past a row's length left out. The kernels then attend
+  // over all K projected keys: no lengths reach them.
   const float *F = x.F ? x.F : x.E;
+  float *split = lowrank ? static_cast<float *>(part(kPartSplit)) : nullptr;
   auto projection = [&](const float *e, const void *in, void *out) {
-    StridedGemmArgs g{};
+    StridedGemmArgs g = tile::lowRankProject(shape);
     g.a = e, g.b = static_cast<const float *>(in), g.c = static_cast<float *>(out);
-    g.m = K, g.n = D, g.k = Nkeys;
-    g.a_row = Nmax, g.a_col = 1, g.b_row = D, g.b_col = 1, g.c_row = D, g.c_col = 1;
-    g.a_batch = perHead ? K * Nmax : 0, g.a_batch_mod = H;
-    g.b_batch = Nkeys * D, g.c_batch = K * D;
-    g.terms = 1, g.beta = 0;
-    return projectOnDevice(g, B * H);
+    g.seq_lengths = x.lengths;
+    return projectOnDevice(g, split);
   };
   const void *k32 = x.k.data, *v32 = x.v.data;
   if (lowrank) {
@@ -243,6 +292,8 @@ Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backw
 
   // The kernels' operands: the f32 ones, or converted copies.
   DeviceAttentionArgs y = x;
+  if (lowrank)
+    y.lengths = nullptr;
   auto input = [&](const char *n, const void *f32, F32Part p, std::vector<int64_t> shape,
                    DeviceTensor &view) -> Status {
     if (!converted) {
@@ -315,31 +366,20 @@ Status CudaAttention::attendF32OnDevice(const DeviceAttentionArgs &x, bool backw
 
   // Low-rank backward: dK = Eᵀ·dK', dE = Σ dK'·Kᵀ (summed over the batch,
   // and over heads when shared); the same for V with F. dE's columns past
-  // Nkeys stay zero.
+  // Nkeys stay zero, and so do padded keys' rows of dK and columns of dE.
   auto backProjection = [&](const float *e, const void *in, const void *dIn, void *dOut,
                             float *dE) -> Status {
-    StridedGemmArgs g{}; // dX[b, h] (Nk x D) = E_hᵀ (Nk x K) · dX'[b, h] (K x D)
+    StridedGemmArgs g = tile::lowRankProjectBack(shape);
     g.a = e, g.b = static_cast<const float *>(dIn), g.c = static_cast<float *>(dOut);
-    g.m = Nkeys, g.n = D, g.k = K;
-    g.a_row = 1, g.a_col = Nmax, g.b_row = D, g.b_col = 1, g.c_row = D, g.c_col = 1;
-    g.a_batch = perHead ? K * Nmax : 0, g.a_batch_mod = H;
-    g.b_batch = K * D, g.c_batch = Nkeys * D;
-    g.terms = 1, g.beta = 0;
-    if (Status s = projectOnDevice(g, B * H); !s)
+    g.seq_lengths = x.lengths;
+    if (Status s = projectOnDevice(g, split); !s)
       return s;
-    StridedGemmArgs w{}; // dE_g (K x Nk) += dX'[b, h] (K x D) · X[b, h]ᵀ (D x Nk)
+    StridedGemmArgs w = tile::lowRankWeightGrad(shape);
     w.a = static_cast<const float *>(dIn), w.b = static_cast<const float *>(in), w.c = dE;
-    w.m = K, w.n = Nkeys, w.k = D;
-    w.a_row = D, w.a_col = 1, w.b_row = 1, w.b_col = D, w.c_row = Nmax, w.c_col = 1;
-    w.beta = 1;
-    if (perHead) { // C_h = Σ_b: batch h, term b
-      w.a_batch = K * D, w.a_batch_mod = H, w.b_batch = Nkeys * D, w.c_batch = K * Nmax;
-      w.terms = int(B), w.a_term = H * K * D, w.b_term = H * Nkeys * D;
-      return projectOnDevice(w, H);
-    }
-    w.a_batch_mod = 1, w.terms = int(B * H), w.a_term = K * D, w.b_term = Nkeys * D;
-    return projectOnDevice(w, 1);
+    w.seq_lengths = x.lengths;
+    return projectOnDevice(w, split);
   };
+  const bool perHead = shape.perHead;
   const size_t eBytes = sizeof(float) * size_t((perHead ? H : 1) * K * Nmax);
   if (Status s = device_->zero(x.dE, eBytes); !s)
     return s;

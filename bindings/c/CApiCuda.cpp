@@ -93,7 +93,6 @@ attnc_error *prepare(const attnc_variant &var, const attnc_call &c, DeviceAttent
     return e;
   CudaState &cuda = *var.cuda;
   CudaAttention &kernels = *cuda.kernels;
-  const KernelDesc &k = kernels.forwardKernel();
   io = c.q.dtype;
   const attnc_dtype direct = attnc_variant_tensor_dtype(&var);
   if (io != ATTNC_F32 && io != direct)
@@ -122,10 +121,7 @@ attnc_error *prepare(const attnc_variant &var, const attnc_call &c, DeviceAttent
     return e;
   if (attnc_error *e = checkCallFits(var, c, Nk))
     return e;
-  if (c.lengths) {
-    if (k.lowrank)
-      return fail("lengths: the CUDA low-rank kernels project whole sequences; key padding "
-                  "of a low-rank variant runs on the CPU target");
+  if (c.lengths) { // low-rank: the projections leave padded keys out
     DeviceTensor lengths;
     if (attnc_error *e = operand(var, "lengths", *c.lengths, {B}, ATTNC_I32, lengths))
       return e;

@@ -14,6 +14,7 @@
 #include "runtime/perf/Sass.h"
 
 #include "attnc/abi/LshTileModel.h"
+#include "attnc/abi/ProjectionTileModel.h"
 #include "attnc/abi/TileModel.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -40,8 +41,10 @@ enum class Kind {
   LshForward,
   LshDq,
   LshDkDv,
-  LshHash,     ///< fp32 SIMT: its innermost loop, trips from the hash's FMAs
-  LshStreamed, ///< sort, combines, backward preprocess: whole, DRAM floor
+  LshHash,       ///< fp32 SIMT: its innermost loop, trips from the hash's FMAs
+  LshStreamed,   ///< sort, combines, backward preprocess: whole, DRAM floor
+  LowRankGemm,   ///< a low-rank projection GEMM (device_support.cuh), per slice
+  LowRankReduce, ///< the sum of a split GEMM's parts: whole, DRAM floor
   Other
 };
 
@@ -90,6 +93,10 @@ const char *kindName(Kind kind) {
     return "lsh-hash";
   case Kind::LshStreamed:
     return "lsh-streamed";
+  case Kind::LowRankGemm:
+    return "lowrank-gemm";
+  case Kind::LowRankReduce:
+    return "lowrank-reduce";
   case Kind::Other:
     return "other";
   }
@@ -168,29 +175,32 @@ perf::LaunchShape launchOf(const ManifestKernel &k, const std::string &entry, Ki
                            int registers, int sharedBytes, const PerfOptions &o) {
   perf::LaunchShape l;
   const long long bh = o.batch * o.heads, n = o.seqLen;
+  // Low-rank attention attends over its kProj projected keys.
+  const long long nk = k.kvSource == "lowrank" ? k.lowrankK : n;
   const int qTiles = tile::gridTiles(n, int(k.blockQ)),
-            kvTiles = tile::gridTiles(n, int(k.blockKv));
+            kvTiles = tile::gridTiles(nk, int(k.blockKv));
   // A causal block of queries visits the key blocks up to its own: half on
   // average.
   auto trips = [&](int tiles) { return k.causal ? (tiles + 1) / 2.0 : double(tiles); };
   const double e = elementBytes(k.dtype), bhnd = double(bh) * n * k.headDim, bhn = double(bh) * n;
+  const double keys = double(bh) * nk * k.headDim; // k's or v's elements
   l.warpsPerBlock = int(k.warps), l.registers = registers, l.sharedBytes = sharedBytes;
   switch (kind) {
   case Kind::Forward: // reads q, k, v; writes out and lse
     l.blocks = tile::queryTileBlocks(n, int(k.blockQ), bh), l.loopTrips = trips(kvTiles);
-    l.dramBytes = 4 * bhnd * e + 4 * bhn;
+    l.dramBytes = (2 * bhnd + 2 * keys) * e + 4 * bhn;
     break;
   case Kind::Preprocess: // delta = rowsum(dO * O): counted whole, once per block
     l.blocks = tile::queryTileBlocks(n, int(k.blockQ), bh), l.loopTrips = 0;
     l.dramBytes = 2 * bhnd * e + 4 * bhn;
     break;
   case Kind::DkDv: // reads q, k, v, dO, lse, delta; writes dK, dV
-    l.blocks = tile::keyTileBlocks(n, int(k.blockKv), bh), l.loopTrips = trips(qTiles);
-    l.dramBytes = 6 * bhnd * e + 8 * bhn;
+    l.blocks = tile::keyTileBlocks(nk, int(k.blockKv), bh), l.loopTrips = trips(qTiles);
+    l.dramBytes = (2 * bhnd + 4 * keys) * e + 8 * bhn;
     break;
   case Kind::Dq: // reads q, k, v, dO, lse, delta; writes dQ
     l.blocks = tile::queryTileBlocks(n, int(k.blockQ), bh), l.loopTrips = trips(kvTiles);
-    l.dramBytes = 5 * bhnd * e + 8 * bhn;
+    l.dramBytes = (3 * bhnd + 2 * keys) * e + 8 * bhn;
     break;
   case Kind::LshForward: { // per round: reads q, v; writes round_out (fp32), round_lse
     const tile::LshTile t = launchTile(k, kind);
@@ -242,6 +252,8 @@ perf::LaunchShape launchOf(const ManifestKernel &k, const std::string &entry, Ki
     }
     break;
   }
+  case Kind::LowRankGemm: // set by lowRankRows
+  case Kind::LowRankReduce:
   case Kind::Other:
     break;
   }
@@ -260,6 +272,100 @@ const perf::SassLoop *hashLoop(const perf::SassFunction &fn,
       best = &loop, bestFlops = flops;
   }
   return best;
+}
+
+/// One low-rank GEMM of a pass (ProjectionTileModel.h), run twice: for K
+/// (with E) and for V (with F).
+struct LowRankGemm {
+  const char *name;
+  StridedGemmArgs args;
+  double dramBytes; ///< one run's floor: each operand read once, C written
+};
+
+/// The low-rank GEMMs of k's pass at the shape: the forward's K' = E·K;
+/// the backward's dK = Eᵀ·dK' and dE += Σ dK'·Kᵀ.
+std::vector<LowRankGemm> lowRankGemms(const ManifestKernel &k, const PerfOptions &o) {
+  const tile::LowRankShape s{o.batch,          o.heads,    o.seqLen,
+                             k.headDim,        k.lowrankK, std::max<long long>(o.seqLen, k.maxSeq),
+                             k.share == "none"};
+  const double e = 4.0 * (s.perHead ? s.H : 1) * s.kProj * s.N; // E's read columns, fp32
+  const double x = 4.0 * s.B * s.H * s.N * s.D, xp = 4.0 * s.B * s.H * s.kProj * s.D;
+  if (!k.backward)
+    return {{"project", tile::lowRankProject(s), e + x + xp}};
+  return {{"project-back", tile::lowRankProjectBack(s), e + xp + x},
+          {"weight-grad", tile::lowRankWeightGrad(s), xp + x + 2 * e}};
+}
+
+/// The rows of k's low-rank GEMMs (kernel names "entry:variant:gemm x2")
+/// from the device support module's machine code on the arch: the GEMM
+/// timed by its slice loop, a split's reduction counted whole with its
+/// DRAM floor.
+Status addLowRankRows(const ManifestKernel &k, const Cubin &support,
+                      const std::map<std::string, const perf::SassFunction *> &byName,
+                      const perf::ArchRates &rates, const PerfOptions &o,
+                      std::vector<KernelRow> &rows) {
+  const bool simt = k.dtype == "f32"; // the fp32 GEMM; else tensor cores in the dtype
+  const int warps = simt ? kStridedGemmThreads / 32 : tile::kProjWarps;
+  const double tileFlops = simt ? 2.0 * kStridedGemmTile * kStridedGemmTile * kStridedGemmDepth
+                                : 2.0 * tile::kProjTileM * tile::kProjTileN * tile::kProjDepth;
+  const std::string reduceEntry = "attnc_strided_gemm_reduce";
+  for (const LowRankGemm &lg : lowRankGemms(k, o)) {
+    const StridedGemmArgs &g = lg.args;
+    // The entry the runtime launches for this GEMM (CudaAttention::projectOnDevice).
+    const std::string entry = simt
+                                  ? "attnc_strided_gemm"
+                                  : "attnc_strided_gemm_mma_" + k.dtype + "_" + tile::projLayout(g);
+    for (const std::string &name : {entry, reduceEntry})
+      if (!byName.count(name) || !support.kernel(name))
+        return makeError(name + " is missing from the device support module's disassembly");
+    const perf::SassFunction &gemm = *byName.at(entry), &reduce = *byName.at(reduceEntry);
+    const KernelResources &gr = *support.kernel(entry), &rr = *support.kernel(reduceEntry);
+    const std::vector<perf::SassLoop> loops = perf::findLoops(gemm);
+    const perf::SassLoop *hot = perf::hotLoop(gemm, loops);
+    KernelRow row;
+    row.kernel = entry + ":" + k.name + ":" + lg.name + " x2";
+    row.variant = k.name, row.dtype = k.dtype, row.headDim = int(k.headDim);
+    row.kind = Kind::LowRankGemm, row.registers = gr.registers,
+    row.sharedBytes = gr.staticSmemBytes;
+    row.hasLoop = hot != nullptr;
+    row.counts = hot ? perf::countRange(gemm, hot->first, hot->last)
+                     : perf::countRange(gemm, 0, gemm.code.size() - 1);
+    if (hot)
+      row.work = warps * (row.counts.tensorFlops + row.counts.simtFlops) / tileFlops;
+    const long long range = (simt ? (g.k + kStridedGemmDepth - 1) / kStridedGemmDepth
+                                  : tile::projCeil(g.k, tile::kProjDepth)) *
+                            g.terms;
+    const int splits = simt ? 1 : std::max(g.splits, 1);
+    perf::LaunchShape l;
+    l.blocks = simt ? g.batches * ((g.m + kStridedGemmTile - 1) / kStridedGemmTile) *
+                          ((g.n + kStridedGemmTile - 1) / kStridedGemmTile)
+                    : tile::projGrid(g);
+    l.warpsPerBlock = warps, l.registers = gr.registers, l.sharedBytes = gr.staticSmemBytes;
+    l.loopTrips = double(tile::projCeil(range, splits));
+    l.dramBytes = lg.dramBytes + 4.0 * double(tile::projPartialFloats(g));
+    if (hot && row.work >= 0.9 && row.work <= 1.3) {
+      row.prediction = perf::predict(rates, row.counts, l);
+      row.prediction.seconds *= 2; // K and V
+      row.predicted = true;
+    }
+    rows.push_back(row);
+    if (splits <= 1)
+      continue;
+    KernelRow sum;
+    sum.kernel = reduceEntry + ":" + k.name + ":" + lg.name + " x2";
+    sum.variant = k.name, sum.dtype = k.dtype, sum.headDim = int(k.headDim);
+    sum.kind = Kind::LowRankReduce, sum.registers = rr.registers;
+    sum.counts = perf::countRange(reduce, 0, reduce.code.size() - 1);
+    perf::LaunchShape r;
+    r.blocks = tile::projReduceGrid(g), r.warpsPerBlock = tile::kProjReduceThreads / 32;
+    r.registers = rr.registers, r.loopTrips = 0;
+    r.dramBytes = 4.0 * double(tile::projPartialFloats(g) + 2 * g.batches * g.m * g.n);
+    sum.prediction = perf::predict(rates, sum.counts, r);
+    sum.prediction.seconds *= 2;
+    sum.predicted = true;
+    rows.push_back(sum);
+  }
+  return {};
 }
 
 /// Every kernel of `compiled` on `arch`, analysed.
@@ -319,6 +425,27 @@ Expected<std::vector<KernelRow>> analyse(const CompiledKernels &compiled, const 
       }
       rows.push_back(std::move(row));
     }
+  // Low-rank variants: the projection GEMMs the runtime runs around them.
+  const bool lowRank = std::any_of(compiled.kernels.begin(), compiled.kernels.end(),
+                                   [](const ManifestKernel &k) { return k.kvSource == "lowrank"; });
+  if (!lowRank)
+    return rows;
+  Expected<Cubin> support = compileDeviceSupport(arch);
+  if (!support)
+    return makeError(arch + ": the device support kernels: " + support.error());
+  Expected<std::string> supportSass = perf::disassemble(support->image);
+  if (!supportSass)
+    return makeError(arch + ": " + supportSass.error());
+  Expected<std::vector<perf::SassFunction>> supportFns = perf::parseSass(*supportSass);
+  if (!supportFns)
+    return makeError(arch + ": " + supportFns.error());
+  std::map<std::string, const perf::SassFunction *> supportByName;
+  for (const perf::SassFunction &f : *supportFns)
+    supportByName[f.name] = &f;
+  for (const ManifestKernel &k : compiled.kernels)
+    if (k.kvSource == "lowrank")
+      if (Status s = addLowRankRows(k, *support, supportByName, rates, o, rows); !s)
+        return makeError(arch + ": " + s.error());
   return rows;
 }
 
@@ -332,6 +459,11 @@ double passFlops(const ManifestKernel &k, bool backward, const PerfOptions &o) {
     const double npad = double(tile::lshPaddedLength(int(o.seqLen), int(k.lsh->chunk)));
     return 4.0 * o.batch * o.heads * double(k.lsh->rounds) * npad * keys * double(k.headDim) *
            (backward ? 2.5 : 1);
+  }
+  if (k.kvSource == "lowrank") { // attention over kProj keys, and the GEMMs
+    const double bhnkd =
+        double(o.batch) * o.heads * double(o.seqLen) * double(k.lowrankK) * double(k.headDim);
+    return 4 * bhnkd * (backward ? 2.5 : 1) + (backward ? 8 : 4) * bhnkd;
   }
   double f = 4.0 * o.batch * o.heads * double(o.seqLen) * double(o.seqLen) * double(k.headDim);
   return f * (backward ? 2.5 : 1) * (k.causal ? 0.5 : 1);

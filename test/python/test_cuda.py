@@ -57,17 +57,20 @@ def test_causal_f32_and_bf16_match_sdpa(where):
     check(f, ref, *(t.bfloat16() for t in (q, k, v)), 2e-2)
 
 
-def matches_cpu_op(spec, where, tensors, weights=(), tol=1e-4):
+def matches_cpu_op(spec, where, tensors, weights=(), tol=1e-4, lengths=None):
     """The op at `where` against the CPU op on the same tensors (q, k, v,
-    then the named weights): the output and every tensor's gradient."""
+    then the named weights; the CPU op takes them in float32): the output
+    and every tensor's gradient."""
     dev = tensors[0].device
     ins = [t.detach().clone().requires_grad_(True) for t in tensors]
-    cins = [t.detach().cpu().requires_grad_(True) for t in tensors]
-    out = attnc.attention(spec, target=where)(*ins[:3], **dict(zip(weights, ins[3:])))
-    want = attnc.attention(spec)(*cins[:3], **dict(zip(weights, cins[3:])))
-    assert rel(out.cpu(), want) < tol
+    cins = [t.detach().cpu().float().requires_grad_(True) for t in tensors]
+    out = attnc.attention(spec, target=where)(*ins[:3], lengths=lengths,
+                                              **dict(zip(weights, ins[3:])))
+    want = attnc.attention(spec)(*cins[:3], lengths=None if lengths is None else lengths.cpu(),
+                                 **dict(zip(weights, cins[3:])))
+    assert out.dtype == tensors[0].dtype and rel(out.cpu(), want) < tol
     g = torch.randn_like(want)
-    out.backward(g.to(dev))
+    out.backward(g.to(tensors[0].dtype).to(dev))
     want.backward(g)
     for a, b in zip(ins, cins):
         assert rel(a.grad.cpu(), b.grad) < tol
@@ -96,6 +99,23 @@ def test_cross_attention_dense_and_lowrank(where):
           F.scaled_dot_product_attention, q, k, v, 1e-4)
     E, Fp = (torch.randn(16, 64, device=dev) / 8 for _ in range(2))
     matches_cpu_op(LOWRANK, where, [q, k, v, E, Fp], ["E", "F"])
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_lowrank_key_padding_f32_and_f16(where):
+    """Low-rank with key-padding lengths (one row cut to 21 of 50 keys):
+    the projections run on the device and leave padded keys out, on the
+    fp32 GEMM for float32 tensors and on tensor cores for float16 ones
+    (strided_gemm_mma); against the CPU op, which projects on the host."""
+    torch.manual_seed(16)
+    dev = device_of(where)
+    spec = "attention lin {\n  kv lowrank(k = 16, share = headwise)\n  mask padding\n}\n"
+    q, k, v = (torch.randn(2, 3, 50, 32, device=dev) for _ in range(3))
+    E, Fp = (torch.randn(16, 64, device=dev) / 8 for _ in range(2))
+    lengths = torch.tensor([50, 21], dtype=torch.int32, device=dev)
+    for dtype, tol in ((torch.float32, 1e-4), (torch.float16, 2e-2)):
+        matches_cpu_op(spec, where, [t.to(dtype) for t in (q, k, v)] + [E, Fp], ["E", "F"],
+                       tol=tol, lengths=lengths)
 
 
 @pytest.mark.parametrize("where", WHERE)

@@ -112,7 +112,16 @@ def test_nn_attention_trains():
     assert sum(losses[-5:]) / 5 < 0.85 * sum(losses[:5]) / 5, losses
 
 
-def test_lowrank_matches_the_linformer_package():
+# The peers on attnc's CPU kernels, and on its CUDA kernels under the SIMT
+# emulator: fp32, and (Linformer) fp16, whose projections and attention run
+# on tensor cores, within fp16's rounding of the inputs.
+PEER_TARGETS = [pytest.param(None, torch.float32, 1e-4, id="cpu"),
+                pytest.param("cuda-sim", torch.float32, 1e-4, id="emulator-f32"),
+                pytest.param("cuda-sim", torch.float16, 2e-2, id="emulator-f16")]
+
+
+@pytest.mark.parametrize("target,dtype,tol", PEER_TARGETS)
+def test_lowrank_matches_the_linformer_package(target, dtype, tol):
     """lucidrains' linformer (LinformerSelfAttention) in float64, its own
     projections: attnc's low-rank op on its q, k, v with E = proj_kᵀ and
     F = proj_vᵀ (one projection shared by the heads: share = headwise; the
@@ -122,23 +131,24 @@ def test_lowrank_matches_the_linformer_package():
     torch.manual_seed(5)
     b, n, h, dh, k, seq = 2, 77, 3, 32, 16, 96
     m = linformer.LinformerSelfAttention(dim=h * dh, seq_len=seq, k=k, heads=h).double()
-    f = attnc.attention("attention lin {\n  kv lowrank(k = 16, share = headwise)\n}\n")
+    f = attnc.attention("attention lin {\n  kv lowrank(k = 16, share = headwise)\n}\n",
+                        target=target)
     x = torch.randn(b, n, h * dh, dtype=torch.float64, requires_grad=True)
 
     def through_attnc(x):
-        split = lambda t: t.reshape(b, n, h, dh).transpose(1, 2).float()
+        split = lambda t: t.reshape(b, n, h, dh).transpose(1, 2).to(dtype)
         q, kk, v = split(m.to_q(x)), split(m.to_k(x)), split(m.to_v(x))
         out = f(q, kk, v, E=m.proj_k.t().float(), F=m.proj_v.t().float())
         return m.to_out(out.double().transpose(1, 2).reshape(b, n, h * dh))
 
     want, got = m(x), through_attnc(x)
-    assert (got - want).abs().max() / want.abs().max() < 1e-4
+    assert (got - want).abs().max() / want.abs().max() < tol
     g = torch.randn_like(want)
     params = (x, m.proj_k, m.proj_v)
     grads_want = torch.autograd.grad(want, params, g)
     grads_got = torch.autograd.grad(got, params, g)
     for a, w in zip(grads_got, grads_want):
-        assert (a - w).abs().max() / w.abs().max() < 1e-4
+        assert (a - w).abs().max() / w.abs().max() < tol
 
 
 def test_torch_func_grad_vmap_and_jacrev():
@@ -194,7 +204,9 @@ def test_double_backward_is_refused():
         g.sum().backward()
 
 
-def test_lsh_matches_the_reformer_package():
+@pytest.mark.parametrize("target", [pytest.param(None, id="cpu"),
+                                    pytest.param("cuda-sim", id="emulator")])
+def test_lsh_matches_the_reformer_package(target):
     """lucidrains' reformer_pytorch (LSHAttention) in float64 as a peer, in
     the configuration where its semantics are attnc's:
       - the same rotations: it draws them with torch.randn inside the call,
@@ -219,7 +231,8 @@ def test_lsh_matches_the_reformer_package():
         torch.manual_seed(20 + causal)
         f = attnc.attention("attention l {\n  qk shared\n"
                             f"  bucket lsh(buckets = {nb}, rounds = {R}, chunk = {bucket}, "
-                            "before = 1)\n" + ("  mask causal\n" if causal else "") + "}\n")
+                            "before = 1)\n" + ("  mask causal\n" if causal else "") + "}\n",
+                            target=target)
         q = torch.randn(B, H, N, D, dtype=torch.float64)
         v = torch.randn(B, H, N, D, dtype=torch.float64)
         peer = reformer.LSHAttention(bucket_size=bucket, n_hashes=R, causal=causal).eval()

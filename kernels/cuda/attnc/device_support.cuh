@@ -26,9 +26,10 @@
 // strided_gemm_mma: attnc/abi/ProjectionTileModel.h has its tiles, its
 // split of long sums and its grid. Each element of C is summed by one
 // lane in a fixed order within a part, and the parts are summed in order
-// by strided_gemm_reduce, so it is deterministic too. The next slice's
-// global loads are issued before the tensor cores multiply the current
-// one (register double buffering).
+// by strided_gemm_reduce, so it is deterministic too. A slice inside the
+// operands is read as float4s before the tensor cores multiply the
+// current one (register double buffering); edge slices take checked loads
+// (ProjSlice).
 //
 // Both GEMMs read the elements of a padded sequence axis at or past its
 // length as zero (StridedGemmArgs::seq_lengths).
@@ -148,80 +149,163 @@ ATTNC_HD void strided_gemm(const StridedGemmArgs &a) {
 
 //===-- strided_gemm_mma --------------------------------------------------===//
 
-/// One operand's ROWS x kProjDepth slice held in registers between its
-/// global loads and its store to shared memory: element (r, kk) of the
-/// slice is x[(r0 + r) * rowStride + (k0 + kk) * kStride], zero outside
-/// rows x depth. Consecutive threads walk the operand's contiguous side,
-/// so the loads coalesce either way. A thread's j-th element is its first
-/// one plus j steps of a fixed (row, k) stride, so its addresses are one
-/// base and one step rather than kPerThread 64-bit products.
-template <int ROWS> struct ProjSlice {
+/// One operand's ROWS x kProjDepth slice on its way to shared memory. In
+/// memory, element (r, kk) is x[(r0 + r) * rowStride + (k0 + kk) *
+/// kStride], zero outside rows x depth; K_CONTIGUOUS says kStride is the
+/// contiguous one (else rowStride). In shared memory it lands rounded to
+/// T at s[r * kProjRowHalves + kk] ("row-major"), or with K_MAJOR at
+/// s[kk * kProjKRowHalves + r] (B stored k-major for gemmSS, when its rows
+/// are the contiguous side). Consecutive threads walk the contiguous side,
+/// so the loads coalesce and, but for A with contiguous rows, each stores
+/// its 4 elements as one 8-byte word.
+///
+/// Two ways there. A slice inside the operand whose contiguous side is
+/// 16-byte aligned is loaded into registers as float4s, unchecked, one
+/// slice ahead (loadQuads, then storeQuads after the barrier). Any other
+/// slice (the edges of the operand, or unaligned strides) is staged
+/// straight to shared memory with a checked load per element (stageChecked,
+/// a rolled loop: it is rare, and it keeps the hot loop short).
+template <int ROWS, bool K_CONTIGUOUS, bool K_MAJOR> struct ProjSlice {
+  static_assert(!(K_CONTIGUOUS && K_MAJOR), "k-major staging is for row-contiguous operands");
   static constexpr int kDepth = tile::kProjDepth, kThreads = tile::kProjThreads;
-  static constexpr int kPerThread = ROWS * kDepth / kThreads;
-  static_assert(kThreads % kDepth == 0 && kThreads % ROWS == 0, "fixed steps per thread");
-  float v[kPerThread];
+  static constexpr int kQuads = ROWS * kDepth / (4 * kThreads); ///< float4 loads a thread
+  static_assert((kThreads * 4) % kDepth == 0 && (kThreads * 4) % ROWS == 0 && kQuads >= 1 &&
+                    ROWS * kDepth % (4 * kThreads) == 0,
+                "fixed steps per thread");
+  float v[4 * kQuads];
+  bool quads; ///< the slice ahead is in v
 
-  /// This thread's first element and the (row, k) step between its
-  /// elements.
-  static ATTNC_HD void walk(bool kContiguous, int &r, int &kk, int &dr, int &dk) {
-    const int i = int(threadIdx.x);
-    r = kContiguous ? i / kDepth : i % ROWS;
-    kk = kContiguous ? i % kDepth : i / ROWS;
-    dr = kContiguous ? kThreads / kDepth : 0;
-    dk = kContiguous ? 0 : kThreads / ROWS;
+  /// A thread's first element and the (row, k) step between its loads of
+  /// `width` consecutive elements along the contiguous side.
+  static ATTNC_HD void walk(int width, int &r, int &kk, int &dr, int &dk) {
+    const int i = int(threadIdx.x) * width;
+    r = K_CONTIGUOUS ? i / kDepth : i % ROWS;
+    kk = K_CONTIGUOUS ? i % kDepth : i / ROWS;
+    dr = K_CONTIGUOUS ? kThreads * width / kDepth : 0;
+    dk = K_CONTIGUOUS ? 0 : kThreads * width / ROWS;
   }
-  ATTNC_HD void load(const float *x, long long rowStride, long long kStride, long long rows,
-                     long long depth, long long r0, long long k0, bool kContiguous) {
+  static ATTNC_HD constexpr int at(int r, int kk) {
+    return K_MAJOR ? kk * tile::kProjKRowHalves + r : r * tile::kProjRowHalves + kk;
+  }
+  /// Whether the slice at (r0, k0) is loaded as quads.
+  static ATTNC_HD bool fits(bool aligned, long long rows, long long depth, long long r0,
+                            long long k0) {
+    return aligned && r0 + ROWS <= rows && k0 + kDepth <= depth;
+  }
+  ATTNC_HD void loadQuads(const float *x, long long rowStride, long long kStride, long long r0,
+                          long long k0) {
     int r, kk, dr, dk;
-    walk(kContiguous, r, kk, dr, dk);
-    const long long gr = r0 + r, gk = k0 + kk;
-    const float *p = x + gr * rowStride + gk * kStride;
+    walk(4, r, kk, dr, dk);
+    const float *p = x + (r0 + r) * rowStride + (k0 + kk) * kStride;
     const long long step = dr * rowStride + dk * kStride;
 #pragma unroll
-    for (int j = 0; j < kPerThread; ++j)
-      v[j] = gr + j * dr < rows && gk + j * dk < depth ? p[j * step] : 0.0f;
+    for (int j = 0; j < kQuads; ++j) {
+      const float4 f = *reinterpret_cast<const float4 *>(p + j * step);
+      v[4 * j] = f.x, v[4 * j + 1] = f.y, v[4 * j + 2] = f.z, v[4 * j + 3] = f.w;
+    }
   }
-  /// Rounded to T into s[r * kProjRowHalves + kk].
-  template <class T> ATTNC_HD void store(T *s, bool kContiguous) const {
+  template <class T> ATTNC_HD void storeQuads(T *s) const {
     int r, kk, dr, dk;
-    walk(kContiguous, r, kk, dr, dk);
-    T *at = s + r * tile::kProjRowHalves + kk;
-    const int step = dr * tile::kProjRowHalves + dk;
+    walk(4, r, kk, dr, dk);
 #pragma unroll
-    for (int j = 0; j < kPerThread; ++j)
-      at[j * step] = Elem<T>::fromFloat(v[j]);
+    for (int j = 0; j < kQuads; ++j) {
+      const int r1 = r + j * dr, k1 = kk + j * dk;
+      if constexpr (K_CONTIGUOUS || K_MAJOR) { // 4 neighbours in shared memory too
+        *reinterpret_cast<uint2 *>(s + at(r1, k1)) = make_uint2(
+            Elem<T>::pack(v[4 * j], v[4 * j + 1]), Elem<T>::pack(v[4 * j + 2], v[4 * j + 3]));
+      } else { // one k of 4 rows
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[at(r1 + e, k1)] = Elem<T>::fromFloat(v[4 * j + e]);
+      }
+    }
+  }
+  template <class T>
+  static ATTNC_HD void stageChecked(T *s, const float *x, long long rowStride, long long kStride,
+                                    long long rows, long long depth, long long r0, long long k0) {
+    int r, kk, dr, dk;
+    walk(1, r, kk, dr, dk);
+#pragma unroll 1
+    for (int j = 0; j < 4 * kQuads; ++j) {
+      const long long gr = r0 + r + j * dr, gk = k0 + kk + j * dk;
+      const float f = gr < rows && gk < depth ? x[gr * rowStride + gk * kStride] : 0.0f;
+      s[at(r + j * dr, kk + j * dk)] = Elem<T>::fromFloat(f);
+    }
   }
 };
 
-/// Slice `it` of the summed range (term it / depth, k slice it % depth)
-/// of A and of B, read into registers.
-struct ProjSlices {
-  ProjSlice<tile::kProjTileM> a;
-  ProjSlice<tile::kProjTileN> b;
-  bool aK, bK; ///< which side of A and of B is contiguous: k, or m and n
+/// Whether an operand's float4 loads along its contiguous side
+/// (`contiguous` must be 1) stay 16-byte aligned at every slice, batch and
+/// term.
+ATTNC_HD bool projAligned(const float *x, long long contiguous, long long otherStride,
+                          long long batch, long long term) {
+  return contiguous == 1 && reinterpret_cast<unsigned long long>(x) % 16 == 0 &&
+         otherStride % 4 == 0 && batch % 4 == 0 && term % 4 == 0;
+}
 
-  ATTNC_HD void load(const StridedGemmArgs &g, const float *A, const float *B, int z, int it,
-                     int depth, long long m0, long long n0) {
-    aK = g.a_col == 1, bK = g.b_row == 1;
+/// A and B of one block of strided_gemm_mma: slice `it` of the summed range
+/// is term it / depth, k slice it % depth. A is staged row-major; B
+/// row-major ([n][k]) when its k side is contiguous, else k-major.
+template <class T, bool A_K, bool B_K> struct ProjSlices {
+  const StridedGemmArgs &g;
+  const float *A, *B; ///< this block's batch
+  int z, depth;
+  long long m0, n0;
+  bool aAligned, bAligned; ///< float4s at every slice
+  ProjSlice<tile::kProjTileM, A_K, false> a;
+  ProjSlice<tile::kProjTileN, B_K, !B_K> b;
+
+  ATTNC_HD ProjSlices(const StridedGemmArgs &g, const float *A, const float *B, int z, int depth,
+                      long long m0, long long n0)
+      : g(g), A(A), B(B), z(z), depth(depth), m0(m0), n0(n0) {
+    aAligned =
+        projAligned(g.a, A_K ? g.a_col : g.a_row, A_K ? g.a_row : g.a_col, g.a_batch, g.a_term);
+    bAligned =
+        projAligned(g.b, B_K ? g.b_row : g.b_col, B_K ? g.b_col : g.b_row, g.b_batch, g.b_term);
+  }
+  /// Slice `it`'s quads into registers (those of its operands that fit).
+  ATTNC_HD void prefetch(int it) {
     const int t = it / depth;
     const long long k0 = static_cast<long long>(it % depth) * tile::kProjDepth;
     const GemmLimits lim = gemmLimits(g, z, t);
-    a.load(A + t * g.a_term, g.a_row, g.a_col, lim.rows, lim.depth, m0, k0, aK);
+    a.quads = a.fits(aAligned, lim.rows, lim.depth, m0, k0);
+    b.quads = b.fits(bAligned, lim.cols, lim.depth, n0, k0);
+    if (a.quads)
+      a.loadQuads(A + t * g.a_term, g.a_row, g.a_col, m0, k0);
     // B[k, n] staged as rows n: its row stride is b_col, its k stride b_row.
-    b.load(B + t * g.b_term, g.b_col, g.b_row, lim.cols, lim.depth, n0, k0, bK);
+    if (b.quads)
+      b.loadQuads(B + t * g.b_term, g.b_col, g.b_row, n0, k0);
+  }
+  /// Slice `it` into shared memory (after prefetch(it) and a barrier).
+  ATTNC_HD void stage(int it, T *sa, T *sb) const {
+    if (a.quads)
+      a.storeQuads(sa);
+    if (b.quads)
+      b.storeQuads(sb);
+    if (a.quads && b.quads)
+      return;
+    const int t = it / depth;
+    const long long k0 = static_cast<long long>(it % depth) * tile::kProjDepth;
+    const GemmLimits lim = gemmLimits(g, z, t);
+    if (!a.quads)
+      a.stageChecked(sa, A + t * g.a_term, g.a_row, g.a_col, lim.rows, lim.depth, m0, k0);
+    if (!b.quads)
+      b.stageChecked(sb, B + t * g.b_term, g.b_col, g.b_row, lim.cols, lim.depth, n0, k0);
   }
 };
 
 /// C_z (or, split, this part's partial C_z) of a StridedGemmArgs on T's
-/// tensor cores (mma.cuh; Volta's bf16 runs its SIMT path). A is staged
-/// [m][k] and B [n][k] (n-major), whichever side of each is contiguous in
-/// memory.
-template <class T> ATTNC_HD void strided_gemm_mma(const StridedGemmArgs &a) {
+/// tensor cores (mma.cuh; Volta's bf16 runs its SIMT path). A_K and B_K
+/// say which side of A and of B is contiguous in memory (k, or m and n:
+/// ProjectionTileModel.h projLayout); the runtime launches the entry of
+/// the GEMM's layout.
+template <class T, bool A_K, bool B_K> ATTNC_HD void strided_gemm_mma(const StridedGemmArgs &a) {
   using namespace tile;
-  constexpr int LD = kProjRowHalves, NT = kProjTileN / 8;
+  constexpr int LD = kProjRowHalves, LDB = B_K ? kProjRowHalves : kProjKRowHalves,
+                NT = kProjTileN / 8;
   struct Slices {
     T a[kProjTileM * LD];
-    T b[kProjTileN * LD];
+    T b[B_K ? kProjTileN * LD : kProjDepth * kProjKRowHalves];
   };
   ATTNC_SUPPORT_SHARED(Slices, sm);
   // 32-bit grid and range arithmetic: 64-bit divisions are calls.
@@ -237,19 +321,18 @@ template <class T> ATTNC_HD void strided_gemm_mma(const StridedGemmArgs &a) {
   const int splits = a.splits > 1 ? a.splits : 1;
   const int perPart = (range + splits - 1) / splits;
   const int first = part * perPart, last = first + perPart < range ? first + perPart : range;
-  ProjSlices slices{};
+  ProjSlices<T, A_K, B_K> slices(a, A, B, z, depth, m0, n0);
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   float acc[NT][4] = {};
   if (first < last)
-    slices.load(a, A, B, z, first, depth, m0, n0);
+    slices.prefetch(first);
   for (int it = first; it < last; ++it) {
     __syncthreads(); // every warp is done reading the previous slice
-    slices.a.store(sm.a, slices.aK);
-    slices.b.store(sm.b, slices.bK);
+    slices.stage(it, sm.a, sm.b);
     __syncthreads();
     if (it + 1 < last)
-      slices.load(a, A, B, z, it + 1, depth, m0, n0); // in flight while the tensor cores run
-    WarpMma<T>::template gemmSS<kProjDepth, NT, false>(acc, sm.a + warp * 16 * LD, LD, sm.b, LD);
+      slices.prefetch(it + 1); // in flight while the tensor cores run
+    WarpMma<T>::template gemmSS<kProjDepth, NT, !B_K>(acc, sm.a + warp * 16 * LD, LD, sm.b, LDB);
   }
   using Layout = AccLayout<T, NT>;
   const long long row0 = m0 + warp * 16 + Layout::rowBase(lane), col0 = n0 + Layout::colBase(lane);

@@ -53,7 +53,10 @@ TEST_P(DeviceSupportNvrtc, CompilesWithoutSpills) {
       nvrtc.compile("attnc_device_support.cu", CudaAttention::deviceSupportSource(), o);
   ASSERT_TRUE(c.ok()) << c.error();
   for (const char *name :
-       {"attnc_strided_gemm", "attnc_strided_gemm_mma_f16", "attnc_strided_gemm_mma_bf16",
+       {"attnc_strided_gemm", "attnc_strided_gemm_mma_f16_kk", "attnc_strided_gemm_mma_f16_kn",
+        "attnc_strided_gemm_mma_f16_mk", "attnc_strided_gemm_mma_f16_mn",
+        "attnc_strided_gemm_mma_bf16_kk", "attnc_strided_gemm_mma_bf16_kn",
+        "attnc_strided_gemm_mma_bf16_mk", "attnc_strided_gemm_mma_bf16_mn",
         "attnc_strided_gemm_reduce", "attnc_convert_f32_f16", "attnc_convert_f16_f32",
         "attnc_convert_f32_bf16", "attnc_convert_bf16_f32"}) {
     SCOPED_TRACE(name);

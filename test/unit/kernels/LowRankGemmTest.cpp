@@ -53,6 +53,19 @@ float roundFor(Kernel k, float x) {
   return x;
 }
 
+/// strided_gemm_mma for g's layout, as the runtime picks its entry.
+template <class T> void gemmMma(const StridedGemmArgs &g) {
+  const std::string layout = projLayout(g);
+  if (layout == "kk")
+    attnc::strided_gemm_mma<T, true, true>(g);
+  else if (layout == "kn")
+    attnc::strided_gemm_mma<T, true, false>(g);
+  else if (layout == "mk")
+    attnc::strided_gemm_mma<T, false, true>(g);
+  else
+    attnc::strided_gemm_mma<T, false, false>(g);
+}
+
 /// One run of `g` on C = c with `kernel`: the mma GEMM and, split, the
 /// reduction of its parts.
 bool launch(Kernel kernel, StridedGemmArgs g, std::vector<float> &c) {
@@ -67,9 +80,9 @@ bool launch(Kernel kernel, StridedGemmArgs g, std::vector<float> &c) {
   g.partial = partial.data();
   const bool ok = emu::launch(projGrid(g), 1, kProjThreads, [&] {
     if (kernel == Kernel::Fp16)
-      attnc::strided_gemm_mma<__half>(g);
+      gemmMma<__half>(g);
     else
-      attnc::strided_gemm_mma<__nv_bfloat16>(g);
+      gemmMma<__nv_bfloat16>(g);
   });
   if (!ok || g.splits <= 1)
     return ok;

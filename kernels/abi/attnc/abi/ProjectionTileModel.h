@@ -10,9 +10,11 @@
 // strided_gemm_mma: a block of kProjWarps warps per kProjTileM x kProjTileN
 // tile of one C_z, each warp 16 rows by kProjTileN columns; kProjDepth-deep
 // slices of A and B are read as fp32, rounded to the kernel's 16-bit type
-// and staged in shared memory ([row][k], kProjDepth + 8 halves a row: the
-// 16-byte pad keeps ldmatrix free of bank conflicts), then multiplied on
-// mma.cuh's warp GEMMs with fp32 accumulation.
+// and staged in shared memory (A [m][k], kProjDepth + 8 halves a row; B
+// [n][k] likewise, or [k][n], kProjTileN + 8 halves a row, when its n side
+// is contiguous: the 16-byte pads keep ldmatrix free of bank conflicts),
+// then multiplied on mma.cuh's warp GEMMs with fp32 accumulation. One
+// entry per dtype and layout (projLayout).
 //
 // Split-K: when a GEMM has fewer tiles than kProjTargetBlocks (K' = E·K:
 // k x D outputs per (b, h) over a depth of N), its summed range (terms x
@@ -36,6 +38,8 @@ constexpr int kProjDepth = 32;
 constexpr int kProjWarps = kProjTileM / 16;
 constexpr int kProjThreads = 32 * kProjWarps;
 constexpr int kProjRowHalves = kProjDepth + 8; ///< a staged row, 16-bit elements
+/// A k row of B staged k-major (its n side contiguous in memory).
+constexpr int kProjKRowHalves = kProjTileN + 8;
 /// About two waves of blocks on a 132-SM H100 (more than one block fits
 /// an SM; the rest hides the global loads' latency).
 constexpr long long kProjTargetBlocks = 256;
@@ -64,6 +68,13 @@ ATTNC_HOST_DEVICE constexpr int projSplits(long long m, long long n, long long k
   if (s > slices / kProjMinSlicesPerSplit)
     s = slices / kProjMinSlicesPerSplit;
   return int(s < kProjMaxSplits ? s : kProjMaxSplits);
+}
+
+/// Which side of A and of B is contiguous in memory, as strided_gemm_mma's
+/// entry names it: A's "k" or "m", then B's "k" or "n" (the low-rank GEMMs
+/// are "kn" K' = E·K, "mn" dK = Eᵀ·dK', "kk" dE = dK'·Kᵀ).
+ATTNC_HOST_DEVICE constexpr const char *projLayout(const StridedGemmArgs &g) {
+  return g.a_col == 1 ? (g.b_row == 1 ? "kk" : "kn") : (g.b_row == 1 ? "mk" : "mn");
 }
 
 /// Blocks of strided_gemm_mma (split outermost, then z, tile fastest).

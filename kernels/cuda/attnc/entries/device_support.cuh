@@ -14,14 +14,22 @@ extern "C" __global__ void __launch_bounds__(attnc::kStridedGemmThreads)
     attnc_strided_gemm(attnc::StridedGemmArgs a) {
   attnc::strided_gemm(a);
 }
-extern "C" __global__ void __launch_bounds__(attnc::tile::kProjThreads)
-    attnc_strided_gemm_mma_f16(attnc::StridedGemmArgs a) {
-  attnc::strided_gemm_mma<__half>(a);
-}
-extern "C" __global__ void __launch_bounds__(attnc::tile::kProjThreads)
-    attnc_strided_gemm_mma_bf16(attnc::StridedGemmArgs a) {
-  attnc::strided_gemm_mma<__nv_bfloat16>(a);
-}
+// strided_gemm_mma per dtype and layout: attnc_strided_gemm_mma_<dtype>_<A's
+// contiguous side k|m><B's k|n> (ProjectionTileModel.h projLayout).
+#define ATTNC_STRIDED_GEMM_MMA(dtype, T, layout, A_K, B_K)                                         \
+  extern "C" __global__ void __launch_bounds__(attnc::tile::kProjThreads, 1)                       \
+      attnc_strided_gemm_mma_##dtype##_##layout(attnc::StridedGemmArgs a) {                        \
+    attnc::strided_gemm_mma<T, A_K, B_K>(a);                                                       \
+  }
+ATTNC_STRIDED_GEMM_MMA(f16, __half, kk, true, true)
+ATTNC_STRIDED_GEMM_MMA(f16, __half, kn, true, false)
+ATTNC_STRIDED_GEMM_MMA(f16, __half, mk, false, true)
+ATTNC_STRIDED_GEMM_MMA(f16, __half, mn, false, false)
+ATTNC_STRIDED_GEMM_MMA(bf16, __nv_bfloat16, kk, true, true)
+ATTNC_STRIDED_GEMM_MMA(bf16, __nv_bfloat16, kn, true, false)
+ATTNC_STRIDED_GEMM_MMA(bf16, __nv_bfloat16, mk, false, true)
+ATTNC_STRIDED_GEMM_MMA(bf16, __nv_bfloat16, mn, false, false)
+#undef ATTNC_STRIDED_GEMM_MMA
 extern "C" __global__ void __launch_bounds__(attnc::tile::kProjReduceThreads)
     attnc_strided_gemm_reduce(attnc::StridedGemmArgs a) {
   attnc::strided_gemm_reduce(a);
