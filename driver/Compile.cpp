@@ -76,7 +76,12 @@ void notePrecisionOnArch(const std::vector<ManifestKernel> &kernels, const std::
                 "register-staged copies (no cp.async) and no ldmatrix");
 }
 
-Expected<Cubin> compileCudaKernels(const CompiledKernels &compiled, const std::string &arch) {
+namespace {
+
+/// `source` compiled by NVRTC for `arch` with the CUDA kernel tree on its
+/// include path (cached).
+Expected<Cubin> compileWithKernelTree(const std::string &name, const std::string &source,
+                                      const std::string &arch) {
   NvrtcCompiler nvrtc(&KernelCache::processDefault());
   NvrtcOptions options;
   options.arch = arch;
@@ -84,18 +89,18 @@ Expected<Cubin> compileCudaKernels(const CompiledKernels &compiled, const std::s
   if (!dirs)
     return dirs.takeError();
   options.includeDirs = *dirs;
-  return nvrtc.compile("attnc_kernels.cu", compiled.source, options);
+  return nvrtc.compile(name, source, options);
+}
+
+} // namespace
+
+Expected<Cubin> compileCudaKernels(const CompiledKernels &compiled, const std::string &arch) {
+  return compileWithKernelTree("attnc_kernels.cu", compiled.source, arch);
 }
 
 Expected<Cubin> compileDeviceSupport(const std::string &arch) {
-  NvrtcCompiler nvrtc(&KernelCache::processDefault());
-  NvrtcOptions options;
-  options.arch = arch;
-  Expected<std::vector<std::string>> dirs = kernelIncludeDirs(KernelFamily::Cuda);
-  if (!dirs)
-    return dirs.takeError();
-  options.includeDirs = *dirs;
-  return nvrtc.compile("attnc_device_support.cu", CudaAttention::deviceSupportSource(), options);
+  return compileWithKernelTree("attnc_device_support.cu", CudaAttention::deviceSupportSource(),
+                               arch);
 }
 
 int launchSharedBytes(const ManifestKernel &k, const std::string &entry, const KernelResources &r) {

@@ -25,6 +25,7 @@
 #include <fstream>
 #include <iomanip>
 #include <map>
+#include <memory>
 #include <sstream>
 
 namespace attnc::driver {
@@ -368,21 +369,36 @@ Status addLowRankRows(const ManifestKernel &k, const Cubin &support,
   return {};
 }
 
+/// A CUBIN's functions, disassembled and parsed, by name.
+struct Disassembly {
+  std::vector<perf::SassFunction> functions;
+  std::map<std::string, const perf::SassFunction *> byName;
+};
+Expected<std::unique_ptr<Disassembly>> disassembleCubin(const Cubin &cubin,
+                                                        const std::string &arch) {
+  Expected<std::string> sass = perf::disassemble(cubin.image);
+  if (!sass)
+    return makeError(arch + ": " + sass.error());
+  Expected<std::vector<perf::SassFunction>> functions = perf::parseSass(*sass);
+  if (!functions)
+    return makeError(arch + ": " + functions.error());
+  auto d = std::make_unique<Disassembly>();
+  d->functions = std::move(*functions);
+  for (const perf::SassFunction &f : d->functions)
+    d->byName[f.name] = &f;
+  return d;
+}
+
 /// Every kernel of `compiled` on `arch`, analysed.
 Expected<std::vector<KernelRow>> analyse(const CompiledKernels &compiled, const std::string &arch,
                                          const perf::ArchRates &rates, const PerfOptions &o) {
   Expected<Cubin> cubin = compileCudaKernels(compiled, arch);
   if (!cubin)
     return cubin.takeError();
-  Expected<std::string> sass = perf::disassemble(cubin->image);
-  if (!sass)
-    return makeError(arch + ": " + sass.error());
-  Expected<std::vector<perf::SassFunction>> functions = perf::parseSass(*sass);
-  if (!functions)
-    return makeError(arch + ": " + functions.error());
-  std::map<std::string, const perf::SassFunction *> byName;
-  for (const perf::SassFunction &f : *functions)
-    byName[f.name] = &f;
+  Expected<std::unique_ptr<Disassembly>> kernels = disassembleCubin(*cubin, arch);
+  if (!kernels)
+    return kernels.takeError();
+  const std::map<std::string, const perf::SassFunction *> &byName = (*kernels)->byName;
 
   std::vector<KernelRow> rows;
   for (const ManifestKernel &k : compiled.kernels)
@@ -433,18 +449,12 @@ Expected<std::vector<KernelRow>> analyse(const CompiledKernels &compiled, const 
   Expected<Cubin> support = compileDeviceSupport(arch);
   if (!support)
     return makeError(arch + ": the device support kernels: " + support.error());
-  Expected<std::string> supportSass = perf::disassemble(support->image);
+  Expected<std::unique_ptr<Disassembly>> supportSass = disassembleCubin(*support, arch);
   if (!supportSass)
-    return makeError(arch + ": " + supportSass.error());
-  Expected<std::vector<perf::SassFunction>> supportFns = perf::parseSass(*supportSass);
-  if (!supportFns)
-    return makeError(arch + ": " + supportFns.error());
-  std::map<std::string, const perf::SassFunction *> supportByName;
-  for (const perf::SassFunction &f : *supportFns)
-    supportByName[f.name] = &f;
+    return supportSass.takeError();
   for (const ManifestKernel &k : compiled.kernels)
     if (k.kvSource == "lowrank")
-      if (Status s = addLowRankRows(k, *support, supportByName, rates, o, rows); !s)
+      if (Status s = addLowRankRows(k, *support, (*supportSass)->byName, rates, o, rows); !s)
         return makeError(arch + ": " + s.error());
   return rows;
 }

@@ -104,30 +104,11 @@ std::vector<float> checkGemm(StridedGemmArgs g, long long batches,
       attnc::test::referenceGemm(g, batches, cInit, [](float x) { return x; });
   const long long tiles = ((g.m + attnc::kStridedGemmTile - 1) / attnc::kStridedGemmTile) *
                           ((g.n + attnc::kStridedGemmTile - 1) / attnc::kStridedGemmTile);
-  std::vector<float> first;
-  for (const emu::Schedule &s :
-       {emu::indexSchedule(), emu::reverseSchedule(), emu::randomSchedule(11)}) {
-    emu::ScheduleScope scope(s);
-    std::vector<float> c = cInit;
+  return attnc::test::checkUnderSchedules(want, cInit, 1e-5, [&](std::vector<float> &c) {
     g.c = c.data();
-    EXPECT_TRUE(emu::launch(batches * tiles, 1, attnc::kStridedGemmThreads, [&] {
-      attnc::strided_gemm(g);
-    })) << emu::lastError;
-    if (first.empty()) {
-      double worst = 0, largest = 1e-30;
-      for (size_t i = 0; i < c.size(); ++i) {
-        EXPECT_TRUE(std::isfinite(c[i])) << "C[" << i << "] = " << c[i];
-        worst = std::max(worst, std::fabs(double(c[i]) - want[i]));
-        largest = std::max(largest, std::fabs(want[i]));
-      }
-      EXPECT_LE(worst, 1e-5 * largest) << "worst error " << worst << " of largest " << largest;
-      first = c;
-    } else {
-      EXPECT_EQ(0, std::memcmp(first.data(), c.data(), c.size() * 4))
-          << "schedule " << s.name() << " differs from index";
-    }
-  }
-  return first;
+    return emu::launch(batches * tiles, 1, attnc::kStridedGemmThreads,
+                       [&] { attnc::strided_gemm(g); });
+  });
 }
 
 // Sizes of none of the tile's or depth's multiples: B batch, H heads, N

@@ -95,28 +95,9 @@ bool launch(Kernel kernel, StridedGemmArgs g, std::vector<float> &c) {
 std::vector<float> check(Kernel kernel, const StridedGemmArgs &g, const std::vector<float> &cInit) {
   const std::vector<double> want = attnc::test::referenceGemm(
       g, g.batches, cInit, [kernel](float x) { return roundFor(kernel, x); });
-  const double bound = kernel == Kernel::Simt ? 1e-5 : 2e-5;
-  std::vector<float> first;
-  for (const emu::Schedule &s :
-       {emu::indexSchedule(), emu::reverseSchedule(), emu::randomSchedule(7)}) {
-    emu::ScheduleScope scope(s);
-    std::vector<float> c = cInit;
-    EXPECT_TRUE(launch(kernel, g, c)) << emu::lastError;
-    if (first.empty()) {
-      double worst = 0, largest = 1e-30;
-      for (size_t i = 0; i < c.size(); ++i) {
-        EXPECT_TRUE(std::isfinite(c[i])) << "C[" << i << "] = " << c[i];
-        worst = std::max(worst, std::fabs(double(c[i]) - want[i]));
-        largest = std::max(largest, std::fabs(want[i]));
-      }
-      EXPECT_LE(worst, bound * largest) << "worst error " << worst << " of largest " << largest;
-      first = c;
-    } else {
-      EXPECT_EQ(0, std::memcmp(first.data(), c.data(), c.size() * 4))
-          << "schedule " << s.name() << " differs from index";
-    }
-  }
-  return first;
+  return attnc::test::checkUnderSchedules(
+      want, cInit, kernel == Kernel::Simt ? 1e-5 : 2e-5,
+      [&](std::vector<float> &c) { return launch(kernel, g, c); });
 }
 
 /// A low-rank variant's three GEMMs on random operands, C NaN-filled where

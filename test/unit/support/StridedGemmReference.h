@@ -6,15 +6,20 @@
 // with the key-padding axis read as zero past its length. Each operand
 // element passes through `round` first (the identity for the fp32 GEMM;
 // the kernel type's rounding for the tensor-core one), then the sum runs in
-// double.
+// double. checkUnderSchedules runs a GEMM on the block emulator against it.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_TEST_UNIT_STRIDEDGEMMREFERENCE_H
 #define ATTNC_TEST_UNIT_STRIDEDGEMMREFERENCE_H
 
 #include "attnc/abi/KernelArgs.h"
+#include "attnc/simt_emulator.h"
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -58,6 +63,37 @@ inline std::vector<float> randomFloats(size_t n, std::mt19937 &rng) {
   for (float &x : v)
     x = nd(rng);
   return v;
+}
+
+/// Runs `launch(c)` (true on success; c starts as cInit) under three
+/// emulator schedules: the first result against `want`, within `bound` of
+/// its largest element, the others bit for bit with the first (the sums
+/// are deterministic). Returns the first result.
+template <class Launch>
+std::vector<float> checkUnderSchedules(const std::vector<double> &want,
+                                       const std::vector<float> &cInit, double bound,
+                                       Launch launch) {
+  std::vector<float> first;
+  for (const emu::Schedule &s :
+       {emu::indexSchedule(), emu::reverseSchedule(), emu::randomSchedule(7)}) {
+    emu::ScheduleScope scope(s);
+    std::vector<float> c = cInit;
+    EXPECT_TRUE(launch(c)) << emu::lastError;
+    if (first.empty()) {
+      double worst = 0, largest = 1e-30;
+      for (size_t i = 0; i < c.size(); ++i) {
+        EXPECT_TRUE(std::isfinite(c[i])) << "C[" << i << "] = " << c[i];
+        worst = std::max(worst, std::fabs(double(c[i]) - want[i]));
+        largest = std::max(largest, std::fabs(want[i]));
+      }
+      EXPECT_LE(worst, bound * largest) << "worst error " << worst << " of largest " << largest;
+      first = c;
+    } else {
+      EXPECT_EQ(0, std::memcmp(first.data(), c.data(), c.size() * 4))
+          << "schedule " << s.name() << " differs from index";
+    }
+  }
+  return first;
 }
 
 } // namespace attnc::test
