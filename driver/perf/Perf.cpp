@@ -654,6 +654,66 @@ mlir::LogicalResult printComparison(std::ostream &os, const std::string &path,
 
 } // namespace
 
+namespace {
+
+/// One arch's analysis of the CUDA kernels `module` compiles to.
+struct ArchAnalysis {
+  perf::ArchRates rates;
+  std::vector<KernelRow> rows;
+  std::vector<PassRow> passes;
+};
+
+/// The kernels `attnc compile --target cuda --arch ARCH` builds from
+/// `module`, with the same tiles (the tuning database's for the arch, then
+/// the heuristics), analysed at o's shape. Errors the front end reports
+/// itself come back as failure with an empty message.
+Expected<ArchAnalysis> analyseArch(mlir::ModuleOp module, const std::string &arch,
+                                   const PerfOptions &o) {
+  std::string err;
+  if (!checkArch(arch, err))
+    return makeError(err);
+  Expected<perf::ArchRates> rates = perf::archRates(arch);
+  if (!rates)
+    return rates.takeError();
+  // Before compiling: the nvdisasm PyPI ships (CUDA 13's) reads no Volta.
+  if (rates->sm < 75 && !std::getenv("ATTNC_NVDISASM"))
+    return makeError(arch + ": CUDA 13's nvdisasm, which scripts/bootstrap.sh "
+                            "installs, reads no sm_70 code; set $ATTNC_NVDISASM to "
+                            "a CUDA 12 toolkit's nvdisasm to model Volta");
+  mlir::OwningOpRef<mlir::ModuleOp> resolved = module.clone();
+  ResolveFor resolve;
+  resolve.target = "cuda", resolve.arch = arch;
+  if (!resolveAuto(*resolved, resolve))
+    return makeError("");
+  ArtifactOptions ao;
+  ao.target = "cuda", ao.arch = arch;
+  CompiledKernels compiled;
+  if (mlir::failed(compileModelKernels(*resolved, ao, "cuda", compiled)))
+    return makeError("");
+  Expected<std::vector<KernelRow>> rows = analyse(compiled, arch, *rates, o);
+  if (!rows)
+    return rows.takeError();
+  ArchAnalysis a{*rates, std::move(*rows), {}};
+  a.passes = passesOf(compiled, a.rows, o);
+  return a;
+}
+
+} // namespace
+
+Expected<std::vector<PredictedPass>> predictPasses(mlir::ModuleOp module, const std::string &arch,
+                                                   long long batch, long long heads,
+                                                   long long seqLen) {
+  PerfOptions o;
+  o.batch = batch, o.heads = heads, o.seqLen = seqLen;
+  Expected<ArchAnalysis> a = analyseArch(module, arch, o);
+  if (!a)
+    return a.takeError();
+  std::vector<PredictedPass> out;
+  for (const PassRow &p : a->passes)
+    out.push_back({p.variant, p.backward, p.seconds, p.complete});
+  return out;
+}
+
 mlir::LogicalResult runPerf(const PerfOptions &o) {
   if (o.batch < 1 || o.heads < 1 || o.seqLen < 1)
     return commandError("perf", "--shape needs B, H and N of at least 1");
@@ -664,35 +724,11 @@ mlir::LogicalResult runPerf(const PerfOptions &o) {
   std::ostringstream csv;
   csv << kCsvHeader << "\n";
   for (const std::string &arch : o.archs) {
-    std::string err;
-    if (!checkArch(arch, err))
-      return commandError("perf", err);
-    Expected<perf::ArchRates> rates = perf::archRates(arch);
-    if (!rates)
-      return commandError("perf", rates.error());
-    // Before compiling: the nvdisasm PyPI ships (CUDA 13's) reads no Volta.
-    if (rates->sm < 75 && !std::getenv("ATTNC_NVDISASM"))
-      return commandError("perf", arch + ": CUDA 13's nvdisasm, which scripts/bootstrap.sh "
-                                         "installs, reads no sm_70 code; set $ATTNC_NVDISASM to "
-                                         "a CUDA 12 toolkit's nvdisasm to model Volta");
-    // The kernels attnc compile --target cuda --arch ARCH builds, with the
-    // same tiles (the tuning database's for the arch, then the heuristics).
-    mlir::OwningOpRef<mlir::ModuleOp> resolved = module->clone();
-    ResolveFor resolve;
-    resolve.target = "cuda", resolve.arch = arch;
-    if (!resolveAuto(*resolved, resolve))
-      return mlir::failure();
-    ArtifactOptions ao;
-    ao.target = "cuda", ao.arch = arch;
-    CompiledKernels compiled;
-    if (mlir::failed(compileModelKernels(*resolved, ao, "cuda", compiled)))
-      return mlir::failure();
-    Expected<std::vector<KernelRow>> rows = analyse(compiled, arch, *rates, o);
-    if (!rows)
-      return commandError("perf", rows.error());
-    std::vector<PassRow> passes = passesOf(compiled, *rows, o);
-    printTable(results(), arch, *rates, *rows, passes, o);
-    writeCsvRows(csv, arch, *rows, passes);
+    Expected<ArchAnalysis> a = analyseArch(*module, arch, o);
+    if (!a)
+      return a.error().empty() ? mlir::failure() : commandError("perf", a.error());
+    printTable(results(), arch, a->rates, a->rows, a->passes, o);
+    writeCsvRows(csv, arch, a->rows, a->passes);
   }
   if (!o.csv.empty()) {
     if (Status s = fs::writeFileAtomic(o.csv, csv.str()); !s)

@@ -9,6 +9,9 @@
 #ifndef ATTNC_DRIVER_PERF_PERF_H
 #define ATTNC_DRIVER_PERF_PERF_H
 
+#include "runtime/Error.h"
+
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LogicalResult.h"
 
 #include <string>
@@ -27,6 +30,22 @@ struct PerfOptions {
 /// attnc perf: a table per arch of the kernels' loop counts by pipe,
 /// resources, predicted time and limiter, then each pass's TFLOP/s.
 mlir::LogicalResult runPerf(const PerfOptions &options);
+
+/// One fused op's pass, predicted: every kernel of it summed (complete:
+/// each had a prediction).
+struct PredictedPass {
+  std::string variant;
+  bool backward = false;
+  double seconds = 0;
+  bool complete = false;
+};
+
+/// The passes of the CUDA kernels `attnc compile --target cuda --arch ARCH`
+/// builds from `module` (which stays as it is), predicted at B x H x N.
+/// An empty error message: the front end reported it already.
+Expected<std::vector<PredictedPass>> predictPasses(mlir::ModuleOp module, const std::string &arch,
+                                                   long long batch, long long heads,
+                                                   long long seqLen);
 
 } // namespace attnc::driver
 

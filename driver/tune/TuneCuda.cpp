@@ -18,6 +18,7 @@
 #include "driver/Report.h"
 #include "driver/Compile.h"
 #include "driver/Run.h"
+#include "driver/perf/Perf.h"
 #include "driver/tune/Tune.h"
 
 #include "codegen/TuneSpace.h"
@@ -51,6 +52,61 @@ struct CudaCandidate {
   bool passed = false;
 };
 
+/// LSH kernels take their tile from the chunk (LshTileModel.h), and the
+/// chunk changes what the model computes, so nothing is timed or recorded
+/// for them here. The performance model predicts each chunk's passes on
+/// the arch instead (32, 64 and 128 at the spec's rounds and buckets, the
+/// model's own sequence, --batch), with nothing but NVRTC and nvdisasm: the
+/// time half of --max-error's trade, on a GPU that is not here.
+mlir::LogicalResult reportLshChunks(ModuleOp module, attn::ModelOp model, attn::VariantOp variant,
+                                    const TuneOptions &opt) {
+  const std::string name = model.getSymName().str();
+  const attn::LshAttr lsh = variant.getLshAttr();
+  const long long H = model.getHeads(), N = model.getSeq();
+  results() << name << ": LSH kernels take their tile from the chunk (LshTileModel.h); "
+            << "predicted by attnc perf's model for " << opt.arch << " at B=" << opt.batch
+            << " H=" << H << " N=" << N << ", " << lsh.getRounds() << " rounds:\n";
+  for (int64_t chunk : {32, 64, 128}) {
+    if (chunk > N)
+      continue;
+    // This model alone, its variant at this chunk.
+    OwningOpRef<ModuleOp> one = module.clone();
+    std::vector<attn::ModelOp> others;
+    for (attn::ModelOp m : one->getOps<attn::ModelOp>())
+      if (m.getSymName() != model.getSymName())
+        others.push_back(m);
+    for (attn::ModelOp m : others)
+      m.erase();
+    auto v = SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(
+        *one, StringAttr::get(module.getContext(), variant.getSymName()));
+    v.setLshAttr(attn::LshAttr::get(module.getContext(), lsh.getBuckets(), lsh.getRounds(), chunk,
+                                    lsh.getBefore(), lsh.getAfter(), lsh.getSeed(),
+                                    lsh.getDenseFallback()));
+    Expected<std::vector<PredictedPass>> passes = predictPasses(*one, opt.arch, opt.batch, H, N);
+    if (!passes)
+      return passes.error().empty()
+                 ? mlir::failure()
+                 : fail(name + ", chunk " + std::to_string(chunk) + ": " + passes.error());
+    double fwd = 0, bwd = 0;
+    bool complete = !passes->empty();
+    for (const PredictedPass &p : *passes) {
+      (p.backward ? bwd : fwd) += p.seconds;
+      complete = complete && p.complete;
+    }
+    results() << "  chunk " << chunk << ": ";
+    if (complete)
+      results() << "forward " << bench::fmt(fwd * 1e3, 3) << " ms, backward "
+                << bench::fmt(bwd * 1e3, 3) << " ms, together " << bench::fmt((fwd + bwd) * 1e3, 3)
+                << " ms";
+    else
+      results() << "no prediction (a kernel's loop is not one the model can time)";
+    results() << (chunk == lsh.getChunk() ? "  (the spec's)" : "") << "\n";
+  }
+  results() << "  the chunk changes what LSH computes: choose rounds and chunk within an error "
+               "budget with --max-error (docs/tuning.md)\n";
+  return mlir::success();
+}
+
 } // namespace
 
 CommandResult tuneCuda(ModuleOp module, const TuneOptions &opt, const std::string &dbPath) {
@@ -76,7 +132,8 @@ CommandResult tuneCuda(ModuleOp module, const TuneOptions &opt, const std::strin
         SymbolTable::lookupNearestSymbolFrom<attn::VariantOp>(model, layer.getAttentionAttr());
     const std::string name = model.getSymName().str();
     if (variant.getLsh()) {
-      results() << name << ": LSH kernels take their tile from the chunk (attn-tile)\n";
+      if (mlir::failed(reportLshChunks(module, model, variant, opt)))
+        return mlir::failure();
       continue;
     }
     const int D = int(model.getDModel() / model.getHeads());

@@ -324,8 +324,10 @@ int main(int argc, char **argv) {
   tuneCmd->add_option("spec", tuneOpts.spec, "the .attn spec file");
   tuneCmd->add_option("--model", tuneOpts.model, "only this model of the spec");
   attnc::tools::addTargetFlag(tuneCmd, tuneOpts.target, "the kernels are measured",
-                              "cuda without a GPU compiles and checks the configs (exit 2); "
-                              "cuda-sim is refused: the emulator has no speed to measure");
+                              "cuda without a GPU compiles and checks the configs (exit 2), "
+                              "and for LSH models prints the performance model's prediction "
+                              "per chunk (32, 64, 128); cuda-sim is refused: the emulator has "
+                              "no speed to measure");
   tuneCmd->add_option("--db", tuneOpts.db,
                       "tuning database (default: $ATTNC_TUNING_DB, else the user cache)");
   tuneCmd
