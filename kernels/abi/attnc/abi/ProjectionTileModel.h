@@ -34,7 +34,7 @@ namespace attnc::tile {
 
 constexpr int kProjTileM = 64;
 constexpr int kProjTileN = 64;
-constexpr int kProjDepth = 32;
+constexpr int kProjDepth = 64;
 constexpr int kProjWarps = kProjTileM / 16;
 constexpr int kProjThreads = 32 * kProjWarps;
 constexpr int kProjRowHalves = kProjDepth + 8; ///< a staged row, 16-bit elements
