@@ -30,7 +30,7 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
     return runLsh(in);
   KernelDevice &dev = *device_;
   const auto &qs = in.q->shape;
-  int B = int(qs[0]), H = int(qs[1]), Nq = int(qs[2]), N = int(in.k->shape[2]), D = int(qs[3]);
+  int B = int(qs[0]), H = int(qs[1]), Nq = int(qs[2]), Nk = int(in.k->shape[2]), D = int(qs[3]);
   if (D != fwd_.headDim)
     return makeError("kernel " + fwd_.name + " was compiled for head dim " +
                      std::to_string(fwd_.headDim) + ", got " + std::to_string(D));
@@ -40,11 +40,9 @@ Expected<AttentionOutputs> CudaAttention::run(const AttentionInputs &in) {
   // the kernels' times include them).
   if (fwd_.lowrank)
     return runLowRankOnDevice(in);
-  const int Nk = N;
-  const float *keys = f32(in.k), *values = f32(in.v);
   const size_t nq = size_t(B) * H * Nq * D, nk = size_t(B) * H * Nk * D, eb = elemBytes(dtype_);
-  auto hq = toDevice(f32(in.q), nq, dtype_), hk = toDevice(keys, nk, dtype_),
-       hv = toDevice(values, nk, dtype_);
+  auto hq = toDevice(f32(in.q), nq, dtype_), hk = toDevice(f32(in.k), nk, dtype_),
+       hv = toDevice(f32(in.v), nk, dtype_);
   Expected<DeviceArray> dq = deviceArray(dev, hq.size(), "q", hq.data()),
                         dk = deviceArray(dev, hk.size(), "k", hk.data()),
                         dv = deviceArray(dev, hv.size(), "v", hv.data()),

@@ -75,12 +75,9 @@ Status CudaAttention::convertOnDevice(const void *in, const std::string &from, v
 }
 
 Status CudaAttention::projectOnDevice(StridedGemmArgs g, float *partial) {
-  if (dtype_ == "f32") { // fp32 SIMT, unsplit
-    const long long tiles = ((g.m + kStridedGemmTile - 1) / kStridedGemmTile) *
-                            ((g.n + kStridedGemmTile - 1) / kStridedGemmTile);
-    return launchSupport("attnc_strided_gemm", g.batches * tiles, kStridedGemmThreads, &g,
+  if (dtype_ == "f32") // fp32 SIMT, unsplit
+    return launchSupport("attnc_strided_gemm", tile::simtGemmGrid(g), kStridedGemmThreads, &g,
                          sizeof g);
-  }
   // The kernels' 16-bit type on tensor cores; a split depth's parts land
   // in `partial` and are summed in order.
   if (g.splits > 1) {

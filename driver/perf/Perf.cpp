@@ -333,14 +333,11 @@ Status addLowRankRows(const ManifestKernel &k, const Cubin &support,
                      : perf::countRange(gemm, 0, gemm.code.size() - 1);
     if (hot)
       row.work = warps * (row.counts.tensorFlops + row.counts.simtFlops) / tileFlops;
-    const long long range = (simt ? (g.k + kStridedGemmDepth - 1) / kStridedGemmDepth
-                                  : tile::projCeil(g.k, tile::kProjDepth)) *
-                            g.terms;
+    const long long range =
+        tile::projCeil(g.k, simt ? kStridedGemmDepth : tile::kProjDepth) * g.terms;
     const int splits = simt ? 1 : std::max(g.splits, 1);
     perf::LaunchShape l;
-    l.blocks = simt ? g.batches * ((g.m + kStridedGemmTile - 1) / kStridedGemmTile) *
-                          ((g.n + kStridedGemmTile - 1) / kStridedGemmTile)
-                    : tile::projGrid(g);
+    l.blocks = simt ? tile::simtGemmGrid(g) : tile::projGrid(g);
     l.warpsPerBlock = warps, l.registers = gr.registers, l.sharedBytes = gr.staticSmemBytes;
     l.loopTrips = double(tile::projCeil(range, splits));
     l.dramBytes = lg.dramBytes + 4.0 * double(tile::projPartialFloats(g));

@@ -263,18 +263,26 @@ template <class T, bool A_K, bool B_K> struct ProjSlices {
     bAligned =
         projAligned(g.b, B_K ? g.b_row : g.b_col, B_K ? g.b_col : g.b_row, g.b_batch, g.b_term);
   }
+  /// Where slice `it` is: its term, first k and the term's limits.
+  struct Position {
+    int t;
+    long long k0;
+    GemmLimits lim;
+  };
+  ATTNC_HD Position position(int it) const {
+    const int t = it / depth;
+    return {t, static_cast<long long>(it % depth) * tile::kProjDepth, gemmLimits(g, z, t)};
+  }
   /// Slice `it`'s quads into registers (those of its operands that fit).
   ATTNC_HD void prefetch(int it) {
-    const int t = it / depth;
-    const long long k0 = static_cast<long long>(it % depth) * tile::kProjDepth;
-    const GemmLimits lim = gemmLimits(g, z, t);
-    a.quads = a.fits(aAligned, lim.rows, lim.depth, m0, k0);
-    b.quads = b.fits(bAligned, lim.cols, lim.depth, n0, k0);
+    const Position p = position(it);
+    a.quads = a.fits(aAligned, p.lim.rows, p.lim.depth, m0, p.k0);
+    b.quads = b.fits(bAligned, p.lim.cols, p.lim.depth, n0, p.k0);
     if (a.quads)
-      a.loadQuads(A + t * g.a_term, g.a_row, g.a_col, m0, k0);
+      a.loadQuads(A + p.t * g.a_term, g.a_row, g.a_col, m0, p.k0);
     // B[k, n] staged as rows n: its row stride is b_col, its k stride b_row.
     if (b.quads)
-      b.loadQuads(B + t * g.b_term, g.b_col, g.b_row, n0, k0);
+      b.loadQuads(B + p.t * g.b_term, g.b_col, g.b_row, n0, p.k0);
   }
   /// Slice `it` into shared memory (after prefetch(it) and a barrier).
   ATTNC_HD void stage(int it, T *sa, T *sb) const {
@@ -284,13 +292,11 @@ template <class T, bool A_K, bool B_K> struct ProjSlices {
       b.storeQuads(sb);
     if (a.quads && b.quads)
       return;
-    const int t = it / depth;
-    const long long k0 = static_cast<long long>(it % depth) * tile::kProjDepth;
-    const GemmLimits lim = gemmLimits(g, z, t);
+    const Position p = position(it);
     if (!a.quads)
-      a.stageChecked(sa, A + t * g.a_term, g.a_row, g.a_col, lim.rows, lim.depth, m0, k0);
+      a.stageChecked(sa, A + p.t * g.a_term, g.a_row, g.a_col, p.lim.rows, p.lim.depth, m0, p.k0);
     if (!b.quads)
-      b.stageChecked(sb, B + t * g.b_term, g.b_col, g.b_row, lim.cols, lim.depth, n0, k0);
+      b.stageChecked(sb, B + p.t * g.b_term, g.b_col, g.b_row, p.lim.cols, p.lim.depth, n0, p.k0);
   }
 };
 

@@ -102,11 +102,10 @@ std::vector<float> checkGemm(StridedGemmArgs g, long long batches,
                              const std::vector<float> &cInit) {
   const std::vector<double> want =
       attnc::test::referenceGemm(g, batches, cInit, [](float x) { return x; });
-  const long long tiles = ((g.m + attnc::kStridedGemmTile - 1) / attnc::kStridedGemmTile) *
-                          ((g.n + attnc::kStridedGemmTile - 1) / attnc::kStridedGemmTile);
+  g.batches = batches;
   return attnc::test::checkUnderSchedules(want, cInit, 1e-5, [&](std::vector<float> &c) {
     g.c = c.data();
-    return emu::launch(batches * tiles, 1, attnc::kStridedGemmThreads,
+    return emu::launch(attnc::tile::simtGemmGrid(g), 1, attnc::kStridedGemmThreads,
                        [&] { attnc::strided_gemm(g); });
   });
 }

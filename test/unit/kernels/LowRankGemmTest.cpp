@@ -70,12 +70,9 @@ template <class T> void gemmMma(const StridedGemmArgs &g) {
 /// reduction of its parts.
 bool launch(Kernel kernel, StridedGemmArgs g, std::vector<float> &c) {
   g.c = c.data();
-  if (kernel == Kernel::Simt) {
-    const long long tiles = ((g.m + attnc::kStridedGemmTile - 1) / attnc::kStridedGemmTile) *
-                            ((g.n + attnc::kStridedGemmTile - 1) / attnc::kStridedGemmTile);
-    return emu::launch(g.batches * tiles, 1, attnc::kStridedGemmThreads,
+  if (kernel == Kernel::Simt)
+    return emu::launch(simtGemmGrid(g), 1, attnc::kStridedGemmThreads,
                        [&] { attnc::strided_gemm(g); });
-  }
   std::vector<float> partial(size_t(std::max(projPartialFloats(g), 1LL)), std::nanf(""));
   g.partial = partial.data();
   const bool ok = emu::launch(projGrid(g), 1, kProjThreads, [&] {

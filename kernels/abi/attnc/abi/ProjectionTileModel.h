@@ -77,6 +77,12 @@ ATTNC_HOST_DEVICE constexpr const char *projLayout(const StridedGemmArgs &g) {
   return g.a_col == 1 ? (g.b_row == 1 ? "kk" : "kn") : (g.b_row == 1 ? "mk" : "mn");
 }
 
+/// Blocks of the fp32 strided_gemm: a kStridedGemmTile square tile of each
+/// C_z (g.batches of them), never split.
+ATTNC_HOST_DEVICE constexpr long long simtGemmGrid(const StridedGemmArgs &g) {
+  return g.batches * projCeil(g.m, kStridedGemmTile) * projCeil(g.n, kStridedGemmTile);
+}
+
 /// Blocks of strided_gemm_mma (split outermost, then z, tile fastest).
 ATTNC_HOST_DEVICE constexpr long long projGrid(const StridedGemmArgs &g) {
   return (g.splits > 1 ? g.splits : 1) * g.batches * projTiles(g.m, g.n);
